@@ -1,0 +1,27 @@
+from ifrtpy._pjrt.pjrt_c_api cimport *
+
+
+cdef class PluginHandle:
+    cdef const PJRT_Api* api
+    cdef void* _library
+    cdef readonly str path
+    cdef readonly tuple api_version
+    cdef readonly dict attributes
+    cdef _load(self, str path)
+
+
+cdef int check(const PJRT_Api* api, PJRT_Error* error) except -1 nogil
+cdef object error_to_exception(const PJRT_Api* api, PJRT_Error* error)
+cdef int raise_unimplemented(const PJRT_Api* api, const char* name) except -1 nogil
+cdef str to_str(const char* data, size_t size)
+cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count)
+
+
+cdef inline int require(const PJRT_Api* api, const void* field, const char* name) except -1 nogil:
+    """Raise UnimplementedError unless ``field`` (a slot of ``*api``) is inside the
+    plugin's table and non-null."""
+    cdef size_t end = <size_t>(<const char*>field - <const char*>api) + sizeof(void*)
+    if end > api.struct_size or (<void* const*>field)[0] == NULL:
+        raise_unimplemented(api, name)
+        return -1
+    return 0

@@ -1,0 +1,202 @@
+# cython: language_level=3, binding=True, embedsignature=True
+"""Plugin loading and the one checked calling sequence of the PJRT C API.
+
+Differences from the C API:
+
+* A plugin is loaded once per real path and never unloaded (plugins keep threads and
+  static state; ``dlclose`` is not safe for them). ``PJRT_Plugin_Initialize`` runs once.
+* Every ``PJRT_Error*`` goes through :c:func:`check`, which reads its code and message,
+  destroys it exactly once, and raises the matching :mod:`ifrtpy.errors` class.
+* A function slot beyond the plugin's ``struct_size``, or NULL, raises
+  UnimplementedError naming the function and the plugin's API version.
+* Named values (attributes, options) are plain dicts of str, int, list[int], float, bool.
+"""
+
+import os
+
+from libc.stdint cimport int64_t
+from libc.string cimport memset
+from posix.dlfcn cimport dlopen, dlsym, dlerror, RTLD_NOW, RTLD_LOCAL
+
+from ifrtpy import errors as _errors
+
+cdef object _error_from_code = _errors.error_from_code
+
+#: Plugins loaded so far, by real path.
+cdef dict _plugins = {}
+
+
+cdef str to_str(const char* data, size_t size):
+    if data == NULL:
+        return ""
+    return data[:size].decode("utf-8", "replace")
+
+
+cdef object error_to_exception(const PJRT_Api* api, PJRT_Error* error):
+    """The exception for ``error``, which is destroyed here."""
+    cdef PJRT_Error_GetCode_Args code_args
+    cdef PJRT_Error_Message_Args message_args
+    cdef PJRT_Error_Destroy_Args destroy_args
+    memset(&code_args, 0, sizeof(code_args))
+    code_args.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE
+    code_args.error = error
+    cdef PJRT_Error* code_error = api.PJRT_Error_GetCode(&code_args)
+    cdef int code = 2 if code_error != NULL else <int>code_args.code
+    memset(&message_args, 0, sizeof(message_args))
+    message_args.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE
+    message_args.error = error
+    api.PJRT_Error_Message(&message_args)
+    message = to_str(message_args.message, message_args.message_size)
+    memset(&destroy_args, 0, sizeof(destroy_args))
+    destroy_args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+    destroy_args.error = error
+    api.PJRT_Error_Destroy(&destroy_args)
+    if code_error != NULL:
+        destroy_args.error = code_error
+        api.PJRT_Error_Destroy(&destroy_args)
+    return _error_from_code(code, message)
+
+
+cdef int check(const PJRT_Api* api, PJRT_Error* error) except -1 nogil:
+    if error == NULL:
+        return 0
+    with gil:
+        raise error_to_exception(api, error)
+
+
+cdef int raise_unimplemented(const PJRT_Api* api, const char* name) except -1 nogil:
+    with gil:
+        raise _errors.UnimplementedError(
+            f"{name.decode()} is not provided by this PJRT plugin (API version "
+            f"{api.pjrt_api_version.major_version}.{api.pjrt_api_version.minor_version}, "
+            f"function table of {api.struct_size} bytes)"
+        )
+
+
+cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count):
+    cdef dict out = {}
+    cdef size_t i, j
+    cdef const PJRT_NamedValue* v
+    for i in range(count):
+        v = &values[i]
+        name = to_str(v.name, v.name_size)
+        if v.type == PJRT_NamedValue_kString:
+            out[name] = to_str(v.string_value, v.value_size)
+        elif v.type == PJRT_NamedValue_kInt64:
+            out[name] = v.int64_value
+        elif v.type == PJRT_NamedValue_kInt64List:
+            out[name] = [v.int64_array_value[j] for j in range(v.value_size)]
+        elif v.type == PJRT_NamedValue_kFloat:
+            out[name] = v.float_value
+        elif v.type == PJRT_NamedValue_kBool:
+            out[name] = bool(v.bool_value)
+    return out
+
+
+def default_plugin_path():
+    """Path of the CPU plugin shipped by the ``xla-cpu-pjrt`` package.
+
+    Raises NotFoundError when the package is not installed.
+    """
+    try:
+        import xla_plugins.xla_cpu_pjrt as package
+    except ImportError:
+        raise _errors.NotFoundError(
+            "the default PJRT plugin needs the 'xla-cpu-pjrt' package: pip install xla-cpu-pjrt"
+        ) from None
+    return os.path.join(os.path.dirname(package.__file__), "xla_cpu_pjrt.so")
+
+
+def load_plugin(path=None):
+    """The PluginHandle of the plugin at ``path`` (default: :func:`default_plugin_path`).
+
+    Loading is idempotent per real path. Raises NotFoundError for a missing file and
+    InvalidArgumentError for a file that is not a PJRT plugin.
+    """
+    if path is None:
+        path = default_plugin_path()
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise _errors.NotFoundError(f"no PJRT plugin file at {path!r}")
+    real = os.path.realpath(path)
+    plugin = _plugins.get(real)
+    if plugin is None:
+        plugin = PluginHandle.__new__(PluginHandle)
+        (<PluginHandle>plugin)._load(real)
+        _plugins[real] = plugin
+    return plugin
+
+
+cdef class PluginHandle:
+    """A loaded PJRT plugin: its ``PJRT_Api`` table, API version and attributes."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use ifrtpy._pjrt.load_plugin(path)")
+
+    cdef _load(self, str path):
+        cdef bytes c_path = os.fsencode(path)
+        cdef void* library = dlopen(c_path, RTLD_NOW | RTLD_LOCAL)
+        if library == NULL:
+            reason = dlerror()
+            raise _errors.InvalidArgumentError(
+                f"cannot load {path!r} as a shared library: "
+                f"{reason.decode(errors='replace') if reason != NULL else 'unknown reason'}"
+            )
+        cdef GetPjrtApi_fn get_api = <GetPjrtApi_fn>dlsym(library, b"GetPjrtApi")
+        if get_api == NULL:
+            raise _errors.InvalidArgumentError(
+                f"{path!r} is a shared library but not a PJRT plugin: it does not export GetPjrtApi"
+            )
+        cdef const PJRT_Api* api = get_api()
+        if api == NULL:
+            raise _errors.InternalError(f"GetPjrtApi of {path!r} returned NULL")
+        cdef size_t header = <size_t>(<const char*>&api.PJRT_Error_Destroy - <const char*>api)
+        if api.struct_size < header:
+            raise _errors.FailedPreconditionError(
+                f"PJRT plugin {path!r} has a function table of {api.struct_size} bytes, "
+                f"too small to hold its version"
+            )
+        major = api.pjrt_api_version.major_version
+        minor = api.pjrt_api_version.minor_version
+        if major != PJRT_API_MAJOR:
+            raise _errors.FailedPreconditionError(
+                f"PJRT plugin {path!r} has API version {major}.{minor}; ifrtpy speaks "
+                f"major version {PJRT_API_MAJOR} (built against {PJRT_API_MAJOR}.{PJRT_API_MINOR})"
+            )
+        self.api = api
+        self._library = library
+        self.path = path
+        self.api_version = (major, minor)
+
+        cdef PJRT_Plugin_Initialize_Args init_args
+        memset(&init_args, 0, sizeof(init_args))
+        init_args.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE
+        require(api, &api.PJRT_Plugin_Initialize, "PJRT_Plugin_Initialize")
+        with nogil:
+            check(api, api.PJRT_Plugin_Initialize(&init_args))
+
+        cdef PJRT_Plugin_Attributes_Args attr_args
+        memset(&attr_args, 0, sizeof(attr_args))
+        attr_args.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE
+        require(api, &api.PJRT_Plugin_Attributes, "PJRT_Plugin_Attributes")
+        check(api, api.PJRT_Plugin_Attributes(&attr_args))
+        self.attributes = named_values_to_dict(attr_args.attributes, attr_args.num_attributes)
+
+    @property
+    def api_struct_size(self):
+        """Size in bytes of the plugin's ``PJRT_Api`` function table."""
+        return self.api.struct_size
+
+    @property
+    def extensions(self):
+        """``PJRT_Extension_Type`` numbers of the plugin's extension chain, in order."""
+        cdef list out = []
+        cdef const PJRT_Extension_Base* ext = self.api.extension_start
+        while ext != NULL:
+            out.append(ext.type)
+            ext = ext.next
+        return out
+
+    def __repr__(self):
+        return f"<PluginHandle {self.path!r} PJRT {self.api_version[0]}.{self.api_version[1]}>"
+

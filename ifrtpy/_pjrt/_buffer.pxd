@@ -1,0 +1,24 @@
+from ifrtpy._pjrt.pjrt_c_api cimport *
+from ifrtpy._pjrt._client cimport ClientHandle
+
+
+cdef class EventHandle:
+    cdef PJRT_Event* ptr
+    cdef const PJRT_Api* api
+    cdef object owner
+    cdef object _guard
+
+    @staticmethod
+    cdef EventHandle wrap(object owner, const PJRT_Api* api, PJRT_Event* ptr)
+
+
+cdef class BufferHandle:
+    cdef PJRT_Buffer* ptr
+    cdef readonly ClientHandle client
+    cdef object __weakref__
+
+    @staticmethod
+    cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr)
+
+
+cdef int keep_alive_until(const PJRT_Api* api, object plugin, PJRT_Event* event, object obj) except -1

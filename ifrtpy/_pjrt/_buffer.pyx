@@ -1,0 +1,404 @@
+# cython: language_level=3, binding=True, embedsignature=True
+"""PJRT buffers and events.
+
+Differences from the C API:
+
+* ``buffer_from_host_buffer`` takes a NumPy array: element type, dims and byte strides
+  come from it (one byte per element for sub-byte types, as PJRT expects). Arrays with
+  negative strides are first copied into a dense one. The array is kept alive until the
+  plugin's done-with-host-buffer event fires, whatever the caller does with its handles.
+* Awaiting the done-with-host-buffer event of a zero-copy buffer while that buffer still
+  exists would hang forever (the event fires on destruction): it raises instead.
+* ``EventHandle.on_ready`` runs a Python callable, from whichever thread completes the
+  event, with ``None`` or the ifrtpy exception of the event's error.
+* ``to_host_buffer`` writes into a C-contiguous NumPy array (a new one by default) and
+  keeps it alive until the copy's event fires.
+"""
+
+import weakref
+
+import numpy as np
+cimport numpy as cnp
+
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.stdint cimport int64_t, uintptr_t
+from libc.string cimport memset
+cimport cython
+
+from ifrtpy._pjrt._base cimport PluginHandle, check, require, error_to_exception
+from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
+from ifrtpy import errors as _errors
+from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
+
+cnp.import_array()
+
+cdef dict _pjrt_type_of_numpy = PJRT_BUFFER_TYPE_OF_NUMPY
+cdef dict _numpy_of_pjrt_type = NUMPY_OF_PJRT_BUFFER_TYPE
+
+DEF MAX_RANK = 64
+
+
+cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept with gil:
+    # user_arg: a tuple (plugin, callable or None, kept object) with one reference owned here.
+    cdef tuple payload = <tuple><PyObject*>user_arg
+    cdef PluginHandle plugin = payload[0]
+    try:
+        exc = error_to_exception(plugin.api, error) if error != NULL else None
+        if payload[1] is not None:
+            payload[1](exc)
+    except BaseException as e:
+        import sys
+        sys.unraisablehook(type("UnraisableHookArgs", (), {
+            "exc_type": type(e), "exc_value": e, "exc_traceback": e.__traceback__,
+            "err_msg": "Exception in a PJRT event callback", "object": payload[1]})())
+    finally:
+        Py_DECREF(payload)
+
+
+cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except -1:
+    cdef PJRT_Event_OnReady_Args args
+    memset(&args, 0, sizeof(args))
+    args.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE
+    args.event = event
+    args.callback = _on_ready
+    args.user_arg = <void*>payload
+    Py_INCREF(payload)
+    cdef PJRT_Error* error
+    with nogil:
+        error = api.PJRT_Event_OnReady(&args)
+    if error != NULL:
+        Py_DECREF(payload)
+        check(api, error)
+    return 0
+
+
+cdef int keep_alive_until(const PJRT_Api* api, object plugin, PJRT_Event* event, object obj) except -1:
+    """Hold a reference to ``obj`` until ``event`` fires."""
+    return _register(api, event, (plugin, None, obj))
+
+
+@cython.no_gc_clear
+cdef class EventHandle:
+    """Owns a ``PJRT_Event*``."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("events come from buffers and executions")
+
+    @staticmethod
+    cdef EventHandle wrap(object owner, const PJRT_Api* api, PJRT_Event* ptr):
+        cdef EventHandle self = EventHandle.__new__(EventHandle)
+        self.ptr = ptr
+        self.api = api
+        self.owner = owner
+        return self
+
+    def __dealloc__(self):
+        cdef PJRT_Event_Destroy_Args args
+        if self.ptr != NULL:
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            args.event = self.ptr
+            self.ptr = NULL
+            self.api.PJRT_Event_Destroy(&args)
+
+    def is_ready(self):
+        cdef PJRT_Event_IsReady_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+        args.event = self.ptr
+        check(self.api, self.api.PJRT_Event_IsReady(&args))
+        return args.is_ready
+
+    def await_(self):
+        """Block (GIL released) until the event fires; raise its error, if any."""
+        cdef PJRT_Event_Await_Args args
+        if self._guard is not None and self._guard() is not None and not self.is_ready():
+            raise _errors.FailedPreconditionError(
+                "this done-with-host-buffer event of a zero-copy buffer fires only when the "
+                "buffer is destroyed; awaiting it while the buffer exists would never return"
+            )
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
+        args.event = self.ptr
+        with nogil:
+            check(self.api, self.api.PJRT_Event_Await(&args))
+
+    def error(self):
+        """The event's error as an ifrtpy exception, or None; the event must be ready."""
+        cdef PJRT_Event_Error_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+        args.event = self.ptr
+        cdef PJRT_Error* error = self.api.PJRT_Event_Error(&args)
+        return error_to_exception(self.api, error) if error != NULL else None
+
+    def on_ready(self, callback):
+        """Call ``callback(exception_or_None)`` once the event fires, from any thread
+        (immediately, on this thread, if it already has)."""
+        cdef ClientHandle client
+        plugin = self.owner.plugin if isinstance(self.owner, ClientHandle) else self.owner
+        _register(self.api, self.ptr, (plugin, callback, None))
+
+
+def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle device=None,
+                            MemoryHandle memory=None, int semantics=0):
+    """Copy (or alias) ``data`` into a new buffer on ``device`` or in ``memory``.
+
+    ``semantics`` is a PJRT_HostBufferSemantics value (0..3). Returns ``(buffer, event)``:
+    the done-with-host-buffer event, or None for kImmutableOnlyDuringCall, where the
+    call copies before returning.
+    """
+    cdef const PJRT_Api* api = client.api
+    cdef int rank = cnp.PyArray_NDIM(data)
+    cdef int64_t dims[MAX_RANK]
+    cdef int64_t strides[MAX_RANK]
+    cdef cnp.npy_intp* np_dims
+    cdef cnp.npy_intp* np_strides
+    cdef int i
+    cdef bint dense = cnp.PyArray_IS_C_CONTIGUOUS(data)
+    cdef PJRT_Client_BufferFromHostBuffer_Args args
+    cdef PJRT_Error* error
+    element_type = _pjrt_type_of_numpy.get(data.dtype)
+    if element_type is None:
+        raise _errors.InvalidArgumentError(
+            f"NumPy dtype {data.dtype} has no PJRT buffer type (byte order {data.dtype.byteorder!r})"
+        )
+    if rank > MAX_RANK:
+        raise _errors.InvalidArgumentError(f"rank {rank} exceeds the maximum of {MAX_RANK}")
+    if not 0 <= semantics <= 3:
+        raise _errors.InvalidArgumentError(f"host buffer semantics must be 0..3, got {semantics}")
+    if (device is None) == (memory is None):
+        raise _errors.InvalidArgumentError("give exactly one of device and memory")
+    target_client = device.client if device is not None else memory.client
+    if target_client is not client:
+        raise _errors.InvalidArgumentError("the target device or memory belongs to another client")
+    if not dense:
+        np_strides = cnp.PyArray_STRIDES(data)
+        for i in range(rank):
+            if np_strides[i] < 0:
+                data = np.ascontiguousarray(data)
+                dense = True
+                break
+    np_dims = cnp.PyArray_DIMS(data)
+    np_strides = cnp.PyArray_STRIDES(data)
+    for i in range(rank):
+        dims[i] = np_dims[i]
+        strides[i] = np_strides[i]
+    memset(&args, 0, sizeof(args))
+    args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE
+    args.client = client.ptr
+    args.data = cnp.PyArray_DATA(data)
+    args.type = <PJRT_Buffer_Type><int>element_type
+    args.dims = dims
+    args.num_dims = rank
+    if not dense:
+        args.byte_strides = strides
+        args.num_byte_strides = rank
+    args.host_buffer_semantics = <PJRT_HostBufferSemantics>semantics
+    if device is not None:
+        args.device = device.ptr
+    else:
+        args.memory = memory.ptr
+    with nogil:
+        error = api.PJRT_Client_BufferFromHostBuffer(&args)
+    check(api, error)
+    buffer = BufferHandle.wrap(client, args.buffer)
+    if args.done_with_host_buffer == NULL:
+        return buffer, None
+    done = EventHandle.wrap(client, api, args.done_with_host_buffer)
+    if semantics == 0:
+        return buffer, None  # done is destroyed with its handle: the call already copied
+    keep_alive_until(api, client.plugin, args.done_with_host_buffer, data)
+    if semantics >= 2:
+        done._guard = weakref.ref(buffer)
+    return buffer, done
+
+
+@cython.no_gc_clear
+cdef class BufferHandle:
+    """Owns a ``PJRT_Buffer*``; keeps its client alive."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use ifrtpy._pjrt.buffer_from_host_buffer")
+
+    @staticmethod
+    cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr):
+        cdef BufferHandle self = BufferHandle.__new__(BufferHandle)
+        self.client = client
+        self.ptr = ptr
+        return self
+
+    def __dealloc__(self):
+        cdef PJRT_Buffer_Destroy_Args args
+        if self.ptr != NULL:
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            args.buffer = self.ptr
+            self.ptr = NULL
+            with nogil:
+                self.client.api.PJRT_Buffer_Destroy(&args)
+
+    @property
+    def element_type(self):
+        """The PJRT_Buffer_Type value."""
+        cdef PJRT_Buffer_ElementType_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_ElementType(&args))
+        return <int>args.type
+
+    @property
+    def dtype(self):
+        """The NumPy dtype of the elements on the host."""
+        return _numpy_of_pjrt_type[self.element_type]
+
+    @property
+    def dims(self):
+        cdef PJRT_Buffer_Dimensions_Args args
+        cdef size_t i
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_Dimensions(&args))
+        return tuple([args.dims[i] for i in range(args.num_dims)])
+
+    @property
+    def on_device_size_in_bytes(self):
+        cdef PJRT_Buffer_OnDeviceSizeInBytes_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_OnDeviceSizeInBytes(&args))
+        return args.on_device_size_in_bytes
+
+    @property
+    def device(self):
+        cdef PJRT_Buffer_Device_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_Device(&args))
+        return self.client.device_of(args.device)
+
+    @property
+    def memory(self):
+        cdef PJRT_Buffer_Memory_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_Memory_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_Memory(&args))
+        return self.client.memory_of(args.memory)
+
+    def is_deleted(self):
+        cdef PJRT_Buffer_IsDeleted_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_IsDeleted(&args))
+        return args.is_deleted
+
+    def delete(self):
+        """Free the device memory now; the handle stays, reporting is_deleted()."""
+        cdef PJRT_Buffer_Delete_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        with nogil:
+            check(self.client.api, self.client.api.PJRT_Buffer_Delete(&args))
+
+    def ready_event(self):
+        """An EventHandle that fires when the buffer's data is ready (or failed)."""
+        cdef PJRT_Buffer_ReadyEvent_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_ReadyEvent(&args))
+        return EventHandle.wrap(self.client, self.client.api, args.event)
+
+    @property
+    def unsafe_pointer(self):
+        """The device address of the data (an int); for debugging and aliasing checks."""
+        cdef PJRT_Buffer_UnsafePointer_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        check(self.client.api, self.client.api.PJRT_Buffer_UnsafePointer(&args))
+        return <uintptr_t>args.buffer_pointer
+
+    def to_host_buffer(self, out=None):
+        """Start copying the buffer into ``out`` (a new array if None).
+
+        ``out`` must be C-contiguous and writeable with the buffer's dtype and dims.
+        Returns ``(out, event)``; ``out`` holds the data once the event fires.
+        """
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Buffer_ToHostBuffer_Args args
+        cdef PJRT_Error* error
+        dtype = self.dtype
+        dims = self.dims
+        if out is None:
+            out = np.empty(dims, dtype)
+        elif not isinstance(out, np.ndarray):
+            raise _errors.InvalidArgumentError(f"destination must be a NumPy array, got {type(out).__name__}")
+        elif out.dtype != dtype or out.shape != dims:
+            raise _errors.InvalidArgumentError(
+                f"destination is {out.dtype}{list(out.shape)}, the buffer is {dtype}{list(dims)}"
+            )
+        elif not (out.flags.c_contiguous and out.flags.writeable):
+            raise _errors.InvalidArgumentError("destination must be a writeable C-contiguous array")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE
+        args.src = self.ptr
+        args.dst = cnp.PyArray_DATA(<cnp.ndarray>out)
+        args.dst_size = out.nbytes
+        with nogil:
+            error = api.PJRT_Buffer_ToHostBuffer(&args)
+        check(api, error)
+        event = EventHandle.wrap(self.client, api, args.event)
+        keep_alive_until(api, self.client.plugin, args.event, out)
+        return out, event
+
+    def to_numpy(self):
+        """The buffer's data as a new NumPy array (blocking, GIL released while waiting)."""
+        out, event = self.to_host_buffer()
+        event.await_()
+        return out
+
+    def copy_to_device(self, DeviceHandle device):
+        """A new buffer with the same data on ``device``."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Buffer_CopyToDevice_Args args
+        cdef PJRT_Error* error
+        if device.client is not self.client:
+            raise _errors.InvalidArgumentError("the target device belongs to another client")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        args.dst_device = device.ptr
+        with nogil:
+            error = api.PJRT_Buffer_CopyToDevice(&args)
+        check(api, error)
+        return BufferHandle.wrap(self.client, args.dst_buffer)
+
+    def copy_to_memory(self, MemoryHandle memory):
+        """A new buffer with the same data in ``memory``."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Buffer_CopyToMemory_Args args
+        cdef PJRT_Error* error
+        if memory.client is not self.client:
+            raise _errors.InvalidArgumentError("the target memory belongs to another client")
+        require(api, &api.PJRT_Buffer_CopyToMemory, "PJRT_Buffer_CopyToMemory")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_CopyToMemory_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        args.dst_memory = memory.ptr
+        with nogil:
+            error = api.PJRT_Buffer_CopyToMemory(&args)
+        check(api, error)
+        return BufferHandle.wrap(self.client, args.dst_buffer)
+
+    def __repr__(self):
+        if self.is_deleted():
+            return "<BufferHandle deleted>"
+        return f"<BufferHandle {self.dtype}{list(self.dims)} on device {self.device.id}>"

@@ -1,0 +1,422 @@
+# cython: language_level=3, binding=True, embedsignature=True
+"""PJRT clients, devices and memories.
+
+Differences from the C API:
+
+* ``create_client`` type-checks every option value before the call: the CPU plugin
+  aborts the process on a ``cpu_device_count`` that is not an int64, and gives a client
+  with no devices for a count below 1; both are refused here.
+* A ClientHandle builds one DeviceHandle per device and one MemoryHandle per addressable
+  memory at creation, so lookups return the same objects. Device and memory handles
+  borrow their C pointers and keep the client alive.
+* Strings come back as ``str``; named values as dicts.
+"""
+
+from libc.stdint cimport int64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+cimport cython
+
+from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
+from ifrtpy import errors as _errors
+
+#: Options whose type the plugin trusts blindly (a mismatch aborts the process).
+_OPTION_TYPES = {"cpu_device_count": int}
+
+
+def create_client(PluginHandle plugin, options=None):
+    """A new client of ``plugin`` with named ``options`` (str -> str, int, float, bool or
+    list of int). Raises InvalidArgumentError for a value the plugin cannot take."""
+    cdef dict opts = dict(options or {})
+    for name, value in opts.items():
+        if not isinstance(name, str):
+            raise _errors.InvalidArgumentError(f"client option names must be str, got {name!r}")
+        expected = _OPTION_TYPES.get(name)
+        if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise _errors.InvalidArgumentError(
+                f"client option {name!r} must be an int, got {type(value).__name__} {value!r}"
+            )
+    count = opts.get("cpu_device_count")
+    if count is not None and not 1 <= count < 2**31:
+        raise _errors.InvalidArgumentError(f"cpu_device_count must be at least 1, got {count}")
+    cdef ClientHandle client = ClientHandle.__new__(ClientHandle)
+    client.plugin = plugin
+    client.api = plugin.api
+    client._create(opts)
+    return client
+
+
+@cython.no_gc_clear
+cdef class ClientHandle:
+    """Owns a ``PJRT_Client*``; destroyed when the last handle made from it is gone."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use ifrtpy._pjrt.create_client(plugin, options)")
+
+    cdef _create(self, dict opts):
+        cdef const PJRT_Api* api = self.api
+        cdef size_t n = len(opts), i = 0
+        cdef PJRT_NamedValue* values = <PJRT_NamedValue*>malloc(max(n, 1) * sizeof(PJRT_NamedValue))
+        cdef list keep = []
+        cdef bytes name_bytes, text
+        cdef int64_t[::1] ints
+        cdef PJRT_Client_Create_Args args
+        try:
+            memset(values, 0, max(n, 1) * sizeof(PJRT_NamedValue))
+            for name, value in opts.items():
+                name_bytes = name.encode()
+                keep.append(name_bytes)
+                values[i].struct_size = PJRT_NamedValue_STRUCT_SIZE
+                values[i].name = name_bytes
+                values[i].name_size = len(name_bytes)
+                if isinstance(value, bool):
+                    values[i].type = PJRT_NamedValue_kBool
+                    values[i].bool_value = value
+                    values[i].value_size = 1
+                elif isinstance(value, int):
+                    values[i].type = PJRT_NamedValue_kInt64
+                    values[i].int64_value = value
+                    values[i].value_size = 1
+                elif isinstance(value, float):
+                    values[i].type = PJRT_NamedValue_kFloat
+                    values[i].float_value = value
+                    values[i].value_size = 1
+                elif isinstance(value, str):
+                    text = value.encode()
+                    keep.append(text)
+                    values[i].type = PJRT_NamedValue_kString
+                    values[i].string_value = text
+                    values[i].value_size = len(text)
+                elif isinstance(value, (list, tuple)) and all(
+                        isinstance(v, int) and not isinstance(v, bool) for v in value):
+                    import numpy
+                    array = numpy.ascontiguousarray(value, dtype=numpy.int64)
+                    keep.append(array)
+                    values[i].type = PJRT_NamedValue_kInt64List
+                    if len(value):
+                        ints = array
+                        values[i].int64_array_value = &ints[0]
+                    values[i].value_size = len(value)
+                else:
+                    raise _errors.InvalidArgumentError(
+                        f"client option {name!r} has unsupported type {type(value).__name__}; "
+                        "expected str, int, float, bool or a list of int"
+                    )
+                i += 1
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE
+            args.create_options = values
+            args.num_options = n
+            require(api, &api.PJRT_Client_Create, "PJRT_Client_Create")
+            with nogil:
+                check(api, api.PJRT_Client_Create(&args))
+        finally:
+            free(values)
+        self.ptr = args.client
+        self._load_topology()
+
+    cdef _load_topology(self):
+        cdef const PJRT_Api* api = self.api
+        cdef PJRT_Client_Devices_Args dev_args
+        cdef PJRT_Client_AddressableDevices_Args addr_args
+        cdef size_t i
+        memset(&dev_args, 0, sizeof(dev_args))
+        dev_args.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE
+        dev_args.client = self.ptr
+        check(api, api.PJRT_Client_Devices(&dev_args))
+        self._device_of_ptr = {}
+        self._memory_of_ptr = {}
+        devices = []
+        for i in range(dev_args.num_devices):
+            device = DeviceHandle._wrap(self, dev_args.devices[i])
+            self._device_of_ptr[<size_t>dev_args.devices[i]] = device
+            devices.append(device)
+        self.devices = tuple(devices)
+        memset(&addr_args, 0, sizeof(addr_args))
+        addr_args.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE
+        addr_args.client = self.ptr
+        check(api, api.PJRT_Client_AddressableDevices(&addr_args))
+        self.addressable_devices = tuple(
+            self.device_of(addr_args.addressable_devices[i])
+            for i in range(addr_args.num_addressable_devices)
+        )
+        for device in self.addressable_devices:
+            (<DeviceHandle>device)._load_memories()
+
+    cdef DeviceHandle device_of(self, PJRT_Device* ptr):
+        device = self._device_of_ptr.get(<size_t>ptr)
+        if device is None:
+            raise _errors.InternalError("the plugin returned a device this client does not know")
+        return device
+
+    cdef MemoryHandle memory_of(self, PJRT_Memory* ptr):
+        memory = self._memory_of_ptr.get(<size_t>ptr)
+        if memory is None:
+            memory = MemoryHandle._wrap(self, ptr)
+            self._memory_of_ptr[<size_t>ptr] = memory
+        return memory
+
+    def __dealloc__(self):
+        cdef PJRT_Client_Destroy_Args args
+        if self.ptr != NULL:
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE
+            args.client = self.ptr
+            self.ptr = NULL
+            with nogil:
+                self.api.PJRT_Client_Destroy(&args)  # an error here has no one to go to
+
+    @property
+    def platform_name(self):
+        cdef PJRT_Client_PlatformName_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE
+        args.client = self.ptr
+        check(self.api, self.api.PJRT_Client_PlatformName(&args))
+        return to_str(args.platform_name, args.platform_name_size)
+
+    @property
+    def platform_version(self):
+        cdef PJRT_Client_PlatformVersion_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Client_PlatformVersion_Args_STRUCT_SIZE
+        args.client = self.ptr
+        check(self.api, self.api.PJRT_Client_PlatformVersion(&args))
+        return to_str(args.platform_version, args.platform_version_size)
+
+    @property
+    def process_index(self):
+        cdef PJRT_Client_ProcessIndex_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
+        args.client = self.ptr
+        check(self.api, self.api.PJRT_Client_ProcessIndex(&args))
+        return args.process_index
+
+    def lookup_device(self, int device_id):
+        """The DeviceHandle with global id ``device_id``; NotFoundError (or the plugin's
+        error) when there is none."""
+        cdef PJRT_Client_LookupDevice_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE
+        args.client = self.ptr
+        args.id = device_id
+        check(self.api, self.api.PJRT_Client_LookupDevice(&args))
+        return self.device_of(args.device)
+
+    def __repr__(self):
+        return f"<ClientHandle {self.platform_name} with {len(self.devices)} devices>"
+
+
+@cython.no_gc_clear
+cdef class DeviceHandle:
+    """A device of a client (borrowed pointer; keeps the client alive)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("devices come from ClientHandle.devices")
+
+    @staticmethod
+    cdef DeviceHandle _wrap(ClientHandle client, PJRT_Device* ptr):
+        cdef const PJRT_Api* api = client.api
+        cdef DeviceHandle self = DeviceHandle.__new__(DeviceHandle)
+        self.client = client
+        self.ptr = ptr
+        cdef PJRT_Device_GetDescription_Args d
+        memset(&d, 0, sizeof(d))
+        d.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE
+        d.device = ptr
+        check(api, api.PJRT_Device_GetDescription(&d))
+        self.description = d.device_description
+        cdef PJRT_DeviceDescription_Id_Args i
+        memset(&i, 0, sizeof(i))
+        i.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE
+        i.device_description = self.description
+        check(api, api.PJRT_DeviceDescription_Id(&i))
+        self.id = i.id
+        cdef PJRT_Device_IsAddressable_Args a
+        memset(&a, 0, sizeof(a))
+        a.struct_size = PJRT_Device_IsAddressable_Args_STRUCT_SIZE
+        a.device = ptr
+        check(api, api.PJRT_Device_IsAddressable(&a))
+        self.is_addressable = a.is_addressable
+        self._memories = ()
+        return self
+
+    cdef _load_memories(self):
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Device_AddressableMemories_Args m
+        cdef PJRT_Device_DefaultMemory_Args dm
+        cdef size_t k
+        memset(&m, 0, sizeof(m))
+        m.struct_size = PJRT_Device_AddressableMemories_Args_STRUCT_SIZE
+        m.device = self.ptr
+        check(api, api.PJRT_Device_AddressableMemories(&m))
+        self._memories = tuple(self.client.memory_of(m.memories[k]) for k in range(m.num_memories))
+        memset(&dm, 0, sizeof(dm))
+        dm.struct_size = PJRT_Device_DefaultMemory_Args_STRUCT_SIZE
+        dm.device = self.ptr
+        check(api, api.PJRT_Device_DefaultMemory(&dm))
+        self._default_memory = self.client.memory_of(dm.memory) if dm.memory != NULL else None
+
+    @property
+    def process_index(self):
+        cdef PJRT_DeviceDescription_ProcessIndex_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE
+        args.device_description = self.description
+        check(self.client.api, self.client.api.PJRT_DeviceDescription_ProcessIndex(&args))
+        return args.process_index
+
+    @property
+    def kind(self):
+        cdef PJRT_DeviceDescription_Kind_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE
+        args.device_description = self.description
+        check(self.client.api, self.client.api.PJRT_DeviceDescription_Kind(&args))
+        return to_str(args.device_kind, args.device_kind_size)
+
+    @property
+    def debug_string(self):
+        cdef PJRT_DeviceDescription_DebugString_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE
+        args.device_description = self.description
+        check(self.client.api, self.client.api.PJRT_DeviceDescription_DebugString(&args))
+        return to_str(args.debug_string, args.debug_string_size)
+
+    @property
+    def to_string(self):
+        cdef PJRT_DeviceDescription_ToString_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_DeviceDescription_ToString_Args_STRUCT_SIZE
+        args.device_description = self.description
+        check(self.client.api, self.client.api.PJRT_DeviceDescription_ToString(&args))
+        return to_str(args.to_string, args.to_string_size)
+
+    @property
+    def attributes(self):
+        cdef PJRT_DeviceDescription_Attributes_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_DeviceDescription_Attributes_Args_STRUCT_SIZE
+        args.device_description = self.description
+        check(self.client.api, self.client.api.PJRT_DeviceDescription_Attributes(&args))
+        return named_values_to_dict(args.attributes, args.num_attributes)
+
+    @property
+    def local_hardware_id(self):
+        """The plugin's local hardware id; -1 where it has none."""
+        cdef PJRT_Device_LocalHardwareId_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Device_LocalHardwareId_Args_STRUCT_SIZE
+        args.device = self.ptr
+        check(self.client.api, self.client.api.PJRT_Device_LocalHardwareId(&args))
+        return args.local_hardware_id
+
+    @property
+    def memories(self):
+        """The device's addressable memories (empty for a non-addressable device)."""
+        return self._memories
+
+    @property
+    def default_memory(self):
+        return self._default_memory
+
+    def memory_stats(self):
+        """Allocator statistics as a dict (only the fields the plugin sets);
+        UnimplementedError where the plugin has none (the CPU plugin)."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Device_MemoryStats_Args a
+        memset(&a, 0, sizeof(a))
+        a.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE
+        a.device = self.ptr
+        require(api, &api.PJRT_Device_MemoryStats, "PJRT_Device_MemoryStats")
+        check(api, api.PJRT_Device_MemoryStats(&a))
+        stats = {"bytes_in_use": a.bytes_in_use}
+        for name, is_set, value in (
+            ("peak_bytes_in_use", a.peak_bytes_in_use_is_set, a.peak_bytes_in_use),
+            ("num_allocs", a.num_allocs_is_set, a.num_allocs),
+            ("largest_alloc_size", a.largest_alloc_size_is_set, a.largest_alloc_size),
+            ("bytes_limit", a.bytes_limit_is_set, a.bytes_limit),
+            ("bytes_reserved", a.bytes_reserved_is_set, a.bytes_reserved),
+            ("peak_bytes_reserved", a.peak_bytes_reserved_is_set, a.peak_bytes_reserved),
+            ("bytes_reservable_limit", a.bytes_reservable_limit_is_set, a.bytes_reservable_limit),
+            ("largest_free_block_bytes", a.largest_free_block_bytes_is_set, a.largest_free_block_bytes),
+        ):
+            if is_set:
+                stats[name] = value
+        return stats
+
+    def __repr__(self):
+        return f"<DeviceHandle id={self.id} {self.to_string}>"
+
+
+@cython.no_gc_clear
+cdef class MemoryHandle:
+    """A memory space of a client (borrowed pointer; keeps the client alive)."""
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("memories come from DeviceHandle.memories")
+
+    @staticmethod
+    cdef MemoryHandle _wrap(ClientHandle client, PJRT_Memory* ptr):
+        cdef const PJRT_Api* api = client.api
+        cdef MemoryHandle self = MemoryHandle.__new__(MemoryHandle)
+        self.client = client
+        self.ptr = ptr
+        cdef PJRT_Memory_Id_Args i
+        memset(&i, 0, sizeof(i))
+        i.struct_size = PJRT_Memory_Id_Args_STRUCT_SIZE
+        i.memory = ptr
+        check(api, api.PJRT_Memory_Id(&i))
+        self.id = i.id
+        cdef PJRT_Memory_Kind_Args k
+        memset(&k, 0, sizeof(k))
+        k.struct_size = PJRT_Memory_Kind_Args_STRUCT_SIZE
+        k.memory = ptr
+        check(api, api.PJRT_Memory_Kind(&k))
+        self.kind = to_str(k.kind, k.kind_size)
+        return self
+
+    @property
+    def kind_id(self):
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Memory_Kind_Id_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Memory_Kind_Id_Args_STRUCT_SIZE
+        args.memory = self.ptr
+        require(api, &api.PJRT_Memory_Kind_Id, "PJRT_Memory_Kind_Id")
+        check(api, api.PJRT_Memory_Kind_Id(&args))
+        return args.kind_id
+
+    @property
+    def debug_string(self):
+        cdef PJRT_Memory_DebugString_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Memory_DebugString_Args_STRUCT_SIZE
+        args.memory = self.ptr
+        check(self.client.api, self.client.api.PJRT_Memory_DebugString(&args))
+        return to_str(args.debug_string, args.debug_string_size)
+
+    @property
+    def to_string(self):
+        cdef PJRT_Memory_ToString_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Memory_ToString_Args_STRUCT_SIZE
+        args.memory = self.ptr
+        check(self.client.api, self.client.api.PJRT_Memory_ToString(&args))
+        return to_str(args.to_string, args.to_string_size)
+
+    @property
+    def devices(self):
+        """The devices that can address this memory."""
+        cdef PJRT_Memory_AddressableByDevices_Args args
+        cdef size_t i
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Memory_AddressableByDevices_Args_STRUCT_SIZE
+        args.memory = self.ptr
+        check(self.client.api, self.client.api.PJRT_Memory_AddressableByDevices(&args))
+        return tuple(self.client.device_of(args.devices[i]) for i in range(args.num_devices))
+
+    def __repr__(self):
+        return f"<MemoryHandle id={self.id} kind={self.kind!r}>"

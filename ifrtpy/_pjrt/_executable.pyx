@@ -1,0 +1,379 @@
+# cython: language_level=3, binding=True, embedsignature=True
+"""PJRT compilation and loaded executables.
+
+Differences from the C API:
+
+* ``compile`` refuses compile options the CPU plugin would abort on (empty bytes, or
+  build options with fewer than one replica or partition); they are parsed with jaxlib.
+* An ExecutableHandle owns both the ``PJRT_LoadedExecutable*`` and the
+  ``PJRT_Executable*`` behind it, and caches the name, output count and addressable
+  devices read at load time.
+* ``execute`` takes one list of BufferHandles per addressable device and returns
+  ``(outputs, events)``: outputs[device][output] BufferHandles and one completion
+  EventHandle per device.
+* Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
+"""
+
+from libc.stdint cimport int64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+cimport cython
+
+from ifrtpy._pjrt.pjrt_c_api cimport *
+from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_values_to_dict
+from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
+from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
+from ifrtpy import errors as _errors
+
+
+def _check_compile_options(bytes options):
+    if not options:
+        raise _errors.InvalidArgumentError(
+            "compile options are empty; pass a serialized xla CompileOptionsProto "
+            "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())"
+        )
+    from jaxlib import xla_client
+    build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
+    if build.num_replicas < 1 or build.num_partitions < 1:
+        raise _errors.InvalidArgumentError(
+            f"compile options need at least one replica and one partition, got "
+            f"num_replicas={build.num_replicas}, num_partitions={build.num_partitions}"
+        )
+
+
+def compile(ClientHandle client, bytes code, bytes compile_options, str format="mlir"):
+    """Compile ``code`` (StableHLO text or bytecode for format "mlir", HLO for "hlo")
+    with serialized CompileOptionsProto ``compile_options``; returns an ExecutableHandle."""
+    cdef const PJRT_Api* api = client.api
+    cdef PJRT_Program program
+    cdef PJRT_Client_Compile_Args args
+    cdef PJRT_Error* error
+    cdef bytes fmt = format.encode()
+    _check_compile_options(compile_options)
+    memset(&program, 0, sizeof(program))
+    program.struct_size = PJRT_Program_STRUCT_SIZE
+    program.code = <char*>code
+    program.code_size = len(code)
+    program.format = fmt
+    program.format_size = len(fmt)
+    memset(&args, 0, sizeof(args))
+    args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE
+    args.client = client.ptr
+    args.program = &program
+    args.compile_options = compile_options
+    args.compile_options_size = len(compile_options)
+    with nogil:
+        error = api.PJRT_Client_Compile(&args)
+    check(api, error)
+    return ExecutableHandle._wrap(client, args.executable)
+
+
+def deserialize_and_load(ClientHandle client, bytes serialized):
+    """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin."""
+    cdef const PJRT_Api* api = client.api
+    cdef PJRT_Executable_DeserializeAndLoad_Args args
+    cdef PJRT_Error* error
+    memset(&args, 0, sizeof(args))
+    args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
+    args.client = client.ptr
+    args.serialized_executable = serialized
+    args.serialized_executable_size = len(serialized)
+    with nogil:
+        error = api.PJRT_Executable_DeserializeAndLoad(&args)
+    check(api, error)
+    return ExecutableHandle._wrap(client, args.loaded_executable)
+
+
+@cython.no_gc_clear
+cdef class ExecutableHandle:
+    """Owns a ``PJRT_LoadedExecutable*`` and its ``PJRT_Executable*``."""
+
+    cdef PJRT_LoadedExecutable* ptr
+    cdef PJRT_Executable* executable
+    cdef readonly ClientHandle client
+    cdef readonly str name
+    cdef readonly Py_ssize_t num_outputs
+    cdef readonly tuple addressable_devices
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("use ifrtpy._pjrt.compile or deserialize_and_load")
+
+    @staticmethod
+    cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr):
+        cdef const PJRT_Api* api = client.api
+        cdef ExecutableHandle self = ExecutableHandle.__new__(ExecutableHandle)
+        cdef size_t i
+        self.client = client
+        self.ptr = ptr
+        cdef PJRT_LoadedExecutable_GetExecutable_Args g
+        memset(&g, 0, sizeof(g))
+        g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE
+        g.loaded_executable = ptr
+        check(api, api.PJRT_LoadedExecutable_GetExecutable(&g))
+        self.executable = g.executable
+        cdef PJRT_Executable_Name_Args n
+        memset(&n, 0, sizeof(n))
+        n.struct_size = PJRT_Executable_Name_Args_STRUCT_SIZE
+        n.executable = self.executable
+        check(api, api.PJRT_Executable_Name(&n))
+        self.name = to_str(n.executable_name, n.executable_name_size)
+        cdef PJRT_Executable_NumOutputs_Args o
+        memset(&o, 0, sizeof(o))
+        o.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE
+        o.executable = self.executable
+        check(api, api.PJRT_Executable_NumOutputs(&o))
+        self.num_outputs = o.num_outputs
+        cdef PJRT_LoadedExecutable_AddressableDevices_Args d
+        memset(&d, 0, sizeof(d))
+        d.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE
+        d.executable = ptr
+        check(api, api.PJRT_LoadedExecutable_AddressableDevices(&d))
+        self.addressable_devices = tuple(
+            client.device_of(d.addressable_devices[i]) for i in range(d.num_addressable_devices))
+        return self
+
+    def __dealloc__(self):
+        cdef PJRT_Executable_Destroy_Args e
+        cdef PJRT_LoadedExecutable_Destroy_Args l
+        if self.executable != NULL:
+            memset(&e, 0, sizeof(e))
+            e.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE
+            e.executable = self.executable
+            self.executable = NULL
+            self.client.api.PJRT_Executable_Destroy(&e)
+        if self.ptr != NULL:
+            memset(&l, 0, sizeof(l))
+            l.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE
+            l.executable = self.ptr
+            self.ptr = NULL
+            with nogil:
+                self.client.api.PJRT_LoadedExecutable_Destroy(&l)
+
+    def execute(self, argument_lists, int launch_id=0, non_donatable_input_indices=(),
+                DeviceHandle execute_device=None):
+        """Run on every addressable device: ``argument_lists[d]`` are device d's
+        BufferHandles. With ``execute_device`` (portable executables), one list, run there.
+
+        Returns ``(outputs, events)``; donated arguments are deleted by the plugin unless
+        their index is in ``non_donatable_input_indices``.
+        """
+        cdef const PJRT_Api* api = self.client.api
+        cdef Py_ssize_t num_devices = len(argument_lists)
+        cdef Py_ssize_t num_args = len(argument_lists[0]) if num_devices else 0
+        cdef Py_ssize_t num_outputs = self.num_outputs
+        cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
+        cdef PJRT_Buffer** args_flat = NULL
+        cdef PJRT_Buffer*** arg_ptrs = NULL
+        cdef PJRT_Buffer** out_flat = NULL
+        cdef PJRT_Buffer*** out_ptrs = NULL
+        cdef PJRT_Event** events = NULL
+        cdef int64_t* non_donatable = NULL
+        cdef PJRT_ExecuteOptions options
+        cdef PJRT_LoadedExecutable_Execute_Args args
+        cdef PJRT_Error* error
+        cdef BufferHandle buffer
+        if num_devices == 0:
+            raise _errors.InvalidArgumentError("execute needs one argument list per device, got none")
+        expected = 1 if execute_device is not None else len(self.addressable_devices)
+        if num_devices != expected:
+            raise _errors.InvalidArgumentError(
+                f"execute got {num_devices} argument lists, the executable runs on {expected} devices"
+            )
+        try:
+            args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
+            arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
+            out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
+            out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
+            events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
+            non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
+            if (args_flat == NULL or arg_ptrs == NULL or out_flat == NULL or out_ptrs == NULL
+                    or events == NULL or non_donatable == NULL):
+                raise MemoryError()
+            for d in range(num_devices):
+                device_args = argument_lists[d]
+                if len(device_args) != num_args:
+                    raise _errors.InvalidArgumentError(
+                        f"argument list {d} has {len(device_args)} buffers, list 0 has {num_args}")
+                for k in range(num_args):
+                    buffer = device_args[k]
+                    if buffer.client is not self.client:
+                        raise _errors.InvalidArgumentError(
+                            f"argument {k} of device list {d} belongs to another client")
+                    args_flat[d * num_args + k] = buffer.ptr
+                arg_ptrs[d] = &args_flat[d * num_args]
+                out_ptrs[d] = &out_flat[d * num_outputs]
+                events[d] = NULL
+            for k in range(n_nd):
+                non_donatable[k] = non_donatable_input_indices[k]
+            memset(&options, 0, sizeof(options))
+            options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE
+            options.launch_id = launch_id
+            options.non_donatable_input_indices = non_donatable
+            options.num_non_donatable_input_indices = n_nd
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE
+            args.executable = self.ptr
+            args.options = &options
+            args.argument_lists = <PJRT_Buffer* const* const*>arg_ptrs
+            args.num_devices = num_devices
+            args.num_args = num_args
+            args.output_lists = <PJRT_Buffer** const*>out_ptrs
+            args.device_complete_events = events
+            if execute_device is not None:
+                args.execute_device = execute_device.ptr
+            with nogil:
+                error = api.PJRT_LoadedExecutable_Execute(&args)
+            check(api, error)
+            outputs = [
+                [BufferHandle.wrap(self.client, out_flat[d * num_outputs + k]) for k in range(num_outputs)]
+                for d in range(num_devices)
+            ]
+            done = [EventHandle.wrap(self.client, api, events[d]) for d in range(num_devices)]
+            return outputs, done
+        finally:
+            free(args_flat)
+            free(arg_ptrs)
+            free(out_flat)
+            free(out_ptrs)
+            free(events)
+            free(non_donatable)
+
+    @property
+    def num_replicas(self):
+        cdef PJRT_Executable_NumReplicas_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_NumReplicas_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(self.client.api, self.client.api.PJRT_Executable_NumReplicas(&args))
+        return args.num_replicas
+
+    @property
+    def num_partitions(self):
+        cdef PJRT_Executable_NumPartitions_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_NumPartitions_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(self.client.api, self.client.api.PJRT_Executable_NumPartitions(&args))
+        return args.num_partitions
+
+    @property
+    def size_of_generated_code_in_bytes(self):
+        cdef PJRT_Executable_SizeOfGeneratedCodeInBytes_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(self.client.api, self.client.api.PJRT_Executable_SizeOfGeneratedCodeInBytes(&args))
+        return args.size_in_bytes
+
+    def output_element_types(self):
+        """PJRT_Buffer_Type of each output."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_OutputElementTypes_Args args
+        cdef size_t i
+        require(api, &api.PJRT_Executable_OutputElementTypes, "PJRT_Executable_OutputElementTypes")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_OutputElementTypes_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(api, api.PJRT_Executable_OutputElementTypes(&args))
+        return [<int>args.output_types[i] for i in range(args.num_output_types)]
+
+    def output_dimensions(self):
+        """Dims of each output, as tuples."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_OutputDimensions_Args args
+        cdef size_t i, j, offset = 0
+        require(api, &api.PJRT_Executable_OutputDimensions, "PJRT_Executable_OutputDimensions")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_OutputDimensions_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(api, api.PJRT_Executable_OutputDimensions(&args))
+        out = []
+        for i in range(args.num_outputs):
+            out.append(tuple([args.dims[offset + j] for j in range(args.dim_sizes[i])]))
+            offset += args.dim_sizes[i]
+        return out
+
+    def output_memory_kinds(self):
+        """Memory kind of each output (UnimplementedError on the CPU plugin)."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_OutputMemoryKinds_Args args
+        cdef size_t i
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_OutputMemoryKinds_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(api, api.PJRT_Executable_OutputMemoryKinds(&args))
+        return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i]) for i in range(args.num_outputs)]
+
+    def fingerprint(self):
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_Fingerprint_Args args
+        require(api, &api.PJRT_Executable_Fingerprint, "PJRT_Executable_Fingerprint")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_Fingerprint_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(api, api.PJRT_Executable_Fingerprint(&args))
+        return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
+
+    def serialize(self):
+        """The executable as bytes, loadable by ``deserialize_and_load`` with the same plugin."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_Serialize_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE
+        args.executable = self.executable
+        with nogil:
+            check(api, api.PJRT_Executable_Serialize(&args))
+        try:
+            return args.serialized_bytes[:args.serialized_bytes_size]
+        finally:
+            if args.serialized_executable_deleter != NULL:
+                args.serialized_executable_deleter(args.serialized_executable)
+
+    def compiled_memory_stats(self):
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_GetCompiledMemoryStats_Args a
+        require(api, &api.PJRT_Executable_GetCompiledMemoryStats, "PJRT_Executable_GetCompiledMemoryStats")
+        memset(&a, 0, sizeof(a))
+        a.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE
+        a.executable = self.executable
+        check(api, api.PJRT_Executable_GetCompiledMemoryStats(&a))
+        return {
+            "generated_code_size_in_bytes": a.generated_code_size_in_bytes,
+            "argument_size_in_bytes": a.argument_size_in_bytes,
+            "output_size_in_bytes": a.output_size_in_bytes,
+            "alias_size_in_bytes": a.alias_size_in_bytes,
+            "temp_size_in_bytes": a.temp_size_in_bytes,
+            "host_generated_code_size_in_bytes": a.host_generated_code_size_in_bytes,
+            "host_argument_size_in_bytes": a.host_argument_size_in_bytes,
+            "host_output_size_in_bytes": a.host_output_size_in_bytes,
+            "host_alias_size_in_bytes": a.host_alias_size_in_bytes,
+            "host_temp_size_in_bytes": a.host_temp_size_in_bytes,
+            "peak_memory_in_bytes": a.peak_memory_in_bytes,
+        }
+
+    def cost_analysis(self):
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_GetCostAnalysis_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_GetCostAnalysis_Args_STRUCT_SIZE
+        args.executable = self.executable
+        check(api, api.PJRT_Executable_GetCostAnalysis(&args))
+        return named_values_to_dict(args.properties, args.num_properties)
+
+    def delete(self):
+        cdef PJRT_LoadedExecutable_Delete_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_LoadedExecutable_Delete_Args_STRUCT_SIZE
+        args.executable = self.ptr
+        check(self.client.api, self.client.api.PJRT_LoadedExecutable_Delete(&args))
+
+    def is_deleted(self):
+        cdef PJRT_LoadedExecutable_IsDeleted_Args args
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_LoadedExecutable_IsDeleted_Args_STRUCT_SIZE
+        args.executable = self.ptr
+        check(self.client.api, self.client.api.PJRT_LoadedExecutable_IsDeleted(&args))
+        return args.is_deleted
+
+    def __repr__(self):
+        return f"<ExecutableHandle {self.name!r} on {len(self.addressable_devices)} devices>"

@@ -1,0 +1,195 @@
+"""Element types: IFRT's DType, and its mapping to NumPy/ml_dtypes and to PJRT.
+
+A :class:`DType` wraps a :class:`DType.Kind`, numbered as ``xla::PrimitiveType`` (and so
+as IFRT's ``DType::Kind``). Three tables are kept here and nowhere else:
+
+* kind <-> NumPy dtype (bf16, f8, f4, int2/int4 from ml_dtypes; sub-byte kinds take one
+  byte per element on the host, as PJRT expects),
+* kind <-> ``PJRT_Buffer_Type`` (the C API's own, different numbering),
+* kind -> bit size.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import ml_dtypes
+import numpy as np
+
+from ifrtpy.errors import InvalidArgumentError
+
+__all__ = ["DType"]
+
+
+class _Kind(enum.IntEnum):
+    INVALID = 0
+    PRED = 1
+    S2 = 26
+    S4 = 21
+    S8 = 2
+    S16 = 3
+    S32 = 4
+    S64 = 5
+    U2 = 27
+    U4 = 22
+    U8 = 6
+    U16 = 7
+    U32 = 8
+    U64 = 9
+    F16 = 10
+    F32 = 11
+    F64 = 12
+    BF16 = 16
+    C64 = 15
+    C128 = 18
+    TOKEN = 17
+    OPAQUE = 14
+    F8E3M4 = 29
+    F8E4M3 = 28
+    F8E4M3FN = 20
+    F8E4M3B11FNUZ = 23
+    F8E4M3FNUZ = 25
+    F8E5M2 = 19
+    F8E5M2FNUZ = 24
+    F8E8M0FNU = 33
+    F4E2M1FN = 32
+    STRING = 99
+
+
+K = _Kind
+
+# kind: (bit size or None, numpy dtype or None, PJRT_Buffer_Type or None)
+_TABLE: dict[_Kind, tuple[int | None, np.dtype | None, int | None]] = {
+    K.INVALID: (None, None, 0),
+    K.PRED: (8, np.dtype(np.bool_), 1),
+    K.S2: (2, np.dtype(ml_dtypes.int2), 24),
+    K.S4: (4, np.dtype(ml_dtypes.int4), 21),
+    K.S8: (8, np.dtype(np.int8), 2),
+    K.S16: (16, np.dtype(np.int16), 3),
+    K.S32: (32, np.dtype(np.int32), 4),
+    K.S64: (64, np.dtype(np.int64), 5),
+    K.U2: (2, np.dtype(ml_dtypes.uint2), 25),
+    K.U4: (4, np.dtype(ml_dtypes.uint4), 22),
+    K.U8: (8, np.dtype(np.uint8), 6),
+    K.U16: (16, np.dtype(np.uint16), 7),
+    K.U32: (32, np.dtype(np.uint32), 8),
+    K.U64: (64, np.dtype(np.uint64), 9),
+    K.F16: (16, np.dtype(np.float16), 10),
+    K.F32: (32, np.dtype(np.float32), 11),
+    K.F64: (64, np.dtype(np.float64), 12),
+    K.BF16: (16, np.dtype(ml_dtypes.bfloat16), 13),
+    K.C64: (64, np.dtype(np.complex64), 14),
+    K.C128: (128, np.dtype(np.complex128), 15),
+    K.TOKEN: (None, None, 23),
+    K.OPAQUE: (None, None, None),
+    K.F8E3M4: (8, np.dtype(ml_dtypes.float8_e3m4), 27),
+    K.F8E4M3: (8, np.dtype(ml_dtypes.float8_e4m3), 26),
+    K.F8E4M3FN: (8, np.dtype(ml_dtypes.float8_e4m3fn), 17),
+    K.F8E4M3B11FNUZ: (8, np.dtype(ml_dtypes.float8_e4m3b11fnuz), 18),
+    K.F8E4M3FNUZ: (8, np.dtype(ml_dtypes.float8_e4m3fnuz), 20),
+    K.F8E5M2: (8, np.dtype(ml_dtypes.float8_e5m2), 16),
+    K.F8E5M2FNUZ: (8, np.dtype(ml_dtypes.float8_e5m2fnuz), 19),
+    K.F8E8M0FNU: (8, np.dtype(ml_dtypes.float8_e8m0fnu), 28),
+    K.F4E2M1FN: (4, np.dtype(ml_dtypes.float4_e2m1fn), 29),
+    K.STRING: (None, None, None),
+}
+
+_KIND_OF_NUMPY = {np_dtype: kind for kind, (_, np_dtype, _) in _TABLE.items() if np_dtype is not None}
+_KIND_OF_PJRT = {pjrt: kind for kind, (_, _, pjrt) in _TABLE.items() if pjrt is not None}
+
+#: PJRT_Buffer_Type of each NumPy dtype an array can hold; used by the Cython layer.
+PJRT_BUFFER_TYPE_OF_NUMPY: dict[np.dtype, int] = {
+    np_dtype: _TABLE[kind][2] for np_dtype, kind in _KIND_OF_NUMPY.items()
+}
+#: NumPy dtype of each PJRT_Buffer_Type that has a host representation.
+NUMPY_OF_PJRT_BUFFER_TYPE: dict[int, np.dtype] = {
+    pjrt: np_dtype for np_dtype, pjrt in PJRT_BUFFER_TYPE_OF_NUMPY.items()
+}
+
+
+class DType:
+    """An element type, IFRT's ``DType``: immutable, hashable, picklable.
+
+    ``DType(DType.Kind.F32)`` or ``DType.from_numpy(np.float32)``.
+    """
+
+    Kind = _Kind
+    __slots__ = ("_kind",)
+
+    def __init__(self, kind: _Kind | int):
+        try:
+            self._kind = _Kind(kind)
+        except ValueError:
+            raise InvalidArgumentError(f"unknown DType kind {kind!r}") from None
+
+    @property
+    def kind(self) -> _Kind:
+        return self._kind
+
+    @classmethod
+    def from_numpy(cls, dtype) -> DType:
+        """The DType of a NumPy dtype (or anything ``np.dtype`` accepts).
+
+        Raises InvalidArgumentError for dtypes with no XLA kind (object, str, datetime,
+        structured, ...).
+        """
+        np_dtype = np.dtype(dtype)
+        kind = _KIND_OF_NUMPY.get(np_dtype)
+        if kind is None:
+            raise InvalidArgumentError(
+                f"NumPy dtype {np_dtype!s} (kind {np_dtype.kind!r}) has no XLA element type; "
+                f"supported: {', '.join(sorted(str(d) for d in _KIND_OF_NUMPY))}"
+            )
+        return cls(kind)
+
+    @classmethod
+    def from_pjrt_buffer_type(cls, buffer_type: int) -> DType:
+        """The DType of a ``PJRT_Buffer_Type`` value."""
+        kind = _KIND_OF_PJRT.get(int(buffer_type))
+        if kind is None:
+            raise InvalidArgumentError(f"unknown PJRT_Buffer_Type {buffer_type}")
+        return cls(kind)
+
+    def to_numpy(self) -> np.dtype:
+        """The NumPy dtype holding this kind on the host (one byte per sub-byte element).
+
+        Raises InvalidArgumentError for kinds with no host form (token, opaque, string).
+        """
+        np_dtype = _TABLE[self._kind][1]
+        if np_dtype is None:
+            raise InvalidArgumentError(f"DType {self} has no NumPy equivalent")
+        return np_dtype
+
+    @property
+    def pjrt_buffer_type(self) -> int:
+        """The ``PJRT_Buffer_Type`` value; InvalidArgumentError where PJRT has none."""
+        pjrt = _TABLE[self._kind][2]
+        if pjrt is None:
+            raise InvalidArgumentError(f"DType {self} has no PJRT buffer type")
+        return pjrt
+
+    @property
+    def bit_size(self) -> int | None:
+        """Bits per element; None for token, opaque, string and invalid."""
+        return _TABLE[self._kind][0]
+
+    @property
+    def byte_size(self) -> int | None:
+        """Bytes per element; None for sub-byte kinds and kinds without a fixed size."""
+        bits = _TABLE[self._kind][0]
+        return None if bits is None or bits % 8 else bits // 8
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DType) and other._kind == self._kind
+
+    def __hash__(self) -> int:
+        return hash(("DType", int(self._kind)))
+
+    def __reduce__(self):
+        return (DType, (int(self._kind),))
+
+    def __repr__(self) -> str:
+        return f"DType(DType.Kind.{self._kind.name})"
+
+    def __str__(self) -> str:
+        return self._kind.name.lower()

@@ -1,0 +1,133 @@
+"""Exceptions raised by ifrtpy.
+
+Every error is an :class:`IfrtError` carrying the absl/PJRT status ``code`` it stands for
+and a message. Each code has one class, which also inherits the Python builtin a caller
+would naturally catch (``InvalidArgumentError`` is a ``ValueError``, ``NotFoundError`` a
+``LookupError``, ...). :func:`error_from_code` maps a code to its class; it is the only
+place where codes become exceptions, for the Cython layer and the backends alike.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.IntEnum):
+    """absl::StatusCode values, which PJRT_Error_Code mirrors one to one."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class IfrtError(Exception):
+    """Base of every ifrtpy error: ``code`` (a :class:`Code`) and ``message``."""
+
+    code: Code = Code.UNKNOWN
+
+    def __init__(self, message: str = ""):
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self):
+        return (type(self), (self.message,))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class CancelledError(IfrtError):
+    code = Code.CANCELLED
+
+
+class UnknownError(IfrtError, RuntimeError):
+    code = Code.UNKNOWN
+
+
+class InvalidArgumentError(IfrtError, ValueError):
+    code = Code.INVALID_ARGUMENT
+
+
+class DeadlineExceededError(IfrtError, TimeoutError):
+    code = Code.DEADLINE_EXCEEDED
+
+
+class NotFoundError(IfrtError, LookupError):
+    code = Code.NOT_FOUND
+
+
+class AlreadyExistsError(IfrtError, ValueError):
+    code = Code.ALREADY_EXISTS
+
+
+class PermissionDeniedError(IfrtError, PermissionError):
+    code = Code.PERMISSION_DENIED
+
+
+class ResourceExhaustedError(IfrtError, MemoryError):
+    code = Code.RESOURCE_EXHAUSTED
+
+
+class FailedPreconditionError(IfrtError, RuntimeError):
+    code = Code.FAILED_PRECONDITION
+
+
+class AbortedError(IfrtError, RuntimeError):
+    code = Code.ABORTED
+
+
+class OutOfRangeError(IfrtError, IndexError):
+    code = Code.OUT_OF_RANGE
+
+
+class UnimplementedError(IfrtError, NotImplementedError):
+    code = Code.UNIMPLEMENTED
+
+
+class InternalError(IfrtError, RuntimeError):
+    code = Code.INTERNAL
+
+
+class UnavailableError(IfrtError, RuntimeError):
+    code = Code.UNAVAILABLE
+
+
+class DataLossError(IfrtError, RuntimeError):
+    code = Code.DATA_LOSS
+
+
+class UnauthenticatedError(IfrtError, PermissionError):
+    code = Code.UNAUTHENTICATED
+
+
+_CLASS_OF_CODE: dict[int, type[IfrtError]] = {
+    cls.code: cls
+    for cls in (
+        CancelledError, UnknownError, InvalidArgumentError, DeadlineExceededError,
+        NotFoundError, AlreadyExistsError, PermissionDeniedError, ResourceExhaustedError,
+        FailedPreconditionError, AbortedError, OutOfRangeError, UnimplementedError,
+        InternalError, UnavailableError, DataLossError, UnauthenticatedError,
+    )
+}
+
+
+def error_from_code(code: int, message: str) -> IfrtError:
+    """The exception for an absl/PJRT status code; an unknown code gives UnknownError."""
+    cls = _CLASS_OF_CODE.get(int(code))
+    if cls is None:
+        return UnknownError(f"(status code {int(code)}) {message}")
+    return cls(message)
