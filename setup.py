@@ -15,29 +15,27 @@ from setuptools import Extension, setup
 MODULES = ["_base", "_client", "_buffer", "_executable"]
 
 
-def pjrt_include_dir() -> str:
-    env = os.environ.get("IFRTPY_PJRT_INCLUDE_DIR")
-    candidates = [env] if env else []
-    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
-    if spec is not None and spec.submodule_search_locations:
-        candidates += [os.path.join(p, "include") for p in spec.submodule_search_locations]
-    for directory in candidates:
-        if os.path.isfile(os.path.join(directory, "pjrt_c_api.h")):
-            return directory
-    raise SystemExit(
-        "pjrt_c_api.h not found: install the build requirement xla-cpu-pjrt, or set "
-        "IFRTPY_PJRT_INCLUDE_DIR to a directory holding the header"
-    )
+def _load_header_module():
+    spec = importlib.util.spec_from_file_location(
+        "_header", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ifrtpy", "_pjrt", "_header.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+try:
+    include_dir = _load_header_module().pjrt_include_dir()
+except FileNotFoundError as e:
+    raise SystemExit(str(e))
 
 extensions = [
     Extension(
         f"ifrtpy._pjrt.{name}",
         [f"ifrtpy/_pjrt/{name}.pyx"],
-        include_dirs=[pjrt_include_dir(), numpy.get_include()],
+        include_dirs=[include_dir, numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O2"],
         libraries=["dl"],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
     for name in MODULES
 ]

@@ -19,7 +19,6 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
@@ -87,13 +86,6 @@ def deserialize_and_load(ClientHandle client, bytes serialized):
 @cython.no_gc_clear
 cdef class ExecutableHandle:
     """Owns a ``PJRT_LoadedExecutable*`` and its ``PJRT_Executable*``."""
-
-    cdef PJRT_LoadedExecutable* ptr
-    cdef PJRT_Executable* executable
-    cdef readonly ClientHandle client
-    cdef readonly str name
-    cdef readonly Py_ssize_t num_outputs
-    cdef readonly tuple addressable_devices
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use ifrtpy._pjrt.compile or deserialize_and_load")

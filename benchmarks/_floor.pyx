@@ -1,0 +1,71 @@
+# cython: language_level=3
+"""Floor loops: the same PJRT calls as ifrtpy._pjrt makes, from a Cython loop with no
+Python in between. Built on the fly by benchmarks/_build.py."""
+
+from libc.string cimport memset
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+from ifrtpy._pjrt.pjrt_c_api cimport *
+from ifrtpy._pjrt._buffer cimport BufferHandle
+from ifrtpy._pjrt._executable cimport ExecutableHandle
+
+
+cdef double _now() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec + t.tv_nsec * 1e-9
+
+
+def execute_loop(ExecutableHandle exe, BufferHandle arg, int n):
+    """Seconds for ``n`` executes of a 1-argument, 1-output program on one device, each
+    followed by awaiting its completion event and destroying output and event."""
+    cdef const PJRT_Api* api = exe.client.api
+    cdef PJRT_Buffer* arg_list[1]
+    cdef PJRT_Buffer* const* arg_lists[1]
+    cdef PJRT_Buffer* out_list[1]
+    cdef PJRT_Buffer** out_lists[1]
+    cdef PJRT_Event* events[1]
+    cdef PJRT_ExecuteOptions options
+    cdef PJRT_LoadedExecutable_Execute_Args args
+    cdef PJRT_Event_Await_Args await_args
+    cdef PJRT_Event_Destroy_Args event_destroy
+    cdef PJRT_Buffer_Destroy_Args buffer_destroy
+    cdef int i
+    cdef double start, elapsed = -1.0
+    cdef bint failed = False
+    arg_list[0] = arg.ptr
+    arg_lists[0] = arg_list
+    out_lists[0] = out_list
+    memset(&options, 0, sizeof(options))
+    options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE
+    with nogil:
+        start = _now()
+        for i in range(n):
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE
+            args.executable = exe.ptr
+            args.options = &options
+            args.argument_lists = <PJRT_Buffer* const* const*>arg_lists
+            args.num_devices = 1
+            args.num_args = 1
+            args.output_lists = <PJRT_Buffer** const*>out_lists
+            args.device_complete_events = events
+            if api.PJRT_LoadedExecutable_Execute(&args) != NULL:
+                failed = True
+                break
+            memset(&await_args, 0, sizeof(await_args))
+            await_args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
+            await_args.event = events[0]
+            api.PJRT_Event_Await(&await_args)
+            memset(&event_destroy, 0, sizeof(event_destroy))
+            event_destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            event_destroy.event = events[0]
+            api.PJRT_Event_Destroy(&event_destroy)
+            memset(&buffer_destroy, 0, sizeof(buffer_destroy))
+            buffer_destroy.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            buffer_destroy.buffer = out_list[0]
+            api.PJRT_Buffer_Destroy(&buffer_destroy)
+        elapsed = _now() - start
+    if failed:
+        raise RuntimeError("execute failed in the floor loop")
+    return elapsed
