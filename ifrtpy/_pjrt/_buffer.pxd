@@ -5,11 +5,11 @@ from ifrtpy._pjrt._client cimport ClientHandle
 cdef class EventHandle:
     cdef PJRT_Event* ptr
     cdef const PJRT_Api* api
-    cdef object owner
+    cdef ClientHandle owner
     cdef object _guard
 
     @staticmethod
-    cdef EventHandle wrap(object owner, const PJRT_Api* api, PJRT_Event* ptr)
+    cdef EventHandle wrap(ClientHandle owner, const PJRT_Api* api, PJRT_Event* ptr)
 
 
 cdef class BufferHandle:

@@ -39,18 +39,14 @@ DEF MAX_RANK = 64
 
 
 cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept with gil:
-    # user_arg: a tuple (plugin, callable or None, kept object) with one reference owned here.
+    # user_arg: a tuple (plugin, callable or None, kept object) with one reference owned
+    # here. An exception from the callable goes to sys.unraisablehook.
     cdef tuple payload = <tuple><PyObject*>user_arg
     cdef PluginHandle plugin = payload[0]
     try:
         exc = error_to_exception(plugin.api, error) if error != NULL else None
         if payload[1] is not None:
             payload[1](exc)
-    except BaseException as e:
-        import sys
-        sys.unraisablehook(type("UnraisableHookArgs", (), {
-            "exc_type": type(e), "exc_value": e, "exc_traceback": e.__traceback__,
-            "err_msg": "Exception in a PJRT event callback", "object": payload[1]})())
     finally:
         Py_DECREF(payload)
 
@@ -85,7 +81,7 @@ cdef class EventHandle:
         raise TypeError("events come from buffers and executions")
 
     @staticmethod
-    cdef EventHandle wrap(object owner, const PJRT_Api* api, PJRT_Event* ptr):
+    cdef EventHandle wrap(ClientHandle owner, const PJRT_Api* api, PJRT_Event* ptr):
         cdef EventHandle self = EventHandle.__new__(EventHandle)
         self.ptr = ptr
         self.api = api
@@ -135,9 +131,7 @@ cdef class EventHandle:
     def on_ready(self, callback):
         """Call ``callback(exception_or_None)`` once the event fires, from any thread
         (immediately, on this thread, if it already has)."""
-        cdef ClientHandle client
-        plugin = self.owner.plugin if isinstance(self.owner, ClientHandle) else self.owner
-        _register(self.api, self.ptr, (plugin, callback, None))
+        _register(self.api, self.ptr, (self.owner.plugin, callback, None))
 
 
 def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle device=None,
