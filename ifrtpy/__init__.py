@@ -1,6 +1,52 @@
-"""ifrtpy: a Python runtime layer for XLA devices, mirroring XLA's IFRT interfaces."""
+"""ifrtpy: a Python runtime layer for XLA devices, mirroring XLA's IFRT interfaces.
+
+The public names are re-exported here; backends are imported on first use
+(``get_client("pjrt")`` loads the Cython layer).
+"""
 
 from ifrtpy import errors as errors
+from ifrtpy.array import Array as Array
+from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics
+from ifrtpy.array import ArraySpec as ArraySpec
+from ifrtpy.array import HostBufferSemantics as HostBufferSemantics
+from ifrtpy.array import Tuple as Tuple
+from ifrtpy.array import Value as Value
+from ifrtpy.client import Client as Client
+from ifrtpy.client import Compiler as Compiler
+from ifrtpy.client import HostBufferShards as HostBufferShards
+from ifrtpy.client import get_client as get_client
+from ifrtpy.client import register_backend as register_backend
+from ifrtpy.client import registered_backends as registered_backends
+from ifrtpy.device import Device as Device
+from ifrtpy.device import DeviceList as DeviceList
+from ifrtpy.device import Memory as Memory
+from ifrtpy.device import MemoryKind as MemoryKind
+from ifrtpy.device_put import device_put as device_put
 from ifrtpy.dtypes import DType as DType
+from ifrtpy.executable import CompiledMemoryStats as CompiledMemoryStats
+from ifrtpy.executable import CompileOptions as CompileOptions
+from ifrtpy.executable import ExecuteOptions as ExecuteOptions
+from ifrtpy.executable import ExecuteResult as ExecuteResult
+from ifrtpy.executable import LoadedExecutable as LoadedExecutable
+from ifrtpy.future import Future as Future
+from ifrtpy.future import Promise as Promise
+from ifrtpy.future import join_futures as join_futures
+from ifrtpy.hlo_sharding import HloSharding as HloSharding
+from ifrtpy.mesh import Mesh as Mesh
+from ifrtpy.mesh import NamedSharding as NamedSharding
+from ifrtpy.mesh import PartitionSpec as PartitionSpec
+from ifrtpy.shape import BoundedDynamicShapeTag as BoundedDynamicShapeTag
+from ifrtpy.shape import DynamicShape as DynamicShape
+from ifrtpy.shape import Index as Index
+from ifrtpy.shape import IndexDomain as IndexDomain
+from ifrtpy.shape import Shape as Shape
+from ifrtpy.sharding import ConcreteEvenSharding as ConcreteEvenSharding
+from ifrtpy.sharding import ConcreteSharding as ConcreteSharding
+from ifrtpy.sharding import OpaqueSharding as OpaqueSharding
+from ifrtpy.sharding import Sharding as Sharding
+from ifrtpy.sharding import ShardingParam as ShardingParam
+from ifrtpy.sharding import ShardingParamSharding as ShardingParamSharding
+from ifrtpy.sharding import SingleDeviceSharding as SingleDeviceSharding
+from ifrtpy.sharding import SingleDeviceShardSemantics as SingleDeviceShardSemantics
 
 __version__ = "0.1.0"

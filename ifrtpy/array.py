@@ -1,0 +1,399 @@
+"""Values: IFRT's ``Value``, ``Array``, ``Tuple`` and ``ArraySpec``, and the semantics enums.
+
+:class:`Value` and :class:`Array` are abstract; each backend subclasses them (or
+``.register()``\\ s a Cython type). :class:`Tuple` is concrete and works over any backend's
+values. Arrays are thread-safe: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.future import Future, Promise, join_futures
+from ifrtpy.shape import Shape
+from ifrtpy.sharding import SingleDeviceShardSemantics
+
+if TYPE_CHECKING:
+    from ifrtpy.client import Client
+    from ifrtpy.sharding import Sharding
+
+__all__ = [
+    "ArrayCopySemantics",
+    "HostBufferSemantics",
+    "Value",
+    "Array",
+    "ArraySpec",
+    "Tuple",
+]
+
+
+class ArrayCopySemantics(enum.IntEnum):
+    """How an operation producing arrays from arrays treats the inputs' buffers."""
+
+    #: The outputs get new buffers; the inputs are untouched.
+    ALWAYS_COPY = 0
+    #: The outputs may share buffers with the inputs (mutating one may affect the other).
+    REUSE_INPUT = 1
+    #: The outputs take the inputs' buffers; the inputs become deleted/unusable.
+    DONATE_INPUT = 2
+
+
+class HostBufferSemantics(enum.IntEnum):
+    """What the runtime may do with a host buffer passed to it (= ``PJRT_HostBufferSemantics``).
+
+    Ordered from most to least restrictive for the runtime.
+    """
+
+    #: Not touched after the call returns; ``on_done`` runs before the call returns.
+    IMMUTABLE_ONLY_DURING_CALL = 0
+    #: The caller keeps it alive and unchanged until the transfer completes (``on_done``,
+    #: or the array's ready future).
+    IMMUTABLE_UNTIL_TRANSFER_COMPLETES = 1
+    #: The array may alias the buffer for its whole life; ``on_done`` runs when the array
+    #: is freed. Implementations may fall back to copying.
+    IMMUTABLE_ZERO_COPY = 2
+    #: As IMMUTABLE_ZERO_COPY, and the runtime may also write to the buffer.
+    MUTABLE_ZERO_COPY = 3
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    """The dimensions of a Shape (or of any sequence of ints) as a tuple."""
+    dims = getattr(shape, "dims", shape)
+    if callable(dims):
+        dims = dims()
+    return tuple(int(d) for d in dims)
+
+
+class Value(abc.ABC):
+    """Base of everything a program consumes or produces (IFRT ``Value``): Array, Tuple.
+
+    Thread-safe. Not copyable: a Value stands for device-side resources.
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def client(self) -> Client:
+        """The client that owns this value."""
+
+    @abc.abstractmethod
+    def ready_future(self) -> Future[None]:
+        """A future that is ready when the value's data is (or failed to be) computed.
+
+        Never blocks. It fails with the value's error (a failed computation, a donated or
+        deleted value, an error array).
+        """
+
+    @abc.abstractmethod
+    def delete(self) -> Future[None]:
+        """Release the device resources; reads already enqueued still complete.
+
+        Idempotent: every call returns a future that resolves with the same status.
+        :meth:`is_deleted` is true as soon as this returns. Later uses of the value fail.
+        """
+
+    @abc.abstractmethod
+    def is_deleted(self) -> bool:
+        """Whether :meth:`delete` was called, or the value was donated. Never blocks."""
+
+    @abc.abstractmethod
+    def debug_string(self) -> str:
+        """A human-readable description, for logs and error messages."""
+
+    def __copy__(self):
+        raise TypeError(f"{type(self).__name__} is not copyable; use Client.copy_arrays")
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+
+class Array(Value):
+    """A (possibly sharded) array on one or more devices (IFRT ``Array``).
+
+    Abstract: ``client``, ``ready_future``, ``delete``, ``is_deleted``, ``dtype``,
+    ``shape``, ``sharding``, ``disassemble_into_single_device_arrays`` and
+    ``copy_to_host_buffer``. The rest has defaults built on those.
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def dtype(self) -> DType:
+        """The element type."""
+
+    @property
+    @abc.abstractmethod
+    def shape(self) -> Shape:
+        """The global (unsharded) shape."""
+
+    @property
+    @abc.abstractmethod
+    def sharding(self) -> Sharding:
+        """How the array is laid out over devices; the same object as was given on creation."""
+
+    @property
+    def layout(self) -> Any:
+        """The on-device layout; None means the default layout for the dtype/shape/memory."""
+        return None
+
+    @abc.abstractmethod
+    def disassemble_into_single_device_arrays(
+        self,
+        copy_semantics: ArrayCopySemantics = ArrayCopySemantics.REUSE_INPUT,
+        single_device_shard_semantics: SingleDeviceShardSemantics = (
+            SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+        ),
+    ) -> list[Array]:
+        """One single-device array per shard, in ``sharding.devices`` order.
+
+        The inverse of ``Client.assemble_array_from_single_device_arrays``. With
+        DONATE_INPUT this array is deleted afterwards; with REUSE_INPUT the pieces may
+        share buffers with it. ``single_device_shard_semantics`` selects this process's
+        shards (the default) or all shards; ALL_SHARDS raises InvalidArgumentError when
+        some devices are not addressable. Does not block on the data.
+        """
+
+    def fully_replicated_shard(
+        self, copy_semantics: ArrayCopySemantics = ArrayCopySemantics.REUSE_INPUT
+    ) -> Array:
+        """A single-device array holding the whole value (fast path for replicated arrays).
+
+        InvalidArgumentError unless ``sharding.is_fully_replicated``. The default
+        disassembles and keeps the first shard.
+        """
+        if not self.sharding.is_fully_replicated:
+            raise InvalidArgumentError(
+                f"fully_replicated_shard needs a fully replicated array; sharding is "
+                f"{self.sharding!r}"
+            )
+        shards = self.disassemble_into_single_device_arrays(copy_semantics)
+        if not shards:
+            raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
+        return shards[0]
+
+    @abc.abstractmethod
+    def copy_to_host_buffer(
+        self, out: np.ndarray | None = None, byte_strides: Sequence[int] | None = None
+    ) -> Future[np.ndarray]:
+        """Copy the whole (global) array to host memory; the future resolves to the buffer.
+
+        ``out`` is a writable ndarray of dtype ``dtype.to_numpy()`` and the array's shape,
+        with any strides; it must stay alive and untouched until the future is ready.
+        None allocates one: C-contiguous, or laid out by ``byte_strides`` (see
+        :meth:`_host_buffer`). Does not block; errors of the array's computation arrive
+        through the future. Raises InvalidArgumentError for a bad ``out``, for dtypes
+        with no host form and for shardings without index domains (opaque), and
+        UnimplementedError when part of the array is on non-addressable devices.
+        Implementations with a native single-device copy can serve sharded arrays with
+        :meth:`_gather_to_host_buffer`.
+        """
+
+    # -- derived defaults --------------------------------------------------------------
+
+    def debug_string(self) -> str:
+        return (
+            f"{type(self).__name__}(dtype={self.dtype}, shape={list(_dims(self.shape))}, "
+            f"sharding={self.sharding!r})"
+        )
+
+    def block_until_ready(self) -> Array:
+        """Wait (releasing the GIL) until the data is ready; raise its error; return self."""
+        self.ready_future().result()
+        return self
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("an ifrtpy Array cannot be viewed as NumPy without a copy")
+        out = self.copy_to_host_buffer().result()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        if self.is_deleted():
+            return f"<{type(self).__name__} deleted: {self.dtype}{list(_dims(self.shape))}>"
+        return f"<{type(self).__name__} {self.dtype}{list(_dims(self.shape))} {self.sharding!r}>"
+
+    # -- helper for implementations --------------------------------------------------------
+
+    def _host_buffer(
+        self, out: np.ndarray | None, byte_strides: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """For copy_to_host_buffer: validate ``out``, or allocate it as ``byte_strides`` say."""
+        np_dtype = self.dtype.to_numpy()
+        dims = _dims(self.shape)
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise InvalidArgumentError(f"out must be a numpy.ndarray, not {type(out).__name__}")
+            if out.dtype != np_dtype or out.shape != dims:
+                raise InvalidArgumentError(
+                    f"out is {out.dtype}{list(out.shape)}, the array is {np_dtype}{list(dims)}"
+                )
+            if not out.flags.writeable:
+                raise InvalidArgumentError("out is not writeable")
+            if byte_strides is not None and tuple(byte_strides) != out.strides:
+                raise InvalidArgumentError(
+                    f"byte_strides {list(byte_strides)} differ from out.strides {list(out.strides)}"
+                )
+            return out
+        if byte_strides is None:
+            return np.empty(dims, np_dtype)
+        return _strided_empty(dims, np_dtype, tuple(int(s) for s in byte_strides))
+
+
+    def _gather_to_host_buffer(
+        self, out: np.ndarray | None = None, byte_strides: Sequence[int] | None = None
+    ) -> Future[np.ndarray]:
+        """copy_to_host_buffer for a sharded array, built on its single-device shards.
+
+        Disassembles (REUSE_INPUT, addressable shards) and copies each distinct shard
+        into its index-domain slice of ``out`` with the shard's own
+        ``copy_to_host_buffer`` (so those must not call back into this helper).
+        """
+        out = self._host_buffer(out, byte_strides)
+        sharding = self.sharding
+        semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+        domains = sharding.index_domains(self.shape, semantics)
+        shards = self.disassemble_into_single_device_arrays(
+            ArrayCopySemantics.REUSE_INPUT, semantics
+        )
+        seen: dict[Any, Array] = {}
+        for domain, shard in zip(domains, shards):
+            seen.setdefault(domain, shard)  # replicas of a domain are copied once
+        covered = sum(_num_elements(_dims(d.shape)) for d in seen)
+        if covered != out.size:
+            raise UnimplementedError(
+                f"copy_to_host_buffer: the addressable shards hold {covered} of the "
+                f"{out.size} elements of {self.debug_string()}"
+            )
+        futures = [
+            shard.copy_to_host_buffer(out[domain.slices()]) for domain, shard in seen.items()
+        ]
+        return _then_value(join_futures(futures), out)
+
+
+def _num_elements(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _then_value(done: Future[Any], value: Any) -> Future[Any]:
+    """A future that fails as ``done`` does, or else is ready with ``value``."""
+    if done.done():
+        exc = done.exception()
+        return Future.ready(value) if exc is None else Future.failed(exc)
+    promise: Promise[Any] = Promise()
+
+    def forward(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is None:
+            promise.set_result(value)
+        else:
+            promise.set_exception(exc)
+
+    done.add_done_callback(forward)
+    return promise.future
+
+
+def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...]) -> np.ndarray:
+    """An uninitialised array with the given byte strides (may be negative or padded)."""
+    if len(strides) != len(dims):
+        raise InvalidArgumentError(
+            f"byte_strides has {len(strides)} entries for a rank-{len(dims)} array"
+        )
+    if any(s % dtype.itemsize for s in strides):
+        raise InvalidArgumentError(
+            f"byte_strides {list(strides)} are not multiples of the element size {dtype.itemsize}"
+        )
+    if 0 in dims:
+        return np.empty(dims, dtype)
+    lo = sum(s * (d - 1) for s, d in zip(strides, dims) if s < 0)
+    hi = sum(s * (d - 1) for s, d in zip(strides, dims) if s > 0)
+    base = np.empty(hi - lo + dtype.itemsize, np.uint8)
+    return np.ndarray(dims, dtype, buffer=base, offset=-lo, strides=strides)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+    """What an array will be, without its data (IFRT ``ArraySpec``): immutable, hashable.
+
+    ``dtype`` accepts anything ``DType.from_numpy`` does; ``layout`` None is the default.
+    """
+
+    dtype: DType
+    shape: Shape
+    sharding: Sharding
+    layout: Any = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, DType):
+            object.__setattr__(self, "dtype", DType.from_numpy(self.dtype))
+        if not isinstance(self.shape, Shape) and isinstance(self.shape, (tuple, list)):
+            object.__setattr__(self, "shape", Shape(self.shape))
+
+
+class Tuple(Value):
+    """An ordered group of values (IFRT ``Tuple``); backend-neutral, may nest.
+
+    Deleting the tuple deletes its elements; deleting any element makes the tuple
+    report :meth:`is_deleted`. Build one with ``Client.make_tuple``.
+    """
+
+    __slots__ = ("_client", "_values", "_lock", "_delete_future", "__weakref__")
+
+    def __init__(self, client: Client, values: Iterable[Value] = ()):
+        self._client = client
+        self._values: tuple[Value, ...] = tuple(values)
+        for v in self._values:
+            if not isinstance(v, Value):
+                raise InvalidArgumentError(f"Tuple elements must be Values, not {type(v).__name__}")
+        self._lock = threading.Lock()
+        self._delete_future: Future[None] | None = None
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def arity(self) -> int:
+        """The number of elements."""
+        return len(self._values)
+
+    def unpack(self) -> list[Value]:
+        """The elements themselves (not copies), in order."""
+        return list(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def ready_future(self) -> Future[None]:
+        """Ready when every element is; fails with an element's error."""
+        return join_futures(v.ready_future() for v in self._values)
+
+    def delete(self) -> Future[None]:
+        """Delete every element; idempotent (the same future each time)."""
+        with self._lock:
+            if self._delete_future is None:
+                self._delete_future = join_futures([v.delete() for v in self._values])
+            return self._delete_future
+
+    def is_deleted(self) -> bool:
+        return self._delete_future is not None or any(v.is_deleted() for v in self._values)
+
+    def debug_string(self) -> str:
+        return f"Tuple({', '.join(v.debug_string() for v in self._values)})"
+
+    def __repr__(self) -> str:
+        return f"<{self.debug_string()}>"

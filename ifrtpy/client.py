@@ -1,0 +1,417 @@
+"""The client: IFRT's ``Client`` and ``Compiler`` interfaces, and the backend registry.
+
+A :class:`Client` is the entry point of one backend: it lists devices, makes arrays from
+host data, moves arrays between devices and compiles programs. Get one with
+:func:`get_client`; backends are named and created by a factory registered with
+:func:`register_backend`. Built-in backends are registered by import path and imported
+only when first asked for, so ``import ifrtpy`` never loads the Cython extension.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ifrtpy.array import (
+    Array,
+    ArrayCopySemantics,
+    ArraySpec,
+    HostBufferSemantics,
+    Tuple,
+    Value,
+    _dims,
+)
+from ifrtpy.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnimplementedError,
+)
+from ifrtpy.executable import CompileOptions, LoadedExecutable
+from ifrtpy.future import Future, join_futures
+from ifrtpy.sharding import SingleDeviceShardSemantics
+
+if TYPE_CHECKING:
+    from ifrtpy.device import Device, DeviceList, MemoryKind
+    from ifrtpy.dtypes import DType
+    from ifrtpy.shape import Shape
+    from ifrtpy.sharding import Sharding
+
+__all__ = [
+    "Client",
+    "Compiler",
+    "HostBufferShards",
+    "register_backend",
+    "registered_backends",
+    "get_client",
+]
+
+
+class Compiler(abc.ABC):
+    """Compiles programs for one client (IFRT ``Compiler``). Thread-safe."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def compile(self, program: Any, options: CompileOptions) -> LoadedExecutable:
+        """Compile ``program`` (e.g. an ``HloProgram``) and load it onto ``options.devices``.
+
+        Blocks until done. Raises InvalidArgumentError for a program type the compiler does
+        not take or options it cannot honour, and the backend's compile error otherwise.
+        """
+
+    @abc.abstractmethod
+    def deserialize_loaded_executable(
+        self, data: bytes, options: CompileOptions | None = None
+    ) -> LoadedExecutable:
+        """Load bytes made by ``LoadedExecutable.serialize`` (onto ``options.devices`` if given).
+
+        Blocks until done. InvalidArgumentError for bytes it cannot read;
+        UnimplementedError where the backend cannot deserialize.
+        """
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HostBufferShards:
+    """One array to make from host buffers (IFRT ``MakeArraysFromHostBufferShardsSpec``).
+
+    ``buffers`` pairs a sequence of shard indices (positions among the addressable
+    shards of ``array_spec.sharding``, in device order) with the ndarray that holds
+    each of those shards. Every addressable shard must be covered exactly once.
+    """
+
+    buffers: Sequence[tuple[Sequence[int], np.ndarray]]
+    array_spec: ArraySpec
+
+
+class Client(abc.ABC):
+    """One backend's view of a set of devices (IFRT ``Client``).
+
+    Thread-safe: every method may be called from any thread. Methods that create arrays
+    return at once; the arrays' data becomes available through their ready futures, and
+    errors of the transfer or computation arrive there too. Arguments are checked
+    before anything is enqueued: bad input raises InvalidArgumentError at the call.
+    Operations a backend does not support raise UnimplementedError.
+    """
+
+    __slots__ = ()
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def runtime_type(self) -> str:
+        """An informational name of the implementation, e.g. ``"pjrt_ifrt"``."""
+
+    @property
+    @abc.abstractmethod
+    def platform_name(self) -> str:
+        """The platform, as PJRT names it: ``"cpu"``, ``"cuda"``, ..."""
+
+    @property
+    @abc.abstractmethod
+    def platform_version(self) -> str:
+        """The platform's version string."""
+
+    @property
+    @abc.abstractmethod
+    def platform_id(self) -> int:
+        """A numeric platform id (PJRT's)."""
+
+    @abc.abstractmethod
+    def process_index(self) -> int:
+        """The index of this process among the processes sharing the devices (>= 0)."""
+
+    def attributes(self) -> Mapping[str, Any]:
+        """Capabilities and properties of the client (IFRT ``AttributeMap``), e.g.
+        ``supports_executable_serialization``. The default is empty."""
+        return {}
+
+    # -- devices ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def devices(self) -> list[Device]:
+        """Every device of the client, addressable or not, sorted by id."""
+
+    @abc.abstractmethod
+    def addressable_devices(self) -> list[Device]:
+        """The devices this process can drive, sorted by id."""
+
+    def device_count(self) -> int:
+        return len(self.devices())
+
+    def addressable_device_count(self) -> int:
+        return len(self.addressable_devices())
+
+    @abc.abstractmethod
+    def lookup_device(self, device_id: int) -> Device:
+        """The device with this id (the same object each time); NotFoundError if none."""
+
+    def make_device_list(self, devices: Sequence[Device]) -> DeviceList:
+        """An ordered DeviceList over ``devices`` (repeats allowed)."""
+        from ifrtpy.device import DeviceList
+
+        return DeviceList(devices)
+
+    # -- arrays -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def make_array_from_host_buffer(
+        self,
+        data: np.ndarray,
+        sharding: Sharding,
+        semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+        on_done: Callable[[], None] | None = None,
+        *,
+        layout: Any = None,
+    ) -> Array:
+        """An array holding ``data`` (dtype, shape and byte strides taken from the ndarray).
+
+        Every addressable device of ``sharding`` gets the whole of ``data``, so the
+        sharding must be a SingleDeviceSharding or fully replicated (InvalidArgumentError
+        otherwise; use :meth:`make_arrays_from_host_buffer_shards` for sharded data).
+        ``semantics`` says how long ``data`` must stay alive and unchanged, and when
+        ``on_done`` (called once, from any thread, only if this call succeeds) runs; see
+        :class:`HostBufferSemantics`. The result's ``sharding`` is the object passed in.
+        Returns at once; the transfer completes asynchronously.
+        """
+
+    def make_arrays_from_host_buffer_shards(
+        self,
+        specs: Sequence[HostBufferShards],
+        semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+    ) -> list[Array]:
+        """One array per spec, each assembled from host buffers holding its shards.
+
+        All specs must share one device list and memory kind (InvalidArgumentError).
+        The default makes one single-device array per shard with
+        :meth:`make_array_from_host_buffer` and assembles them (DONATE_INPUT).
+        """
+        specs = [s if isinstance(s, HostBufferShards) else HostBufferShards(*s) for s in specs]
+        if specs:
+            first = specs[0].array_spec.sharding
+            for i, s in enumerate(specs[1:], 1):
+                other = s.array_spec.sharding
+                if other.devices != first.devices or other.memory_kind != first.memory_kind:
+                    raise InvalidArgumentError(
+                        f"make_arrays_from_host_buffer_shards: spec {i} is on {other!r}, spec 0 "
+                        f"on {first!r}; all specs must have the same devices and memory kind"
+                    )
+        addressable = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+        plans = []  # per spec: the host buffer and SingleDeviceSharding of each shard
+        for i, spec in enumerate(specs):
+            aspec = spec.array_spec
+            pieces = aspec.sharding.disassemble(aspec.shape, addressable)
+            np_dtype = aspec.dtype.to_numpy()
+            plan: list[tuple[np.ndarray, Sharding] | None] = [None] * len(pieces)
+            for indices, data in spec.buffers:
+                data = np.asarray(data)
+                for j in indices:
+                    if not 0 <= j < len(pieces):
+                        raise InvalidArgumentError(
+                            f"spec {i}: shard index {j} out of range [0, {len(pieces)})"
+                        )
+                    if plan[j] is not None:
+                        raise InvalidArgumentError(f"spec {i}: shard {j} is given twice")
+                    shard_shape, shard_sharding = pieces[j]
+                    dims = _dims(shard_shape)
+                    if data.dtype != np_dtype or data.shape != dims:
+                        raise InvalidArgumentError(
+                            f"spec {i}: shard {j} is {np_dtype}{list(dims)}, but its host buffer "
+                            f"is {data.dtype}{list(data.shape)}"
+                        )
+                    plan[j] = (data, shard_sharding)
+            missing = [j for j, p in enumerate(plan) if p is None]
+            if missing:
+                raise InvalidArgumentError(f"spec {i}: no host buffer for shards {missing}")
+            plans.append(plan)
+        arrays = []
+        for spec, plan in zip(specs, plans):  # everything checked: now transfer
+            aspec = spec.array_spec
+            shards = [self.make_array_from_host_buffer(d, sh, semantics) for d, sh in plan]
+            arrays.append(
+                self.assemble_array_from_single_device_arrays(
+                    aspec.shape, aspec.sharding, shards, ArrayCopySemantics.DONATE_INPUT,
+                    addressable, dtype=aspec.dtype,
+                )
+            )
+        return arrays
+
+    @abc.abstractmethod
+    def assemble_array_from_single_device_arrays(
+        self,
+        shape: Shape,
+        sharding: Sharding,
+        arrays: Sequence[Array],
+        copy_semantics: ArrayCopySemantics = ArrayCopySemantics.REUSE_INPUT,
+        single_device_shard_semantics: SingleDeviceShardSemantics = (
+            SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+        ),
+        dtype: DType | None = None,
+    ) -> Array:
+        """One array of global ``shape`` from per-shard single-device arrays.
+
+        ``arrays`` holds one array per (addressable, or with ALL_SHARDS every) shard of
+        ``sharding``, in its device order, each on that device with the shard's shape;
+        ``single_device_shard_semantics`` says which of the two is meant. ``dtype``
+        (needed when ``arrays`` is empty) defaults to the inputs'. With DONATE_INPUT the
+        inputs are deleted; with REUSE_INPUT the result may share their buffers.
+        InvalidArgumentError for mismatched counts, devices, dtypes or shapes.
+        """
+
+    @abc.abstractmethod
+    def copy_arrays(
+        self,
+        arrays: Sequence[Array],
+        devices: DeviceList | None = None,
+        memory_kind: MemoryKind | None = None,
+        semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
+    ) -> list[Array]:
+        """Copy whole arrays to other devices and/or another memory kind.
+
+        ``devices`` (same count as the arrays' devices) and ``memory_kind`` default to the
+        current ones; each result's sharding is
+        ``sharding.with_device_assignment(devices, memory_kind)``. All inputs must share
+        one device list and memory kind (InvalidArgumentError). DONATE_INPUT deletes the
+        inputs; REUSE_INPUT may share buffers that need no move. Returns at once;
+        UnimplementedError for transfers the backend cannot do (e.g. across hosts).
+        """
+
+    def remap_arrays(
+        self, plan: Any, arrays: Sequence[Array], semantics: ArrayCopySemantics
+    ) -> list[Array]:
+        """Regroup shards of ``arrays`` into new arrays as ``plan`` (a RemapPlan) says,
+        without moving data. REUSE_INPUT only when each output draws on one input;
+        ALWAYS_COPY is not allowed. UnimplementedError by default."""
+        raise UnimplementedError(f"{type(self).__name__} does not implement remap_arrays")
+
+    def reshard_arrays(
+        self,
+        arrays: Sequence[Array],
+        specs: Sequence[ArraySpec],
+        semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
+    ) -> list[Array]:
+        """Move each array's data into the dtype/shape/sharding of the matching spec.
+
+        REUSE_INPUT is not allowed (InvalidArgumentError). UnimplementedError by default.
+        """
+        raise UnimplementedError(f"{type(self).__name__} does not implement reshard_arrays")
+
+    def make_error_arrays(self, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
+        """Arrays of the given specs whose ready futures fail with ``error``.
+
+        UnimplementedError by default.
+        """
+        raise UnimplementedError(f"{type(self).__name__} does not implement make_error_arrays")
+
+    def get_ready_future(self, values: Sequence[Value]) -> Future[None]:
+        """Ready once every value is; fails with one failing value's error. Never blocks."""
+        return join_futures(v.ready_future() for v in values)
+
+    def make_tuple(self, values: Sequence[Value]) -> Tuple:
+        """A :class:`Tuple` of ``values`` (which stay shared with the caller)."""
+        return Tuple(self, values)
+
+    # -- compilation ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def default_compiler(self) -> Compiler:
+        """The compiler for this client's devices."""
+
+    @property
+    def compiler(self) -> Compiler:
+        """Shorthand for :meth:`default_compiler`."""
+        return self.default_compiler()
+
+    def compile(self, program: Any, options: CompileOptions | None = None) -> LoadedExecutable:
+        """``default_compiler().compile(program, options or CompileOptions())``."""
+        return self.default_compiler().compile(
+            program, CompileOptions() if options is None else options
+        )
+
+    def deserialize_executable(
+        self, data: bytes, options: CompileOptions | None = None
+    ) -> LoadedExecutable:
+        """``default_compiler().deserialize_loaded_executable(data, options)``."""
+        return self.default_compiler().deserialize_loaded_executable(data, options)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.platform_name} ({self.runtime_type}), "
+            f"{self.device_count()} device(s)>"
+        )
+
+
+# -- backend registry ------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+#: name -> factory, or "module:function" for a factory imported on first use.
+_BACKENDS: dict[str, Callable[..., Client] | str] = {
+    "pjrt": "ifrtpy.backends.pjrt:create_client",
+    "reference": "ifrtpy.backends.reference:create_client",
+}
+
+
+def register_backend(
+    name: str, factory: Callable[..., Client] | str, *, replace: bool = False
+) -> None:
+    """Register a backend for :func:`get_client`.
+
+    ``factory`` is a callable taking the keyword arguments of ``get_client`` and
+    returning a :class:`Client`, or a ``"module:function"`` path imported on first use.
+    AlreadyExistsError if ``name`` is taken, unless ``replace``.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        if not module or not attr:
+            raise InvalidArgumentError(
+                f"backend factory path must be 'module:function', got {factory!r}"
+            )
+    elif not callable(factory):
+        raise InvalidArgumentError(f"backend factory must be callable, got {factory!r}")
+    with _registry_lock:
+        if name in _BACKENDS and not replace:
+            raise AlreadyExistsError(f"backend {name!r} is already registered")
+        _BACKENDS[name] = factory
+
+
+def registered_backends() -> list[str]:
+    """The names :func:`get_client` accepts, sorted."""
+    with _registry_lock:
+        return sorted(_BACKENDS)
+
+
+def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
+    """A new client of the named backend; ``kwargs`` go to its factory.
+
+    NotFoundError (listing the registered names) for an unknown backend. Importing a
+    backend's module may raise ImportError (e.g. the Cython extension is not built).
+    """
+    with _registry_lock:
+        factory = _BACKENDS.get(backend)
+    if factory is None:
+        raise NotFoundError(
+            f"unknown ifrtpy backend {backend!r}; registered: {', '.join(registered_backends())}"
+        )
+    if isinstance(factory, str):
+        module_name, _, attr = factory.partition(":")
+        module = importlib.import_module(module_name)
+        try:
+            factory = getattr(module, attr)
+        except AttributeError:
+            raise NotFoundError(
+                f"backend {backend!r}: module {module_name!r} has no {attr!r}"
+            ) from None
+    client = factory(**kwargs)
+    if not isinstance(client, Client):
+        raise InvalidArgumentError(
+            f"backend {backend!r} factory returned {type(client).__name__}, not a Client"
+        )
+    return client

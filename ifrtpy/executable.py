@@ -1,0 +1,324 @@
+"""Executables: IFRT's ``LoadedExecutable``, its options and results.
+
+:class:`LoadedExecutable` is abstract (each backend subclasses it). :class:`CompileOptions`,
+:class:`ExecuteOptions`, :class:`ExecuteResult` and :class:`CompiledMemoryStats` are plain
+value types shared by every backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ifrtpy.device import DeviceList
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+
+if TYPE_CHECKING:
+    from ifrtpy.array import Array
+    from ifrtpy.client import Client
+    from ifrtpy.device import Device
+    from ifrtpy.dtypes import DType
+    from ifrtpy.future import Future
+    from ifrtpy.shape import Shape
+    from ifrtpy.sharding import Sharding
+
+__all__ = [
+    "CompileOptions",
+    "ExecuteOptions",
+    "ExecuteResult",
+    "CompiledMemoryStats",
+    "LoadedExecutable",
+]
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _check_int(owner: str, name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{owner}.{name} must be an int, got {value!r}")
+    if not lo <= value <= hi:
+        raise InvalidArgumentError(f"{owner}.{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _check_bool(owner: str, name: str, value: Any, *, optional: bool = False) -> None:
+    if not (isinstance(value, bool) or (optional and value is None)):
+        allowed = "a bool or None" if optional else "a bool"
+        raise InvalidArgumentError(f"{owner}.{name} must be {allowed}, got {value!r}")
+
+
+def _check_str_keys(owner: str, name: str, mapping: Any) -> dict:
+    if not isinstance(mapping, Mapping):
+        raise InvalidArgumentError(f"{owner}.{name} must be a mapping, got {mapping!r}")
+    bad = [k for k in mapping if not isinstance(k, str)]
+    if bad:
+        raise InvalidArgumentError(f"{owner}.{name} keys must be str, got {bad[0]!r}")
+    return dict(mapping)
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for option values (dicts and lists become tuples)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """Options for compiling an XLA program (IFRT ``XlaCompileOptions``).
+
+    ``devices`` are the devices the executable runs on, in replica-major then partition
+    order (None: the backend picks ``num_replicas * num_partitions`` devices). With
+    ``compile_portable_executable`` the executable is not bound to devices: give the
+    device at execute time. ``use_spmd_partitioning``/``use_shardy_partitioner`` None
+    keep XLA's defaults. ``debug_options`` maps ``xla.DebugOptions`` field names to
+    values; ``env_option_overrides`` maps XLA flag names (without ``--``) to
+    str/bool/int/float values.
+    """
+
+    devices: DeviceList | None = None
+    num_replicas: int = 1
+    num_partitions: int = 1
+    use_spmd_partitioning: bool | None = None
+    use_shardy_partitioner: bool | None = None
+    compile_portable_executable: bool = False
+    debug_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    env_option_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        owner = "CompileOptions"
+        for name in ("num_replicas", "num_partitions"):
+            value = getattr(self, name)
+            _check_int(owner, name, value, *_INT64)
+            if value < 1:
+                raise InvalidArgumentError(f"{owner}.{name} must be >= 1, got {value}")
+        _check_bool(owner, "use_spmd_partitioning", self.use_spmd_partitioning, optional=True)
+        _check_bool(owner, "use_shardy_partitioner", self.use_shardy_partitioner, optional=True)
+        _check_bool(owner, "compile_portable_executable", self.compile_portable_executable)
+        object.__setattr__(
+            self, "debug_options", _check_str_keys(owner, "debug_options", self.debug_options)
+        )
+        overrides = _check_str_keys(owner, "env_option_overrides", self.env_option_overrides)
+        for key, value in overrides.items():
+            if not isinstance(value, (str, bool, int, float)):
+                raise InvalidArgumentError(
+                    f"{owner}.env_option_overrides[{key!r}] must be str, bool, int or float, "
+                    f"got {value!r}"
+                )
+        object.__setattr__(self, "env_option_overrides", overrides)
+        num_devices = self.num_replicas * self.num_partitions
+        if self.compile_portable_executable and num_devices != 1:
+            raise InvalidArgumentError(
+                f"{owner}: a portable executable needs num_replicas=1 and num_partitions=1, "
+                f"got {self.num_replicas} and {self.num_partitions}"
+            )
+        if self.devices is not None:
+            if not isinstance(self.devices, DeviceList):
+                object.__setattr__(self, "devices", DeviceList(self.devices))
+            if len(self.devices) != num_devices:
+                raise InvalidArgumentError(
+                    f"{owner}: devices has {len(self.devices)} devices, but num_replicas * "
+                    f"num_partitions = {self.num_replicas} * {self.num_partitions} = {num_devices}"
+                )
+
+    def __hash__(self) -> int:
+        return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecuteOptions:
+    """Options for one :meth:`LoadedExecutable.execute` call (IFRT ``ExecuteOptions``).
+
+    ``launch_id`` (int32) detects mismatched launch order across hosts;
+    ``non_donatable_input_indices`` are inputs not donated even if the program marks them
+    donors; ``fill_status`` asks for ``ExecuteResult.status`` (otherwise it is None);
+    executions with the same ``execution_stream_id`` run in program order;
+    ``custom_options`` are backend-specific attributes (str -> str/bool/int/float/list[int]).
+    """
+
+    launch_id: int = 0
+    non_donatable_input_indices: frozenset[int] = frozenset()
+    fill_status: bool = False
+    execution_stream_id: int = 0
+    custom_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        owner = "ExecuteOptions"
+        _check_int(owner, "launch_id", self.launch_id, *_INT32)
+        _check_int(owner, "execution_stream_id", self.execution_stream_id, *_INT64)
+        _check_bool(owner, "fill_status", self.fill_status)
+        try:
+            indices = frozenset(self.non_donatable_input_indices)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{owner}.non_donatable_input_indices must be a set of ints, "
+                f"got {self.non_donatable_input_indices!r}"
+            ) from None
+        for i in indices:
+            _check_int(owner, "non_donatable_input_indices entry", i, 0, _INT64[1])
+        object.__setattr__(self, "non_donatable_input_indices", indices)
+        custom = _check_str_keys(owner, "custom_options", self.custom_options)
+        for key, value in custom.items():
+            ok = isinstance(value, (str, bool, int, float)) or (
+                isinstance(value, (list, tuple))
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            )
+            if not ok:
+                raise InvalidArgumentError(
+                    f"{owner}.custom_options[{key!r}] must be str, bool, int, float or a list "
+                    f"of ints, got {value!r}"
+                )
+        object.__setattr__(self, "custom_options", custom)
+
+    def __hash__(self) -> int:
+        return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
+
+@dataclasses.dataclass
+class ExecuteResult:
+    """What :meth:`LoadedExecutable.execute` returns.
+
+    ``status`` is a future for the whole execution when ``fill_status`` was set, else
+    None. ``outputs`` are the output arrays, available at once (their data may not be).
+    """
+
+    status: Future[None] | None
+    outputs: list[Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledMemoryStats:
+    """Memory an executable needs, in bytes (``xla::CompiledMemoryStats``)."""
+
+    generated_code_size_in_bytes: int = 0
+    argument_size_in_bytes: int = 0
+    output_size_in_bytes: int = 0
+    alias_size_in_bytes: int = 0
+    temp_size_in_bytes: int = 0
+    host_generated_code_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    peak_memory_in_bytes: int = 0
+
+
+class LoadedExecutable(abc.ABC):
+    """A compiled program loaded onto devices, ready to run (IFRT ``LoadedExecutable``).
+
+    Thread-safe: ``execute`` may be called concurrently from several threads. Abstract:
+    ``client``, ``name``, ``devices``, ``addressable_devices``, the parameter/output
+    queries, ``execute``, ``delete`` and ``is_deleted``. The optional queries default to
+    UnimplementedError.
+    """
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def client(self) -> Client:
+        """The client that compiled or loaded this executable."""
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """The program's name (e.g. the StableHLO module name)."""
+
+    @abc.abstractmethod
+    def devices(self) -> DeviceList | None:
+        """The devices it runs on; None for a portable executable."""
+
+    @abc.abstractmethod
+    def addressable_devices(self) -> list[Device]:
+        """The devices of :meth:`devices` this process drives, in execution order."""
+
+    @property
+    def num_devices(self) -> int:
+        """How many devices one execution spans (replicas x partitions)."""
+        devices = self.devices()
+        return 1 if devices is None else len(devices)
+
+    @abc.abstractmethod
+    def parameter_shardings(self) -> list[Sharding] | None:
+        """The sharding each argument must have; None when the backend does not know."""
+
+    @abc.abstractmethod
+    def output_shardings(self) -> list[Sharding] | None:
+        """The sharding of each output; None when the backend does not know."""
+
+    @abc.abstractmethod
+    def output_dtypes(self) -> list[DType]:
+        """The element type of each output."""
+
+    @abc.abstractmethod
+    def output_shapes(self) -> list[Shape]:
+        """The global shape of each output."""
+
+    def donatable_input_indices(self) -> frozenset[int]:
+        """Indices of the arguments the program may donate (``jax.buffer_donor``, aliases).
+
+        UnimplementedError where the backend cannot tell.
+        """
+        raise UnimplementedError(f"{type(self).__name__} does not report donatable inputs")
+
+    @property
+    def fingerprint(self) -> str | None:
+        """A string identifying the compiled code; None when the backend has none."""
+        return None
+
+    def serialize(self) -> bytes:
+        """Bytes that ``Client.deserialize_executable`` turns back into this executable.
+
+        UnimplementedError where the backend cannot serialize.
+        """
+        raise UnimplementedError(f"{type(self).__name__} cannot be serialized")
+
+    def compiled_memory_stats(self) -> CompiledMemoryStats:
+        """Memory use estimates; UnimplementedError where unknown."""
+        raise UnimplementedError(f"{type(self).__name__} has no compiled memory stats")
+
+    def cost_analysis(self) -> dict[str, Any]:
+        """Cost estimates (e.g. ``"flops"``); UnimplementedError where unknown."""
+        raise UnimplementedError(f"{type(self).__name__} has no cost analysis")
+
+    def program_text(self) -> str:
+        """The compiled program as human-readable text; UnimplementedError where unknown."""
+        raise UnimplementedError(f"{type(self).__name__} has no program text")
+
+    @abc.abstractmethod
+    def execute(
+        self,
+        args: list[Array],
+        options: ExecuteOptions | None = None,
+        devices: DeviceList | None = None,
+    ) -> ExecuteResult:
+        """Enqueue one execution; returns at once with the (not yet ready) outputs.
+
+        ``args`` must already be on the executable's devices, with the dtypes, shapes and
+        shardings of :meth:`parameter_shardings` (InvalidArgumentError otherwise; checked
+        before anything reaches the device). Donated arguments (donatable and not in
+        ``options.non_donatable_input_indices``) report ``is_deleted()`` on return; reads
+        enqueued before still see their data. ``devices`` runs a portable executable on
+        those devices (InvalidArgumentError for a non-portable one). Errors during the
+        run arrive through ``status`` (when ``options.fill_status``) and the outputs'
+        ready futures. Raises FailedPreconditionError if the executable was deleted.
+        """
+
+    @abc.abstractmethod
+    def delete(self) -> Future[None]:
+        """Unload the executable; idempotent. Running executions complete."""
+
+    @abc.abstractmethod
+    def is_deleted(self) -> bool:
+        """Whether :meth:`delete` was called."""
+
+    def __call__(self, *args: Array) -> list[Array]:
+        """``execute(list(args)).outputs``: run with default options."""
+        return self.execute(list(args)).outputs
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.num_devices} device(s)>"

@@ -1,0 +1,210 @@
+"""ifrtpy.dtypes: sizes, NumPy/ml_dtypes and PJRT_Buffer_Type mappings, rejection, pickle."""
+
+from __future__ import annotations
+
+import pathlib
+import pickle
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ifrtpy.dtypes import NUMPY_OF_PJRT_BUFFER_TYPE, PJRT_BUFFER_TYPE_OF_NUMPY, DType
+from ifrtpy.errors import InvalidArgumentError
+
+K = DType.Kind
+
+# kind -> (xla::PrimitiveType number, bit size, numpy dtype or None)
+EXPECTED = {
+    K.INVALID: (0, None, None),
+    K.PRED: (1, 8, np.bool_),
+    K.S2: (26, 2, ml_dtypes.int2),
+    K.S4: (21, 4, ml_dtypes.int4),
+    K.S8: (2, 8, np.int8),
+    K.S16: (3, 16, np.int16),
+    K.S32: (4, 32, np.int32),
+    K.S64: (5, 64, np.int64),
+    K.U2: (27, 2, ml_dtypes.uint2),
+    K.U4: (22, 4, ml_dtypes.uint4),
+    K.U8: (6, 8, np.uint8),
+    K.U16: (7, 16, np.uint16),
+    K.U32: (8, 32, np.uint32),
+    K.U64: (9, 64, np.uint64),
+    K.F16: (10, 16, np.float16),
+    K.F32: (11, 32, np.float32),
+    K.F64: (12, 64, np.float64),
+    K.BF16: (16, 16, ml_dtypes.bfloat16),
+    K.C64: (15, 64, np.complex64),
+    K.C128: (18, 128, np.complex128),
+    K.TOKEN: (17, None, None),
+    K.OPAQUE: (14, None, None),
+    K.F8E3M4: (29, 8, ml_dtypes.float8_e3m4),
+    K.F8E4M3: (28, 8, ml_dtypes.float8_e4m3),
+    K.F8E4M3FN: (20, 8, ml_dtypes.float8_e4m3fn),
+    K.F8E4M3B11FNUZ: (23, 8, ml_dtypes.float8_e4m3b11fnuz),
+    K.F8E4M3FNUZ: (25, 8, ml_dtypes.float8_e4m3fnuz),
+    K.F8E5M2: (19, 8, ml_dtypes.float8_e5m2),
+    K.F8E5M2FNUZ: (24, 8, ml_dtypes.float8_e5m2fnuz),
+    K.F8E8M0FNU: (33, 8, ml_dtypes.float8_e8m0fnu),
+    K.F4E2M1FN: (32, 4, ml_dtypes.float4_e2m1fn),
+    K.STRING: (99, None, None),
+}
+WITH_NUMPY = [k for k, (_, _, np_type) in EXPECTED.items() if np_type is not None]
+WITHOUT_NUMPY = [k for k in EXPECTED if k not in WITH_NUMPY]
+
+
+def test_expectations_cover_every_kind():
+    assert set(EXPECTED) == set(K)
+
+
+@pytest.mark.parametrize("kind", list(K), ids=lambda k: k.name)
+def test_kind_numbering_matches_primitive_type(kind):
+    assert int(kind) == EXPECTED[kind][0]
+    assert DType(int(kind)).kind is kind
+
+
+@pytest.mark.parametrize("kind", list(K), ids=lambda k: k.name)
+def test_bit_and_byte_size(kind):
+    bits = EXPECTED[kind][1]
+    dt = DType(kind)
+    assert dt.bit_size == bits
+    if bits is None or bits % 8:
+        assert dt.byte_size is None
+    else:
+        assert dt.byte_size == bits // 8
+
+
+@pytest.mark.parametrize("kind", WITH_NUMPY, ids=lambda k: k.name)
+def test_numpy_round_trip(kind):
+    np_dtype = np.dtype(EXPECTED[kind][2])
+    dt = DType(kind)
+    assert dt.to_numpy() == np_dtype
+    assert DType.from_numpy(np_dtype) == dt
+    assert DType.from_numpy(EXPECTED[kind][2]) == dt  # a scalar type works too
+    assert DType.from_numpy(np_dtype.name) == dt  # and a dtype name
+    if dt.byte_size is not None:
+        assert np_dtype.itemsize == dt.byte_size
+    else:  # sub-byte kinds take one byte per element on the host
+        assert np_dtype.itemsize == 1
+
+
+def test_sub_byte_values_survive_host_round_trip():
+    for np_type, values in [(ml_dtypes.int4, [-8, -1, 0, 7]), (ml_dtypes.uint2, [0, 1, 2, 3]),
+                            (ml_dtypes.int2, [-2, -1, 0, 1])]:
+        a = np.array(values, dtype=np_type)
+        assert DType.from_numpy(a.dtype).to_numpy() == a.dtype
+        np.testing.assert_array_equal(a.astype(np.int32), values)
+
+
+@pytest.mark.parametrize("kind", WITHOUT_NUMPY, ids=lambda k: k.name)
+def test_kinds_without_host_form_refuse_to_numpy(kind):
+    with pytest.raises(InvalidArgumentError, match=kind.name.lower()):
+        DType(kind).to_numpy()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.dtype(object),
+        np.dtype("U5"),
+        np.dtype("S5"),
+        np.dtype("datetime64[ns]"),
+        np.dtype("timedelta64[s]"),
+        np.dtype([("a", np.int32), ("b", np.float32)]),
+        np.dtype(">f4"),
+        np.dtype(">i8"),
+        np.dtype("V8"),
+        np.dtype(np.longdouble) if np.dtype(np.longdouble).itemsize > 8 else np.dtype("O"),
+    ],
+    ids=str,
+)
+def test_unsupported_numpy_dtypes_are_rejected_clearly(bad):
+    with pytest.raises(InvalidArgumentError) as info:
+        DType.from_numpy(bad)
+    msg = str(info.value)
+    assert str(bad) in msg and "no XLA element type" in msg
+    assert isinstance(info.value, ValueError)
+
+
+def test_big_endian_is_rejected_but_native_accepted():
+    assert DType.from_numpy(np.dtype("<f4")) == DType(K.F32)
+    with pytest.raises(InvalidArgumentError):
+        DType.from_numpy(np.dtype(">f4"))
+
+
+def _header_buffer_types() -> dict[str, int] | None:
+    """PJRT_Buffer_Type_* name -> value, parsed from the plugin package's header."""
+    try:
+        import xla_plugins.xla_cpu_pjrt as pkg
+    except ImportError:
+        return None
+    header = pathlib.Path(pkg.__path__[0]) / "include" / "pjrt_c_api.h"
+    if not header.exists():
+        return None
+    body = re.search(r"typedef enum \{([^{}]*)\} PJRT_Buffer_Type;", header.read_text(), re.S)
+    body = re.sub(r"//[^\n]*", "", body.group(1))
+    names = re.findall(r"PJRT_Buffer_Type_(\w+)", body)
+    assert "=" not in body  # the enum is implicitly numbered from 0
+    return {name: i for i, name in enumerate(names)}
+
+
+PJRT_KINDS = [k for k in K if k not in (K.OPAQUE, K.STRING)]
+
+
+@pytest.mark.parametrize("kind", PJRT_KINDS, ids=lambda k: k.name)
+def test_pjrt_buffer_type_round_trip(kind):
+    dt = DType(kind)
+    assert DType.from_pjrt_buffer_type(dt.pjrt_buffer_type) == dt
+
+
+def test_pjrt_buffer_types_match_the_c_header():
+    table = _header_buffer_types()
+    if table is None:
+        pytest.skip("pjrt_c_api.h (xla-cpu-pjrt) not installed")
+    for kind in PJRT_KINDS:
+        assert DType(kind).pjrt_buffer_type == table[kind.name], kind
+    assert len({DType(k).pjrt_buffer_type for k in PJRT_KINDS}) == len(PJRT_KINDS)
+
+
+@pytest.mark.parametrize("kind", [K.OPAQUE, K.STRING], ids=lambda k: k.name)
+def test_kinds_without_pjrt_type(kind):
+    with pytest.raises(InvalidArgumentError):
+        DType(kind).pjrt_buffer_type
+
+
+def test_numpy_pjrt_tables_agree():
+    for np_dtype, pjrt in PJRT_BUFFER_TYPE_OF_NUMPY.items():
+        assert NUMPY_OF_PJRT_BUFFER_TYPE[pjrt] == np_dtype
+        assert DType.from_numpy(np_dtype).pjrt_buffer_type == pjrt
+    assert len(PJRT_BUFFER_TYPE_OF_NUMPY) == len(WITH_NUMPY)
+
+
+def test_unknown_kind_and_buffer_type():
+    with pytest.raises(InvalidArgumentError, match="unknown DType kind"):
+        DType(1234)
+    with pytest.raises(InvalidArgumentError, match="unknown PJRT_Buffer_Type"):
+        DType.from_pjrt_buffer_type(999)
+
+
+@pytest.mark.parametrize("kind", list(K), ids=lambda k: k.name)
+def test_pickle_hash_eq_repr(kind):
+    dt = DType(kind)
+    back = pickle.loads(pickle.dumps(dt))
+    assert back == dt and hash(back) == hash(dt)
+    assert eval(repr(dt), {"DType": DType}) == dt
+    assert str(dt) == kind.name.lower()
+
+
+def test_equality_and_hash_distinguish_kinds():
+    dts = [DType(k) for k in K]
+    assert len(set(dts)) == len(dts)
+    assert DType(K.F32) != DType(K.F64)
+    assert DType(K.F32) != np.dtype(np.float32)  # no implicit comparison with numpy
+    assert {DType(K.F32): 1}[DType.from_numpy(np.float32)] == 1
+
+
+def test_dtype_is_immutable():
+    dt = DType(K.F32)
+    with pytest.raises(AttributeError):
+        dt.foo = 1  # __slots__
