@@ -11,6 +11,8 @@ Differences from the C API:
   exists would hang forever (the event fires on destruction): it raises instead.
 * ``EventHandle.on_ready`` runs a Python callable, from whichever thread completes the
   event, with ``None`` or the ifrtpy exception of the event's error.
+* ``error()`` of a pending event raises (the plugin aborts on it); kMutableZeroCopy
+  refuses a read-only array.
 * ``to_host_buffer`` writes into a C-contiguous NumPy array (a new one by default) and
   keeps it alive until the copy's event fires.
 """
@@ -120,8 +122,11 @@ cdef class EventHandle:
             check(self.api, self.api.PJRT_Event_Await(&args))
 
     def error(self):
-        """The event's error as an ifrtpy exception, or None; the event must be ready."""
+        """The event's error as an ifrtpy exception, or None. FailedPreconditionError
+        while the event is pending (the plugin aborts on that)."""
         cdef PJRT_Event_Error_Args args
+        if not self.is_ready():
+            raise _errors.FailedPreconditionError("error() of an event that has not fired yet")
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
         args.event = self.ptr
@@ -161,6 +166,9 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
         raise _errors.InvalidArgumentError(f"rank {rank} exceeds the maximum of {MAX_RANK}")
     if not 0 <= semantics <= 3:
         raise _errors.InvalidArgumentError(f"host buffer semantics must be 0..3, got {semantics}")
+    if semantics == 3 and not cnp.PyArray_ISWRITEABLE(data):
+        raise _errors.InvalidArgumentError(
+            "kMutableZeroCopy lets the runtime write into the host array, which is read-only")
     if (device is None) == (memory is None):
         raise _errors.InvalidArgumentError("give exactly one of device and memory")
     target_client = device.client if device is not None else memory.client

@@ -36,6 +36,10 @@ def create_client(PluginHandle plugin, options=None):
             raise _errors.InvalidArgumentError(
                 f"client option {name!r} must be an int, got {type(value).__name__} {value!r}"
             )
+        for v in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63:
+                raise _errors.InvalidArgumentError(
+                    f"client option {name!r}: {v} does not fit in an int64")
     count = opts.get("cpu_device_count")
     if count is not None and not 1 <= count < 2**31:
         raise _errors.InvalidArgumentError(f"cpu_device_count must be at least 1, got {count}")
@@ -46,9 +50,13 @@ def create_client(PluginHandle plugin, options=None):
     return client
 
 
-@cython.no_gc_clear
 cdef class ClientHandle:
-    """Owns a ``PJRT_Client*``; destroyed when the last handle made from it is gone."""
+    """Owns a ``PJRT_Client*``; destroyed when the last handle made from it is gone.
+
+    A client and its device and memory handles refer to each other; the garbage
+    collector may clear the client's side of that cycle (its ``__dealloc__`` needs only
+    the C pointers), while every other handle keeps its references to the end.
+    """
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use ifrtpy._pjrt.create_client(plugin, options)")
