@@ -2,11 +2,16 @@
 """Floor loops: the same PJRT calls as ifrtpy._pjrt makes, from a Cython loop with no
 Python in between. Built on the fly by benchmarks/_build.py."""
 
+cnp.import_array()
+
+from libc.stdint cimport int64_t
 from libc.string cimport memset
+cimport numpy as cnp
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._buffer cimport BufferHandle
+from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._executable cimport ExecutableHandle
 
 
@@ -68,4 +73,47 @@ def execute_loop(ExecutableHandle exe, BufferHandle arg, int n):
         elapsed = _now() - start
     if failed:
         raise RuntimeError("execute failed in the floor loop")
+    return elapsed
+
+
+def put_loop(ClientHandle client, cnp.ndarray data, DeviceHandle device, int n):
+    """Seconds for ``n`` BufferFromHostBuffer calls (kImmutableOnlyDuringCall) of a dense
+    f32 array, each followed by destroying the buffer and its done event."""
+    cdef const PJRT_Api* api = client.api
+    cdef PJRT_Client_BufferFromHostBuffer_Args args
+    cdef PJRT_Buffer_Destroy_Args buffer_destroy
+    cdef PJRT_Event_Destroy_Args event_destroy
+    cdef int64_t dims[1]
+    cdef int i
+    cdef double start, elapsed = -1.0
+    cdef bint failed = False
+    dims[0] = data.shape[0]
+    cdef const void* ptr = cnp.PyArray_DATA(data)
+    with nogil:
+        start = _now()
+        for i in range(n):
+            memset(&args, 0, sizeof(args))
+            args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE
+            args.client = client.ptr
+            args.data = ptr
+            args.type = <PJRT_Buffer_Type>11  # F32
+            args.dims = dims
+            args.num_dims = 1
+            args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
+            args.device = device.ptr
+            if api.PJRT_Client_BufferFromHostBuffer(&args) != NULL:
+                failed = True
+                break
+            if args.done_with_host_buffer != NULL:
+                memset(&event_destroy, 0, sizeof(event_destroy))
+                event_destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+                event_destroy.event = args.done_with_host_buffer
+                api.PJRT_Event_Destroy(&event_destroy)
+            memset(&buffer_destroy, 0, sizeof(buffer_destroy))
+            buffer_destroy.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            buffer_destroy.buffer = args.buffer
+            api.PJRT_Buffer_Destroy(&buffer_destroy)
+        elapsed = _now() - start
+    if failed:
+        raise RuntimeError("BufferFromHostBuffer failed in the floor loop")
     return elapsed

@@ -35,6 +35,9 @@ from ifrtpy.hlo_sharding import HloSharding as HloSharding
 from ifrtpy.mesh import Mesh as Mesh
 from ifrtpy.mesh import NamedSharding as NamedSharding
 from ifrtpy.mesh import PartitionSpec as PartitionSpec
+from ifrtpy.remap import Interval as Interval
+from ifrtpy.remap import Mapping as Mapping
+from ifrtpy.remap import RemapPlan as RemapPlan
 from ifrtpy.shape import BoundedDynamicShapeTag as BoundedDynamicShapeTag
 from ifrtpy.shape import DynamicShape as DynamicShape
 from ifrtpy.shape import Index as Index

@@ -172,9 +172,11 @@ class Client(abc.ABC):
     ) -> Array:
         """An array holding ``data`` (dtype, shape and byte strides taken from the ndarray).
 
-        Every addressable device of ``sharding`` gets the whole of ``data``, so the
-        sharding must be a SingleDeviceSharding or fully replicated (InvalidArgumentError
-        otherwise; use :meth:`make_arrays_from_host_buffer_shards` for sharded data).
+        Every addressable device of ``sharding`` gets its own shard of ``data`` (the
+        whole of it where the sharding replicates), as ``jax.device_put`` does; a
+        backend may support only single-device and fully replicated shardings and raise
+        InvalidArgumentError for others (IFRT's minimum). A sharding without shard
+        information (OpaqueSharding) raises InvalidArgumentError.
         ``semantics`` says how long ``data`` must stay alive and unchanged, and when
         ``on_done`` (called once, from any thread, only if this call succeeds) runs; see
         :class:`HostBufferSemantics`. The result's ``sharding`` is the object passed in.

@@ -1,0 +1,391 @@
+"""PjrtArray: an IFRT array as one PJRT buffer per addressable device of its sharding,
+in the sharding's device order; and the client operations that make and move arrays.
+
+Every operation validates all of its inputs before the first buffer is made or moved,
+so a failure leaves nothing half-made behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ifrtpy import _pjrt
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.device import DeviceList, MemoryKind
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from ifrtpy.future import Future
+from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
+from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+
+ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
+
+
+class PjrtArray(Array):
+    """An array of a PjrtClient. Made by the client's operations, not by users.
+
+    Thread-safe for reads; ``delete`` is idempotent.
+    """
+
+    def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
+                 buffers: tuple, error: BaseException | None = None):
+        self._client = client
+        self._dtype = dtype
+        self._shape = shape
+        self._sharding = sharding
+        self._buffers = buffers
+        self._error = error
+        self._deleted = False
+
+    @property
+    def client(self):
+        return self._client
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    @property
+    def sharding(self) -> Sharding:
+        return self._sharding
+
+    @property
+    def layout(self):
+        return None  # the default (dense, major-to-minor) layout
+
+    @property
+    def buffers(self) -> tuple:
+        """The ``_pjrt.BufferHandle`` of each addressable shard, in device order."""
+        return self._live_buffers()
+
+    def _live_buffers(self) -> tuple:
+        if self.is_deleted():
+            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+        return self._buffers
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def ready_future(self) -> Future[None]:
+        if self._error is not None:
+            return Future.failed(self._error)
+        if self.is_deleted():
+            return Future.failed(FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
+        return future_of_events([b.ready_event() for b in self._buffers])
+
+    def delete(self) -> Future[None]:
+        if not self._deleted:
+            self._deleted = True
+            for buffer in self._buffers:
+                buffer.delete()
+        return Future.ready()
+
+    def is_deleted(self) -> bool:
+        return self._deleted or (bool(self._buffers) and self._buffers[0].is_deleted())
+
+    def _take_buffers(self) -> tuple:
+        """The buffers, for a new owner; this array reads as deleted afterwards."""
+        buffers = self._buffers if self._error is not None else self._live_buffers()
+        self._deleted = True
+        return buffers
+
+    # -- shards ---------------------------------------------------------------------------
+
+    def disassemble_into_single_device_arrays(self, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
+                                              single_device_shard_semantics=ADDRESSABLE):
+        if single_device_shard_semantics == ALL_SHARDS and not self._sharding.devices.is_fully_addressable:
+            raise InvalidArgumentError(
+                "disassemble with ALL_SHARDS needs every device addressable; "
+                f"{self._sharding!r} has non-addressable devices")
+        pieces = self._sharding.disassemble(self._shape, ADDRESSABLE)
+        buffers = _with_copy_semantics(self, copy_semantics)
+        if self._error is not None:  # each piece fails as this array does
+            return [PjrtArray(self._client, self._dtype, Shape(shape), sharding, (), error=self._error)
+                    for shape, sharding in pieces]
+        return [PjrtArray(self._client, self._dtype, Shape(shape), sharding, (buffer,))
+                for (shape, sharding), buffer in zip(pieces, buffers)]
+
+    def fully_replicated_shard(self, copy_semantics=ArrayCopySemantics.REUSE_INPUT):
+        if not self._sharding.is_fully_replicated:
+            raise InvalidArgumentError(
+                f"fully_replicated_shard needs a fully replicated array; sharding is {self._sharding!r}")
+        buffers = _with_copy_semantics(self, copy_semantics)
+        if not buffers:
+            raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
+        device = self._sharding.devices.addressable_device_list()[0]
+        return PjrtArray(self._client, self._dtype, self._shape,
+                         SingleDeviceSharding(device, self._sharding.memory_kind), buffers[:1])
+
+    # -- host -----------------------------------------------------------------------------
+
+    def copy_to_host_buffer(self, out=None, byte_strides=None) -> Future[np.ndarray]:
+        if self._error is not None:
+            return Future.failed(self._error)
+        buffers = self._live_buffers()
+        out = self._host_buffer(out, byte_strides)
+        if buffers and self._sharding.is_fully_replicated:
+            return _copy_shard(buffers[0], out)
+        if isinstance(self._sharding, OpaqueSharding):
+            raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
+        domains = self._sharding.index_domains(self._shape, ADDRESSABLE)
+        unique: dict[IndexDomain, Any] = {}
+        for domain, buffer in zip(domains, buffers):
+            unique.setdefault(domain, buffer)  # one copy per replicated domain
+        covered = sum(int(np.prod(d.shape.dims, dtype=np.int64)) for d in unique)
+        if covered != out.size:
+            raise UnimplementedError(
+                f"copy_to_host_buffer: the addressable shards hold {covered} of the {out.size} "
+                f"elements of {self.debug_string()}")
+        futures = [_copy_shard(buffer, out[(*domain.slices(), ...)]) for domain, buffer in unique.items()]
+        return _join_to(futures, out)
+
+
+def _copy_shard(buffer, out: np.ndarray) -> Future[np.ndarray]:
+    """Copy ``buffer`` into ``out`` (any strides): directly when ``out`` is dense."""
+    if out.flags.c_contiguous:
+        _, event = buffer.to_host_buffer(out)
+        return future_of_events([event], out)
+    staging, event = buffer.to_host_buffer()
+    done = future_of_events([event], out)
+    result = Future.__new__(Future)
+    from ifrtpy.future import Promise
+    promise = Promise()
+
+    def place(f):
+        exc = f.exception()
+        if exc is not None:
+            promise.set_exception(exc)
+        else:
+            np.copyto(out, staging)
+            promise.set_result(out)
+
+    done.add_done_callback(place)
+    return promise.future
+
+
+def _join_to(futures: Sequence[Future], value: Any) -> Future:
+    from ifrtpy.future import join_futures
+    from ifrtpy.array import _then_value
+    return _then_value(join_futures(futures), value)
+
+
+def _with_copy_semantics(array: PjrtArray, semantics: ArrayCopySemantics) -> tuple:
+    """The array's buffers as ``semantics`` says: fresh copies, shared, or taken over
+    (an error array has none, and is deleted by donation all the same)."""
+    semantics = ArrayCopySemantics(semantics)
+    if semantics == ArrayCopySemantics.DONATE_INPUT:
+        return array._take_buffers()
+    if array._error is not None:
+        return ()
+    buffers = array._live_buffers()
+    if semantics == ArrayCopySemantics.ALWAYS_COPY:
+        return tuple(b.copy_to_memory(b.memory) for b in buffers)
+    return buffers
+
+
+# -- making arrays -------------------------------------------------------------------------
+
+def _device_memories(client, sharding: Sharding) -> list:
+    """The PjrtMemory each addressable device of ``sharding`` holds its shard in."""
+    memories = []
+    for device in sharding.devices.addressable_device_list():
+        if device.client is not client:
+            raise InvalidArgumentError(f"device {device} belongs to another client")
+        memories.append(device.memory(sharding.memory_kind))
+    return memories
+
+
+def _host_domains(sharding: Sharding, shape: Shape, count: int) -> list:
+    if sharding.is_fully_replicated:
+        return [IndexDomain(shape)] * count
+    return list(sharding.index_domains(shape, ADDRESSABLE))
+
+
+_DTYPE_OF_NUMPY: dict = {}
+
+
+def _dtype_of(np_dtype) -> DType:
+    dtype = _DTYPE_OF_NUMPY.get(np_dtype)
+    if dtype is None:
+        dtype = _DTYPE_OF_NUMPY[np_dtype] = DType.from_numpy(np_dtype)
+    return dtype
+
+
+def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_done, layout) -> PjrtArray:
+    """Each addressable device of ``sharding`` receives its own shard of ``data`` (the
+    whole of it where the sharding replicates), as ``jax.device_put`` does."""
+    if (type(sharding) is SingleDeviceSharding and type(data) is np.ndarray
+            and on_done is None and layout is None):
+        return _put_single_device(client, data, sharding, int(semantics))
+    if layout is not None:
+        raise UnimplementedError("custom layouts are not supported by the PjRt backend")
+    if not isinstance(sharding, Sharding):
+        raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
+    data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    dtype = _dtype_of(data.dtype)
+    shape = Shape(data.shape)
+    semantics = HostBufferSemantics(semantics)
+    memories = _device_memories(client, sharding)
+    if not memories:
+        raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
+    domains = _host_domains(sharding, shape, len(memories))
+    pieces = [data[(*d.slices(), ...)] for d in domains]  # views, 0-d included
+    fan_out = len(memories) > 1 and semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+    # Several devices: copy asynchronously (the plugin overlaps those copies), then wait.
+    mode = HostBufferSemantics.IMMUTABLE_UNTIL_TRANSFER_COMPLETES if fan_out else semantics
+    handle = client._handle
+    buffers, done = [], []
+    for piece, memory in zip(pieces, memories):
+        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, memory=memory._handle,
+                                                      semantics=int(mode))
+        buffers.append(buffer)
+        if event is not None:
+            done.append(event)
+    if fan_out:
+        for event in done:
+            event.await_()
+        done = []
+    array = PjrtArray(client, dtype, shape, sharding, tuple(buffers))
+    if on_done is not None:
+        if done:
+            future_of_events(done).add_done_callback(lambda _: on_done())
+        else:
+            on_done()
+    return array
+
+
+def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics: int) -> PjrtArray:
+    """The common case, kept short: one device, no callback."""
+    key = (sharding.device, sharding.memory_kind)
+    memory = client._memory_cache.get(key)
+    if memory is None:
+        memory = client._memory_cache[key] = _device_memories(client, sharding)[0]._handle
+    dtype = _dtype_of(data.dtype)
+    buffer, _ = _pjrt.buffer_from_host_buffer(client._handle, data, memory=memory, semantics=semantics)
+    return PjrtArray(client, dtype, _shape_unchecked(data.shape), sharding, (buffer,))
+
+
+def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,
+             shard_semantics, dtype) -> PjrtArray:
+    shape = shape if isinstance(shape, Shape) else Shape(shape)
+    arrays = list(arrays)
+    if (isinstance(sharding, SingleDeviceSharding) and len(arrays) == 1
+            and isinstance(arrays[0], PjrtArray) and arrays[0].sharding == sharding
+            and arrays[0].shape == shape and copy_semantics != ArrayCopySemantics.ALWAYS_COPY):
+        return arrays[0]
+    if shard_semantics == ALL_SHARDS and not sharding.devices.is_fully_addressable:
+        raise InvalidArgumentError(
+            "SingleDeviceShardSemantics.ALL_SHARDS was requested, but the sharding has "
+            f"non-addressable devices: {sharding!r}")
+    devices = sharding.devices.addressable_device_list()
+    if len(arrays) != len(devices):
+        raise InvalidArgumentError(
+            f"assemble needs one array per addressable device of the sharding: "
+            f"{len(devices)} devices, got {len(arrays)} arrays")
+    if dtype is None:
+        if not arrays:
+            raise InvalidArgumentError("assemble of no arrays needs a dtype")
+        dtype = arrays[0].dtype
+    shard_shapes = (None if isinstance(sharding, OpaqueSharding)
+                    else [s for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
+    memories = _device_memories(client, sharding)
+    donate = ArrayCopySemantics(copy_semantics) == ArrayCopySemantics.DONATE_INPUT
+    if donate and len({id(a) for a in arrays}) != len(arrays):
+        raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
+    for i, (array, device) in enumerate(zip(arrays, devices)):
+        if not isinstance(array, PjrtArray) or array.client is not client:
+            raise InvalidArgumentError(f"array {i} is not an array of this client")
+        if len(array.sharding.devices) != 1:
+            raise InvalidArgumentError(
+                f"array {i} is not a single-device array: it is on {len(array.sharding.devices)} devices")
+        if array.dtype != dtype:
+            raise InvalidArgumentError(f"array {i} has dtype {array.dtype}, expected {dtype}")
+        if shard_shapes is not None and array.shape != shard_shapes[i]:
+            raise InvalidArgumentError(
+                f"array {i} has shape {array.shape}, shard {i} of {shape} is {shard_shapes[i]}")
+        held = array.sharding.devices[0]
+        if held is not device:
+            raise InvalidArgumentError(
+                f"array {i} is on device {held}, shard {i} of the sharding is on {device}")
+        if array._error is None and array._live_buffers()[0].memory.id != memories[i].id:
+            raise InvalidArgumentError(
+                f"array {i} is in memory kind {array._buffers[0].memory.kind}, the sharding "
+                f"puts shard {i} in {memories[i].kind}")
+    error = next((a._error for a in arrays if a._error is not None), None)
+    taken = [_with_copy_semantics(a, copy_semantics) for a in arrays]
+    if error is not None:  # the result fails as its first failing input does
+        return PjrtArray(client, dtype, shape, sharding, (), error=error)
+    return PjrtArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
+
+
+def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[PjrtArray]:
+    arrays = list(arrays)
+    if not arrays:
+        return []
+    semantics = ArrayCopySemantics(semantics)
+    first = arrays[0].sharding
+    for i, array in enumerate(arrays):
+        if not isinstance(array, PjrtArray) or array.client is not client:
+            raise InvalidArgumentError(f"array {i} is not an array of this client")
+        if array.sharding.devices != first.devices:
+            raise InvalidArgumentError(
+                f"copy_arrays needs every input on the same devices: array {i} is on "
+                f"{array.sharding.devices.to_string()}, array 0 on {first.devices.to_string()}")
+        if _canonical_kind(array.sharding) != _canonical_kind(first):
+            raise InvalidArgumentError(
+                f"copy_arrays needs every input in the same memory kind: array {i} is in "
+                f"{_canonical_kind(array.sharding)}, array 0 in {_canonical_kind(first)}")
+        array._live_buffers()
+    if devices is not None and not isinstance(devices, DeviceList):
+        devices = DeviceList(devices)
+    if devices is not None and len(devices) != len(first.devices):
+        raise InvalidArgumentError(
+            f"copy_arrays: the new device list has {len(devices)} devices, the arrays are on "
+            f"{len(first.devices)}")
+    targets = []
+    for array in arrays:
+        sharding = array.sharding.with_device_assignment(devices, memory_kind)
+        memories = _device_memories(client, sharding)
+        if array._error is None and len(memories) != len(array._buffers):
+            raise UnimplementedError(
+                f"copy_arrays: {len(array._buffers)} addressable shards would land on "
+                f"{len(memories)} addressable devices; copies across processes are not supported")
+        targets.append((sharding, memories))
+    out = []
+    for array, (sharding, memories) in zip(arrays, targets):
+        if array._error is not None:  # an error array's copy fails the same way
+            array._deleted = array._deleted or semantics == ArrayCopySemantics.DONATE_INPUT
+            out.append(PjrtArray(client, array.dtype, array.shape, sharding, (), error=array._error))
+            continue
+        buffers = []
+        for buffer, memory in zip(array._buffers, memories):
+            if buffer.memory.id == memory._handle.id and semantics != ArrayCopySemantics.ALWAYS_COPY:
+                buffers.append(buffer)
+            else:
+                buffers.append(buffer.copy_to_memory(memory._handle))
+        if semantics == ArrayCopySemantics.DONATE_INPUT:
+            kept = {id(b) for b in buffers}
+            array._deleted = True
+            for buffer in array._buffers:
+                if id(buffer) not in kept:
+                    buffer.delete()
+        out.append(PjrtArray(client, array.dtype, array.shape, sharding, tuple(buffers)))
+    return out
+
+
+def _canonical_kind(sharding: Sharding) -> MemoryKind:
+    devices = sharding.devices
+    return sharding.memory_kind.canonicalize(devices[0]) if len(devices) else sharding.memory_kind
+
+
+def make_error_arrays(client, error: BaseException, specs: Sequence[ArraySpec]) -> list[PjrtArray]:
+    if not isinstance(error, BaseException):
+        raise InvalidArgumentError(f"make_error_arrays needs an exception, got {error!r}")
+    return [PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=error) for spec in specs]

@@ -1,0 +1,235 @@
+"""PjrtClient, PjrtDevice and PjrtMemory: IFRT's client, device and memory over a PJRT
+plugin. Array operations live in :mod:`ifrtpy.backends.pjrt.array`."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ifrtpy import _pjrt, remap
+from ifrtpy.backends.pjrt import array as _array
+from ifrtpy.backends.pjrt import reshard as _reshard
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.client import Client
+from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+
+
+def create_client(plugin: str | None = None, device_count: int | None = None,
+                  options: Mapping[str, Any] | None = None) -> PjrtClient:
+    """A PjrtClient of the plugin at ``plugin`` (default: xla-cpu-pjrt's CPU plugin).
+
+    ``device_count`` sets the CPU plugin's ``cpu_device_count`` option; ``options`` are
+    passed to the plugin as they are (type-checked first).
+    """
+    opts = dict(options or {})
+    if device_count is not None:
+        opts["cpu_device_count"] = device_count
+    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(plugin), opts))
+
+
+class PjrtMemory(Memory):
+    """A memory space of a PJRT device."""
+
+    __slots__ = ("_client", "_handle", "_kind")
+
+    def __init__(self, client: PjrtClient, handle):
+        self._client = client
+        self._handle = handle
+        self._kind = MemoryKind(handle.kind)
+
+    @property
+    def id(self) -> int:
+        return self._handle.id
+
+    @property
+    def kind(self) -> MemoryKind:
+        return self._kind
+
+    def devices(self) -> list[Device]:
+        return [self._client._device_of_handle[h.id] for h in self._handle.devices]
+
+    def to_string(self) -> str:
+        return self._handle.to_string
+
+    def debug_string(self) -> str:
+        return self._handle.debug_string
+
+
+class PjrtDevice(Device):
+    """A device of a PJRT client. Compares by identity; one object per device."""
+
+    __slots__ = ("_client", "_handle", "_memories", "_default_memory", "_memory_of_kind")
+
+    def __init__(self, client: PjrtClient, handle):
+        self._client = client
+        self._handle = handle
+        self._memories = tuple(PjrtMemory(client, m) for m in handle.memories)
+        default = handle.default_memory
+        self._default_memory = next((m for m in self._memories if m._handle is default), None)
+        self._memory_of_kind = {m.kind: m for m in self._memories}
+
+    @property
+    def client(self) -> PjrtClient:
+        return self._client
+
+    @property
+    def id(self) -> int:
+        return self._handle.id
+
+    @property
+    def kind(self) -> str:
+        return self._handle.kind
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        return self._handle.attributes
+
+    @property
+    def is_addressable(self) -> bool:
+        return self._handle.is_addressable
+
+    @property
+    def process_index(self) -> int:
+        return self._handle.process_index
+
+    @property
+    def local_hardware_id(self) -> int:
+        return self._handle.local_hardware_id
+
+    def memories(self) -> tuple[PjrtMemory, ...]:
+        return self._memories
+
+    def default_memory(self) -> PjrtMemory:
+        if self._default_memory is None:
+            raise NotFoundError(f"device {self.to_string()} has no default memory")
+        return self._default_memory
+
+    def memory(self, kind: MemoryKind | str | None = None) -> PjrtMemory:
+        """The memory of ``kind`` (default: the default memory); InvalidArgumentError
+        naming the available kinds when there is none."""
+        kind = MemoryKind(kind)
+        if not kind:
+            return self.default_memory()
+        memory = self._memory_of_kind.get(kind)
+        if memory is None:
+            available = ", ".join(str(k) for k in self._memory_of_kind)
+            raise InvalidArgumentError(
+                f"Invalid memory kind {kind} for device {self.to_string()}; "
+                f"available memory kinds: {available}"
+            )
+        return memory
+
+    def memory_stats(self) -> dict[str, int]:
+        """Allocator statistics; UnimplementedError where the plugin has none."""
+        return self._handle.memory_stats()
+
+    def to_string(self) -> str:
+        return self._handle.to_string
+
+    def debug_string(self) -> str:
+        return self._handle.debug_string
+
+
+class PjrtClient(Client):
+    """IFRT's client over one PJRT client (``ifrtpy._pjrt.ClientHandle``).
+
+    Thread-safe: the plugin is, and the client's own state is fixed at creation.
+    """
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._devices = [PjrtDevice(self, h) for h in handle.devices]
+        self._device_of_handle = {d.id: d for d in self._devices}
+        self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
+        self._memory_cache: dict = {}  # (device, MemoryKind) -> MemoryHandle, for fast puts
+
+    # -- topology -----------------------------------------------------------------------
+
+    @property
+    def runtime_type(self) -> str:
+        return "pjrt_ifrt"
+
+    @property
+    def platform_name(self) -> str:
+        return self._handle.platform_name
+
+    @property
+    def platform_version(self) -> str:
+        return self._handle.platform_version
+
+    @property
+    def platform_id(self) -> int:
+        import zlib
+        return zlib.crc32(self.platform_name.encode())
+
+    def process_index(self) -> int:
+        return self._handle.process_index
+
+    def attributes(self) -> Mapping[str, Any]:
+        plugin = self._handle.plugin
+        return {
+            **plugin.attributes,
+            "pjrt_c_api_major_version": plugin.api_version[0],
+            "pjrt_c_api_minor_version": plugin.api_version[1],
+            "supports_executable_serialization": True,
+        }
+
+    @property
+    def plugin(self):
+        """The ``ifrtpy._pjrt.PluginHandle`` this client runs on."""
+        return self._handle.plugin
+
+    def devices(self) -> list[PjrtDevice]:
+        return list(self._devices)
+
+    def addressable_devices(self) -> list[PjrtDevice]:
+        return list(self._addressable)
+
+    def lookup_device(self, device_id: int) -> PjrtDevice:
+        device = self._device_of_handle.get(device_id)
+        if device is None:
+            raise NotFoundError(
+                f"no device with id {device_id}; ids are {sorted(self._device_of_handle)}"
+            )
+        return device
+
+    def default_memory_kinds(self) -> dict[int, MemoryKind]:
+        """The default memory kind of each addressable device, by device id."""
+        return {d.id: d.default_memory().kind for d in self._addressable}
+
+    # -- arrays -------------------------------------------------------------------------
+
+    def make_array_from_host_buffer(self, data, sharding, semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+                                    on_done=None, *, layout=None):
+        return _array.make_array_from_host_buffer(self, data, sharding, semantics, on_done, layout)
+
+    def assemble_array_from_single_device_arrays(
+            self, shape, sharding, arrays, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
+            single_device_shard_semantics=SingleDeviceShardSemantics.ADDRESSABLE_SHARDS, dtype=None):
+        return _array.assemble(self, shape, sharding, arrays, copy_semantics,
+                              single_device_shard_semantics, dtype)
+
+    def copy_arrays(self, arrays, devices=None, memory_kind=None,
+                    semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
+
+    def remap_arrays(self, plan, arrays, semantics):
+        return remap.remap_arrays(self, plan, arrays, semantics)
+
+    def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _reshard.reshard_arrays(self, arrays, specs, semantics)
+
+    def make_error_arrays(self, error, specs):
+        return _array.make_error_arrays(self, error, specs)
+
+    # -- programs (compile and execute come with the programs issue) ---------------------
+
+    def default_compiler(self):
+        raise UnimplementedError("compiling programs through PjrtClient is not available yet")
+
+    def __repr__(self) -> str:
+        return (f"<PjrtClient {self.platform_name} PJRT {self.plugin.api_version[0]}."
+                f"{self.plugin.api_version[1]}, {len(self._devices)} devices>")
