@@ -296,6 +296,24 @@ cdef class ExecutableHandle:
         check(api, api.PJRT_Executable_OutputMemoryKinds(&args))
         return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i]) for i in range(args.num_outputs)]
 
+    def optimized_program(self):
+        """``(format, code)`` of the compiled program, e.g. ("hlo", serialized HloModuleProto)."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Executable_OptimizedProgram_Args args
+        cdef PJRT_Program program
+        memset(&program, 0, sizeof(program))
+        program.struct_size = PJRT_Program_STRUCT_SIZE
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE
+        args.executable = self.executable
+        args.program = &program
+        check(api, api.PJRT_Executable_OptimizedProgram(&args))  # first call: the size
+        code = bytearray(program.code_size)
+        cdef char* data = code
+        program.code = data
+        check(api, api.PJRT_Executable_OptimizedProgram(&args))
+        return to_str(program.format, program.format_size), bytes(code)
+
     def fingerprint(self):
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_Fingerprint_Args args

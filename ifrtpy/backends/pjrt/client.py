@@ -9,6 +9,7 @@ import numpy as np
 
 from ifrtpy import _pjrt, remap
 from ifrtpy.backends.pjrt import array as _array
+from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import Client
@@ -145,6 +146,7 @@ class PjrtClient(Client):
         self._device_of_handle = {d.id: d for d in self._devices}
         self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
         self._memory_cache: dict = {}  # (device, MemoryKind) -> MemoryHandle, for fast puts
+        self._compiler = _executable.PjrtCompiler(self)
 
     # -- topology -----------------------------------------------------------------------
 
@@ -225,10 +227,10 @@ class PjrtClient(Client):
     def make_error_arrays(self, error, specs):
         return _array.make_error_arrays(self, error, specs)
 
-    # -- programs (compile and execute come with the programs issue) ---------------------
+    # -- programs -----------------------------------------------------------------------
 
-    def default_compiler(self):
-        raise UnimplementedError("compiling programs through PjrtClient is not available yet")
+    def default_compiler(self) -> _executable.PjrtCompiler:
+        return self._compiler
 
     def __repr__(self) -> str:
         return (f"<PjrtClient {self.platform_name} PJRT {self.plugin.api_version[0]}."

@@ -1,0 +1,358 @@
+"""PjrtCompiler and PjrtLoadedExecutable: StableHLO compiled and run by a PJRT plugin.
+
+The executable knows its program's global parameter and result types (from the
+StableHLO signature) and its compiled shardings (from the optimized HLO module the
+plugin returns), and checks every argument against them before dispatch: the plugin
+itself only compares byte sizes (it runs an s32 buffer as an f32 parameter).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Sequence
+
+import numpy as np
+
+from ifrtpy import _pjrt
+from ifrtpy.array import Array
+from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.client import Compiler
+from ifrtpy.device import DeviceList
+from ifrtpy.errors import (
+    FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError,
+)
+from ifrtpy.executable import (
+    CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
+)
+from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.program import HloProgram, stablehlo_version
+from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+
+_MAGIC = b"IFRTPY-EXECUTABLE-1\n"
+_DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
+
+
+def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: DeviceList | None) -> bytes:
+    """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
+    from jaxlib import xla_client
+
+    proto = xla_client.CompileOptions()
+    build = proto.executable_build_options
+    build.num_replicas = options.num_replicas
+    build.num_partitions = options.num_partitions
+    spmd = options.use_spmd_partitioning
+    build.use_spmd_partitioning = options.num_partitions > 1 if spmd is None else spmd
+    shardy = options.use_shardy_partitioner
+    build.use_shardy_partitioner = program.uses_shardy if shardy is None else shardy
+    if devices is not None:
+        ids = np.array([d.id for d in devices]).reshape(options.num_replicas, options.num_partitions)
+        build.device_assignment = xla_client.DeviceAssignment.create(ids)
+    proto.compile_portable_executable = options.compile_portable_executable
+    for name, value in options.debug_options.items():
+        if not hasattr(build.debug_options, name):
+            raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
+        setattr(build.debug_options, name, value)
+    if options.env_option_overrides:
+        proto.env_option_overrides = list(options.env_option_overrides.items())
+    return proto.SerializeAsString()
+
+
+def compile_program(client, program: Any, options: CompileOptions | None) -> PjrtLoadedExecutable:
+    program = program if isinstance(program, HloProgram) else HloProgram(program)
+    options = options if options is not None else CompileOptions()
+    if options.compile_portable_executable:
+        devices = None
+    elif options.devices is not None:
+        devices = options.devices
+        for device in devices:
+            if device.client is not client:
+                raise InvalidArgumentError(f"device {device} belongs to another client")
+    else:
+        count = options.num_replicas * options.num_partitions
+        available = client.addressable_devices()
+        if count > len(available):
+            raise InvalidArgumentError(
+                f"the program needs {count} devices, the client has {len(available)} addressable")
+        devices = DeviceList(available[:count])
+    compile_options = _xla_compile_options(options, program, devices)
+    target = client.plugin.attributes.get("stablehlo_current_version")
+    code, how = program.serialize_for(target)
+    try:
+        handle = _pjrt.compile(client._handle, code, compile_options)
+    except IfrtError as e:
+        if "pars" in str(e).lower():
+            producer = ".".join(map(str, stablehlo_version()))
+            consumer = ".".join(map(str, target)) if target else "unknown"
+            raise type(e)(f"{e}\n(the program was sent as {how}; jaxlib writes StableHLO "
+                          f"{producer}, this plugin reads StableHLO up to {consumer})") from None
+        raise
+    return PjrtLoadedExecutable(client, handle, program, devices)
+
+
+def deserialize_executable(client, data: bytes, options: CompileOptions | None) -> PjrtLoadedExecutable:
+    """Load what :meth:`PjrtLoadedExecutable.serialize` wrote, with the same plugin."""
+    data = bytes(data)
+    if not data.startswith(_MAGIC):
+        raise InvalidArgumentError("not a serialized ifrtpy executable")
+    (size,) = struct.unpack_from("<Q", data, len(_MAGIC))
+    start = len(_MAGIC) + 8
+    meta = json.loads(data[start:start + size].decode())
+    program = HloProgram(meta["program"])
+    if options is not None and options.devices is not None:
+        devices = options.devices
+    elif meta["devices"] is None:
+        devices = None
+    else:
+        devices = DeviceList([client.lookup_device(i) for i in meta["devices"]])
+    handle = _pjrt.deserialize_and_load(client._handle, data[start + size:])
+    return PjrtLoadedExecutable(client, handle, program, devices)
+
+
+class PjrtCompiler(Compiler):
+    """The PjRt client's compiler: HloPrograms (or anything HloProgram takes)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def compile(self, program, options=None):
+        return compile_program(self._client, program, options)
+
+    def deserialize_loaded_executable(self, data, options=None):
+        return deserialize_executable(self._client, data, options)
+
+
+def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
+    """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
+    from jaxlib._hlo import HloModule
+
+    fmt, code = handle.optimized_program()
+    if fmt == "hlo_with_config":
+        code = _proto_field(code, 1)  # HloModuleProtoWithConfig.hlo_module
+    elif fmt != "hlo":
+        return None, None
+    module = HloModule.from_serialized_hlo_module_proto(code)
+    params = module.spmd_parameters_shardings
+    output = module.spmd_output_sharding
+    if output is not None:
+        output = list(output.tuple_shardings) if output.type == output.type.TUPLE else [output]
+    return (list(params) if params else None), output
+
+
+def _proto_field(data: bytes, number: int) -> bytes:
+    """The bytes of length-delimited field ``number`` of a serialized protobuf message."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 2:
+            size, i = _varint(data, i)
+            if key >> 3 == number:
+                return data[i:i + size]
+            i += size
+        elif wire == 0:
+            _, i = _varint(data, i)
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            break
+    raise InvalidArgumentError(f"field {number} missing from the plugin's optimized program")
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+class PjrtLoadedExecutable(LoadedExecutable):
+    """A compiled program loaded on a PjrtClient's devices."""
+
+    def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None):
+        self._client = client
+        self._handle = handle
+        self._program = program
+        self._devices = devices
+        self._addressable = [client.lookup_device(h.id) for h in handle.addressable_devices]
+        self._deleted = False
+        self._parameter_shardings, self._output_shardings = self._shardings()
+        self._params = program.parameters
+        self._results = program.results
+        self._checked: dict = {}  # (parameter index, argument sharding) -> None once checked
+
+    def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
+        devices = self._devices
+        if devices is None:
+            return None, None  # portable: the sharding is the execute device
+        if len(devices) == 1:
+            single = SingleDeviceSharding(devices[0])
+            return ([single] * len(self._program.parameters), [single] * len(self._program.results))
+        params, outputs = _hlo_module_shardings(self._handle)
+        if params is None or outputs is None:
+            opaque = OpaqueSharding(devices)
+            return ([opaque] * len(self._program.parameters), [opaque] * len(self._program.results))
+        return ([HloSharding(devices, p) for p in params], [HloSharding(devices, o) for o in outputs])
+
+    # -- properties -----------------------------------------------------------------------
+
+    @property
+    def client(self):
+        return self._client
+
+    @property
+    def name(self) -> str:
+        return self._handle.name
+
+    def devices(self) -> DeviceList | None:
+        return self._devices
+
+    def addressable_devices(self):
+        return list(self._addressable)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self._devices) if self._devices is not None else 1
+
+    def parameter_shardings(self):
+        return None if self._parameter_shardings is None else list(self._parameter_shardings)
+
+    def output_shardings(self):
+        return None if self._output_shardings is None else list(self._output_shardings)
+
+    def output_dtypes(self):
+        return [r.dtype for r in self._results]
+
+    def output_shapes(self):
+        return [r.shape for r in self._results]
+
+    def parameter_dtypes(self):
+        return [p.dtype for p in self._params]
+
+    def parameter_shapes(self):
+        return [p.shape for p in self._params]
+
+    def donatable_input_indices(self) -> frozenset[int]:
+        return self._program.donated_inputs
+
+    @property
+    def fingerprint(self) -> str | None:
+        try:
+            return self._handle.fingerprint()
+        except UnimplementedError:
+            return None
+
+    def serialize(self) -> bytes:
+        meta = json.dumps({
+            "program": self._program.text,
+            "devices": None if self._devices is None else [d.id for d in self._devices],
+        }).encode()
+        return _MAGIC + struct.pack("<Q", len(meta)) + meta + self._handle.serialize()
+
+    def compiled_memory_stats(self) -> CompiledMemoryStats:
+        return CompiledMemoryStats(**self._handle.compiled_memory_stats())
+
+    def cost_analysis(self) -> dict[str, Any]:
+        return self._handle.cost_analysis()
+
+    def program_text(self) -> str:
+        return self._program.text
+
+    def output_memory_kinds(self) -> list[str]:
+        """Memory kind of each output; UnimplementedError where the plugin cannot say."""
+        return self._handle.output_memory_kinds()
+
+    def delete(self):
+        from ifrtpy.future import Future
+        if not self._deleted:
+            self._deleted = True
+            self._handle.delete()
+        return Future.ready()
+
+    def is_deleted(self) -> bool:
+        return self._deleted
+
+    # -- execution ------------------------------------------------------------------------
+
+    def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
+                devices: DeviceList | None = None) -> ExecuteResult:
+        if self._deleted:
+            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        options = options if options is not None else _DEFAULT_EXECUTE_OPTIONS
+        args = list(args)
+        params = self._params
+        if len(args) != len(params):
+            raise InvalidArgumentError(
+                f"{self.name} takes {len(params)} arguments, got {len(args)}")
+        if self._devices is None:
+            out_devices, execute_device = self._portable_devices(devices)
+            shardings = [SingleDeviceSharding(out_devices[0])] * len(params)
+            out_shardings = [shardings[0]] * len(self._results)
+        else:
+            if devices is not None and DeviceList(devices) != self._devices:
+                raise InvalidArgumentError(
+                    f"{self.name} is compiled for {self._devices.to_string()}; execute got "
+                    f"{DeviceList(devices).to_string()}")
+            out_devices, execute_device = self._devices, None
+            shardings = self._parameter_shardings
+            out_shardings = self._output_shardings
+        for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
+            self._check_argument(i, arg, param, sharding)
+        lists = [[a._buffers[d] for a in args] for d in range(len(self._addressable) if execute_device is None else 1)]
+        outputs, events = self._handle.execute(
+            lists, options.launch_id, sorted(options.non_donatable_input_indices),
+            None if execute_device is None else execute_device._handle)
+        arrays = [
+            PjrtArray(self._client, r.dtype, r.shape, sharding, tuple(row[k] for row in outputs))
+            for k, (r, sharding) in enumerate(zip(self._results, out_shardings))
+        ]
+        status = future_of_events(events) if options.fill_status else None
+        return ExecuteResult(status, arrays)
+
+    def _portable_devices(self, devices):
+        if devices is None or len(devices) != 1:
+            raise InvalidArgumentError(
+                f"{self.name} is a portable executable: execute it with devices= one device")
+        device = devices[0]
+        if device.client is not self._client:
+            raise InvalidArgumentError(f"device {device} belongs to another client")
+        return DeviceList([device]), device
+
+    def _check_argument(self, i: int, arg, param, sharding: Sharding) -> None:
+        if not isinstance(arg, PjrtArray) or arg.client is not self._client:
+            raise InvalidArgumentError(f"argument {i} of {self.name} is not an array of this client")
+        if arg._error is not None:
+            raise InvalidArgumentError(f"argument {i} of {self.name} is an error array: {arg._error}")
+        if arg.is_deleted():
+            raise InvalidArgumentError(f"argument {i} of {self.name} has been deleted")
+        if arg.dtype != param.dtype or arg.shape != param.shape:
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} is {arg.dtype}{list(arg.shape)}, the program's "
+                f"parameter {i} is {param}")
+        key = (i, arg.sharding)
+        if key in self._checked:
+            return
+        if arg.sharding.devices != sharding.devices:
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} is on {arg.sharding.devices.to_string()}, the "
+                f"executable runs on {sharding.devices.to_string()}")
+        if not isinstance(sharding, OpaqueSharding) and not _same_domains(arg.sharding, sharding, param.shape):
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
+                f"parameter {i} has sharding {sharding!r} (different shards per device)")
+        self._checked[key] = None
+
+
+def _same_domains(a: Sharding, b: Sharding, shape) -> bool:
+    if a.is_fully_replicated and b.is_fully_replicated:
+        return True
+    semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+    try:
+        return list(a.index_domains(shape, semantics)) == list(b.index_domains(shape, semantics))
+    except InvalidArgumentError:
+        return False

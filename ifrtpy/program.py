@@ -1,0 +1,215 @@
+"""Programs: ``HloProgram``, a StableHLO module, and what a backend needs to know of it.
+
+An HloProgram is made from StableHLO text, MLIR bytecode (plain or a StableHLO portable
+artifact), a ``jaxlib.mlir.ir.Module``, or a program lowered by jax (anything with an
+``as_text()`` returning StableHLO, such as ``jax.jit(f).lower(...)``). It parses the
+module once, with jaxlib's MLIR bindings, to read the signature of ``main`` (global
+parameter and result types), the donated parameters (``jax.buffer_donor`` or
+``tf.aliasing_output``) and whether the module uses the Shardy dialect.
+
+Version negotiation: :meth:`HloProgram.serialize_for` produces a portable artifact
+targeted at the consumer's StableHLO version, which an older compiler can read; modules
+using Shardy (``sdy``) cannot be serialized that way by jaxlib and go as text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Any, Sequence
+
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.shape import Shape
+
+__all__ = ["Program", "HloProgram", "TensorType", "stablehlo_version"]
+
+K = DType.Kind
+_ELEMENT_TYPES = {
+    "i1": K.PRED, "i2": K.S2, "i4": K.S4, "i8": K.S8, "i16": K.S16, "i32": K.S32, "i64": K.S64,
+    "ui2": K.U2, "ui4": K.U4, "ui8": K.U8, "ui16": K.U16, "ui32": K.U32, "ui64": K.U64,
+    "f16": K.F16, "f32": K.F32, "f64": K.F64, "bf16": K.BF16,
+    "complex<f32>": K.C64, "complex<f64>": K.C128,
+    "f8E3M4": K.F8E3M4, "f8E4M3": K.F8E4M3, "f8E4M3FN": K.F8E4M3FN,
+    "f8E4M3B11FNUZ": K.F8E4M3B11FNUZ, "f8E4M3FNUZ": K.F8E4M3FNUZ, "f8E5M2": K.F8E5M2,
+    "f8E5M2FNUZ": K.F8E5M2FNUZ, "f8E8M0FNU": K.F8E8M0FNU, "f4E2M1FN": K.F4E2M1FN,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+    """The global dtype and shape of one parameter or result."""
+
+    dtype: DType
+    shape: Shape
+
+    def __str__(self) -> str:
+        return f"{self.dtype}{list(self.shape)}"
+
+
+class Program:
+    """Base of the programs a Compiler accepts."""
+
+
+def stablehlo_version() -> tuple[int, ...]:
+    """The StableHLO version jaxlib writes (the producer's version)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    return tuple(int(p) for p in stablehlo.get_current_version().split("."))
+
+
+@functools.lru_cache(maxsize=None)
+def _context():
+    from jaxlib.mlir import ir
+    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
+
+    context = ir.Context()
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)  # func and the other upstream dialects
+    context.append_dialect_registry(registry)
+    context.load_all_available_dialects()
+    stablehlo.register_dialect(context)
+    chlo.register_dialect(context)
+    sdy.register_dialect(context)
+    mhlo.register_mhlo_dialect(context)
+    return context
+
+
+def _parse(source) -> Any:
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    with _context():
+        if isinstance(source, bytes):
+            try:  # a StableHLO portable artifact (versioned bytecode)?
+                return ir.Module.parse(stablehlo.deserialize_portable_artifact_str(source))
+            except Exception:  # noqa: BLE001 - then plain MLIR bytecode or text
+                pass
+        try:
+            return ir.Module.parse(source)
+        except Exception as e:  # noqa: BLE001 - MLIR raises its own error types
+            raise InvalidArgumentError(f"not a StableHLO module: {e}") from None
+
+
+class HloProgram(Program):
+    """A StableHLO module (see the module docstring for what it can be made from).
+
+    Immutable. ``text`` is the module as StableHLO text; ``parameters`` and ``results``
+    the global types of ``main``; ``donated_inputs`` the parameters the program may
+    donate; ``uses_shardy`` whether it carries Shardy shardings.
+    """
+
+    def __init__(self, program: Any):
+        if isinstance(program, HloProgram):
+            program = program.text
+        elif hasattr(program, "as_text") and not isinstance(program, (str, bytes)):
+            program = program.as_text()  # a program lowered by jax
+        if isinstance(program, (bytes, bytearray, memoryview)):
+            module = _parse(bytes(program))
+        elif isinstance(program, str):
+            module = _parse(program)
+        elif type(program).__name__ == "Module" and hasattr(program, "operation"):
+            module = _parse(str(program.operation.get_asm(enable_debug_info=False)))
+        else:
+            raise InvalidArgumentError(
+                f"HloProgram takes StableHLO text, bytecode, an MLIR module or a jax-lowered "
+                f"program, not {type(program).__name__}")
+        with _context():
+            self._text = module.operation.get_asm(enable_debug_info=True)
+            self._read(module)
+
+    def _read(self, module) -> None:
+        from jaxlib.mlir import ir
+
+        attributes = module.operation.attributes
+        self._name = (ir.StringAttr(attributes["sym_name"]).value
+                      if "sym_name" in attributes else "main")
+        main = None
+        self._uses_shardy = False
+        for op in module.body.operations:
+            name = op.operation.name
+            if name.startswith("sdy."):
+                self._uses_shardy = True
+            if name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+                main = op
+        if main is None:
+            raise InvalidArgumentError("the StableHLO module has no function named main")
+        function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        self._parameters = tuple(_tensor_type(t, "parameter", i) for i, t in enumerate(function_type.inputs))
+        self._results = tuple(_tensor_type(t, "result", i) for i, t in enumerate(function_type.results))
+        donated = set()
+        if "arg_attrs" in main.attributes:
+            for i, attrs in enumerate(ir.ArrayAttr(main.attributes["arg_attrs"])):
+                attrs = ir.DictAttr(attrs)
+                if "tf.aliasing_output" in attrs:
+                    donated.add(i)
+                elif "jax.buffer_donor" in attrs and ir.BoolAttr(attrs["jax.buffer_donor"]).value:
+                    donated.add(i)
+                if any(a.name.startswith("sdy.") for a in attrs):
+                    self._uses_shardy = True
+        self._donated = frozenset(donated)
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def name(self) -> str:
+        """The module's name (``module @name``), or "main"."""
+        return self._name
+
+    @property
+    def parameters(self) -> tuple[TensorType, ...]:
+        return self._parameters
+
+    @property
+    def results(self) -> tuple[TensorType, ...]:
+        return self._results
+
+    @property
+    def donated_inputs(self) -> frozenset[int]:
+        return self._donated
+
+    @property
+    def uses_shardy(self) -> bool:
+        return self._uses_shardy
+
+    def serialize_for(self, target_version: Sequence[int] | None) -> tuple[bytes, str]:
+        """``(code, how)``: a portable artifact for StableHLO ``target_version`` (capped at
+        jaxlib's own version), or the text where that is impossible (Shardy modules, or
+        no target). ``how`` says which: "bytecode <version>" or "text"."""
+        if target_version is None or self._uses_shardy:
+            return self._text.encode(), "text"
+        from jaxlib.mlir.dialects import stablehlo
+
+        target = min(tuple(target_version), stablehlo_version())
+        version = ".".join(map(str, target))
+        try:
+            return stablehlo.serialize_portable_artifact_str(self._text, version), f"bytecode {version}"
+        except Exception:  # noqa: BLE001 - the module needs a newer version: send text
+            return self._text.encode(), "text"
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        params = ", ".join(map(str, self._parameters))
+        results = ", ".join(map(str, self._results))
+        return f"<HloProgram {self._name}({params}) -> ({results})>"
+
+
+def _tensor_type(mlir_type, what: str, index: int) -> TensorType:
+    from jaxlib.mlir import ir
+
+    if not isinstance(mlir_type, ir.RankedTensorType):
+        raise InvalidArgumentError(f"{what} {index} of main has type {mlir_type}; ifrtpy needs ranked tensors")
+    tensor = ir.RankedTensorType(mlir_type)
+    element = str(tensor.element_type)
+    kind = _ELEMENT_TYPES.get(element)
+    if kind is None:
+        raise InvalidArgumentError(f"{what} {index} of main has element type {element}, which has no XLA kind")
+    if not tensor.has_static_shape:
+        raise InvalidArgumentError(f"{what} {index} of main has a dynamic shape {tensor}")
+    return TensorType(DType(kind), Shape(tensor.shape))
