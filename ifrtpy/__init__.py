@@ -35,6 +35,8 @@ from ifrtpy.hlo_sharding import HloSharding as HloSharding
 from ifrtpy.mesh import Mesh as Mesh
 from ifrtpy.mesh import NamedSharding as NamedSharding
 from ifrtpy.mesh import PartitionSpec as PartitionSpec
+from ifrtpy.program import HloProgram as HloProgram
+from ifrtpy.program import Program as Program
 from ifrtpy.remap import Interval as Interval
 from ifrtpy.remap import Mapping as Mapping
 from ifrtpy.remap import RemapPlan as RemapPlan
