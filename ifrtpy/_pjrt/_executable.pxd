@@ -1,5 +1,5 @@
 from ifrtpy._pjrt.pjrt_c_api cimport *
-from ifrtpy._pjrt._client cimport ClientHandle
+from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 
 
 cdef class ExecutableHandle:
@@ -9,6 +9,9 @@ cdef class ExecutableHandle:
     cdef readonly str name
     cdef readonly Py_ssize_t num_outputs
     cdef readonly tuple addressable_devices
+
+    cdef tuple _run(self, list arguments, Py_ssize_t num_devices, int launch_id,
+                    non_donatable_input_indices, DeviceHandle execute_device)
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)

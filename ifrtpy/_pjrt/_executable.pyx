@@ -10,7 +10,8 @@ Differences from the C API:
   devices read at load time.
 * ``execute`` takes one list of BufferHandles per addressable device and returns
   ``(outputs, events)``: outputs[device][output] BufferHandles and one completion
-  EventHandle per device.
+  EventHandle per device; ``execute_by_argument`` is the same call with the buffers
+  grouped by argument and output (how arrays hold them).
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
 """
 
@@ -23,6 +24,8 @@ from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_valu
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
 from ifrtpy import errors as _errors
+
+DEF SMALL = 64
 
 
 def _check_compile_options(bytes options):
@@ -146,12 +149,33 @@ cdef class ExecutableHandle:
         """Run on every addressable device: ``argument_lists[d]`` are device d's
         BufferHandles. With ``execute_device`` (portable executables), one list, run there.
 
-        Returns ``(outputs, events)``; donated arguments are deleted by the plugin unless
+        Returns ``(outputs, events)``: ``outputs[d][k]`` is output k on device d, and one
+        completion event per device. Donated arguments are deleted by the plugin unless
         their index is in ``non_donatable_input_indices``.
         """
-        cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_devices = len(argument_lists)
         cdef Py_ssize_t num_args = len(argument_lists[0]) if num_devices else 0
+        for d in range(num_devices):
+            if len(argument_lists[d]) != num_args:
+                raise _errors.InvalidArgumentError(
+                    f"argument list {d} has {len(argument_lists[d])} buffers, list 0 has {num_args}")
+        by_argument = [tuple(argument_lists[d][k] for d in range(num_devices)) for k in range(num_args)]
+        by_output, events = self._run(by_argument, num_devices, launch_id,
+                                      non_donatable_input_indices, execute_device)
+        return [[out[d] for out in by_output] for d in range(num_devices)], events
+
+    def execute_by_argument(self, list arguments, int launch_id=0, non_donatable_input_indices=(),
+                            DeviceHandle execute_device=None):
+        """``execute`` with the buffers grouped the other way round: ``arguments[k]`` holds
+        argument k's BufferHandle for each device. Returns ``(outputs, events)`` with
+        ``outputs[k]`` a tuple of output k's BufferHandle on each device."""
+        cdef Py_ssize_t num_devices = 1 if execute_device is not None else len(self.addressable_devices)
+        return self._run(arguments, num_devices, launch_id, non_donatable_input_indices, execute_device)
+
+    cdef tuple _run(self, list arguments, Py_ssize_t num_devices, int launch_id,
+                    non_donatable_input_indices, DeviceHandle execute_device):
+        cdef const PJRT_Api* api = self.client.api
+        cdef Py_ssize_t num_args = len(arguments)
         cdef Py_ssize_t num_outputs = self.num_outputs
         cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer** args_flat = NULL
@@ -164,34 +188,45 @@ cdef class ExecutableHandle:
         cdef PJRT_LoadedExecutable_Execute_Args args
         cdef PJRT_Error* error
         cdef BufferHandle buffer
-        if num_devices == 0:
-            raise _errors.InvalidArgumentError("execute needs one argument list per device, got none")
+        cdef tuple per_device
         expected = 1 if execute_device is not None else len(self.addressable_devices)
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
-                f"execute got {num_devices} argument lists, the executable runs on {expected} devices"
-            )
+                f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
+        # Small calls (the common case) use arrays on the stack; larger ones the heap.
+        cdef PJRT_Buffer* small_args[SMALL]
+        cdef PJRT_Buffer** small_arg_ptrs[SMALL]
+        cdef PJRT_Buffer* small_outs[SMALL]
+        cdef PJRT_Buffer** small_out_ptrs[SMALL]
+        cdef PJRT_Event* small_events[SMALL]
+        cdef int64_t small_non_donatable[SMALL]
+        cdef bint heap = (num_devices * max(num_args, num_outputs) >= SMALL or n_nd >= SMALL)
         try:
-            args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
-            arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
-            out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
-            out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
-            events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
-            non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
-            if (args_flat == NULL or arg_ptrs == NULL or out_flat == NULL or out_ptrs == NULL
-                    or events == NULL or non_donatable == NULL):
-                raise MemoryError()
-            for d in range(num_devices):
-                device_args = argument_lists[d]
-                if len(device_args) != num_args:
+            if heap:
+                args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
+                arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
+                out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
+                out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
+                events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
+                non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
+                if (args_flat == NULL or arg_ptrs == NULL or out_flat == NULL or out_ptrs == NULL
+                        or events == NULL or non_donatable == NULL):
+                    raise MemoryError()
+            else:
+                args_flat, arg_ptrs, out_flat = small_args, small_arg_ptrs, small_outs
+                out_ptrs, events, non_donatable = small_out_ptrs, small_events, small_non_donatable
+            for k in range(num_args):
+                per_device = tuple(arguments[k])
+                if len(per_device) != num_devices:
                     raise _errors.InvalidArgumentError(
-                        f"argument list {d} has {len(device_args)} buffers, list 0 has {num_args}")
-                for k in range(num_args):
-                    buffer = device_args[k]
+                        f"argument {k} has {len(per_device)} buffers for {num_devices} devices")
+                for d in range(num_devices):
+                    buffer = per_device[d]
                     if buffer.client is not self.client:
                         raise _errors.InvalidArgumentError(
-                            f"argument {k} of device list {d} belongs to another client")
+                            f"argument {k} on device {d} belongs to another client")
                     args_flat[d * num_args + k] = buffer.ptr
+            for d in range(num_devices):
                 arg_ptrs[d] = &args_flat[d * num_args]
                 out_ptrs[d] = &out_flat[d * num_outputs]
                 events[d] = NULL
@@ -217,18 +252,19 @@ cdef class ExecutableHandle:
                 error = api.PJRT_LoadedExecutable_Execute(&args)
             check(api, error)
             outputs = [
-                [BufferHandle.wrap(self.client, out_flat[d * num_outputs + k]) for k in range(num_outputs)]
-                for d in range(num_devices)
+                tuple([BufferHandle.wrap(self.client, out_flat[d * num_outputs + k]) for d in range(num_devices)])
+                for k in range(num_outputs)
             ]
             done = [EventHandle.wrap(self.client, api, events[d]) for d in range(num_devices)]
             return outputs, done
         finally:
-            free(args_flat)
-            free(arg_ptrs)
-            free(out_flat)
-            free(out_ptrs)
-            free(events)
-            free(non_donatable)
+            if heap:
+                free(args_flat)
+                free(arg_ptrs)
+                free(out_flat)
+                free(out_ptrs)
+                free(events)
+                free(non_donatable)
 
     @property
     def num_replicas(self):

@@ -31,6 +31,9 @@ class PjrtArray(Array):
     Thread-safe for reads; ``delete`` is idempotent.
     """
 
+    __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_buffers", "_error", "_deleted",
+                 "__weakref__")
+
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
                  buffers: tuple, error: BaseException | None = None):
         self._client = client
@@ -79,6 +82,14 @@ class PjrtArray(Array):
         if self.is_deleted():
             return Future.failed(FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
         return future_of_events([b.ready_event() for b in self._buffers])
+
+    def block_until_ready(self) -> PjrtArray:
+        """Wait (GIL released) for every shard; raise the array's error, if any."""
+        if self._error is not None:
+            raise self._error
+        for buffer in self._live_buffers():
+            buffer.ready_event().await_()
+        return self
 
     def delete(self) -> Future[None]:
         if not self._deleted:

@@ -185,6 +185,7 @@ class PjrtLoadedExecutable(LoadedExecutable):
         self._params = program.parameters
         self._results = program.results
         self._checked: dict = {}  # (parameter index, argument sharding) -> None once checked
+        self._accepted: list = []  # (dtype, shape, sharding) of the last checked arguments
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -284,35 +285,51 @@ class PjrtLoadedExecutable(LoadedExecutable):
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
         options = options if options is not None else _DEFAULT_EXECUTE_OPTIONS
-        args = list(args)
-        params = self._params
-        if len(args) != len(params):
-            raise InvalidArgumentError(
-                f"{self.name} takes {len(params)} arguments, got {len(args)}")
         if self._devices is None:
             out_devices, execute_device = self._portable_devices(devices)
-            shardings = [SingleDeviceSharding(out_devices[0])] * len(params)
+            shardings = [SingleDeviceSharding(out_devices[0])] * len(self._params)
             out_shardings = [shardings[0]] * len(self._results)
+            self._check_arguments(args, shardings)
         else:
             if devices is not None and DeviceList(devices) != self._devices:
                 raise InvalidArgumentError(
                     f"{self.name} is compiled for {self._devices.to_string()}; execute got "
                     f"{DeviceList(devices).to_string()}")
-            out_devices, execute_device = self._devices, None
-            shardings = self._parameter_shardings
+            execute_device = None
             out_shardings = self._output_shardings
-        for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
-            self._check_argument(i, arg, param, sharding)
-        lists = [[a._buffers[d] for a in args] for d in range(len(self._addressable) if execute_device is None else 1)]
-        outputs, events = self._handle.execute(
-            lists, options.launch_id, sorted(options.non_donatable_input_indices),
+            if not self._seen_before(args):
+                self._check_arguments(args, self._parameter_shardings)
+        outputs, events = self._handle.execute_by_argument(
+            [a._buffers for a in args], options.launch_id,
+            sorted(options.non_donatable_input_indices) if options.non_donatable_input_indices else (),
             None if execute_device is None else execute_device._handle)
-        arrays = [
-            PjrtArray(self._client, r.dtype, r.shape, sharding, tuple(row[k] for row in outputs))
-            for k, (r, sharding) in enumerate(zip(self._results, out_shardings))
-        ]
+        client = self._client
+        arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
+                  for r, sharding, buffers in zip(self._results, out_shardings, outputs)]
         status = future_of_events(events) if options.fill_status else None
         return ExecuteResult(status, arrays)
+
+    def _seen_before(self, args: Sequence[Array]) -> bool:
+        """Whether every argument has the very dtype, shape and sharding objects of an
+        argument list that passed the checks before (the common, repeated call)."""
+        accepted = self._accepted
+        if len(args) != len(accepted):
+            return False
+        for arg, (dtype, shape, sharding) in zip(args, accepted):
+            if (type(arg) is not PjrtArray or arg._sharding is not sharding or arg._dtype is not dtype
+                    or arg._shape != shape or arg._deleted or arg._error is not None):
+                return False
+        return True
+
+    def _check_arguments(self, args: Sequence[Array], shardings) -> None:
+        params = self._params
+        if len(args) != len(params):
+            raise InvalidArgumentError(
+                f"{self.name} takes {len(params)} arguments, got {len(args)}")
+        for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
+            self._check_argument(i, arg, param, sharding)
+        if self._devices is not None:
+            self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
 
     def _portable_devices(self, devices):
         if devices is None or len(devices) != 1:
