@@ -1,8 +1,12 @@
-"""Execute of ``x + 1`` on f32[8], one device: ifrtpy._pjrt vs jax.jit vs the floor.
+"""Execute through ifrtpy, next to jax and the floor, in one run.
 
-The floor is the same PJRT execute + await + destroy, called from a Cython loop with no
-Python in between (benchmarks/_floor.pyx). Each figure is the median over repeats of a
-batch of back-to-back executes, after a warm-up; all three run in this one process.
+1. ``x + 1`` on f32[8], one device: the Array API (execute + wait for the output),
+   ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor: the same PJRT execute +
+   await + destroy called from a Cython loop with no Python in between
+   (benchmarks/_floor.pyx).
+2. SPMD ``x * 2 + 1`` over a 64 MiB f32 array sharded over 8 devices: ifrtpy vs jax.jit.
+
+Each figure is the median over repeats of a batch of back-to-back calls, after a warm-up.
 
     python benchmarks/bench_execute.py [--n 20000] [--repeats 15]
 """
@@ -13,6 +17,7 @@ import statistics
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import numpy as np
 
@@ -20,8 +25,17 @@ from _build import load_floor
 
 
 def median_us(fn, n, repeats):
-    fn(n // 10)
+    fn(max(1, n // 10))
     return statistics.median(fn(n) / n * 1e6 for _ in range(repeats))
+
+
+def timed(body):
+    def run(n):
+        start = time.perf_counter()
+        for _ in range(n):
+            body()
+        return time.perf_counter() - start
+    return run
 
 
 def main():
@@ -31,43 +45,51 @@ def main():
     args = parser.parse_args()
 
     import jax
-    from jaxlib import xla_client as xc
+    import jax.numpy as jnp
 
-    from ifrtpy import _pjrt
+    import ifrtpy as ifrt
 
     floor = load_floor()
+    client = ifrt.get_client("pjrt", device_count=8)
+    devices = client.devices()
     x = np.arange(8, dtype=np.float32)
-    client = _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": 1})
-    text = jax.jit(lambda v: v + 1).lower(x).as_text()
-    exe = _pjrt.compile(client, text.encode(), xc.CompileOptions().SerializeAsString())
-    arg, _ = _pjrt.buffer_from_host_buffer(client, x, client.devices[0])
+    exe = client.compile(jax.jit(lambda v: v + 1).lower(x))
+    a = ifrt.device_put(x, devices[0])
+    handle, buffers = exe._handle, [a.buffers]
 
-    def ifrtpy_loop(n):
-        lists = [[arg]]
-        start = time.perf_counter()
-        for _ in range(n):
-            _, events = exe.execute(lists)
-            events[0].await_()
-        return time.perf_counter() - start
+    def pjrt_call():
+        _, events = handle.execute_by_argument(buffers)
+        events[0].await_()
 
     f = jax.jit(lambda v: v + 1)
-    xj = jax.device_put(x)
-
-    def jax_loop(n):
-        start = time.perf_counter()
-        for _ in range(n):
-            f(xj).block_until_ready()
-        return time.perf_counter() - start
-
-    results = {
-        "floor (Cython loop)": median_us(lambda n: floor.execute_loop(exe, arg, n), args.n, args.repeats),
-        "ifrtpy._pjrt": median_us(ifrtpy_loop, args.n, args.repeats),
-        "jax.jit": median_us(jax_loop, args.n, args.repeats),
+    xj = jax.device_put(x, jax.devices()[0])
+    small = {
+        "floor (Cython loop)": median_us(lambda n: floor.execute_loop(handle, a.buffers[0], n), args.n, args.repeats),
+        "ifrtpy._pjrt": median_us(timed(pjrt_call), args.n, args.repeats),
+        "ifrtpy Array API": median_us(timed(lambda: exe.execute([a]).outputs[0].block_until_ready()),
+                                      args.n, args.repeats),
+        "jax.jit": median_us(timed(lambda: f(xj).block_until_ready()), args.n, args.repeats),
     }
-    base = results["floor (Cython loop)"]
-    print(f"execute x+1 f32[8], median of {args.repeats} x {args.n}")
-    for name, us in results.items():
-        print(f"  {name:22s} {us:7.2f} us   {us / base:5.2f}x floor")
+    base = small["floor (Cython loop)"]
+    print(f"execute x+1 f32[8] on one device, median of {args.repeats} x {args.n}")
+    for name, us in small.items():
+        print(f"  {name:22s} {us:8.2f} us   {us / base:5.2f}x floor")
+
+    big = np.random.default_rng(0).random((8, 2 * 1024 * 1024), dtype=np.float32)  # 64 MiB
+    jmesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+    jsharding = jax.sharding.NamedSharding(jmesh, jax.sharding.PartitionSpec("x"))
+    g = jax.jit(lambda v: v * 2 + 1, in_shardings=jsharding, out_shardings=jsharding)
+    bj = jax.device_put(big, jsharding)
+    sharding = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    spmd = client.compile(g.lower(big), ifrt.CompileOptions(devices=devices, num_partitions=8))
+    b = client.make_array_from_host_buffer(big, sharding)
+    np.testing.assert_allclose(np.asarray(spmd.execute([b]).outputs[0]), big * 2 + 1, rtol=1e-6)
+    n = 20
+    ours = median_us(timed(lambda: spmd.execute([b]).outputs[0].block_until_ready()), n, args.repeats)
+    theirs = median_us(timed(lambda: g(bj).block_until_ready()), n, args.repeats)
+    print(f"SPMD x*2+1 on f32[8, 2M] (64 MiB) over 8 devices, median of {args.repeats} x {n}")
+    print(f"  {'ifrtpy':22s} {ours / 1e3:8.2f} ms   {ours / theirs:5.2f}x jax")
+    print(f"  {'jax.jit':22s} {theirs / 1e3:8.2f} ms")
 
 
 if __name__ == "__main__":

@@ -127,12 +127,11 @@ class HloProgram(Program):
         self._name = (ir.StringAttr(attributes["sym_name"]).value
                       if "sym_name" in attributes else "main")
         main = None
-        self._uses_shardy = False
+        # Any Shardy op or attribute (a mesh, shardings on arguments or results, or
+        # constraints in the body) makes the module a Shardy one.
+        self._uses_shardy = re.search(r"(?<![\w.])#?sdy\.", self._text) is not None
         for op in module.body.operations:
-            name = op.operation.name
-            if name.startswith("sdy."):
-                self._uses_shardy = True
-            if name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
                 main = op
         if main is None:
             raise InvalidArgumentError("the StableHLO module has no function named main")
@@ -147,8 +146,6 @@ class HloProgram(Program):
                     donated.add(i)
                 elif "jax.buffer_donor" in attrs and ir.BoolAttr(attrs["jax.buffer_donor"]).value:
                     donated.add(i)
-                if any(a.name.startswith("sdy.") for a in attrs):
-                    self._uses_shardy = True
         self._donated = frozenset(donated)
 
     @property

@@ -10,7 +10,7 @@ cdef class ExecutableHandle:
     cdef readonly Py_ssize_t num_outputs
     cdef readonly tuple addressable_devices
 
-    cdef tuple _run(self, list arguments, Py_ssize_t num_devices, int launch_id,
+    cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
                     non_donatable_input_indices, DeviceHandle execute_device)
 
     @staticmethod

@@ -153,16 +153,9 @@ cdef class ExecutableHandle:
         completion event per device. Donated arguments are deleted by the plugin unless
         their index is in ``non_donatable_input_indices``.
         """
-        cdef Py_ssize_t num_devices = len(argument_lists)
-        cdef Py_ssize_t num_args = len(argument_lists[0]) if num_devices else 0
-        for d in range(num_devices):
-            if len(argument_lists[d]) != num_args:
-                raise _errors.InvalidArgumentError(
-                    f"argument list {d} has {len(argument_lists[d])} buffers, list 0 has {num_args}")
-        by_argument = [tuple(argument_lists[d][k] for d in range(num_devices)) for k in range(num_args)]
-        by_output, events = self._run(by_argument, num_devices, launch_id,
-                                      non_donatable_input_indices, execute_device)
-        return [[out[d] for out in by_output] for d in range(num_devices)], events
+        argument_lists = list(argument_lists)
+        return self._run(argument_lists, True, len(argument_lists), launch_id,
+                         non_donatable_input_indices, execute_device)
 
     def execute_by_argument(self, list arguments, int launch_id=0, non_donatable_input_indices=(),
                             DeviceHandle execute_device=None):
@@ -170,14 +163,16 @@ cdef class ExecutableHandle:
         argument k's BufferHandle for each device. Returns ``(outputs, events)`` with
         ``outputs[k]`` a tuple of output k's BufferHandle on each device."""
         cdef Py_ssize_t num_devices = 1 if execute_device is not None else len(self.addressable_devices)
-        return self._run(arguments, num_devices, launch_id, non_donatable_input_indices, execute_device)
+        return self._run(arguments, False, num_devices, launch_id, non_donatable_input_indices,
+                         execute_device)
 
-    cdef tuple _run(self, list arguments, Py_ssize_t num_devices, int launch_id,
+    cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
                     non_donatable_input_indices, DeviceHandle execute_device):
+        # arguments[d][k] (by_device) or arguments[k][d]: argument k's buffer on device d.
         cdef const PJRT_Api* api = self.client.api
-        cdef Py_ssize_t num_args = len(arguments)
+        cdef Py_ssize_t num_args
         cdef Py_ssize_t num_outputs = self.num_outputs
-        cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
+        cdef Py_ssize_t d, g, i, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer** args_flat = NULL
         cdef PJRT_Buffer*** arg_ptrs = NULL
         cdef PJRT_Buffer** out_flat = NULL
@@ -188,7 +183,11 @@ cdef class ExecutableHandle:
         cdef PJRT_LoadedExecutable_Execute_Args args
         cdef PJRT_Error* error
         cdef BufferHandle buffer
-        cdef tuple per_device
+        cdef object group
+        if by_device:
+            num_args = len(arguments[0]) if num_devices else 0
+        else:
+            num_args = len(arguments)
         expected = 1 if execute_device is not None else len(self.addressable_devices)
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
@@ -215,17 +214,23 @@ cdef class ExecutableHandle:
             else:
                 args_flat, arg_ptrs, out_flat = small_args, small_arg_ptrs, small_outs
                 out_ptrs, events, non_donatable = small_out_ptrs, small_events, small_non_donatable
-            for k in range(num_args):
-                per_device = tuple(arguments[k])
-                if len(per_device) != num_devices:
+            for g in range(num_devices if by_device else num_args):
+                group = arguments[g]
+                if by_device and len(group) != num_args:
                     raise _errors.InvalidArgumentError(
-                        f"argument {k} has {len(per_device)} buffers for {num_devices} devices")
-                for d in range(num_devices):
-                    buffer = per_device[d]
+                        f"argument list {g} has {len(group)} buffers, list 0 has {num_args}")
+                if not by_device and len(group) != num_devices:
+                    raise _errors.InvalidArgumentError(
+                        f"argument {g} has {len(group)} buffers for {num_devices} devices")
+                for i in range(len(group)):
+                    buffer = group[i]
                     if buffer.client is not self.client:
                         raise _errors.InvalidArgumentError(
-                            f"argument {k} on device {d} belongs to another client")
-                    args_flat[d * num_args + k] = buffer.ptr
+                            f"a buffer of argument {i if by_device else g} belongs to another client")
+                    if by_device:
+                        args_flat[g * num_args + i] = buffer.ptr
+                    else:
+                        args_flat[i * num_args + g] = buffer.ptr
             for d in range(num_devices):
                 arg_ptrs[d] = &args_flat[d * num_args]
                 out_ptrs[d] = &out_flat[d * num_outputs]
@@ -251,10 +256,12 @@ cdef class ExecutableHandle:
             with nogil:
                 error = api.PJRT_LoadedExecutable_Execute(&args)
             check(api, error)
-            outputs = [
-                tuple([BufferHandle.wrap(self.client, out_flat[d * num_outputs + k]) for d in range(num_devices)])
-                for k in range(num_outputs)
-            ]
+            if by_device:
+                outputs = [[BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
+                            for k in range(num_outputs)] for d in range(num_devices)]
+            else:
+                outputs = [tuple([BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
+                                  for d in range(num_devices)]) for k in range(num_outputs)]
             done = [EventHandle.wrap(self.client, api, events[d]) for d in range(num_devices)]
             return outputs, done
         finally:
