@@ -1,8 +1,8 @@
 """Command line: ``python -m ifrtpy info|demo [--plugin PATH] [--devices N]``.
 
-``info`` prints the plugin, its attributes, devices and memories; ``demo`` does the same,
-then compiles a small StableHLO program and runs it on every device, checking the result
-against NumPy.
+``info`` prints the plugin, its attributes, devices and memories. ``demo`` does the same,
+then puts a sharded array on the devices, shows its shards, and runs a StableHLO program
+over it (SPMD), checking every result against NumPy.
 """
 
 from __future__ import annotations
@@ -12,27 +12,17 @@ import sys
 
 import numpy as np
 
-# y = x * 2 + 1 on f32[8]: StableHLO text the plugin compiles as it is.
+# y = x * 2 + 1 on f32[R, 4], rows split over all devices (GSPMD sharding annotations).
 DEMO_PROGRAM = """
-func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> {
-  %two = stablehlo.constant dense<2.0> : tensor<8xf32>
-  %one = stablehlo.constant dense<1.0> : tensor<8xf32>
-  %0 = stablehlo.multiply %x, %two : tensor<8xf32>
-  %1 = stablehlo.add %0, %one : tensor<8xf32>
-  return %1 : tensor<8xf32>
-}
+func.func public @main(%x: tensor<{rows}x4xf32> {{mhlo.sharding = "{{devices=[{n},1]<=[{n}]}}"}})
+    -> (tensor<{rows}x4xf32> {{mhlo.sharding = "{{devices=[{n},1]<=[{n}]}}"}}) {{
+  %two = stablehlo.constant dense<2.0> : tensor<{rows}x4xf32>
+  %one = stablehlo.constant dense<1.0> : tensor<{rows}x4xf32>
+  %0 = stablehlo.multiply %x, %two : tensor<{rows}x4xf32>
+  %1 = stablehlo.add %0, %one : tensor<{rows}x4xf32>
+  return %1 : tensor<{rows}x4xf32>
+}}
 """
-
-
-def _compile_options(device_id: int) -> bytes:
-    from jaxlib import xla_client
-
-    options = xla_client.CompileOptions()
-    build = options.executable_build_options
-    build.num_replicas = 1
-    build.num_partitions = 1
-    build.device_assignment = xla_client.DeviceAssignment.create(np.array([[device_id]]))
-    return options.SerializeAsString()
 
 
 def info(client) -> None:
@@ -40,29 +30,37 @@ def info(client) -> None:
     major, minor = plugin.api_version
     print(f"plugin   {plugin.path}")
     print(f"         PJRT API {major}.{minor}, attributes {plugin.attributes}")
-    print(f"platform {client.platform_name} ({client.platform_version}), process {client.process_index}")
-    print(f"devices  {len(client.devices)} ({len(client.addressable_devices)} addressable)")
-    for device in client.devices:
+    print(f"platform {client.platform_name} ({client.platform_version}), "
+          f"process {client.process_index()}")
+    print(f"devices  {len(client.devices())} ({len(client.addressable_devices())} addressable)")
+    for device in client.devices():
+        default = device.default_memory()
         memories = ", ".join(
-            f"{m.kind}{' (default)' if m is device.default_memory else ''}" for m in device.memories
-        )
-        print(f"  {device.id}: {device.to_string} kind={device.kind!r} memories: {memories}")
+            f"{m.kind}{' (default)' if m is default else ''}" for m in device.memories())
+        print(f"  {device.id}: {device.to_string()} kind={device.kind!r} memories: {memories}")
 
 
 def demo(client) -> None:
-    from ifrtpy import _pjrt
+    import ifrtpy as ifrt
 
     info(client)
-    x = np.arange(8, dtype=np.float32)
-    expected = x * 2 + 1
-    print(f"\nprogram  y = x * 2 + 1 on f32[8], x = {x.tolist()}")
-    for device in client.addressable_devices:
-        executable = _pjrt.compile(client, DEMO_PROGRAM.encode(), _compile_options(device.id))
-        buffer, _ = _pjrt.buffer_from_host_buffer(client, x, device)
-        (outputs,), _ = executable.execute([[buffer]])
-        y = outputs[0].to_numpy()
-        np.testing.assert_array_equal(y, expected)
-        print(f"  on device {device.id}: {y.tolist()}  (equals NumPy)")
+    devices = client.addressable_devices()
+    n = len(devices)
+    x = np.arange(n * 2 * 4, dtype=np.float32).reshape(n * 2, 4)
+    sharding = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    a = client.make_array_from_host_buffer(x, sharding)
+    print(f"\narray    {a.dtype}{list(a.shape)} split over {n} devices by {sharding}")
+    for shard in a.disassemble_into_single_device_arrays():
+        print(f"  device {shard.sharding.devices[0].id}: rows {np.asarray(shard)[:, 0].tolist()}")
+    np.testing.assert_array_equal(np.asarray(a), x)
+
+    program = ifrt.HloProgram(DEMO_PROGRAM.format(rows=n * 2, n=n))
+    exe = client.compile(program, ifrt.CompileOptions(devices=devices, num_partitions=n))
+    (y,) = exe(a)
+    np.testing.assert_array_equal(np.asarray(y), x * 2 + 1)
+    print(f"\nprogram  y = x * 2 + 1, compiled for {n} devices (SPMD)")
+    print(f"  output sharding {y.sharding}")
+    print(f"  y[:, 0] = {np.asarray(y)[:, 0].tolist()}  (equals NumPy)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,11 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=None, help="cpu_device_count option")
     args = parser.parse_args(argv)
 
-    from ifrtpy import _pjrt
+    import ifrtpy as ifrt
 
-    plugin = _pjrt.load_plugin(args.plugin)
-    options = {} if args.devices is None else {"cpu_device_count": args.devices}
-    client = _pjrt.create_client(plugin, options)
+    client = ifrt.get_client("pjrt", plugin=args.plugin, device_count=args.devices)
     {"info": info, "demo": demo}[args.command](client)
     return 0
 
