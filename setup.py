@@ -12,7 +12,8 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-MODULES = ["_base", "_client", "_buffer", "_executable"]
+MODULES = [f"ifrtpy._pjrt.{name}" for name in ("_base", "_client", "_buffer", "_executable")]
+MODULES.append("ifrtpy.backends.pjrt._fastpath")
 
 
 def _load_header_module():
@@ -30,8 +31,8 @@ except FileNotFoundError as e:
 
 extensions = [
     Extension(
-        f"ifrtpy._pjrt.{name}",
-        [f"ifrtpy/_pjrt/{name}.pyx"],
+        name,
+        [name.replace(".", "/") + ".pyx"],
         include_dirs=[include_dir, numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O2"],

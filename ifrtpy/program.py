@@ -127,9 +127,7 @@ class HloProgram(Program):
         self._name = (ir.StringAttr(attributes["sym_name"]).value
                       if "sym_name" in attributes else "main")
         main = None
-        # Any Shardy op or attribute (a mesh, shardings on arguments or results, or
-        # constraints in the body) makes the module a Shardy one.
-        self._uses_shardy = re.search(r"(?<![\w.])#?sdy\.", self._text) is not None
+        self._uses_shardy = _uses_shardy(module.operation)
         for op in module.body.operations:
             if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
                 main = op
@@ -195,6 +193,27 @@ class HloProgram(Program):
         params = ", ".join(map(str, self._parameters))
         results = ", ".join(map(str, self._results))
         return f"<HloProgram {self._name}({params}) -> ({results})>"
+
+
+def _uses_shardy(operation) -> bool:
+    """Whether any op is a Shardy op or carries a Shardy attribute (a mesh, shardings on
+    arguments or results, constraints in the body); names in strings do not count."""
+    from jaxlib.mlir import ir
+
+    def shardy_attribute(attribute) -> bool:
+        if isinstance(attribute, ir.ArrayAttr):
+            return any(shardy_attribute(a) for a in attribute)
+        if isinstance(attribute, ir.DictAttr):
+            return any(a.name.startswith("sdy.") or shardy_attribute(a.attr) for a in attribute)
+        return str(attribute).startswith("#sdy.")
+
+    if operation.name.startswith("sdy."):
+        return True
+    attributes = operation.attributes
+    if any(name.startswith("sdy.") or shardy_attribute(attributes[name]) for name in attributes):
+        return True
+    return any(_uses_shardy(op.operation)
+               for region in operation.regions for block in region for op in block)
 
 
 def _tensor_type(mlir_type, what: str, index: int) -> TensorType:

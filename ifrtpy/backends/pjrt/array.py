@@ -13,6 +13,7 @@ import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.backends.pjrt._fastpath import ArrayCore
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
@@ -25,14 +26,14 @@ ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
 
 
-class PjrtArray(Array):
+class PjrtArray(ArrayCore, Array):
     """An array of a PjrtClient. Made by the client's operations, not by users.
 
+    Its fields live in the C-level ``ArrayCore`` (for the execute fast path).
     Thread-safe for reads; ``delete`` is idempotent.
     """
 
-    __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_buffers", "_error", "_deleted",
-                 "__weakref__")
+    __slots__ = ()
 
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
                  buffers: tuple, error: BaseException | None = None):

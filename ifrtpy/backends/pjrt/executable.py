@@ -16,6 +16,7 @@ import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array
+from ifrtpy.backends.pjrt._fastpath import execute_arrays
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
@@ -186,6 +187,8 @@ class PjrtLoadedExecutable(LoadedExecutable):
         self._results = program.results
         self._checked: dict = {}  # (parameter index, argument sharding) -> None once checked
         self._accepted: list = []  # (dtype, shape, sharding) of the last checked arguments
+        self._outputs_spec = tuple(
+            (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -295,31 +298,23 @@ class PjrtLoadedExecutable(LoadedExecutable):
                 raise InvalidArgumentError(
                     f"{self.name} is compiled for {self._devices.to_string()}; execute got "
                     f"{DeviceList(devices).to_string()}")
+            fast = execute_arrays(self._handle, args if type(args) is list else list(args),
+                                  self._accepted, self._outputs_spec, self._client, PjrtArray,
+                                  options.launch_id, _non_donatable(options))
+            if fast is not None:  # the same kinds of arguments as a checked call before
+                arrays, events = fast
+                return ExecuteResult(future_of_events(events) if options.fill_status else None, arrays)
             execute_device = None
             out_shardings = self._output_shardings
-            if not self._seen_before(args):
-                self._check_arguments(args, self._parameter_shardings)
+            self._check_arguments(args, self._parameter_shardings)
         outputs, events = self._handle.execute_by_argument(
-            [a._buffers for a in args], options.launch_id,
-            sorted(options.non_donatable_input_indices) if options.non_donatable_input_indices else (),
+            [a._buffers for a in args], options.launch_id, _non_donatable(options),
             None if execute_device is None else execute_device._handle)
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
                   for r, sharding, buffers in zip(self._results, out_shardings, outputs)]
         status = future_of_events(events) if options.fill_status else None
         return ExecuteResult(status, arrays)
-
-    def _seen_before(self, args: Sequence[Array]) -> bool:
-        """Whether every argument has the very dtype, shape and sharding objects of an
-        argument list that passed the checks before (the common, repeated call)."""
-        accepted = self._accepted
-        if len(args) != len(accepted):
-            return False
-        for arg, (dtype, shape, sharding) in zip(args, accepted):
-            if (type(arg) is not PjrtArray or arg._sharding is not sharding or arg._dtype is not dtype
-                    or arg._shape != shape or arg._deleted or arg._error is not None):
-                return False
-        return True
 
     def _check_arguments(self, args: Sequence[Array], shardings) -> None:
         params = self._params
@@ -363,6 +358,11 @@ class PjrtLoadedExecutable(LoadedExecutable):
                 f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
                 f"parameter {i} has sharding {sharding!r} (different shards per device)")
         self._checked[key] = None
+
+
+def _non_donatable(options: ExecuteOptions) -> Sequence[int]:
+    indices = options.non_donatable_input_indices
+    return sorted(indices) if indices else ()
 
 
 def _same_domains(a: Sharding, b: Sharding, shape) -> bool:
