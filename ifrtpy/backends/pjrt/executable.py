@@ -29,7 +29,7 @@ from ifrtpy.executable import (
 )
 from ifrtpy.hlo_sharding import HloSharding
 from ifrtpy.program import HloProgram, stablehlo_version
-from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
@@ -101,12 +101,11 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
     start = len(_MAGIC) + 8
     meta = json.loads(data[start:start + size].decode())
     program = HloProgram(meta["program"])
-    if options is not None and options.devices is not None:
-        devices = options.devices
-    elif meta["devices"] is None:
-        devices = None
-    else:
-        devices = DeviceList([client.lookup_device(i) for i in meta["devices"]])
+    devices = None if meta["devices"] is None else DeviceList([client.lookup_device(i) for i in meta["devices"]])
+    if options is not None and options.devices is not None and DeviceList(options.devices) != devices:
+        raise InvalidArgumentError(
+            f"the executable was compiled for {devices.to_string() if devices else 'no devices (portable)'}; "
+            f"it cannot be loaded onto {DeviceList(options.devices).to_string()} (compile it again)")
     handle = _pjrt.deserialize_and_load(client._handle, data[start + size:])
     return PjrtLoadedExecutable(client, handle, program, devices)
 
@@ -198,9 +197,11 @@ class PjrtLoadedExecutable(LoadedExecutable):
             single = SingleDeviceSharding(devices[0])
             return ([single] * len(self._program.parameters), [single] * len(self._program.results))
         params, outputs = _hlo_module_shardings(self._handle)
-        if params is None or outputs is None:
-            opaque = OpaqueSharding(devices)
-            return ([opaque] * len(self._program.parameters), [opaque] * len(self._program.results))
+        if params is None or outputs is None:  # not partitioned: every device holds it whole
+            def whole(types):
+                return [ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)
+                        for t in types]
+            return whole(self._program.parameters), whole(self._program.results)
         return ([HloSharding(devices, p) for p in params], [HloSharding(devices, o) for o in outputs])
 
     # -- properties -----------------------------------------------------------------------
@@ -365,8 +366,18 @@ def _non_donatable(options: ExecuteOptions) -> Sequence[int]:
     return sorted(indices) if indices else ()
 
 
+def _holds_whole(sharding: Sharding, shape) -> bool:
+    """Whether every device of ``sharding`` holds the whole array."""
+    if sharding.is_fully_replicated:
+        return True
+    try:
+        return sharding.shard_shape(shape) == shape
+    except InvalidArgumentError:
+        return False
+
+
 def _same_domains(a: Sharding, b: Sharding, shape) -> bool:
-    if a.is_fully_replicated and b.is_fully_replicated:
+    if _holds_whole(a, shape) and _holds_whole(b, shape):
         return True
     semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
     try:
