@@ -774,3 +774,39 @@ def test_concurrent_executes(client):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+ADD_ONE = """
+func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %one = stablehlo.constant dense<1.0> : tensor<4xf32>
+  %0 = stablehlo.add %x, %one : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+
+
+def test_a_program_the_plugin_cannot_parse_names_both_stablehlo_versions(client, monkeypatch):
+    program = HloProgram(ADD_ONE)
+    monkeypatch.setattr(HloProgram, "serialize_for", lambda self, target: (b"ML\xefRnot bytecode", "bytecode 1.13.3"))
+    with pytest.raises(IfrtError) as e:
+        client.compile(program)
+    message = str(e.value)
+    producer = ".".join(map(str, ifrt.program.stablehlo_version()))
+    consumer = ".".join(map(str, client.plugin.attributes["stablehlo_current_version"]))
+    assert f"jaxlib writes StableHLO {producer}" in message
+    assert f"this plugin reads StableHLO up to {consumer}" in message
+    assert "sent as bytecode 1.13.3" in message
+
+
+def test_debug_options_reach_the_compiler(client, tmp_path):
+    options = ifrt.CompileOptions(debug_options={"xla_dump_to": str(tmp_path)})
+    exe = client.compile(ADD_ONE, options)
+    np.testing.assert_array_equal(
+        np.asarray(exe(ifrt.device_put(np.arange(4, dtype=np.float32), client.devices()[0]))[0]),
+        np.arange(4, dtype=np.float32) + 1)
+    assert any(tmp_path.iterdir()), "xla_dump_to wrote no dump"
+
+
+def test_unknown_debug_option_is_refused(client):
+    with pytest.raises(InvalidArgumentError, match="xla_no_such_option"):
+        client.compile(ADD_ONE, ifrt.CompileOptions(debug_options={"xla_no_such_option": 1}))
