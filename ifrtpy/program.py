@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from typing import Any, Sequence
 
 from ifrtpy.dtypes import DType

@@ -2,8 +2,8 @@
 
 * XLA_FLAGS gives jax 8 CPU devices (set before anything imports jax), so tests can
   compare against jax.sharding with the same meshes.
-* Hypothesis profiles: "ci" (default), "dev" (more examples), "debug" (verbose);
-  choose with HYPOTHESIS_PROFILE.
+* Hypothesis profiles are ifrtpy's own (``ifrtpy.testing.strategies``): "ci" (the
+  default here), "dev" and "debug"; choose with HYPOTHESIS_PROFILE.
 """
 
 import os
@@ -11,12 +11,8 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from hypothesis import HealthCheck, Verbosity, settings  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
-settings.register_profile(
-    "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-    derandomize=True,
-)
-settings.register_profile("dev", max_examples=300, deadline=None)
-settings.register_profile("debug", max_examples=20, deadline=None, verbosity=Verbosity.verbose)
+from ifrtpy.testing import strategies  # noqa: E402,F401  (registers the profiles)
+
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

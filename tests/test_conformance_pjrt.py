@@ -1,10 +1,12 @@
-"""IFRT's array and tuple conformance cases, run against the PjRt backend (CPU plugin,
-8 devices)."""
+"""The whole conformance suite (IFRT's array, tuple, client, executable and remap cases,
+and the NumPy laws) run against the PjRt backend: the CPU plugin with 8 devices."""
 
 import pytest
 
 import ifrtpy as ifrt
-from ifrtpy.testing.conformance.arrays import *  # noqa: F401,F403
+from ifrtpy.testing.conformance import case_classes
+
+globals().update(case_classes())
 
 
 @pytest.fixture(scope="module")

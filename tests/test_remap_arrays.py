@@ -84,105 +84,10 @@ def m(in_array, out_array, from_, to):
     return Mapping(in_array, out_array, [Interval(*i) for i in from_], [Interval(*i) for i in to])
 
 
-def test_extract_single_shard(client):
-    plan = plan_of([create_array_spec(client, [0, 1])], [create_array_spec(client, [1])],
-                   [m(0, 0, [(1, 2, 1)], [(0, 1, 1)])])
-    array = create_array(client, [0, 6], [0, 1])
-    out, = remap_arrays(client, plan, [array], REUSE)
-    assert_array_content(client, out, [6], [1])
-    assert not array.is_deleted()
-    out, = remap_arrays(client, plan, [array], DONATE)
-    assert_array_content(client, out, [6], [1])
-    assert array.is_deleted()
-
-
 def interleave_plan(client):
     return plan_of([create_array_spec(client, [0, 1]), create_array_spec(client, [2, 3])],
                    [create_array_spec(client, [0, 2, 1, 3])],
                    [m(0, 0, [(0, 2, 1)], [(0, 4, 2)]), m(1, 0, [(0, 2, 1)], [(1, 4, 2)])])
-
-
-def test_interleave_arrays_donate(client):
-    arrays = [create_array(client, [0, 6], [0, 1]), create_array(client, [100, 106], [2, 3])]
-    out, = remap_arrays(client, interleave_plan(client), arrays, DONATE)
-    assert_array_content(client, out, [0, 100, 6, 106], [0, 2, 1, 3])
-    assert all(a.is_deleted() for a in arrays)
-
-
-def test_interleave_arrays_reuse(client):
-    arrays = [create_array(client, [0, 6], [0, 1]), create_array(client, [100, 106], [2, 3])]
-    with pytest.raises(InvalidArgumentError,
-                       match="kDonateInput is required if multiple inputs are mapped to one "
-                             "output"):
-        remap_arrays(client, interleave_plan(client), arrays, REUSE)
-    assert not any(a.is_deleted() for a in arrays)
-
-
-def test_deinterleave_arrays(client):
-    plan = plan_of([create_array_spec(client, [0, 2, 1, 3])],
-                   [create_array_spec(client, [0, 1]), create_array_spec(client, [2, 3])],
-                   [m(0, 0, [(0, 4, 2)], [(0, 2, 1)]), m(0, 1, [(1, 4, 2)], [(0, 2, 1)])])
-    array = create_array(client, [0, 100, 6, 106], [0, 2, 1, 3])
-    for semantics in (REUSE, DONATE):
-        outs = remap_arrays(client, plan, [array], semantics)
-        assert len(outs) == 2
-        assert_array_content(client, outs[0], [0, 6], [0, 1])
-        assert_array_content(client, outs[1], [100, 106], [2, 3])
-    assert array.is_deleted()
-
-
-def test_batch_mapping_identity(client):
-    first = create_array_spec(client, [0, 1, 2, 3], (2, 3))
-    second = create_array_spec(client, [0, 1], (3, 5))
-    plan = plan_of([first, second], [first, second],
-                   [m(0, 0, [(0, 4, 1)], [(0, 4, 1)]), m(1, 1, [(0, 2, 1)], [(0, 2, 1)])])
-    inputs = [create_array(client, [10, 20, 30, 40], [0, 1, 2, 3], (2, 3)),
-              create_array(client, [50, 60], [0, 1], (3, 5))]
-    for semantics in (REUSE, DONATE):
-        outs = remap_arrays(client, plan, inputs, semantics)
-        assert len(outs) == 2
-        assert_array_content(client, outs[0], [10, 20, 30, 40], [0, 1, 2, 3], (2, 3))
-        assert_array_content(client, outs[1], [50, 60], [0, 1], (3, 5))
-
-
-def test_batch_mapping_deinterleave(client):
-    first_in = create_array_spec(client, [0, 1, 2, 3], (2, 3), F32)
-    first_out = [create_array_spec(client, [0, 1], (2, 3), F32),
-                 create_array_spec(client, [2, 3], (2, 3), F32)]
-    second_in = create_array_spec(client, [0, 1], (3, 5))
-    second_out = [create_array_spec(client, [0], (3, 5)), create_array_spec(client, [1], (3, 5))]
-    plan = plan_of([first_in, second_in], first_out + second_out, [
-        m(0, 0, [(0, 2, 1)], [(0, 2, 1)]), m(0, 1, [(2, 4, 1)], [(0, 2, 1)]),
-        m(1, 2, [(0, 1, 1)], [(0, 1, 1)]), m(1, 3, [(1, 2, 1)], [(0, 1, 1)]),
-    ])
-    inputs = [create_array(client, [10, 20, 30, 40], [0, 1, 2, 3], (2, 3), np.float32),
-              create_array(client, [50, 60], [0, 1], (3, 5))]
-    for semantics in (REUSE, DONATE):
-        outs = remap_arrays(client, plan, inputs, semantics)
-        assert len(outs) == 4
-        assert_array_content(client, outs[0], [10, 20], [0, 1], (2, 3), np.float32)
-        assert_array_content(client, outs[1], [30, 40], [2, 3], (2, 3), np.float32)
-        assert_array_content(client, outs[2], [50], [0], (3, 5))
-        assert_array_content(client, outs[3], [60], [1], (3, 5))
-
-
-def test_detect_bad_input(client):
-    spec = create_array_spec(client, [0])
-    plan = plan_of([spec], [spec], [m(0, 0, [(0, 1, 1)], [(0, 1, 1)])])
-    cases = [
-        ([create_array(client, [0], [0]), create_array(client, [0], [0])],
-         "RemapArrays expects 1 input arrays, but got 2"),
-        ([create_array(client, [0], [0], dtype=np.float32)],
-         "RemapArrays expects input #0 to have dtype"),
-        ([create_array(client, [0], [0], shard_shape=(20, 30))],
-         "RemapArrays expects input #0 to have shape"),
-        ([create_array(client, [0], [1])], "RemapArrays expects input #0 to be on"),
-    ]
-    for arrays, message in cases:
-        with pytest.raises(InvalidArgumentError) as info:
-            remap_arrays(client, plan, arrays, REUSE)
-        assert message in str(info.value)
-        assert not any(a.is_deleted() for a in arrays)
 
 
 def test_wrong_memory_kind_is_bad_input(client):
@@ -202,15 +107,6 @@ def test_deleted_input_is_refused_before_any_input_is_donated(client):
     with pytest.raises(InvalidArgumentError, match="RemapArrays expects input #1 to be live"):
         remap_arrays(client, plan, arrays, DONATE)
     assert not arrays[0].is_deleted()
-
-
-def test_always_copy_is_refused(client):
-    spec = create_array_spec(client, [0])
-    plan = plan_of([spec], [spec], [m(0, 0, [(0, 1, 1)], [(0, 1, 1)])])
-    array = create_array(client, [0], [0])
-    with pytest.raises(InvalidArgumentError, match="ALWAYS_COPY"):
-        remap_arrays(client, plan, [array], ArrayCopySemantics.ALWAYS_COPY)
-    assert not array.is_deleted()
 
 
 @settings(max_examples=15)

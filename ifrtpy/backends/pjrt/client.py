@@ -3,19 +3,17 @@ plugin. Array operations live in :mod:`ifrtpy.backends.pjrt.array`."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np
+from typing import Any, Mapping
 
 from ifrtpy import _pjrt, remap
 from ifrtpy.backends.pjrt import array as _array
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import reshard as _reshard
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
-from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
-from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.device import Device, Memory, MemoryKind
+from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
 def create_client(plugin: str | None = None, device_count: int | None = None,

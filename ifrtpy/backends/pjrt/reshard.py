@@ -15,7 +15,7 @@ import numpy as np
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.backends.pjrt.array import (
-    PjrtArray, _device_memories, _host_domains, _with_copy_semantics,
+    PjrtArray, _device_memories, _host_domains,
 )
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import IndexDomain

@@ -705,3 +705,7 @@ def test_nested_tuples(client):
 
 
 __all__ = sorted(name for name in dir() if name.startswith("test_"))
+
+from ifrtpy.testing.conformance import _wrap_module_cases  # noqa: E402
+
+_wrap_module_cases(globals())

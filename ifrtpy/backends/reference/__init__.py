@@ -1,0 +1,27 @@
+"""The reference backend: IFRT's interfaces in pure Python + NumPy, programs run by the
+StableHLO reference interpreter.
+
+``ifrtpy.get_client("reference", device_count=8)`` gives a client of N virtual CPU
+devices, each with three memories (``device``, the default, ``pinned_host`` and
+``unpinned_host``, as the CPU plugin has). An array is one NumPy array per addressable
+shard, in the sharding's device order. Programs are the StableHLO the PjRt backend takes;
+they run in jaxlib's StableHLO interpreter (``stablehlo.eval_module``) on the *global*
+values: sharding annotations are identities, the inputs are gathered, and the outputs are
+split by the compiled output shardings (read from the program's ``mhlo.sharding`` /
+``sdy.sharding`` result attributes, else replicated). Manual SPMD (shard_map) and
+collectives raise UnimplementedError at compile time.
+
+The backend is slow and simple on purpose: it is the executable specification the other
+backends are compared against, and a worked example of implementing the interfaces.
+"""
+
+from ifrtpy.backends.reference.array import ReferenceArray
+from ifrtpy.backends.reference.client import (
+    ReferenceClient, ReferenceDevice, ReferenceMemory, create_client,
+)
+from ifrtpy.backends.reference.executable import ReferenceCompiler, ReferenceLoadedExecutable
+
+__all__ = [
+    "ReferenceArray", "ReferenceClient", "ReferenceDevice", "ReferenceMemory",
+    "ReferenceCompiler", "ReferenceLoadedExecutable", "create_client",
+]

@@ -1,0 +1,413 @@
+"""ReferenceArray: one NumPy array per addressable shard; and the client operations that
+make and move arrays.
+
+Shard data is never written in place once an array holds it, so arrays may share it
+(REUSE_INPUT) without copies. Every operation validates all of its inputs before any
+array is made, donated or deleted, so a failure leaves the inputs as they were.
+Transfers are synchronous: every ready future is already resolved.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.device import DeviceList, MemoryKind
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from ifrtpy.future import Future
+from ifrtpy.shape import IndexDomain, Shape
+from ifrtpy.sharding import (
+    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
+)
+
+ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
+ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
+REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
+DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
+
+
+class ReferenceArray(Array):
+    """An array of a ReferenceClient: ``shards[i]`` is the data of the i-th addressable
+    shard of ``sharding`` (read-only NumPy arrays). Made by the client's operations."""
+
+    __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_shards", "_error", "_deleted",
+                 "_lock", "__weakref__")
+
+    def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
+                 shards: tuple, error: BaseException | None = None):
+        self._client = client
+        self._dtype = dtype
+        self._shape = shape
+        self._sharding = sharding
+        self._shards = shards
+        self._error = error
+        self._deleted = False
+        self._lock = threading.Lock()
+
+    @property
+    def client(self):
+        return self._client
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    @property
+    def sharding(self) -> Sharding:
+        return self._sharding
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error of an error array (its ready future fails with it), else None."""
+        return self._error
+
+    @property
+    def shards(self) -> tuple:
+        """The NumPy data of each addressable shard, in device order (read-only)."""
+        return self._live_shards()
+
+    def _live_shards(self) -> tuple:
+        if self._deleted:
+            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+        return self._shards
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def ready_future(self) -> Future[None]:
+        if self._error is not None:
+            return Future.failed(self._error)
+        if self._deleted:
+            return Future.failed(
+                FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
+        return Future.ready(None)
+
+    def delete(self) -> Future[None]:
+        with self._lock:
+            self._deleted = True
+            self._shards = ()
+        return Future.ready(None)
+
+    def is_deleted(self) -> bool:
+        return self._deleted
+
+    def _take(self, semantics: ArrayCopySemantics) -> tuple:
+        """The shards as ``semantics`` says: copies, shared, or taken (then this array
+        reads as deleted). An error array has none, and is deleted by donation too."""
+        if semantics == DONATE_INPUT:
+            with self._lock:
+                shards = self._shards if self._error is not None else self._live_shards()
+                self._deleted = True
+                self._shards = ()
+            return shards
+        if self._error is not None:
+            return ()
+        shards = self._live_shards()
+        if semantics == ALWAYS_COPY:
+            return tuple(_frozen(s.copy()) for s in shards)
+        return shards
+
+    # -- shards ---------------------------------------------------------------------------
+
+    def _pieces(self) -> list:
+        """(shard shape, SingleDeviceSharding) of each addressable shard."""
+        if isinstance(self._sharding, OpaqueSharding) and self._error is None:
+            kind = self._sharding.memory_kind
+            devices = self._sharding.devices.addressable_device_list()
+            return [(Shape(s.shape), SingleDeviceSharding(d, kind))
+                    for s, d in zip(self._live_shards(), devices)]
+        return self._sharding.disassemble(self._shape, ADDRESSABLE)
+
+    def disassemble_into_single_device_arrays(self, copy_semantics=REUSE_INPUT,
+                                              single_device_shard_semantics=ADDRESSABLE):
+        if (SingleDeviceShardSemantics(single_device_shard_semantics) == ALL_SHARDS
+                and not self._sharding.devices.is_fully_addressable):
+            raise InvalidArgumentError(
+                "disassemble with ALL_SHARDS needs every device addressable; "
+                f"{self._sharding!r} has non-addressable devices")
+        if self._error is None:
+            self._live_shards()
+        pieces = self._pieces()
+        shards = self._take(ArrayCopySemantics(copy_semantics))
+        if self._error is not None:  # each piece fails as this array does
+            return [ReferenceArray(self._client, self._dtype, Shape(shape), sharding, (),
+                                   self._error) for shape, sharding in pieces]
+        return [ReferenceArray(self._client, self._dtype, Shape(shape), sharding, (shard,))
+                for (shape, sharding), shard in zip(pieces, shards)]
+
+    def fully_replicated_shard(self, copy_semantics=REUSE_INPUT):
+        if not self._sharding.is_fully_replicated:
+            raise InvalidArgumentError(
+                "fully_replicated_shard needs a fully replicated array; sharding is "
+                f"{self._sharding!r}")
+        devices = self._sharding.devices.addressable_device_list()
+        if not devices:
+            raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
+        shards = self._take(ArrayCopySemantics(copy_semantics))
+        sharding = SingleDeviceSharding(devices[0], self._sharding.memory_kind)
+        return ReferenceArray(self._client, self._dtype, self._shape, sharding, shards[:1],
+                              self._error)
+
+    # -- host -----------------------------------------------------------------------------
+
+    def copy_to_host_buffer(self, out=None, byte_strides=None) -> Future[np.ndarray]:
+        if self._error is not None:
+            return Future.failed(self._error)
+        shards = self._live_shards()
+        out = self._host_buffer(out, byte_strides)
+        np.copyto(out, global_value(self, shards))
+        return Future.ready(out)
+
+
+def _frozen(data: np.ndarray) -> np.ndarray:
+    data.flags.writeable = False
+    return data
+
+
+def global_value(array: ReferenceArray, shards: tuple | None = None) -> np.ndarray:
+    """The whole value of ``array`` as one (read-only) NumPy array, from its shards.
+
+    InvalidArgumentError for an opaque sharding, UnimplementedError when the addressable
+    shards do not cover the array."""
+    shards = array._live_shards() if shards is None else shards
+    sharding, dims = array.sharding, array.shape.dims
+    if shards and sharding.is_fully_replicated:
+        return shards[0]
+    if isinstance(sharding, OpaqueSharding):
+        raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
+    domains = sharding.index_domains(array.shape, ADDRESSABLE)
+    unique: dict[IndexDomain, np.ndarray] = {}
+    for domain, shard in zip(domains, shards):
+        unique.setdefault(domain, shard)  # replicas of a domain are read once
+    covered = sum(int(np.prod(d.shape.dims, dtype=np.int64)) for d in unique)
+    size = int(np.prod(dims, dtype=np.int64))
+    if covered != size:
+        raise UnimplementedError(
+            f"the addressable shards hold {covered} of the {size} elements of "
+            f"{array.debug_string()}")
+    out = np.empty(dims, array.dtype.to_numpy())
+    for domain, shard in unique.items():
+        out[(*domain.slices(), ...)] = shard
+    return _frozen(out)
+
+
+def split(data: np.ndarray, sharding: Sharding, shape: Shape) -> tuple:
+    """The data of each addressable shard of ``sharding`` for the global value ``data``
+    (fresh, read-only arrays)."""
+    count = len(sharding.devices.addressable_device_list())
+    if sharding.is_fully_replicated:
+        domains = [IndexDomain(shape)] * count
+    else:
+        domains = sharding.index_domains(shape, ADDRESSABLE)
+    return tuple(_frozen(np.array(data[(*d.slices(), ...)], order="C", copy=True))
+                 for d in domains)
+
+
+# -- validation helpers --------------------------------------------------------------------
+
+def _check_devices(client, sharding: Sharding) -> None:
+    """Every device is this client's and has the sharding's memory kind."""
+    for device in sharding.devices:
+        if device.client is not client:
+            raise InvalidArgumentError(f"device {device} belongs to another client")
+        device.memory(sharding.memory_kind)
+
+
+def _check_array(client, array, i: int) -> ReferenceArray:
+    if not isinstance(array, ReferenceArray) or array.client is not client:
+        raise InvalidArgumentError(f"array {i} is not an array of this client")
+    return array
+
+
+def _canonical_kind(sharding: Sharding) -> MemoryKind:
+    return sharding.memory_kind.canonicalize(sharding.devices[0])
+
+
+# -- making arrays -------------------------------------------------------------------------
+
+def make_array_from_host_buffer(client, data, sharding, semantics, on_done, layout
+                                ) -> ReferenceArray:
+    """Each addressable device of ``sharding`` receives a copy of its own shard of
+    ``data`` (the whole of it where the sharding replicates). The data is always copied
+    before the call returns, so ``on_done`` runs before it returns too."""
+    if layout is not None:
+        raise UnimplementedError("custom layouts are not supported by the reference backend")
+    if not isinstance(sharding, Sharding):
+        raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
+    HostBufferSemantics(semantics)  # validates
+    if on_done is not None and not callable(on_done):
+        raise InvalidArgumentError(f"on_done must be callable, got {on_done!r}")
+    data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    dtype = DType.from_numpy(data.dtype)
+    shape = Shape(data.shape)
+    _check_devices(client, sharding)
+    if not sharding.devices.addressable_device_list():
+        raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
+    shards = split(data, sharding, shape)
+    array = ReferenceArray(client, dtype, shape, sharding, shards)
+    if on_done is not None:
+        on_done()
+    return array
+
+
+def make_error_arrays(client, error, specs: Sequence[ArraySpec]) -> list[ReferenceArray]:
+    if not isinstance(error, BaseException):
+        raise InvalidArgumentError(f"make_error_arrays needs an exception, got {error!r}")
+    specs = list(specs)
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, ArraySpec):
+            raise InvalidArgumentError(f"spec {i} is not an ArraySpec: {spec!r}")
+        _check_devices(client, spec.sharding)
+    return [ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, (), error)
+            for spec in specs]
+
+
+def assemble(client, shape, sharding: Sharding, arrays, copy_semantics, shard_semantics,
+             dtype) -> ReferenceArray:
+    shape = shape if isinstance(shape, Shape) else Shape(shape)
+    arrays = list(arrays)
+    copy_semantics = ArrayCopySemantics(copy_semantics)
+    if not isinstance(sharding, Sharding):
+        raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
+    if (SingleDeviceShardSemantics(shard_semantics) == ALL_SHARDS
+            and not sharding.devices.is_fully_addressable):
+        raise InvalidArgumentError(
+            "SingleDeviceShardSemantics.ALL_SHARDS was requested, but the sharding has "
+            f"non-addressable devices: {sharding!r}")
+    _check_devices(client, sharding)
+    devices = sharding.devices.addressable_device_list()
+    if len(arrays) != len(devices):
+        raise InvalidArgumentError(
+            f"assemble needs one array per addressable device of the sharding: "
+            f"{len(devices)} devices, got {len(arrays)} arrays")
+    if dtype is None:
+        if not arrays:
+            raise InvalidArgumentError("assemble of no arrays needs a dtype")
+        dtype = arrays[0].dtype
+    dtype = dtype if isinstance(dtype, DType) else DType.from_numpy(dtype)
+    shard_shapes = (None if isinstance(sharding, OpaqueSharding)
+                    else [Shape(s) for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
+    if copy_semantics == DONATE_INPUT and len({id(a) for a in arrays}) != len(arrays):
+        raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
+    kind = _canonical_kind(sharding)
+    for i, (array, device) in enumerate(zip(arrays, devices)):
+        _check_array(client, array, i)
+        if len(array.sharding.devices) != 1:
+            raise InvalidArgumentError(
+                f"array {i} is not a single-device array: it is on "
+                f"{len(array.sharding.devices)} devices")
+        if array.dtype != dtype:
+            raise InvalidArgumentError(f"array {i} has dtype {array.dtype}, expected {dtype}")
+        if shard_shapes is not None and array.shape != shard_shapes[i]:
+            raise InvalidArgumentError(
+                f"array {i} has shape {array.shape}, shard {i} of {shape} is {shard_shapes[i]}")
+        held = array.sharding.devices[0]
+        if held is not device:
+            raise InvalidArgumentError(
+                f"array {i} is on device {held}, shard {i} of the sharding is on {device}")
+        if _canonical_kind(array.sharding) != kind:
+            raise InvalidArgumentError(
+                f"array {i} is in memory kind {_canonical_kind(array.sharding)}, the sharding "
+                f"puts shard {i} in {kind}")
+        if array.error is None:
+            array._live_shards()
+    error = next((a.error for a in arrays if a.error is not None), None)
+    taken = [a._take(copy_semantics) for a in arrays]
+    if error is not None:  # the result fails as its first failing input does
+        return ReferenceArray(client, dtype, shape, sharding, (), error)
+    return ReferenceArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
+
+
+def copy_arrays(client, arrays, devices, memory_kind, semantics) -> list[ReferenceArray]:
+    arrays = list(arrays)
+    if not arrays:
+        return []
+    semantics = ArrayCopySemantics(semantics)
+    first = arrays[0].sharding if isinstance(arrays[0], ReferenceArray) else None
+    for i, array in enumerate(arrays):
+        _check_array(client, array, i)
+        if array.sharding.devices != first.devices:
+            raise InvalidArgumentError(
+                f"copy_arrays needs every input on the same devices: array {i} is on "
+                f"{array.sharding.devices.to_string()}, array 0 on {first.devices.to_string()}")
+        if _canonical_kind(array.sharding) != _canonical_kind(first):
+            raise InvalidArgumentError(
+                f"copy_arrays needs every input in the same memory kind: array {i} is in "
+                f"{_canonical_kind(array.sharding)}, array 0 in {_canonical_kind(first)}")
+        if array.error is None:
+            array._live_shards()
+    if devices is not None and not isinstance(devices, DeviceList):
+        devices = DeviceList(devices)
+    if devices is not None and len(devices) != len(first.devices):
+        raise InvalidArgumentError(
+            f"copy_arrays: the new device list has {len(devices)} devices, the arrays are on "
+            f"{len(first.devices)}")
+    targets = []
+    for array in arrays:
+        sharding = array.sharding.with_device_assignment(devices, memory_kind)
+        _check_devices(client, sharding)
+        if (sharding.devices.addressable_mask() != array.sharding.devices.addressable_mask()):
+            raise UnimplementedError(
+                "copy_arrays: shards would move between processes; the reference backend "
+                "holds only this process's shards")
+        targets.append(sharding)
+    out = []
+    for array, sharding in zip(arrays, targets):
+        if array.error is not None:  # an error array's copy fails the same way
+            array._take(semantics)
+            out.append(ReferenceArray(client, array.dtype, array.shape, sharding, (), array.error))
+            continue
+        # Shard data is immutable, so the copy may share it unless ALWAYS_COPY asks for
+        # new buffers (a virtual device's memory is just where the array says it is).
+        shards = array._take(semantics)
+        out.append(ReferenceArray(client, array.dtype, array.shape, sharding, shards))
+    return out
+
+
+def reshard_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
+    arrays, specs = list(arrays), list(specs)
+    semantics = ArrayCopySemantics(semantics)
+    if len(arrays) != len(specs):
+        raise InvalidArgumentError(f"reshard_arrays got {len(arrays)} arrays and {len(specs)} specs")
+    if semantics == REUSE_INPUT:
+        raise InvalidArgumentError(
+            "reshard_arrays does not allow REUSE_INPUT; use ALWAYS_COPY or DONATE_INPUT")
+    values = []
+    for i, (array, spec) in enumerate(zip(arrays, specs)):
+        _check_array(client, array, i)
+        if not isinstance(spec, ArraySpec):
+            raise InvalidArgumentError(f"spec {i} is not an ArraySpec: {spec!r}")
+        if spec.dtype != array.dtype or Shape(spec.shape) != array.shape:
+            raise InvalidArgumentError(
+                f"reshard_arrays keeps dtype and shape: array {i} is {array.dtype}{array.shape}, "
+                f"spec {i} is {spec.dtype}{spec.shape}")
+        if spec.layout is not None:
+            raise InvalidArgumentError("reshard_arrays supports only the default layout")
+        _check_devices(client, spec.sharding)
+        if isinstance(spec.sharding, OpaqueSharding):
+            raise InvalidArgumentError(f"spec {i}: cannot reshard to an OpaqueSharding")
+        values.append(None if array.error is not None else global_value(array))
+    out = []
+    for array, spec, value in zip(arrays, specs, values):
+        if value is None:
+            out.append(ReferenceArray(client, spec.dtype, array.shape, spec.sharding, (),
+                                      array.error))
+        else:
+            out.append(ReferenceArray(client, spec.dtype, array.shape, spec.sharding,
+                                      split(value, spec.sharding, array.shape)))
+        if semantics == DONATE_INPUT:
+            array._take(DONATE_INPUT)
+    return out
+
+
+def check_is_array(client, array: Any, i: int) -> ReferenceArray:
+    """For the executable: ``array`` is a live array of ``client``."""
+    return _check_array(client, array, i)

@@ -1,0 +1,220 @@
+"""ReferenceClient, ReferenceDevice and ReferenceMemory: N virtual CPU devices.
+
+Array operations live in :mod:`ifrtpy.backends.reference.array`, compilation in
+:mod:`ifrtpy.backends.reference.executable`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Mapping
+
+from ifrtpy import remap
+from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
+from ifrtpy.backends.reference import array as _array
+from ifrtpy.backends.reference import executable as _executable
+from ifrtpy.client import Client
+from ifrtpy.device import Device, Memory, MemoryKind
+from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.sharding import SingleDeviceShardSemantics
+
+#: The memory kinds of every device, default first (as the CPU plugin has them).
+MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
+
+
+def create_client(device_count: int = 8, addressable_device_count: int | None = None
+                  ) -> ReferenceClient:
+    """A ReferenceClient of ``device_count`` virtual CPU devices.
+
+    The first ``addressable_device_count`` (default: all) are addressable by this
+    process (process 0); the others belong to process 1 and hold no data here, which
+    lets tests exercise the non-addressable paths of the interfaces.
+    """
+    if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 1:
+        raise InvalidArgumentError(f"device_count must be an int >= 1, got {device_count!r}")
+    if addressable_device_count is None:
+        addressable_device_count = device_count
+    if (isinstance(addressable_device_count, bool) or not isinstance(addressable_device_count, int)
+            or not 1 <= addressable_device_count <= device_count):
+        raise InvalidArgumentError(
+            f"addressable_device_count must be an int in [1, {device_count}], got "
+            f"{addressable_device_count!r}")
+    return ReferenceClient(device_count, addressable_device_count)
+
+
+class ReferenceMemory(Memory):
+    """One memory of one virtual device."""
+
+    __slots__ = ("_id", "_kind", "_device")
+
+    def __init__(self, memory_id: int, kind: str, device: ReferenceDevice):
+        self._id = memory_id
+        self._kind = MemoryKind(kind)
+        self._device = device
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def kind(self) -> MemoryKind:
+        return self._kind
+
+    def devices(self) -> list[Device]:
+        return [self._device]
+
+    def to_string(self) -> str:
+        return f"REF_CPU_{self._device.id}:{self._kind.value}"
+
+    def debug_string(self) -> str:
+        return f"ReferenceMemory(id={self._id}, kind={self._kind.value}, device={self._device.id})"
+
+
+class ReferenceDevice(Device):
+    """A virtual CPU device. Compares by identity; one object per device."""
+
+    __slots__ = ("_client", "_id", "_process_index", "_memories", "_memory_of_kind")
+
+    def __init__(self, client: ReferenceClient, device_id: int, process_index: int):
+        self._client = client
+        self._id = device_id
+        self._process_index = process_index
+        self._memories = tuple(ReferenceMemory(device_id * len(MEMORY_KINDS) + k, kind, self)
+                               for k, kind in enumerate(MEMORY_KINDS))
+        self._memory_of_kind = {m.kind: m for m in self._memories}
+
+    @property
+    def client(self) -> ReferenceClient:
+        return self._client
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def kind(self) -> str:
+        return "cpu"
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        return {"process_index": self._process_index}
+
+    @property
+    def is_addressable(self) -> bool:
+        return self._process_index == self._client.process_index()
+
+    @property
+    def process_index(self) -> int:
+        return self._process_index
+
+    def memories(self) -> tuple[ReferenceMemory, ...]:
+        return self._memories
+
+    def default_memory(self) -> ReferenceMemory:
+        return self._memories[0]
+
+    def memory(self, kind: MemoryKind | str | None = None) -> ReferenceMemory:
+        """The memory of ``kind`` (default: the default memory); InvalidArgumentError
+        naming the available kinds when there is none."""
+        kind = MemoryKind(kind)
+        if not kind:
+            return self.default_memory()
+        memory = self._memory_of_kind.get(kind)
+        if memory is None:
+            available = ", ".join(str(k) for k in self._memory_of_kind)
+            raise InvalidArgumentError(
+                f"Invalid memory kind {kind} for device {self.to_string()}; "
+                f"available memory kinds: {available}")
+        return memory
+
+    def to_string(self) -> str:
+        return f"REF_CPU_{self._id}"
+
+    def debug_string(self) -> str:
+        return f"ReferenceDevice(id={self._id}, process_index={self._process_index})"
+
+
+class ReferenceClient(Client):
+    """The reference backend's client. Thread-safe: its state is fixed at creation and
+    arrays are immutable NumPy data."""
+
+    def __init__(self, device_count: int, addressable_device_count: int):
+        self._devices = [ReferenceDevice(self, i, 0 if i < addressable_device_count else 1)
+                         for i in range(device_count)]
+        self._addressable = self._devices[:addressable_device_count]
+        self._compiler = _executable.ReferenceCompiler(self)
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def runtime_type(self) -> str:
+        return "reference_ifrt"
+
+    @property
+    def platform_name(self) -> str:
+        return "reference"
+
+    @property
+    def platform_version(self) -> str:
+        from ifrtpy.program import stablehlo_version
+        return "StableHLO interpreter " + ".".join(map(str, stablehlo_version()))
+
+    @property
+    def platform_id(self) -> int:
+        return zlib.crc32(self.platform_name.encode())
+
+    def process_index(self) -> int:
+        return 0
+
+    def attributes(self) -> Mapping[str, Any]:
+        return {"supports_executable_serialization": True}
+
+    # -- devices --------------------------------------------------------------------------
+
+    def devices(self) -> list[ReferenceDevice]:
+        return list(self._devices)
+
+    def addressable_devices(self) -> list[ReferenceDevice]:
+        return list(self._addressable)
+
+    def lookup_device(self, device_id: int) -> ReferenceDevice:
+        if (isinstance(device_id, int) and not isinstance(device_id, bool)
+                and 0 <= device_id < len(self._devices)):
+            return self._devices[device_id]
+        raise NotFoundError(f"no device with id {device_id!r}; ids are 0..{len(self._devices) - 1}")
+
+    # -- arrays ---------------------------------------------------------------------------
+
+    def make_array_from_host_buffer(self, data, sharding,
+                                    semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+                                    on_done=None, *, layout=None):
+        return _array.make_array_from_host_buffer(self, data, sharding, semantics, on_done, layout)
+
+    def assemble_array_from_single_device_arrays(
+            self, shape, sharding, arrays, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
+            single_device_shard_semantics=SingleDeviceShardSemantics.ADDRESSABLE_SHARDS,
+            dtype=None):
+        return _array.assemble(self, shape, sharding, arrays, copy_semantics,
+                               single_device_shard_semantics, dtype)
+
+    def copy_arrays(self, arrays, devices=None, memory_kind=None,
+                    semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
+
+    def remap_arrays(self, plan, arrays, semantics):
+        return remap.remap_arrays(self, plan, arrays, semantics)
+
+    def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _array.reshard_arrays(self, arrays, specs, semantics)
+
+    def make_error_arrays(self, error, specs):
+        return _array.make_error_arrays(self, error, specs)
+
+    # -- programs -------------------------------------------------------------------------
+
+    def default_compiler(self) -> _executable.ReferenceCompiler:
+        return self._compiler
+
+    def __repr__(self) -> str:
+        return (f"<ReferenceClient {len(self._devices)} devices "
+                f"({len(self._addressable)} addressable)>")

@@ -1,0 +1,324 @@
+"""The builder's core: the module being built, parameters, constants, op emission with
+source locations, nested regions, sharding annotations, and ``build``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.program import HloProgram, _context
+from ifrtpy.shape import Shape
+
+from ifrtpy.builder._shardings import hlo_sharding_string
+from ifrtpy.builder._types import (
+    COMPLEX, INTEGER, as_dims, as_dtype, mlir_element_type, mlir_tensor_type,
+)
+from ifrtpy.builder._value import Value
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_location(ir):
+    """An MLIR file location for the innermost frame outside this package."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back
+    if frame is None:
+        return ir.Location.unknown()
+    line, col = frame.f_lineno, 0
+    positions = getattr(frame.f_code, "co_positions", None)
+    if positions is not None and frame.f_lasti >= 0:
+        try:
+            pos = list(positions())[frame.f_lasti // 2]
+            if pos[0] is not None:
+                line, col = pos[0], (pos[2] or 0) + 1
+        except (IndexError, TypeError):
+            pass
+    return ir.Location.file(frame.f_code.co_filename, line or 0, col)
+
+
+class _Types(list):
+    """A region's result types, and whether its function returned a tuple."""
+
+    def __init__(self, types, many: bool):
+        super().__init__(types)
+        self.many = many
+
+
+class _Scope:
+    """One block being filled: the entry block of main or a region body."""
+
+    __slots__ = ("block", "parent", "isolated", "what")
+
+    def __init__(self, block, parent: Optional[_Scope], isolated: bool, what: str):
+        self.block = block
+        self.parent = parent
+        self.isolated = isolated
+        self.what = what
+
+
+class BuilderCore:
+    """What every op method uses; see :class:`ifrtpy.builder.Builder`."""
+
+    def __init__(self, name: str = "main", devices: Optional[Sequence] = None):
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import func
+
+        self._ir = ir
+        self._name = name
+        self._devices = None if devices is None else list(devices)
+        self._ctx = _context()
+        with self._ctx, ir.Location.unknown():
+            self._module = ir.Module.create()
+            self._module.operation.attributes["sym_name"] = ir.StringAttr.get(name)
+            with ir.InsertionPoint(self._module.body):
+                self._func = func.FuncOp("main", ir.FunctionType.get([], []))
+            self._func.attributes["sym_visibility"] = ir.StringAttr.get("public")
+            entry = self._func.add_entry_block()
+        self._params: list[Value] = []
+        self._param_shardings: list[Optional[str]] = []
+        self._scope = _Scope(entry, None, False, "main")
+        self._root = self._scope
+
+    # -- introspection -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def parameters(self) -> tuple[Value, ...]:
+        return tuple(self._params)
+
+    def __repr__(self) -> str:
+        return f"<Builder {self._name!r} with {len(self._params)} parameter(s)>"
+
+    # -- values ------------------------------------------------------------------------------
+
+    def _visible(self, scope: _Scope) -> bool:
+        s = self._scope
+        while s is not None:
+            if s is scope:
+                return True
+            if s.isolated:
+                return False
+            s = s.parent
+        return False
+
+    def _check(self, value: Value, op: str) -> Value:
+        if value._builder is not self:
+            raise InvalidArgumentError(f"{op}: operand {value!r} belongs to another builder")
+        if not self._visible(value._scope):
+            raise InvalidArgumentError(
+                f"{op}: operand {value!r} was made in {value._scope.what}, which is not visible "
+                f"here (in {self._scope.what}); computations of reduce, sort and scatter see "
+                f"only their arguments")
+        return value
+
+    def _operand(self, x: Any, op: str, like: Optional[Value] = None) -> Value:
+        """A Value: ``x`` itself, or a constant made from a scalar in ``like``'s dtype and
+        shape (or from an array, in its own dtype)."""
+        if isinstance(x, Value):
+            return self._check(x, op)
+        if like is not None and np.ndim(x) == 0 and not isinstance(x, np.ndarray):
+            scalar = self._scalar(x, like.dtype, op)
+            return scalar if like.shape == () else self.broadcast_in_dim(scalar, like.shape, ())
+        if isinstance(x, (np.ndarray, np.generic, int, float, bool, complex, list, tuple)):
+            return self.constant(x)
+        raise InvalidArgumentError(f"{op}: expected a Value or a number, got {type(x).__name__}")
+
+    def _scalar(self, x: Any, dtype: DType, op: str) -> Value:
+        """A scalar constant of ``dtype`` holding Python/NumPy scalar ``x``, which must fit."""
+        np_dtype = dtype.to_numpy()
+        try:
+            with np.errstate(all="ignore"):
+                value = np.asarray(x).astype(np_dtype)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidArgumentError(f"{op}: cannot make a {dtype} constant of {x!r}: {e}") from None
+        if dtype.kind in INTEGER or dtype.kind == DType.Kind.PRED:
+            if isinstance(x, (float, complex, np.floating, np.complexfloating)) or value.item() != x:
+                raise InvalidArgumentError(f"{op}: {x!r} is not a {dtype} value")
+        elif dtype.kind not in COMPLEX and isinstance(x, (complex, np.complexfloating)):
+            raise InvalidArgumentError(f"{op}: {x!r} is not a {dtype} value")
+        return self.constant(value, dtype)
+
+    def _wrap(self, op, types: Sequence[tuple[Shape, DType]]) -> list[Value]:
+        return [Value(self, r, Shape(s), d, self._scope) for r, (s, d) in zip(op.results, types)]
+
+    def _emit(self, name: str, operands: Sequence[Value], types: Sequence[tuple[Shape, DType]],
+              attributes: Optional[dict] = None, regions: int = 0):
+        """Append op ``name`` to the current block, at the caller's source location."""
+        ir = self._ir
+        with self._ctx:
+            loc = _caller_location(ir)
+            with loc, ir.InsertionPoint(self._scope.block):
+                op = ir.Operation.create(
+                    name, results=[mlir_tensor_type(s, d) for s, d in types],
+                    operands=[v._ir for v in operands], attributes=attributes or {},
+                    regions=regions, loc=loc)
+        return op
+
+    def _op(self, name, operands, types, attributes=None) -> list[Value]:
+        return self._wrap(self._emit(name, operands, types, attributes), types)
+
+    def _op1(self, name, operands, shape, dtype, attributes=None) -> Value:
+        return self._op(name, operands, [(shape, dtype)], attributes)[0]
+
+    # attribute helpers (call inside self._ctx)
+    def _i64s(self, values):
+        return self._ir.DenseI64ArrayAttr.get([int(v) for v in values])
+
+    def _i64(self, value):
+        return self._ir.IntegerAttr.get(self._ir.IntegerType.get_signless(64), int(value))
+
+    def _bool(self, value):
+        return self._ir.BoolAttr.get(bool(value))
+
+    def _pairs(self, pairs):
+        arr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        return self._ir.DenseIntElementsAttr.get(arr)
+
+    # -- regions -----------------------------------------------------------------------------
+
+    def _region(self, op, index: int, arg_types, fn: Callable, what: str, isolated: bool,
+                result_like: Optional[Sequence[DType]] = None) -> list[tuple[Shape, DType]]:
+        """Fill region ``index`` of ``op``: one block with ``arg_types`` arguments; run
+        ``fn`` on them and return its results. Returns the result types."""
+        ir = self._ir
+        with self._ctx:
+            loc = op.location
+        with self._ctx, loc:
+            block = ir.Block.create_at_start(op.regions[index],
+                                             [mlir_tensor_type(s, d) for s, d in arg_types],
+                                             [loc] * len(arg_types))
+        scope = _Scope(block, self._scope, isolated, what)
+        saved, self._scope = self._scope, scope
+        try:
+            args = [Value(self, a, Shape(s), d, scope) for a, (s, d) in zip(block.arguments, arg_types)]
+            out = fn(*args)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            values = []
+            for i, o in enumerate(outs):
+                if not isinstance(o, Value) and result_like is not None and i < len(result_like):
+                    o = self._scalar(o, result_like[i], what)
+                values.append(self._operand(o, what))
+            with self._ctx, loc, ir.InsertionPoint(block):
+                ir.Operation.create("stablehlo.return", results=[],
+                                    operands=[v._ir for v in values], loc=loc)
+        finally:
+            self._scope = saved
+        return _Types([(v.shape, v.dtype) for v in values], isinstance(out, (tuple, list)))
+
+    # -- parameters and constants ------------------------------------------------------------
+
+    def parameter(self, shape: Sequence[int], dtype: Any, sharding: Any = None,
+                  name: Optional[str] = None) -> Value:
+        """A new parameter of main, of ``shape`` and ``dtype``; ``sharding`` (an HLO sharding
+        string, HloSharding, NamedSharding, ShardingParamSharding or SingleDeviceSharding)
+        annotates it as ``mhlo.sharding``; ``name`` labels its location."""
+        if self._scope is not self._root:
+            raise InvalidArgumentError("parameter: parameters can only be added to main, not "
+                                       f"inside {self._scope.what}")
+        shape = Shape(as_dims(shape, "parameter", "shape"))
+        dtype = as_dtype(dtype, "parameter")
+        text = None if sharding is None else hlo_sharding_string(sharding, len(shape), self._devices)
+        ir = self._ir
+        with self._ctx:
+            loc = _caller_location(ir)
+            if name is not None:
+                loc = ir.Location.name(str(name), childLoc=loc)
+            with loc:
+                arg = self._root.block.add_argument(mlir_tensor_type(shape, dtype), loc)
+        value = Value(self, arg, shape, dtype, self._root)
+        self._params.append(value)
+        self._param_shardings.append(text)
+        return value
+
+    def constant(self, value: Any, dtype: Any = None) -> Value:
+        """A constant holding ``np.asarray(value, dtype)`` (NumPy's dtype when none given)."""
+        np_dtype = None if dtype is None else as_dtype(dtype, "constant").to_numpy()
+        arr = np.asarray(value, dtype=np_dtype)
+        dt = as_dtype(arr.dtype, "constant")
+        shape = Shape(arr.shape)
+        ir = self._ir
+        with self._ctx:
+            attr = ir.DenseElementsAttr.get(np.ascontiguousarray(arr), type=mlir_element_type(dt),
+                                            shape=list(arr.shape))
+        return self._op1("stablehlo.constant", [], shape, dt, {"value": attr})
+
+    def full(self, shape: Sequence[int], value: Any, dtype: Any) -> Value:
+        """``np.full(shape, value, dtype)``: a scalar constant broadcast."""
+        dtype = as_dtype(dtype, "full")
+        scalar = self._scalar(value, dtype, "full")
+        return self.broadcast_in_dim(scalar, as_dims(shape, "full", "shape"), ())
+
+    # -- sharding annotations ----------------------------------------------------------------
+
+    def with_sharding(self, x: Value, sharding: Any) -> Value:
+        """``x`` constrained to ``sharding`` (a ``@Sharding`` custom call, as XLA's
+        sharding constraint)."""
+        x = self._operand(x, "with_sharding")
+        text = hlo_sharding_string(sharding, x.rank, self._devices)
+        ir = self._ir
+        with self._ctx:
+            attrs = {"call_target_name": ir.StringAttr.get("Sharding"),
+                     "mhlo.sharding": ir.StringAttr.get(text)}
+        return self._op1("stablehlo.custom_call", [x], x.shape, x.dtype, attrs)
+
+    # -- build -------------------------------------------------------------------------------
+
+    def build(self, *results: Any, shardings: Optional[Sequence[Any]] = None) -> HloProgram:
+        """An HloProgram whose main returns ``results`` (Values, or tuples/lists of them,
+        flattened), annotated with ``shardings`` (one per result, None for none). The
+        builder stays usable: building again makes another program."""
+        if self._scope is not self._root:
+            raise InvalidArgumentError(f"build: called inside {self._scope.what}")
+        flat: list[Value] = []
+        for r in results:
+            flat.extend(r if isinstance(r, (tuple, list)) else [r])
+        values = [self._operand(v, "build") for v in flat]
+        if any(v._scope is not self._root for v in values):
+            raise InvalidArgumentError("build: results must be values of main")
+        if shardings is not None and len(shardings) != len(values):
+            raise InvalidArgumentError(
+                f"build: {len(shardings)} shardings for {len(values)} results")
+        res_text = [None if s is None else hlo_sharding_string(s, v.rank, self._devices)
+                    for v, s in zip(values, shardings or [None] * len(values))]
+        ir = self._ir
+        with self._ctx:
+            from jaxlib.mlir.dialects import func
+            with ir.Location.unknown(), ir.InsertionPoint(self._root.block):
+                ret = func.ReturnOp([v._ir for v in values])
+            f = self._func
+            f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+                [p._ir.type for p in self._params], [v._ir.type for v in values]))
+
+            def attrs(texts):
+                return ir.ArrayAttr.get([ir.DictAttr.get(
+                    {} if t is None else {"mhlo.sharding": ir.StringAttr.get(t)}) for t in texts])
+
+            for key, texts in (("arg_attrs", self._param_shardings), ("res_attrs", res_text)):
+                if any(t is not None for t in texts):
+                    f.attributes[key] = attrs(texts)
+                elif key in f.attributes:
+                    del f.attributes[key]
+            try:
+                try:
+                    self._module.operation.verify()
+                except ir.MLIRError as e:
+                    raise InvalidArgumentError(f"build: the module does not verify: {e}") from None
+                text = self._module.operation.get_asm(enable_debug_info=True)
+            finally:
+                ret.operation.erase()
+        return HloProgram(text)
+
+    def text(self, debug_info: bool = False) -> str:
+        """The module as built so far (main without its return)."""
+        with self._ctx:
+            return self._module.operation.get_asm(enable_debug_info=debug_info)
+

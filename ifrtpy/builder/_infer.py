@@ -1,0 +1,543 @@
+"""Shape and dtype inference: one pure function per rule, before anything is emitted.
+
+Every function takes the op's name, its operands (anything with ``.shape`` and ``.dtype``)
+and its static attributes, and returns the result ``(shape, dtype)`` (or a list of them),
+or raises InvalidArgumentError naming the op and the operand types. The rules are
+StableHLO's (https://openxla.org/stablehlo/spec), restricted where XLA is: no implicit
+broadcasting, equal element types for binary ops.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.shape import Shape
+
+from ifrtpy.builder._types import (
+    COMPLEX, FLOAT, INTEGER, PRED, SIGNED, class_name, fmt, real_part,
+)
+
+Result = tuple[Shape, DType]
+
+
+def _types(*operands) -> str:
+    return ", ".join(fmt(o.shape, o.dtype) for o in operands)
+
+
+def fail(op: str, operands: Sequence[Any], message: str) -> InvalidArgumentError:
+    """The error for ``op``: its message and the operand types."""
+    where = f" (operands: {_types(*operands)})" if operands else ""
+    return InvalidArgumentError(f"{op}: {message}{where}")
+
+
+def check_class(op: str, operands, allowed: frozenset, what: str) -> None:
+    for o in operands:
+        if o.dtype.kind not in allowed:
+            raise fail(op, operands, f"needs {what} operands, got {class_name(o.dtype)} {o.dtype}")
+
+
+def same_types(op: str, operands) -> None:
+    first = operands[0]
+    for o in operands[1:]:
+        if o.shape != first.shape or o.dtype != first.dtype:
+            raise fail(op, operands,
+                       "operands must have the same shape and dtype (StableHLO does not "
+                       "broadcast implicitly: use broadcast_in_dim or broadcast_to, and convert)")
+
+
+def check_axes(op: str, operands, axes: Sequence[int], rank: int, what: str,
+               distinct: bool = True) -> None:
+    for a in axes:
+        if not 0 <= a < rank:
+            raise fail(op, operands, f"{what} {list(axes)} has {a}, out of range for rank {rank}")
+    if distinct and len(set(axes)) != len(axes):
+        raise fail(op, operands, f"{what} {list(axes)} has duplicates")
+
+
+# -- elementwise ------------------------------------------------------------------------------
+
+NUMERIC = INTEGER | FLOAT | COMPLEX
+UNARY_CLASSES = {
+    "neg": (INTEGER | FLOAT | COMPLEX, "integer, floating-point or complex"),
+    "abs": (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex"),
+    "sign": (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex"),
+    "exp": (FLOAT | COMPLEX, "floating-point or complex"),
+    "log": (FLOAT | COMPLEX, "floating-point or complex"),
+    "tanh": (FLOAT | COMPLEX, "floating-point or complex"),
+    "logistic": (FLOAT | COMPLEX, "floating-point or complex"),
+    "sqrt": (FLOAT | COMPLEX, "floating-point or complex"),
+    "rsqrt": (FLOAT | COMPLEX, "floating-point or complex"),
+    "floor": (FLOAT, "floating-point"),
+    "ceil": (FLOAT, "floating-point"),
+    "round": (FLOAT, "floating-point"),
+    "round_nearest_even": (FLOAT, "floating-point"),
+    "not": (PRED | INTEGER, "pred or integer"),
+}
+BINARY_CLASSES = {
+    "add": (PRED | NUMERIC, "pred or numeric"),
+    "sub": (NUMERIC, "integer, floating-point or complex"),
+    "mul": (PRED | NUMERIC, "pred or numeric"),
+    "div": (NUMERIC, "integer, floating-point or complex"),
+    "rem": (INTEGER | FLOAT, "integer or floating-point"),
+    "max": (PRED | INTEGER | FLOAT, "pred, integer or floating-point"),
+    "min": (PRED | INTEGER | FLOAT, "pred, integer or floating-point"),
+    "pow": (NUMERIC, "integer, floating-point or complex"),
+    "and": (PRED | INTEGER, "pred or integer"),
+    "or": (PRED | INTEGER, "pred or integer"),
+    "xor": (PRED | INTEGER, "pred or integer"),
+}
+
+
+def unary(op: str, x) -> Result:
+    allowed, what = UNARY_CLASSES[op]
+    check_class(op, [x], allowed, what)
+    return x.shape, (real_part(x.dtype) if op == "abs" else x.dtype)
+
+
+def binary(op: str, x, y) -> Result:
+    same_types(op, [x, y])
+    allowed, what = BINARY_CLASSES[op]
+    check_class(op, [x, y], allowed, what)
+    return x.shape, x.dtype
+
+
+DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
+
+
+def compare(op: str, x, y, direction: str) -> Result:
+    if direction not in DIRECTIONS:
+        raise fail(op, [x, y], f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    same_types(op, [x, y])
+    if x.dtype.kind in COMPLEX and direction not in ("EQ", "NE"):
+        raise fail(op, [x, y], f"complex operands only compare EQ or NE, not {direction}")
+    return x.shape, DType(DType.Kind.PRED)
+
+
+def compare_type(dtype: DType) -> str:
+    """The comparison type XLA expects for a dtype."""
+    if dtype.kind in FLOAT or dtype.kind in COMPLEX:
+        return "FLOAT"
+    if dtype.kind in SIGNED:
+        return "SIGNED"
+    return "UNSIGNED"
+
+
+def select(op: str, pred, on_true, on_false) -> Result:
+    operands = [pred, on_true, on_false]
+    if pred.dtype.kind not in PRED:
+        raise fail(op, operands, f"the predicate must be pred, got {pred.dtype}")
+    if on_true.shape != on_false.shape or on_true.dtype != on_false.dtype:
+        raise fail(op, operands, "on_true and on_false must have the same shape and dtype")
+    if pred.shape != () and pred.shape != on_true.shape:
+        raise fail(op, operands, "the predicate must be a scalar or have the shape of the branches")
+    return on_true.shape, on_true.dtype
+
+
+def clamp(op: str, lo, x, hi) -> Result:
+    operands = [lo, x, hi]
+    for bound in (lo, hi):
+        if bound.dtype != x.dtype or (bound.shape != () and bound.shape != x.shape):
+            raise fail(op, operands, "min and max must be scalars or have the operand's shape, "
+                                     "with its dtype")
+    check_class(op, [x], PRED | INTEGER | FLOAT, "pred, integer or floating-point")
+    return x.shape, x.dtype
+
+
+def convert(op: str, x, dtype: DType) -> Result:
+    if x.dtype.kind in COMPLEX and dtype.kind not in COMPLEX:
+        raise fail(op, [x], f"cannot convert complex to {dtype}; take the real part first")
+    return x.shape, dtype
+
+
+def bitcast_convert(op: str, x, dtype: DType) -> Result:
+    if PRED & {x.dtype.kind, dtype.kind}:
+        raise fail(op, [x], "pred cannot be bitcast")
+    src, dst = x.dtype.bit_size, dtype.bit_size
+    if src == dst:
+        return x.shape, dtype
+    if src > dst:
+        if src % dst:
+            raise fail(op, [x], f"{src}-bit elements do not split into {dst}-bit ones")
+        return Shape(tuple(x.shape) + (src // dst,)), dtype
+    if dst % src or not x.shape or x.shape[-1] != dst // src:
+        raise fail(op, [x], f"to bitcast {src}-bit elements to {dst}-bit ones the last "
+                            f"dimension must be {dst // src if dst % src == 0 else '?'}")
+    return Shape(x.shape[:-1]), dtype
+
+
+# -- shapes ----------------------------------------------------------------------------------
+
+def iota(op: str, shape: Sequence[int], dtype: DType, dimension: int) -> Result:
+    if dtype.kind in PRED:
+        raise InvalidArgumentError(f"{op}: dtype must be numeric, got {dtype}")
+    if not 0 <= dimension < len(shape):
+        raise InvalidArgumentError(
+            f"{op}: dimension {dimension} is out of range for shape {list(shape)}")
+    return Shape(shape), dtype
+
+
+def broadcast_in_dim(op: str, x, shape: Sequence[int], dims: Sequence[int]) -> Result:
+    if len(dims) != len(x.shape):
+        raise fail(op, [x], f"broadcast_dimensions {list(dims)} must have one entry per operand "
+                            f"dimension ({len(x.shape)})")
+    check_axes(op, [x], dims, len(shape), "broadcast_dimensions")
+    for i, d in enumerate(dims):
+        if x.shape[i] not in (1, shape[d]):
+            raise fail(op, [x], f"operand dimension {i} (size {x.shape[i]}) cannot broadcast to "
+                                f"result dimension {d} (size {shape[d]}) of {list(shape)}")
+    return Shape(shape), x.dtype
+
+
+def broadcast_to(op: str, x, shape: Sequence[int]) -> tuple[int, ...]:
+    """NumPy's rule (trailing dims aligned): the broadcast_dimensions to use."""
+    if len(shape) < len(x.shape):
+        raise fail(op, [x], f"cannot broadcast to the lower-rank shape {list(shape)}")
+    offset = len(shape) - len(x.shape)
+    dims = tuple(range(offset, len(shape)))
+    broadcast_in_dim(op, x, shape, dims)
+    return dims
+
+
+def reshape(op: str, x, shape: Sequence[int]) -> Result:
+    if math.prod(shape) != math.prod(x.shape):
+        raise fail(op, [x], f"cannot reshape {math.prod(x.shape)} elements into {list(shape)}")
+    return Shape(shape), x.dtype
+
+
+def transpose(op: str, x, permutation: Sequence[int]) -> Result:
+    if sorted(permutation) != list(range(len(x.shape))):
+        raise fail(op, [x], f"permutation {list(permutation)} is not a permutation of "
+                            f"range({len(x.shape)})")
+    return Shape(x.shape[p] for p in permutation), x.dtype
+
+
+def slice_(op: str, x, start, limit, strides) -> Result:
+    rank = len(x.shape)
+    if not len(start) == len(limit) == len(strides) == rank:
+        raise fail(op, [x], f"start {list(start)}, limit {list(limit)} and strides {list(strides)} "
+                            f"need one entry per dimension ({rank})")
+    dims = []
+    for i, (s, l, st, d) in enumerate(zip(start, limit, strides, x.shape)):
+        if not 0 <= s <= l <= d:
+            raise fail(op, [x], f"dimension {i}: need 0 <= start ({s}) <= limit ({l}) <= size ({d})")
+        if st < 1:
+            raise fail(op, [x], f"dimension {i}: stride must be positive, got {st}")
+        dims.append(-(-(l - s) // st))
+    return Shape(dims), x.dtype
+
+
+def start_indices(op: str, operands, indices, rank: int) -> None:
+    if len(indices) != rank:
+        raise fail(op, operands, f"needs {rank} start indices, got {len(indices)}")
+    for i in indices:
+        if i.shape != () or i.dtype.kind not in INTEGER:
+            raise fail(op, operands, f"start indices must be integer scalars, got {fmt(i.shape, i.dtype)}")
+    if len({i.dtype for i in indices}) > 1:
+        raise fail(op, operands, "start indices must all have the same dtype")
+
+
+def dynamic_slice(op: str, x, indices, sizes) -> Result:
+    start_indices(op, [x, *indices], indices, len(x.shape))
+    if len(sizes) != len(x.shape):
+        raise fail(op, [x], f"slice_sizes {list(sizes)} need one entry per dimension ({len(x.shape)})")
+    for i, (s, d) in enumerate(zip(sizes, x.shape)):
+        if not 0 <= s <= d:
+            raise fail(op, [x], f"slice size {s} of dimension {i} is outside [0, {d}]")
+    return Shape(sizes), x.dtype
+
+
+def dynamic_update_slice(op: str, x, update, indices) -> Result:
+    start_indices(op, [x, update, *indices], indices, len(x.shape))
+    if update.dtype != x.dtype or len(update.shape) != len(x.shape):
+        raise fail(op, [x, update], "the update must have the operand's rank and dtype")
+    for i, (u, d) in enumerate(zip(update.shape, x.shape)):
+        if u > d:
+            raise fail(op, [x, update], f"the update is larger than the operand in dimension {i}")
+    return x.shape, x.dtype
+
+
+def concatenate(op: str, xs, dimension: int) -> Result:
+    if not xs:
+        raise InvalidArgumentError(f"{op}: needs at least one operand")
+    first = xs[0]
+    rank = len(first.shape)
+    if not 0 <= dimension < rank:
+        raise fail(op, xs, f"dimension {dimension} is out of range for rank {rank}")
+    total = 0
+    for x in xs:
+        if x.dtype != first.dtype or len(x.shape) != rank:
+            raise fail(op, xs, "operands must have the same rank and dtype")
+        for i in range(rank):
+            if i != dimension and x.shape[i] != first.shape[i]:
+                raise fail(op, xs, f"operands differ in dimension {i}, which is not the "
+                                   f"concatenation dimension {dimension}")
+        total += x.shape[dimension]
+    shape = list(first.shape)
+    shape[dimension] = total
+    return Shape(shape), first.dtype
+
+
+def pad(op: str, x, value, low, high, interior) -> Result:
+    operands = [x, value]
+    if value.shape != () or value.dtype != x.dtype:
+        raise fail(op, operands, "the padding value must be a scalar of the operand's dtype")
+    rank = len(x.shape)
+    if not len(low) == len(high) == len(interior) == rank:
+        raise fail(op, operands, f"low {list(low)}, high {list(high)} and interior "
+                                 f"{list(interior)} need one entry per dimension ({rank})")
+    dims = []
+    for i, (lo, hi, inner, d) in enumerate(zip(low, high, interior, x.shape)):
+        if inner < 0:
+            raise fail(op, operands, f"interior padding of dimension {i} is negative ({inner})")
+        size = lo + hi + d + max(d - 1, 0) * inner
+        if size < 0:
+            raise fail(op, operands, f"dimension {i} would have negative size {size}")
+        dims.append(size)
+    return Shape(dims), x.dtype
+
+
+def reverse(op: str, x, dims) -> Result:
+    check_axes(op, [x], dims, len(x.shape), "dimensions")
+    return x.shape, x.dtype
+
+
+# -- contractions ----------------------------------------------------------------------------
+
+PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
+
+
+def precision(op: str, operands, value) -> tuple[str, str]:
+    if value is None:
+        value = "DEFAULT"
+    pair = (value, value) if isinstance(value, str) else tuple(value)
+    pair = tuple(getattr(p, "name", p) for p in pair)
+    if len(pair) != 2 or any(p not in PRECISIONS for p in pair):
+        raise fail(op, operands, f"precision must be one of {', '.join(PRECISIONS)} or a pair "
+                                 f"of them, got {value!r}")
+    return pair  # type: ignore[return-value]
+
+
+def _result_dtype(op: str, operands, preferred) -> DType:
+    lhs, rhs = operands
+    if lhs.dtype != rhs.dtype:
+        raise fail(op, operands, "lhs and rhs must have the same dtype")
+    if lhs.dtype.kind in PRED:
+        raise fail(op, operands, "needs numeric operands, got pred")
+    if preferred is None:
+        return lhs.dtype
+    source = next(c for c in (INTEGER, FLOAT, COMPLEX) if lhs.dtype.kind in c)
+    if preferred.kind not in source:
+        raise fail(op, operands, f"preferred_element_type {preferred} does not suit "
+                                 f"{class_name(lhs.dtype)} operands")
+    return preferred
+
+
+def dot_general(op: str, lhs, rhs, contracting, batch, preferred) -> Result:
+    operands = [lhs, rhs]
+    (lc, rc), (lb, rb) = contracting, batch
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise fail(op, operands, f"lhs and rhs need as many contracting dims ({list(lc)} vs "
+                                 f"{list(rc)}) and batch dims ({list(lb)} vs {list(rb)})")
+    for side, x, dims in (("lhs", lhs, list(lb) + list(lc)), ("rhs", rhs, list(rb) + list(rc))):
+        check_axes(op, operands, dims, len(x.shape), f"{side} batch + contracting dims")
+    for a, b in zip(lb, rb):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise fail(op, operands, f"batch dims lhs {a} (size {lhs.shape[a]}) and rhs {b} "
+                                     f"(size {rhs.shape[b]}) differ")
+    for a, b in zip(lc, rc):
+        if lhs.shape[a] != rhs.shape[b]:
+            raise fail(op, operands, f"contracting dims lhs {a} (size {lhs.shape[a]}) and rhs {b} "
+                                     f"(size {rhs.shape[b]}) differ")
+    dtype = _result_dtype(op, operands, preferred)
+    free_l = [d for i, d in enumerate(lhs.shape) if i not in lb and i not in lc]
+    free_r = [d for i, d in enumerate(rhs.shape) if i not in rb and i not in rc]
+    return Shape([lhs.shape[i] for i in lb] + free_l + free_r), dtype
+
+
+def dot_dims(op: str, lhs, rhs) -> tuple[int, int]:
+    """``dot``'s contracting dims (rank 1 or 2 operands, as XLA's Dot)."""
+    if len(lhs.shape) not in (1, 2) or len(rhs.shape) not in (1, 2):
+        raise fail(op, [lhs, rhs], "dot takes rank 1 or 2 operands; use dot_general")
+    return len(lhs.shape) - 1, 0
+
+
+def _window(op, operands, i, size, window, stride, lo, hi, base_dil, win_dil) -> int:
+    if stride < 1 or base_dil < 1 or win_dil < 1 or window < 0:
+        raise fail(op, operands, f"spatial dimension {i}: strides and dilations must be positive "
+                                 f"and window sizes non-negative")
+    dilated = (size - 1) * base_dil + 1 if size else 0
+    padded = lo + dilated + hi
+    extent = (window - 1) * win_dil + 1 if window else 0
+    if padded < 0:
+        raise fail(op, operands, f"spatial dimension {i}: padding ({lo}, {hi}) leaves a negative size")
+    return 0 if padded < extent else (padded - extent) // stride + 1
+
+
+def conv(op: str, lhs, rhs, dn, strides, padding, lhs_dil, rhs_dil, feature_groups: int,
+         batch_groups: int, preferred) -> Result:
+    operands = [lhs, rhs]
+    rank = len(lhs.shape)
+    if len(rhs.shape) != rank or rank < 2:
+        raise fail(op, operands, "lhs and rhs must have the same rank (at least 2)")
+    nsp = rank - 2
+    (ib, ifeat, isp), (ko, ki, ksp), (ob, ofeat, osp) = dn
+    for side, dims in (("lhs", [ib, ifeat, *isp]), ("rhs", [ko, ki, *ksp]), ("out", [ob, ofeat, *osp])):
+        if len(dims) != rank or sorted(dims) != list(range(rank)):
+            raise fail(op, operands, f"{side} dimension numbers {dims} are not a permutation of "
+                                     f"range({rank})")
+    for name, values in (("window_strides", strides), ("padding", padding),
+                         ("lhs_dilation", lhs_dil), ("rhs_dilation", rhs_dil)):
+        if len(values) != nsp:
+            raise fail(op, operands, f"{name} needs {nsp} entries, got {list(values)}")
+    if feature_groups < 1 or batch_groups < 1 or (feature_groups > 1 and batch_groups > 1):
+        raise fail(op, operands, f"feature_group_count ({feature_groups}) and batch_group_count "
+                                 f"({batch_groups}) must be positive, and not both above 1")
+    n, c = lhs.shape[ib], lhs.shape[ifeat]
+    o, i = rhs.shape[ko], rhs.shape[ki]
+    if c != i * feature_groups:
+        raise fail(op, operands, f"input features ({c}) must equal kernel input features ({i}) "
+                                 f"x feature_group_count ({feature_groups})")
+    if o % feature_groups or o % batch_groups:
+        raise fail(op, operands, f"kernel output features ({o}) must divide by the group count")
+    if n % batch_groups:
+        raise fail(op, operands, f"batch ({n}) must divide by batch_group_count ({batch_groups})")
+    dtype = _result_dtype(op, operands, preferred)
+    out = [0] * rank
+    out[ob], out[ofeat] = n // batch_groups, o
+    for k in range(nsp):
+        lo, hi = padding[k]
+        out[osp[k]] = _window(op, operands, k, lhs.shape[isp[k]], rhs.shape[ksp[k]], strides[k],
+                              lo, hi, lhs_dil[k], rhs_dil[k])
+    return Shape(out), dtype
+
+
+# -- reductions, windows, sort -------------------------------------------------------------------
+
+def reduce(op: str, xs, inits, dims) -> list[Result]:
+    operands = [*xs, *inits]
+    if not xs or len(xs) != len(inits):
+        raise fail(op, operands, "needs as many init values as inputs (at least one)")
+    for x in xs[1:]:
+        if x.shape != xs[0].shape:
+            raise fail(op, operands, "inputs must have the same shape")
+    for x, init in zip(xs, inits):
+        if init.shape != () or init.dtype != x.dtype:
+            raise fail(op, operands, "each init value must be a scalar of its input's dtype")
+    check_axes(op, operands, dims, len(xs[0].shape), "dimensions")
+    shape = Shape(d for i, d in enumerate(xs[0].shape) if i not in dims)
+    return [(shape, x.dtype) for x in xs]
+
+
+def reduce_window(op: str, xs, inits, window, strides, base_dil, win_dil, padding) -> list[Result]:
+    reduce(op, xs, inits, [])
+    operands = [*xs, *inits]
+    rank = len(xs[0].shape)
+    for name, values in (("window_dimensions", window), ("window_strides", strides),
+                         ("base_dilations", base_dil), ("window_dilations", win_dil),
+                         ("padding", padding)):
+        if len(values) != rank:
+            raise fail(op, operands, f"{name} needs {rank} entries, got {list(values)}")
+    shape = Shape(_window(op, operands, i, xs[0].shape[i], window[i], strides[i], *padding[i],
+                          base_dil[i], win_dil[i]) for i in range(rank))
+    if any(w < 1 for w in window):
+        raise fail(op, operands, f"window_dimensions must be positive, got {list(window)}")
+    return [(shape, x.dtype) for x in xs]
+
+
+def sort(op: str, xs, dimension: int) -> list[Result]:
+    if not xs:
+        raise InvalidArgumentError(f"{op}: needs at least one operand")
+    for x in xs[1:]:
+        if x.shape != xs[0].shape:
+            raise fail(op, xs, "operands must have the same shape")
+    rank = len(xs[0].shape)
+    if not -rank <= dimension < rank or rank == 0:
+        raise fail(op, xs, f"dimension {dimension} is out of range for rank {rank}")
+    return [(x.shape, x.dtype) for x in xs]
+
+
+def region_results(op: str, what: str, got, expected) -> None:
+    """A region's results must have the given types."""
+    got_s = ", ".join(fmt(s, d) for s, d in got)
+    exp_s = ", ".join(fmt(s, d) for s, d in expected)
+    if len(got) != len(expected) or any(
+            tuple(a[0]) != tuple(b[0]) or a[1] != b[1] for a, b in zip(got, expected)):
+        raise InvalidArgumentError(f"{op}: {what} returns ({got_s}); it must return ({exp_s})")
+
+
+# -- gather and scatter --------------------------------------------------------------------------
+
+def gather(op: str, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim,
+           slice_sizes) -> Result:
+    operands = [x, indices]
+    rank = len(x.shape)
+    if indices.dtype.kind not in INTEGER:
+        raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
+    if not 0 <= index_vector_dim <= len(indices.shape):
+        raise fail(op, operands, f"index_vector_dim {index_vector_dim} is out of range")
+    vector = indices.shape[index_vector_dim] if index_vector_dim < len(indices.shape) else 1
+    if len(start_index_map) != vector:
+        raise fail(op, operands, f"start_index_map {list(start_index_map)} needs one entry per "
+                                 f"index vector element ({vector})")
+    check_axes(op, operands, start_index_map, rank, "start_index_map")
+    check_axes(op, operands, collapsed, rank, "collapsed_slice_dims")
+    if len(slice_sizes) != rank:
+        raise fail(op, operands, f"slice_sizes {list(slice_sizes)} need one entry per operand "
+                                 f"dimension ({rank})")
+    for i, (s, d) in enumerate(zip(slice_sizes, x.shape)):
+        if not 0 <= s <= d:
+            raise fail(op, operands, f"slice size {s} of dimension {i} is outside [0, {d}]")
+    for c in collapsed:
+        if slice_sizes[c] > 1:
+            raise fail(op, operands, f"collapsed dimension {c} has slice size {slice_sizes[c]}, not 0 or 1")
+    offsets = [s for i, s in enumerate(slice_sizes) if i not in collapsed]
+    batch = [d for i, d in enumerate(indices.shape) if i != index_vector_dim]
+    out_rank = len(batch) + len(offsets)
+    if len(offset_dims) != len(offsets):
+        raise fail(op, operands, f"offset_dims {list(offset_dims)} need {len(offsets)} entries")
+    check_axes(op, operands, offset_dims, out_rank, "offset_dims")
+    if list(offset_dims) != sorted(offset_dims):
+        raise fail(op, operands, f"offset_dims {list(offset_dims)} must be sorted")
+    out, b, o = [], iter(batch), iter(offsets)
+    for i in range(out_rank):
+        out.append(next(o) if i in offset_dims else next(b))
+    return Shape(out), x.dtype
+
+
+def scatter(op: str, x, indices, updates, update_window_dims, inserted, scatter_dims_to_operand,
+            index_vector_dim) -> Result:
+    operands = [x, indices, updates]
+    rank = len(x.shape)
+    if indices.dtype.kind not in INTEGER:
+        raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
+    if updates.dtype != x.dtype:
+        raise fail(op, operands, "updates must have the operand's dtype")
+    if not 0 <= index_vector_dim <= len(indices.shape):
+        raise fail(op, operands, f"index_vector_dim {index_vector_dim} is out of range")
+    vector = indices.shape[index_vector_dim] if index_vector_dim < len(indices.shape) else 1
+    if len(scatter_dims_to_operand) != vector:
+        raise fail(op, operands, f"scatter_dims_to_operand_dims {list(scatter_dims_to_operand)} "
+                                 f"needs one entry per index vector element ({vector})")
+    check_axes(op, operands, scatter_dims_to_operand, rank, "scatter_dims_to_operand_dims")
+    check_axes(op, operands, inserted, rank, "inserted_window_dims")
+    check_axes(op, operands, update_window_dims, len(updates.shape), "update_window_dims")
+    if list(update_window_dims) != sorted(update_window_dims):
+        raise fail(op, operands, f"update_window_dims {list(update_window_dims)} must be sorted")
+    if len(update_window_dims) + len(inserted) != rank:
+        raise fail(op, operands, f"update_window_dims ({len(update_window_dims)}) and "
+                                 f"inserted_window_dims ({len(inserted)}) must cover the operand "
+                                 f"rank ({rank})")
+    scatter_dims = [d for i, d in enumerate(indices.shape) if i != index_vector_dim]
+    update_scatter = [d for i, d in enumerate(updates.shape) if i not in update_window_dims]
+    if update_scatter != scatter_dims:
+        raise fail(op, operands, f"the update scatter dims {update_scatter} must match the index "
+                                 f"batch dims {scatter_dims}")
+    window_bounds = [d for i, d in enumerate(x.shape) if i not in inserted]
+    for w, bound in zip(update_window_dims, window_bounds):
+        if updates.shape[w] > bound:
+            raise fail(op, operands, f"update window dimension {w} (size {updates.shape[w]}) "
+                                     f"exceeds the operand's {bound}")
+    return x.shape, x.dtype

@@ -1,0 +1,399 @@
+"""Ops without regions: elementwise, shape manipulation, dot and convolution."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Sequence, Union
+
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.shape import Shape
+
+from ifrtpy.builder import _infer
+from ifrtpy.builder._types import as_dims, as_dtype
+from ifrtpy.builder._value import Value
+
+_UNARY = {
+    "neg": "stablehlo.negate", "abs": "stablehlo.abs", "sign": "stablehlo.sign",
+    "exp": "stablehlo.exponential", "log": "stablehlo.log", "tanh": "stablehlo.tanh",
+    "logistic": "stablehlo.logistic", "sqrt": "stablehlo.sqrt", "rsqrt": "stablehlo.rsqrt",
+    "floor": "stablehlo.floor", "ceil": "stablehlo.ceil", "round": "stablehlo.round_nearest_afz",
+    "round_nearest_even": "stablehlo.round_nearest_even", "not": "stablehlo.not",
+}
+_BINARY = {
+    "add": "stablehlo.add", "sub": "stablehlo.subtract", "mul": "stablehlo.multiply",
+    "div": "stablehlo.divide", "rem": "stablehlo.remainder", "max": "stablehlo.maximum",
+    "min": "stablehlo.minimum", "pow": "stablehlo.power", "and": "stablehlo.and",
+    "or": "stablehlo.or", "xor": "stablehlo.xor",
+}
+
+
+class ConvDimensionNumbers(NamedTuple):
+    """Dimension positions, as ``lax.ConvDimensionNumbers``: ``lhs_spec`` is (batch,
+    feature, *spatial), ``rhs_spec`` (output feature, input feature, *spatial), ``out_spec``
+    (batch, feature, *spatial)."""
+
+    lhs_spec: tuple[int, ...]
+    rhs_spec: tuple[int, ...]
+    out_spec: tuple[int, ...]
+
+
+def conv_dimension_numbers(rank: int, spec: Any) -> ConvDimensionNumbers:
+    """From None (NCHW/OIHW/NCHW-like), a ConvDimensionNumbers/triple of int tuples, or a
+    triple of strings such as ``("NHWC", "HWIO", "NHWC")`` (spatial dims matched by letter
+    in the kernel's order)."""
+    if spec is None:
+        base = tuple(range(rank))
+        return ConvDimensionNumbers(base, base, base)
+    try:
+        lhs, rhs, out = spec
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"conv: dimension_numbers must be a triple, got {spec!r}") from None
+    if all(isinstance(s, str) for s in (lhs, rhs, out)):
+        if not len(lhs) == len(rhs) == len(out) == rank:
+            raise InvalidArgumentError(f"conv: dimension_numbers {spec!r} must each have {rank} letters")
+        spatial = [c for c in rhs if c not in "OI"]
+        try:
+            return ConvDimensionNumbers(
+                (lhs.index("N"), lhs.index("C"), *[lhs.index(c) for c in spatial]),
+                (rhs.index("O"), rhs.index("I"), *[rhs.index(c) for c in spatial]),
+                (out.index("N"), out.index("C"), *[out.index(c) for c in spatial]))
+        except ValueError:
+            raise InvalidArgumentError(
+                f"conv: dimension_numbers {spec!r} must use N and C (lhs, out), O and I (rhs) "
+                f"and the same spatial letters") from None
+    return ConvDimensionNumbers(*(as_dims(s, "conv", "dimension_numbers") for s in (lhs, rhs, out)))
+
+
+def _window_padding(padding, sizes, windows, strides, base_dil, win_dil, who):
+    """Explicit (low, high) pairs from pairs, "VALID" or "SAME" (XLA's rule: output size
+    ceil(size / stride), the extra padding split with the odd one high)."""
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode == "VALID":
+            return [(0, 0)] * len(sizes)
+        if mode != "SAME":
+            raise InvalidArgumentError(f"{who}: padding must be 'SAME', 'VALID' or (low, high) pairs, got {padding!r}")
+        pads = []
+        for n, k, s, bd, wd in zip(sizes, windows, strides, base_dil, win_dil):
+            size = (n - 1) * bd + 1 if n else 0
+            extent = (k - 1) * wd + 1 if k else 0
+            out = -(-size // s)
+            total = max((out - 1) * s + extent - size, 0)
+            pads.append((total // 2, total - total // 2))
+        return pads
+    try:
+        pads = [tuple(int(v) for v in p) for p in padding]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{who}: padding must be 'SAME', 'VALID' or (low, high) pairs, got {padding!r}") from None
+    if any(len(p) != 2 for p in pads):
+        raise InvalidArgumentError(f"{who}: padding must be (low, high) pairs, got {padding!r}")
+    return pads
+
+
+class OpsMixin:
+    """Elementwise, shape and contraction ops of :class:`~ifrtpy.builder.Builder`."""
+
+    # -- elementwise -----------------------------------------------------------------------------
+
+    def _unary(self, op: str, x) -> Value:
+        x = self._operand(x, op)
+        shape, dtype = _infer.unary(op, x)
+        return self._op1(_UNARY[op], [x], shape, dtype)
+
+    def _binary(self, op: str, x, y) -> Value:
+        if not isinstance(x, Value) and isinstance(y, Value):
+            x = self._operand(x, op, like=y)
+        x = self._operand(x, op)
+        y = self._operand(y, op, like=x)
+        shape, dtype = _infer.binary(op, x, y)
+        return self._op1(_BINARY[op], [x, y], shape, dtype)
+
+    def add(self, x, y) -> Value: return self._binary("add", x, y)  # noqa: E704
+    def sub(self, x, y) -> Value: return self._binary("sub", x, y)  # noqa: E704
+    def mul(self, x, y) -> Value: return self._binary("mul", x, y)  # noqa: E704
+    def div(self, x, y) -> Value:  # noqa: E704
+        """Division; integers round toward zero."""
+        return self._binary("div", x, y)
+    def rem(self, x, y) -> Value:  # noqa: E704
+        """Remainder with the dividend's sign (C's fmod, ``np.fmod``)."""
+        return self._binary("rem", x, y)
+    def max(self, x, y) -> Value: return self._binary("max", x, y)  # noqa: E704
+    def min(self, x, y) -> Value: return self._binary("min", x, y)  # noqa: E704
+    def pow(self, x, y) -> Value: return self._binary("pow", x, y)  # noqa: E704
+    def and_(self, x, y) -> Value: return self._binary("and", x, y)  # noqa: E704
+    def or_(self, x, y) -> Value: return self._binary("or", x, y)  # noqa: E704
+    def xor(self, x, y) -> Value: return self._binary("xor", x, y)  # noqa: E704
+
+    def neg(self, x) -> Value: return self._unary("neg", x)  # noqa: E704
+    def abs(self, x) -> Value:  # noqa: E704
+        """Absolute value (the magnitude, as a real, for complex)."""
+        return self._unary("abs", x)
+    def sign(self, x) -> Value: return self._unary("sign", x)  # noqa: E704
+    def exp(self, x) -> Value: return self._unary("exp", x)  # noqa: E704
+    def log(self, x) -> Value: return self._unary("log", x)  # noqa: E704
+    def tanh(self, x) -> Value: return self._unary("tanh", x)  # noqa: E704
+    def logistic(self, x) -> Value: return self._unary("logistic", x)  # noqa: E704
+    def sqrt(self, x) -> Value: return self._unary("sqrt", x)  # noqa: E704
+    def rsqrt(self, x) -> Value: return self._unary("rsqrt", x)  # noqa: E704
+    def floor(self, x) -> Value: return self._unary("floor", x)  # noqa: E704
+    def ceil(self, x) -> Value: return self._unary("ceil", x)  # noqa: E704
+    def round(self, x) -> Value:  # noqa: E704
+        """Round half away from zero (XLA's Round)."""
+        return self._unary("round", x)
+    def round_nearest_even(self, x) -> Value:  # noqa: E704
+        """Round half to even (``np.round``)."""
+        return self._unary("round_nearest_even", x)
+    def not_(self, x) -> Value:  # noqa: E704
+        """Logical not for pred, bitwise not for integers."""
+        return self._unary("not", x)
+
+    def compare(self, x, y, direction: str) -> Value:
+        """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred."""
+        op = f"compare {direction}"
+        if not isinstance(x, Value) and isinstance(y, Value):
+            x = self._operand(x, op, like=y)
+        x = self._operand(x, op)
+        y = self._operand(y, op, like=x)
+        direction = str(direction).upper()
+        shape, dtype = _infer.compare("compare", x, y, direction)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"comparison_direction": stablehlo.ComparisonDirectionAttr.get(direction),
+                     "compare_type": stablehlo.ComparisonTypeAttr.get(_infer.compare_type(x.dtype))}
+        return self._op1("stablehlo.compare", [x, y], shape, dtype, attrs)
+
+    def eq(self, x, y) -> Value: return self.compare(x, y, "EQ")  # noqa: E704
+    def ne(self, x, y) -> Value: return self.compare(x, y, "NE")  # noqa: E704
+    def lt(self, x, y) -> Value: return self.compare(x, y, "LT")  # noqa: E704
+    def le(self, x, y) -> Value: return self.compare(x, y, "LE")  # noqa: E704
+    def gt(self, x, y) -> Value: return self.compare(x, y, "GT")  # noqa: E704
+    def ge(self, x, y) -> Value: return self.compare(x, y, "GE")  # noqa: E704
+
+    def select(self, pred, on_true, on_false) -> Value:
+        """``np.where(pred, on_true, on_false)``; pred is a scalar or has their shape."""
+        pred = self._operand(pred, "select")
+        if not isinstance(on_true, Value) and isinstance(on_false, Value):
+            on_true = self._operand(on_true, "select", like=on_false)
+        on_true = self._operand(on_true, "select")
+        on_false = self._operand(on_false, "select", like=on_true)
+        shape, dtype = _infer.select("select", pred, on_true, on_false)
+        return self._op1("stablehlo.select", [pred, on_true, on_false], shape, dtype)
+
+    def clamp(self, lo, x, hi) -> Value:
+        """``np.clip(x, lo, hi)``; bounds are scalars or have x's shape."""
+        x = self._operand(x, "clamp")
+        lo = self._operand(lo, "clamp", like=x)
+        hi = self._operand(hi, "clamp", like=x)
+        shape, dtype = _infer.clamp("clamp", lo, x, hi)
+        return self._op1("stablehlo.clamp", [lo, x, hi], shape, dtype)
+
+    def convert(self, x, dtype: Any) -> Value:
+        """Elementwise conversion (``x.astype(dtype)``; floats to integers round toward zero)."""
+        x = self._operand(x, "convert")
+        shape, dtype = _infer.convert("convert", x, as_dtype(dtype, "convert"))
+        return self._op1("stablehlo.convert", [x], shape, dtype)
+
+    def bitcast_convert(self, x, dtype: Any) -> Value:
+        """Reinterpret the bits (``x.view(dtype)``); a wider source gains a minor dimension,
+        a narrower one loses its last dimension."""
+        x = self._operand(x, "bitcast_convert")
+        shape, dtype = _infer.bitcast_convert("bitcast_convert", x, as_dtype(dtype, "bitcast_convert"))
+        return self._op1("stablehlo.bitcast_convert", [x], shape, dtype)
+
+    # -- shapes ----------------------------------------------------------------------------------
+
+    def iota(self, shape: Sequence[int], dtype: Any, dimension: int = 0) -> Value:
+        """Values counting along ``dimension``, broadcast over the others."""
+        shape = as_dims(shape, "iota", "shape")
+        shape, dtype = _infer.iota("iota", shape, as_dtype(dtype, "iota"), int(dimension))
+        with self._ctx:
+            attrs = {"iota_dimension": self._i64(dimension)}
+        return self._op1("stablehlo.iota", [], shape, dtype, attrs)
+
+    def broadcast_in_dim(self, x, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> Value:
+        """Operand dimension i becomes result dimension ``broadcast_dimensions[i]`` (of size
+        1 or equal); the others are new."""
+        x = self._operand(x, "broadcast_in_dim")
+        shape = as_dims(shape, "broadcast_in_dim", "shape")
+        dims = as_dims(broadcast_dimensions, "broadcast_in_dim", "broadcast_dimensions")
+        shape, dtype = _infer.broadcast_in_dim("broadcast_in_dim", x, shape, dims)
+        with self._ctx:
+            attrs = {"broadcast_dimensions": self._i64s(dims)}
+        return self._op1("stablehlo.broadcast_in_dim", [x], shape, dtype, attrs)
+
+    def broadcast_to(self, x, shape: Sequence[int]) -> Value:
+        """``np.broadcast_to``: NumPy's rule (trailing dimensions aligned)."""
+        x = self._operand(x, "broadcast_to")
+        shape = as_dims(shape, "broadcast_to", "shape")
+        dims = _infer.broadcast_to("broadcast_to", x, shape)
+        return x if tuple(shape) == tuple(x.shape) else self.broadcast_in_dim(x, shape, dims)
+
+    def reshape(self, x, shape: Sequence[int]) -> Value:
+        """``x.reshape(shape)`` (row-major)."""
+        x = self._operand(x, "reshape")
+        shape, dtype = _infer.reshape("reshape", x, as_dims(shape, "reshape", "shape"))
+        return self._op1("stablehlo.reshape", [x], shape, dtype)
+
+    def transpose(self, x, permutation: Sequence[int]) -> Value:
+        """``np.transpose(x, permutation)``."""
+        x = self._operand(x, "transpose")
+        perm = as_dims(permutation, "transpose", "permutation")
+        shape, dtype = _infer.transpose("transpose", x, perm)
+        with self._ctx:
+            attrs = {"permutation": self._i64s(perm)}
+        return self._op1("stablehlo.transpose", [x], shape, dtype, attrs)
+
+    def slice(self, x, start: Sequence[int], limit: Sequence[int],
+              strides: Optional[Sequence[int]] = None) -> Value:
+        """``x[start0:limit0:stride0, ...]`` with static, in-range bounds."""
+        x = self._operand(x, "slice")
+        start = as_dims(start, "slice", "start")
+        limit = as_dims(limit, "slice", "limit")
+        strides = (1,) * len(start) if strides is None else as_dims(strides, "slice", "strides")
+        shape, dtype = _infer.slice_("slice", x, start, limit, strides)
+        with self._ctx:
+            attrs = {"start_indices": self._i64s(start), "limit_indices": self._i64s(limit),
+                     "strides": self._i64s(strides)}
+        return self._op1("stablehlo.slice", [x], shape, dtype, attrs)
+
+    def _indices(self, indices, op: str) -> list[Value]:
+        values = [i for i in indices if isinstance(i, Value)]
+        dtype = values[0].dtype if values else as_dtype("i32")
+        return [self._operand(i, op) if isinstance(i, Value) else self._scalar(i, dtype, op)
+                for i in indices]
+
+    def dynamic_slice(self, x, start_indices: Sequence[Union[Value, int]],
+                      slice_sizes: Sequence[int]) -> Value:
+        """A ``slice_sizes`` window of x at runtime ``start_indices`` (clamped so the window
+        stays inside x)."""
+        x = self._operand(x, "dynamic_slice")
+        indices = self._indices(start_indices, "dynamic_slice")
+        sizes = as_dims(slice_sizes, "dynamic_slice", "slice_sizes")
+        shape, dtype = _infer.dynamic_slice("dynamic_slice", x, indices, sizes)
+        with self._ctx:
+            attrs = {"slice_sizes": self._i64s(sizes)}
+        return self._op1("stablehlo.dynamic_slice", [x, *indices], shape, dtype, attrs)
+
+    def dynamic_update_slice(self, x, update, start_indices: Sequence[Union[Value, int]]) -> Value:
+        """x with ``update`` written at runtime ``start_indices`` (clamped)."""
+        x = self._operand(x, "dynamic_update_slice")
+        update = self._operand(update, "dynamic_update_slice")
+        indices = self._indices(start_indices, "dynamic_update_slice")
+        shape, dtype = _infer.dynamic_update_slice("dynamic_update_slice", x, update, indices)
+        return self._op1("stablehlo.dynamic_update_slice", [x, update, *indices], shape, dtype)
+
+    def concatenate(self, xs: Sequence, dimension: int) -> Value:
+        """``np.concatenate(xs, dimension)``."""
+        xs = [self._operand(x, "concatenate") for x in xs]
+        shape, dtype = _infer.concatenate("concatenate", xs, int(dimension))
+        with self._ctx:
+            attrs = {"dimension": self._i64(dimension)}
+        return self._op1("stablehlo.concatenate", xs, shape, dtype, attrs)
+
+    def pad(self, x, padding_value, low: Sequence[int], high: Sequence[int],
+            interior: Optional[Sequence[int]] = None) -> Value:
+        """Pad with ``padding_value``: ``low``/``high`` elements at each end (negative
+        crops), ``interior`` between elements."""
+        x = self._operand(x, "pad")
+        value = self._operand(padding_value, "pad", like=_ScalarLike(x))
+        low = as_dims(low, "pad", "low")
+        high = as_dims(high, "pad", "high")
+        interior = (0,) * len(low) if interior is None else as_dims(interior, "pad", "interior")
+        shape, dtype = _infer.pad("pad", x, value, low, high, interior)
+        with self._ctx:
+            attrs = {"edge_padding_low": self._i64s(low), "edge_padding_high": self._i64s(high),
+                     "interior_padding": self._i64s(interior)}
+        return self._op1("stablehlo.pad", [x, value], shape, dtype, attrs)
+
+    def reverse(self, x, dimensions: Sequence[int]) -> Value:
+        """``np.flip(x, dimensions)``."""
+        x = self._operand(x, "reverse")
+        dims = as_dims(dimensions, "reverse", "dimensions")
+        shape, dtype = _infer.reverse("reverse", x, dims)
+        with self._ctx:
+            attrs = {"dimensions": self._i64s(dims)}
+        return self._op1("stablehlo.reverse", [x], shape, dtype, attrs)
+
+    # -- contractions ----------------------------------------------------------------------------
+
+    def _precision(self, op, operands, precision):
+        from jaxlib.mlir.dialects import stablehlo
+        pair = _infer.precision(op, operands, precision)
+        return self._ir.ArrayAttr.get([stablehlo.PrecisionAttr.get(p) for p in pair])
+
+    def dot_general(self, lhs, rhs, contracting_dims, batch_dims=((), ()),
+                    precision: Any = None, preferred_element_type: Any = None) -> Value:
+        """``lax.dot_general``: result dims are batch, lhs free, rhs free. ``precision``:
+        "DEFAULT", "HIGH", "HIGHEST" or a pair (lhs, rhs)."""
+        lhs = self._operand(lhs, "dot_general")
+        rhs = self._operand(rhs, "dot_general")
+        lc, rc = (as_dims(d, "dot_general", "contracting_dims") for d in contracting_dims)
+        lb, rb = (as_dims(d, "dot_general", "batch_dims") for d in batch_dims)
+        preferred = None if preferred_element_type is None else as_dtype(preferred_element_type, "dot_general")
+        shape, dtype = _infer.dot_general("dot_general", lhs, rhs, (lc, rc), (lb, rb), preferred)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"dot_dimension_numbers": stablehlo.DotDimensionNumbers.get(lb, rb, lc, rc),
+                     "precision_config": self._precision("dot_general", [lhs, rhs], precision)}
+        return self._op1("stablehlo.dot_general", [lhs, rhs], shape, dtype, attrs)
+
+    def dot(self, lhs, rhs, precision: Any = None, preferred_element_type: Any = None) -> Value:
+        """Vector/matrix products of rank 1 or 2 operands (``np.dot``)."""
+        lhs = self._operand(lhs, "dot")
+        rhs = self._operand(rhs, "dot")
+        lc, rc = _infer.dot_dims("dot", lhs, rhs)
+        return self.dot_general(lhs, rhs, ((lc,), (rc,)), ((), ()), precision, preferred_element_type)
+
+    def conv_general_dilated(self, lhs, rhs, window_strides: Sequence[int], padding: Any,
+                             lhs_dilation: Optional[Sequence[int]] = None,
+                             rhs_dilation: Optional[Sequence[int]] = None,
+                             dimension_numbers: Any = None, feature_group_count: int = 1,
+                             batch_group_count: int = 1, precision: Any = None,
+                             preferred_element_type: Any = None) -> Value:
+        """``lax.conv_general_dilated`` (a cross-correlation): ``padding`` is "SAME",
+        "VALID" or (low, high) per spatial dimension; ``dimension_numbers`` see
+        :func:`conv_dimension_numbers`."""
+        op = "conv_general_dilated"
+        lhs = self._operand(lhs, op)
+        rhs = self._operand(rhs, op)
+        rank = lhs.rank
+        dn = conv_dimension_numbers(rank, dimension_numbers)
+        nsp = max(rank - 2, 0)
+        strides = as_dims(window_strides, op, "window_strides")
+        lhs_dil = (1,) * nsp if lhs_dilation is None else as_dims(lhs_dilation, op, "lhs_dilation")
+        rhs_dil = (1,) * nsp if rhs_dilation is None else as_dims(rhs_dilation, op, "rhs_dilation")
+        if len(dn.lhs_spec) == rank == rhs.rank and len(strides) == len(lhs_dil) == len(rhs_dil) == nsp:
+            sizes = [lhs.shape[d] for d in dn.lhs_spec[2:]]
+            windows = [rhs.shape[d] for d in dn.rhs_spec[2:]]
+            pads = _window_padding(padding, sizes, windows, strides, lhs_dil, rhs_dil, op)
+        else:
+            pads = [] if isinstance(padding, str) else _window_padding(padding, [], [], [], [], [], op)
+        preferred = None if preferred_element_type is None else as_dtype(preferred_element_type, op)
+        nested = ((dn.lhs_spec[0], dn.lhs_spec[1], dn.lhs_spec[2:]),
+                  (dn.rhs_spec[0], dn.rhs_spec[1], dn.rhs_spec[2:]),
+                  (dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:]))
+        shape, dtype = _infer.conv(op, lhs, rhs, nested, strides, pads, lhs_dil, rhs_dil,
+                                   int(feature_group_count), int(batch_group_count), preferred)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {
+                "window_strides": self._i64s(strides),
+                "padding": self._pairs(pads),
+                "lhs_dilation": self._i64s(lhs_dil),
+                "rhs_dilation": self._i64s(rhs_dil),
+                "dimension_numbers": stablehlo.ConvDimensionNumbers.get(
+                    dn.lhs_spec[0], dn.lhs_spec[1], list(dn.lhs_spec[2:]),
+                    dn.rhs_spec[1], dn.rhs_spec[0], list(dn.rhs_spec[2:]),
+                    dn.out_spec[0], dn.out_spec[1], list(dn.out_spec[2:])),
+                "feature_group_count": self._i64(feature_group_count),
+                "batch_group_count": self._i64(batch_group_count),
+                "precision_config": self._precision(op, [lhs, rhs], precision),
+            }
+        return self._op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
+
+
+class _ScalarLike:
+    """Makes ``_operand`` turn a Python scalar into a scalar (not a broadcast) constant."""
+
+    def __init__(self, value: Value):
+        self.dtype = value.dtype
+        self.shape = Shape(())

@@ -1,0 +1,336 @@
+"""Ops with regions: reduce, reduce_window, sort, scatter (computations over scalars), gather,
+and control flow (while_loop, cond, case) whose bodies are Python functions building into
+nested regions."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence, Union
+
+import ml_dtypes
+import numpy as np
+
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.shape import Shape
+
+from ifrtpy.builder import _infer
+from ifrtpy.builder._ops import _window_padding
+from ifrtpy.builder._types import COMPLEX, FLOAT, INTEGER, PRED, as_dims
+from ifrtpy.builder._value import Value
+
+#: Named reductions: the binary op, and the identity (init value) as a function of the dtype.
+REDUCTIONS = ("sum", "prod", "max", "min", "and", "or")
+_COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min", "and": "and_", "or": "or_",
+            "add": "add", "mul": "mul"}
+
+
+def identity(computation: str, dtype: DType):
+    """The init value that makes ``computation`` a plain reduction over ``dtype``."""
+    np_dtype = dtype.to_numpy()
+    kind = dtype.kind
+    if computation in ("sum", "or"):
+        return np.zeros((), np_dtype)
+    if computation == "prod":
+        return np.ones((), np_dtype)
+    if computation == "and":
+        return np.asarray(True) if kind in PRED else np.asarray(-1).astype(np_dtype)
+    if kind in PRED:
+        return np.asarray(computation == "min")
+    if kind in INTEGER:
+        info = ml_dtypes.iinfo(np_dtype)
+        return np.asarray(info.min if computation == "max" else info.max, np_dtype)
+    if kind in FLOAT:
+        with np.errstate(all="ignore"):
+            has_inf = np.isinf(np.asarray(np.inf).astype(np_dtype).astype(np.float32))
+        if has_inf:
+            return np.asarray(-np.inf if computation == "max" else np.inf, np_dtype)
+        info = ml_dtypes.finfo(np_dtype)  # no infinity (some f8 types): the extremes
+        return np.asarray(info.min if computation == "max" else info.max, np_dtype)
+    raise InvalidArgumentError(f"reduce: no {computation} identity for {dtype}")
+
+
+def _as_list(x) -> tuple[list, bool]:
+    if isinstance(x, (tuple, list)):
+        return list(x), True
+    return [x], False
+
+
+class RegionOpsMixin:
+    """Region-carrying ops of :class:`~ifrtpy.builder.Builder`."""
+
+    def _computation(self, op: str, computation: Union[str, Callable], n: int) -> Callable:
+        """A Python function over ``2n`` scalars for a named or given computation."""
+        if callable(computation):
+            return computation
+        name = str(computation)
+        if name not in _COMBINE:
+            raise InvalidArgumentError(
+                f"{op}: computation must be one of {', '.join(REDUCTIONS)} or a function, got {computation!r}")
+        if n != 1:
+            raise InvalidArgumentError(f"{op}: a named computation takes one input; give a "
+                                       f"function for {n} inputs")
+        return lambda a, b: getattr(self, _COMBINE[name])(a, b)
+
+    def _reduction_inputs(self, op, operands, init_values, computation):
+        xs, many = _as_list(operands)
+        xs = [self._operand(x, op) for x in xs]
+        if init_values is None:
+            if callable(computation) or len(xs) != 1:
+                raise InvalidArgumentError(f"{op}: init_values are needed with a computation function")
+            init_values = [identity(str(computation), xs[0].dtype)]
+        inits, _ = _as_list(init_values)
+        inits = [self._operand(v, op) if isinstance(v, Value) else self._scalar(
+            v.item() if isinstance(v, np.ndarray) else v, x.dtype, op) for v, x in zip(inits, xs)] \
+            + [self._operand(v, op) for v in inits[len(xs):]]
+        return xs, inits, many
+
+    def _fill_computation(self, op_name, operation, index, dtypes, fn, what):
+        scalars = [(Shape(()), d) for d in dtypes]
+        got = self._region(operation, index, scalars + scalars if what != "comparator" else
+                           [t for d in dtypes for t in ((Shape(()), d), (Shape(()), d))],
+                           fn, f"the {what} of {op_name}", isolated=True,
+                           result_like=dtypes if what != "comparator" else None)
+        return got
+
+    def reduce(self, operands, init_values=None, dimensions: Sequence[int] = (),
+               computation: Union[str, Callable] = "sum"):
+        """Reduce ``dimensions`` away with ``computation``: "sum", "prod", "max", "min",
+        "and", "or" (init values default to the identity), or a function of ``2n`` scalars
+        (n accumulators, then n inputs) returning n scalars. A list of operands gives a
+        tuple of results."""
+        op = "reduce"
+        xs, inits, many = self._reduction_inputs(op, operands, init_values, computation)
+        dims = as_dims(dimensions, op, "dimensions")
+        types = _infer.reduce(op, xs, inits, dims)
+        fn = self._computation(op, computation, len(xs))
+        with self._ctx:
+            attrs = {"dimensions": self._i64s(dims)}
+        operation = self._emit("stablehlo.reduce", xs + inits, types, attrs, regions=1)
+        got = self._fill_computation(op, operation, 0, [x.dtype for x in xs], fn, "computation")
+        _infer.region_results(op, "the computation", got, [(Shape(()), x.dtype) for x in xs])
+        values = self._wrap(operation, types)
+        return tuple(values) if many else values[0]
+
+    def reduce_window(self, operands, init_values=None, computation: Union[str, Callable] = "sum",
+                      window_dimensions: Sequence[int] = (), window_strides=None,
+                      padding: Any = "VALID", base_dilations=None, window_dilations=None):
+        """Reduce each window (as ``lax.reduce_window``); ``padding`` "VALID", "SAME" or
+        (low, high) pairs, padded with the init value."""
+        op = "reduce_window"
+        xs, inits, many = self._reduction_inputs(op, operands, init_values, computation)
+        window = as_dims(window_dimensions, op, "window_dimensions")
+        rank = xs[0].rank
+        strides = (1,) * rank if window_strides is None else as_dims(window_strides, op, "window_strides")
+        base = (1,) * rank if base_dilations is None else as_dims(base_dilations, op, "base_dilations")
+        wdil = (1,) * rank if window_dilations is None else as_dims(window_dilations, op, "window_dilations")
+        if len(window) == len(strides) == len(base) == len(wdil) == rank:
+            pads = _window_padding(padding, xs[0].shape, window, strides, base, wdil, op)
+        else:
+            pads = [] if isinstance(padding, str) else _window_padding(padding, [], [], [], [], [], op)
+        types = _infer.reduce_window(op, xs, inits, window, strides, base, wdil, pads)
+        fn = self._computation(op, computation, len(xs))
+        with self._ctx:
+            attrs = {"window_dimensions": self._i64s(window), "window_strides": self._i64s(strides),
+                     "base_dilations": self._i64s(base), "window_dilations": self._i64s(wdil),
+                     "padding": self._pairs(pads)}
+        operation = self._emit("stablehlo.reduce_window", xs + inits, types, attrs, regions=1)
+        got = self._fill_computation(op, operation, 0, [x.dtype for x in xs], fn, "computation")
+        _infer.region_results(op, "the computation", got, [(Shape(()), x.dtype) for x in xs])
+        values = self._wrap(operation, types)
+        return tuple(values) if many else values[0]
+
+    def sort(self, operands, dimension: int = -1, is_stable: bool = True,
+             comparator: Optional[Callable] = None, descending: bool = False, num_keys: int = 1):
+        """Sort along ``dimension``. Without a ``comparator``, lexicographically by the first
+        ``num_keys`` operands (ascending, or ``descending``; floats in total order); the
+        other operands follow. A ``comparator`` gets ``(a0, b0, a1, b1, ...)`` scalars and
+        returns pred: whether a sorts before b."""
+        op = "sort"
+        xs, many = _as_list(operands)
+        xs = [self._operand(x, op) for x in xs]
+        types = _infer.sort(op, xs, int(dimension))
+        dim = int(dimension) % xs[0].rank
+        if comparator is None:
+            if not 1 <= num_keys <= len(xs):
+                raise _infer.fail(op, xs, f"num_keys {num_keys} must be in [1, {len(xs)}]")
+            for x in xs[:num_keys]:
+                if x.dtype.kind in COMPLEX:
+                    raise _infer.fail(op, xs, "complex keys need a comparator")
+            comparator = self._default_comparator(xs[:num_keys], descending)
+        with self._ctx:
+            attrs = {"dimension": self._i64(dim), "is_stable": self._bool(is_stable)}
+        operation = self._emit("stablehlo.sort", xs, types, attrs, regions=1)
+        got = self._fill_computation(op, operation, 0, [x.dtype for x in xs], comparator, "comparator")
+        _infer.region_results(op, "the comparator", got, [(Shape(()), DType(DType.Kind.PRED))])
+        values = self._wrap(operation, types)
+        return tuple(values) if many else values[0]
+
+    def _default_comparator(self, keys, descending: bool):
+        from jaxlib.mlir.dialects import stablehlo
+
+        def compare(a, b, direction):
+            kind = "TOTALORDER" if a.dtype.kind in FLOAT else _infer.compare_type(a.dtype)
+            with self._ctx:
+                attrs = {"comparison_direction": stablehlo.ComparisonDirectionAttr.get(direction),
+                         "compare_type": stablehlo.ComparisonTypeAttr.get(kind)}
+            return self._op1("stablehlo.compare", [a, b], Shape(()), DType(DType.Kind.PRED), attrs)
+
+        first = "GT" if descending else "LT"
+
+        def comparator(*args):
+            # lexicographic: a < b on key 0, or equal there and a < b on key 1, ...
+            result = None
+            for k in reversed(range(len(keys))):
+                a, b = args[2 * k], args[2 * k + 1]
+                less = compare(a, b, first)
+                if result is None:
+                    result = less
+                else:
+                    result = self.or_(less, self.and_(compare(a, b, "EQ"), result))
+            return result
+        return comparator
+
+    # -- gather and scatter --------------------------------------------------------------------
+
+    def gather(self, operand, start_indices, *, offset_dims: Sequence[int],
+               collapsed_slice_dims: Sequence[int], start_index_map: Sequence[int],
+               slice_sizes: Sequence[int], index_vector_dim: Optional[int] = None,
+               indices_are_sorted: bool = False) -> Value:
+        """StableHLO gather (without batching dims): slices of ``slice_sizes`` at the
+        positions ``start_indices`` gives (clamped into range). ``index_vector_dim``
+        defaults to the last dimension of the indices."""
+        op = "gather"
+        x = self._operand(operand, op)
+        idx = self._operand(start_indices, op)
+        ivd = idx.rank - 1 if index_vector_dim is None else int(index_vector_dim)
+        offset = as_dims(offset_dims, op, "offset_dims")
+        collapsed = as_dims(collapsed_slice_dims, op, "collapsed_slice_dims")
+        smap = as_dims(start_index_map, op, "start_index_map")
+        sizes = as_dims(slice_sizes, op, "slice_sizes")
+        shape, dtype = _infer.gather(op, x, idx, offset, collapsed, smap, ivd, sizes)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"dimension_numbers": stablehlo.GatherDimensionNumbers.get(
+                         offset, collapsed, [], [], smap, ivd),
+                     "slice_sizes": self._i64s(sizes),
+                     "indices_are_sorted": self._bool(indices_are_sorted)}
+        return self._op1("stablehlo.gather", [x, idx], shape, dtype, attrs)
+
+    def take(self, x, indices, axis: int = 0) -> Value:
+        """``np.take(x, indices, axis)`` for in-range indices (out-of-range ones clamp)."""
+        x = self._operand(x, "take")
+        idx = self._operand(indices, "take")
+        if not -x.rank <= axis < x.rank:
+            raise _infer.fail("take", [x, idx], f"axis {axis} is out of range for rank {x.rank}")
+        axis %= x.rank
+        k = idx.rank
+        offset = tuple(range(axis)) + tuple(range(axis + k, x.rank - 1 + k))
+        sizes = tuple(1 if i == axis else d for i, d in enumerate(x.shape))
+        return self.gather(x, idx, offset_dims=offset, collapsed_slice_dims=(axis,),
+                           start_index_map=(axis,), slice_sizes=sizes, index_vector_dim=k)
+
+    def scatter(self, operand, scatter_indices, updates, computation: Union[str, Callable] = "set",
+                *, update_window_dims: Sequence[int], inserted_window_dims: Sequence[int],
+                scatter_dims_to_operand_dims: Sequence[int], index_vector_dim: Optional[int] = None,
+                indices_are_sorted: bool = False, unique_indices: bool = False) -> Value:
+        """StableHLO scatter (one operand, no batching dims): combine ``updates`` into the
+        operand at ``scatter_indices`` with ``computation``: "set" (replace), "add", "mul",
+        "max", "min", or a function (current, update) -> new. Out-of-range updates are
+        dropped."""
+        op = "scatter"
+        x = self._operand(operand, op)
+        idx = self._operand(scatter_indices, op)
+        upd = self._operand(updates, op)
+        ivd = idx.rank - 1 if index_vector_dim is None else int(index_vector_dim)
+        window = as_dims(update_window_dims, op, "update_window_dims")
+        inserted = as_dims(inserted_window_dims, op, "inserted_window_dims")
+        sdims = as_dims(scatter_dims_to_operand_dims, op, "scatter_dims_to_operand_dims")
+        shape, dtype = _infer.scatter(op, x, idx, upd, window, inserted, sdims, ivd)
+        fn = (lambda current, new: new) if computation == "set" else self._computation(op, computation, 1)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"scatter_dimension_numbers": stablehlo.ScatterDimensionNumbers.get(
+                         window, inserted, [], [], sdims, ivd),
+                     "indices_are_sorted": self._bool(indices_are_sorted),
+                     "unique_indices": self._bool(unique_indices)}
+        operation = self._emit("stablehlo.scatter", [x, idx, upd], [(shape, dtype)], attrs, regions=1)
+        got = self._fill_computation(op, operation, 0, [dtype], fn, "computation")
+        _infer.region_results(op, "the computation", got, [(Shape(()), dtype)])
+        return self._wrap(operation, [(shape, dtype)])[0]
+
+    def scatter_along(self, x, indices, updates, axis: int = 0,
+                      computation: Union[str, Callable] = "add") -> Value:
+        """Combine ``updates`` (shaped like ``take(x, indices, axis)``) into x at
+        ``indices`` along ``axis``: "add" is ``np.add.at``, "set" assignment."""
+        x = self._operand(x, "scatter_along")
+        idx = self._operand(indices, "scatter_along")
+        if not -x.rank <= axis < x.rank:
+            raise _infer.fail("scatter_along", [x, idx], f"axis {axis} is out of range for rank {x.rank}")
+        axis %= x.rank
+        k = idx.rank
+        window = tuple(range(axis)) + tuple(range(axis + k, x.rank - 1 + k))
+        return self.scatter(x, idx, updates, computation, update_window_dims=window,
+                            inserted_window_dims=(axis,), scatter_dims_to_operand_dims=(axis,),
+                            index_vector_dim=k)
+
+    # -- control flow --------------------------------------------------------------------------
+
+    def while_loop(self, cond: Callable, body: Callable, init):
+        """Loop ``state = body(*state)`` while ``cond(*state)`` (a pred scalar). ``init`` is
+        a Value or a tuple of them; so is the result. The functions build with this
+        builder and may use values from outside."""
+        op = "while_loop"
+        values, many = _as_list(init)
+        values = [self._operand(v, op) for v in values]
+        types = [(v.shape, v.dtype) for v in values]
+        operation = self._emit("stablehlo.while", values, types, regions=2)
+        got = self._region(operation, 0, types, cond, "the condition of while_loop", isolated=False)
+        _infer.region_results(op, "the condition", got, [(Shape(()), DType(DType.Kind.PRED))])
+        got = self._region(operation, 1, types, body, "the body of while_loop", isolated=False)
+        _infer.region_results(op, "the body", got, types)
+        results = self._wrap(operation, types)
+        return tuple(results) if many else results[0]
+
+    def _branches(self, op: str, name: str, selector: Value, fns: Sequence[Callable]):
+        """Emit an op with one region per function (no arguments); the first function's
+        results give the types the others must match. The regions are built in a detached
+        scratch op first (the result types are known only then), then moved."""
+        ir = self._ir
+        from ifrtpy.builder._core import _caller_location
+        with self._ctx:
+            scratch = ir.Operation.create(name, results=[], operands=[], regions=len(fns),
+                                          loc=_caller_location(ir))
+        try:
+            got = [self._region(scratch, i, [], fn, f"branch {i} of {op}", isolated=False)
+                   for i, fn in enumerate(fns)]
+            types = got[0]
+            for i, g in enumerate(got[1:], 1):
+                _infer.region_results(op, f"branch {i}", g, types)
+            operation = self._emit(name, [selector], types, regions=len(fns))
+            with self._ctx:
+                for i in range(len(fns)):
+                    scratch.regions[i].blocks[0].append_to(operation.regions[i])
+        finally:
+            with self._ctx:
+                scratch.erase()
+        return self._wrap(operation, types), got[0].many
+
+    def cond(self, pred, true_fn: Callable, false_fn: Callable):
+        """``true_fn()`` if the pred scalar holds, else ``false_fn()``: both return the same
+        types (a Value or a tuple) and may use values from outside."""
+        pred = self._operand(pred, "cond")
+        if pred.shape != () or pred.dtype.kind not in PRED:
+            raise _infer.fail("cond", [pred], "the predicate must be a pred scalar")
+        results, many = self._branches("cond", "stablehlo.if", pred, [true_fn, false_fn])
+        return tuple(results) if many else results[0]
+
+    def case(self, index, branches: Sequence[Callable]):
+        """``branches[index]()``; an out-of-range index runs the last branch. ``index`` is
+        an s32 scalar."""
+        index = self._operand(index, "case")
+        if index.shape != () or index.dtype.kind != DType.Kind.S32:
+            raise _infer.fail("case", [index], "the index must be an s32 scalar")
+        if not branches:
+            raise _infer.fail("case", [index], "needs at least one branch")
+        results, many = self._branches("case", "stablehlo.case", index, list(branches))
+        return tuple(results) if many else results[0]

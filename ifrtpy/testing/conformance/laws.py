@@ -1,0 +1,351 @@
+"""Laws every backend's arrays keep, checked against NumPy with hypothesis.
+
+Host arrays of every dtype and shape (:mod:`ifrtpy.testing.strategies`) go through every
+sharding kind, over random device subsets and orders, in every memory kind the devices
+share; values are compared byte-wise (floats may hold NaNs). A backend that cannot hold
+arrays over several devices (its ``make_array_from_host_buffer`` raises
+UnimplementedError for a 2-device replicated sharding) is held to the laws with
+single-device shardings only; one that lacks an operation a law needs skips that law
+with its UnimplementedError message.
+
+Import the tests into a backend's test module with a ``client`` fixture (see
+:mod:`ifrtpy.testing.conformance`). The number of examples is hypothesis's profile
+(``ci``, ``dev``, ``debug``: :func:`ifrtpy.testing.strategies.register_profiles`).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ifrtpy as ifrt
+from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.shape import Shape
+from ifrtpy.sharding import SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.testing import strategies as S
+from ifrtpy.testing.asserts import assert_per_shard_data, assert_same_values
+from ifrtpy.testing.conformance import _wrap_module_cases, unimplemented_is_skip
+
+ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
+REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
+DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
+ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+TIMEOUT_S = 10.0
+
+# The client fixture is module or session scoped: it is not reset between examples.
+_FIXTURE = settings(suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+_multi_device: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def holds_multi_device_arrays(client) -> bool:
+    """Whether ``client`` can put an array on two devices (cached per client)."""
+    try:
+        return _multi_device[client]
+    except (KeyError, TypeError):
+        pass
+    devices = client.addressable_devices()
+    result = len(devices) >= 2
+    if result:
+        sharding = ifrt.ConcreteEvenSharding(devices[:2], [1], [1], True)
+        try:
+            client.make_array_from_host_buffer(np.zeros(1, np.int8), sharding)
+        except UnimplementedError:
+            result = False
+    try:
+        _multi_device[client] = result
+    except TypeError:
+        pass
+    return result
+
+
+def memory_kinds(client) -> list:
+    """The memory kinds every addressable device has, in the first device's order."""
+    devices = client.addressable_devices()
+    kinds = [m.kind for m in devices[0].memories()]
+    return [k for k in kinds if all(any(m.kind == k for m in d.memories()) for d in devices)]
+
+
+def shardings_for(client, shape, min_devices: int = 1) -> st.SearchStrategy:
+    """Shardings of an array of ``shape`` over the client's addressable devices, in any
+    shared memory kind; single-device ones only for a backend without multi-device
+    arrays."""
+    devices = client.addressable_devices()
+    kinds = memory_kinds(client)
+    if not holds_multi_device_arrays(client):
+        if min_devices > 1:
+            raise UnimplementedError(
+                f"{type(client).__name__} cannot hold arrays over several devices")
+        return st.builds(SingleDeviceSharding, st.sampled_from(devices),
+                         st.sampled_from([None, *kinds]))
+    return S.shardings(devices, shape, kinds).filter(lambda s: len(s.devices) >= min_devices)
+
+
+@st.composite
+def cases(draw, client, sub_byte=True, min_devices=1):
+    """(host array, sharding) for the client (see :func:`shardings_for`)."""
+    dtype = draw(S.dtypes(sub_byte=sub_byte))
+    shape = draw(S.shapes())
+    x = draw(S.host_arrays(dtype, shape))
+    return x, draw(shardings_for(client, shape, min_devices))
+
+
+def _strided(x: np.ndarray, layout: str) -> np.ndarray:
+    """An array equal to ``x`` laid out as ``layout`` says (a view with those strides)."""
+    if x.ndim == 0:
+        return x
+    if layout == "fortran":
+        return np.asfortranarray(x)
+    if layout == "reversed":  # negative strides
+        index = (slice(None, None, -1),) * x.ndim
+        return np.ascontiguousarray(x[index])[index]
+    if layout == "padded":  # every dimension strided by 2 elements
+        big = np.zeros([2 * n for n in x.shape], x.dtype)
+        index = (slice(None, None, 2),) * x.ndim
+        big[index] = x
+        return big[index]
+    return x
+
+
+def _host(array) -> np.ndarray:
+    return array.copy_to_host_buffer().result(timeout=TIMEOUT_S)
+
+
+# -- host <-> array -------------------------------------------------------------------------
+
+@_FIXTURE
+@given(data=st.data(), layout=st.sampled_from(["c", "fortran", "reversed", "padded"]))
+@unimplemented_is_skip
+def test_host_array_host_is_identity(client, data, layout):
+    x, sharding = data.draw(cases(client))
+    array = client.make_array_from_host_buffer(_strided(x, layout), sharding)
+    assert array.sharding is sharding
+    assert array.dtype == ifrt.DType.from_numpy(x.dtype)
+    assert array.shape == Shape(x.shape)
+    assert_same_values(np.asarray(array), x)
+    out = _strided(np.zeros_like(x), data.draw(st.sampled_from(["fortran", "reversed", "padded"])))
+    assert array.copy_to_host_buffer(out=out).result(timeout=TIMEOUT_S) is out
+    assert_same_values(out, x)
+
+
+@_FIXTURE
+@given(data=st.data(), semantics=st.sampled_from(list(HostBufferSemantics)))
+@unimplemented_is_skip
+def test_on_done_runs_once_and_then_the_host_data_is_free(client, data, semantics):
+    x, sharding = data.draw(cases(client))
+    host = x.copy()
+    calls = []
+    done = threading.Event()
+
+    def on_done():
+        calls.append(threading.get_ident())
+        done.set()
+
+    array = client.make_array_from_host_buffer(host, sharding, semantics, on_done)
+    if semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL:
+        assert len(calls) == 1
+    array.ready_future().result(timeout=TIMEOUT_S)
+    if not done.is_set() and semantics >= HostBufferSemantics.IMMUTABLE_ZERO_COPY:
+        del array  # a zero-copy array may use the data until it is freed
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done.is_set() and time.monotonic() < deadline:
+        gc.collect()
+        done.wait(0.01)
+    assert len(calls) == 1
+    host.reshape(-1).view(np.uint8)[...] = 0xAB  # the runtime must not read it any more
+    if "array" in locals():
+        assert_same_values(np.asarray(array), x)
+    assert len(calls) == 1
+
+
+@_FIXTURE
+@given(data=st.data())
+@unimplemented_is_skip
+def test_each_shard_is_the_numpy_slice_of_its_index_domain(client, data):
+    x, sharding = data.draw(cases(client))
+    array = client.make_array_from_host_buffer(x, sharding)
+    assert_per_shard_data(array, x)
+
+
+# -- assemble / disassemble -------------------------------------------------------------------
+
+@_FIXTURE
+@given(data=st.data(), split=st.sampled_from(list(ArrayCopySemantics)),
+       join=st.sampled_from(list(ArrayCopySemantics)))
+@unimplemented_is_skip
+def test_assemble_of_disassemble_is_identity(client, data, split, join):
+    x, sharding = data.draw(cases(client))
+    array = client.make_array_from_host_buffer(x, sharding)
+    shards = array.disassemble_into_single_device_arrays(split, ADDRESSABLE)
+    assert array.is_deleted() == (split == DONATE_INPUT)
+    again = client.assemble_array_from_single_device_arrays(
+        Shape(x.shape), sharding, shards, join, ADDRESSABLE)
+    assert again.sharding is sharding
+    for i, shard in enumerate(shards):
+        if shard is not again:  # a one-shard assemble may hand back its input
+            assert shard.is_deleted() == (join == DONATE_INPUT), i
+    assert_same_values(np.asarray(again), x)
+
+
+# -- reshard and copy -------------------------------------------------------------------------
+
+@_FIXTURE
+@given(data=st.data(), semantics=st.sampled_from([ALWAYS_COPY, DONATE_INPUT]))
+@unimplemented_is_skip
+def test_reshard_keeps_every_value(client, data, semantics):
+    x, source = data.draw(cases(client))
+    target = data.draw(shardings_for(client, x.shape))
+    array = client.make_array_from_host_buffer(x, source)
+    dtype = ifrt.DType.from_numpy(x.dtype)
+    (out,) = client.reshard_arrays([array], [ArraySpec(dtype, Shape(x.shape), target)], semantics)
+    assert out.sharding is target
+    assert array.is_deleted() == (semantics == DONATE_INPUT)
+    assert_same_values(np.asarray(out), x)
+    assert_per_shard_data(out, x)
+    if semantics == ALWAYS_COPY:
+        assert_same_values(np.asarray(array), x)
+
+
+@_FIXTURE
+@given(data=st.data(), semantics=st.sampled_from(list(ArrayCopySemantics)))
+@unimplemented_is_skip
+def test_copy_arrays_to_other_devices_keeps_every_value(client, data, semantics):
+    x, sharding = data.draw(cases(client))
+    devices = data.draw(st.permutations(client.addressable_devices()))[:len(sharding.devices)]
+    kind = data.draw(st.sampled_from([None, *memory_kinds(client)]))
+    array = client.make_array_from_host_buffer(x, sharding)
+    (out,) = client.copy_arrays([array], devices, kind, semantics)
+    assert out.sharding == sharding.with_device_assignment(devices, kind)
+    assert list(out.sharding.devices) == devices
+    assert array.is_deleted() == (semantics == DONATE_INPUT)
+    assert_same_values(np.asarray(out), x)
+    if semantics != DONATE_INPUT:
+        assert_same_values(np.asarray(array), x)
+
+
+# -- donation and validation ------------------------------------------------------------------
+
+@pytest.mark.parametrize("semantics", list(ArrayCopySemantics), ids=lambda s: s.name)
+def test_donation_deletes_exactly_the_donated_inputs(client, semantics):
+    devices = client.addressable_devices()
+    if len(devices) < 4:
+        pytest.skip(f"needs 4 addressable devices, the client has {len(devices)}")
+    devices = devices[:4]
+    x = np.arange(8, dtype=np.int32).reshape(4, 2)
+    sharding = ifrt.NamedSharding(ifrt.Mesh(devices, "x"), ifrt.PartitionSpec("x"))
+    donated = semantics == DONATE_INPUT
+    bystander = client.make_array_from_host_buffer(x, sharding)
+    array = client.make_array_from_host_buffer(x, sharding)
+    shards = array.disassemble_into_single_device_arrays(semantics)
+    assert array.is_deleted() == donated
+    assembled = client.assemble_array_from_single_device_arrays(
+        Shape([4, 2]), sharding, shards, semantics)
+    assert [s.is_deleted() for s in shards] == [donated] * 4
+    (copied,) = client.copy_arrays([assembled], devices[::-1], None, semantics)
+    assert assembled.is_deleted() == donated
+    np.testing.assert_array_equal(np.asarray(copied), x)
+    if donated:
+        for value in (array, assembled, *shards):
+            assert value.ready_future().exception(timeout=TIMEOUT_S) is not None
+    assert not bystander.is_deleted() and not copied.is_deleted()
+    np.testing.assert_array_equal(np.asarray(bystander), x)
+
+
+@_FIXTURE
+@given(data=st.data(), fault=st.sampled_from(["count", "device", "dtype", "shape"]),
+       semantics=st.sampled_from(list(ArrayCopySemantics)))
+@unimplemented_is_skip
+def test_bad_assemble_raises_and_leaves_inputs_intact(client, data, fault, semantics):
+    x, sharding = data.draw(cases(client, sub_byte=False, min_devices=2))
+    shape = Shape(x.shape)
+    shards = client.make_array_from_host_buffer(x, sharding).disassemble_into_single_device_arrays(
+        ALWAYS_COPY)
+    i = data.draw(st.integers(0, len(shards) - 1))
+    expected_device = sharding.devices[i]
+    shard_shape = shards[i].shape
+    if fault == "count":
+        shards = shards[:i] + shards[i + 1:]
+    elif fault == "device":
+        other = next(d for d in client.addressable_devices() if d is not expected_device)
+        (shards[i],) = client.copy_arrays([shards[i]], [other], None, ALWAYS_COPY)
+    elif fault == "dtype":
+        wrong = np.dtype(np.float32 if x.dtype != np.float32 else np.int32)
+        shards[i] = client.make_array_from_host_buffer(
+            np.zeros(shard_shape.dims, wrong),
+            SingleDeviceSharding(expected_device, sharding.memory_kind))
+    else:
+        shards[i] = client.make_array_from_host_buffer(
+            np.zeros((*shard_shape.dims, 1), x.dtype),
+            SingleDeviceSharding(expected_device, sharding.memory_kind))
+    with pytest.raises(InvalidArgumentError):
+        client.assemble_array_from_single_device_arrays(shape, sharding, shards, semantics)
+    for shard in shards:
+        assert not shard.is_deleted()
+        shard.ready_future().result(timeout=TIMEOUT_S)
+
+
+@pytest.mark.parametrize("semantics", list(ArrayCopySemantics), ids=lambda s: s.name)
+def test_bad_reshard_raises_and_leaves_inputs_intact(client, semantics):
+    devices = client.addressable_devices()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = client.make_array_from_host_buffer(x, SingleDeviceSharding(devices[0]))
+    target = SingleDeviceSharding(devices[-1])
+    for spec in (ArraySpec(np.float32, Shape([3, 2]), target),
+                 ArraySpec(np.int32, Shape([2, 3]), target)):
+        with pytest.raises(InvalidArgumentError):
+            client.reshard_arrays([a], [spec], semantics)
+    if semantics == REUSE_INPUT:
+        with pytest.raises(InvalidArgumentError):
+            client.reshard_arrays([a], [ArraySpec(np.float32, Shape([2, 3]), target)], semantics)
+    assert not a.is_deleted()
+    np.testing.assert_array_equal(np.asarray(a), x)
+
+
+# -- error arrays ----------------------------------------------------------------------------
+
+def _assert_injected(future):
+    exc = future.exception(timeout=TIMEOUT_S)
+    assert exc is not None and "injected error" in str(exc), exc
+
+
+@pytest.mark.parametrize("op", ["copy", "reshard", "disassemble", "assemble"])
+def test_an_error_array_poisons_what_is_made_from_it(client, op):
+    """Errors of an array travel through the futures of the arrays made from it; they
+    are not raised at the call."""
+    devices = client.addressable_devices()
+    error = InvalidArgumentError("injected error")
+    if op == "assemble":
+        (shard,) = client.make_error_arrays(
+            error, [ArraySpec(np.float32, Shape([2, 3]), SingleDeviceSharding(devices[0]))])
+        sharding = ifrt.ConcreteEvenSharding(devices[:1], [2, 3], [2, 3])
+        outs = [client.assemble_array_from_single_device_arrays([2, 3], sharding, [shard])]
+    else:
+        sharding = SingleDeviceSharding(devices[0])
+        (array,) = client.make_error_arrays(error, [ArraySpec(np.float32, Shape([2, 3]),
+                                                              sharding)])
+        if op == "copy":
+            outs = client.copy_arrays([array], devices[-1:], None, ALWAYS_COPY)
+        elif op == "reshard":
+            spec = ArraySpec(np.float32, Shape([2, 3]), SingleDeviceSharding(devices[-1]))
+            outs = client.reshard_arrays([array], [spec], ALWAYS_COPY)
+        else:
+            try:
+                outs = array.disassemble_into_single_device_arrays(REUSE_INPUT)
+            except InvalidArgumentError:
+                return  # raised at the call is allowed for disassemble
+    for out in outs:
+        _assert_injected(out.ready_future())
+        _assert_injected(out.copy_to_host_buffer())
+
+
+_wrap_module_cases(globals())
+__all__ = sorted(name for name in dir() if name.startswith("test_"))

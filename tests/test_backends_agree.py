@@ -1,0 +1,136 @@
+"""The reference and PjRt backends agree with each other and with NumPy.
+
+Random small elementwise StableHLO programs (``ifrtpy.testing.strategies``), on 1, 2 or 4
+devices with random ``mhlo.sharding`` on parameters and results, run on both backends:
+every output's shards hold NumPy's answer sliced by the output sharding, and the two
+backends report shardings that put the same slices on the same devices. Programs lowered
+by jax (Shardy ``sdy.sharding`` attributes, sharding constraints) agree too, and a
+shard_map with psum runs on PjRt and is refused by the reference backend with
+UnimplementedError.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ifrtpy as ifrt
+from ifrtpy.errors import UnimplementedError
+from ifrtpy.sharding import SingleDeviceShardSemantics
+from ifrtpy.testing import strategies as S
+from ifrtpy.testing.asserts import assert_per_shard_data
+
+ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+
+
+@pytest.fixture(scope="module")
+def clients():
+    return {"reference": ifrt.get_client("reference", device_count=8),
+            "pjrt": ifrt.get_client("pjrt", device_count=8)}
+
+
+def _domains(sharding, shape):
+    """(device id, index domain) of each addressable shard."""
+    devices = sharding.devices.addressable_device_list()
+    if sharding.is_fully_replicated:
+        domains = [ifrt.IndexDomain(ifrt.Shape(shape))] * len(devices)
+    else:
+        domains = sharding.index_domains(ifrt.Shape(shape), ADDRESSABLE)
+    return [(d.id, domain) for d, domain in zip(devices, domains)]
+
+
+def _run(client, text, num_devices, args):
+    devices = client.make_device_list(client.addressable_devices()[:num_devices])
+    executable = client.compile(text, ifrt.CompileOptions(devices=devices,
+                                                          num_partitions=num_devices))
+    shardings = executable.parameter_shardings()
+    arrays = [client.make_array_from_host_buffer(a, s) for a, s in zip(args, shardings)]
+    result = executable.execute(arrays, ifrt.ExecuteOptions(fill_status=True))
+    result.status.result(timeout=30)
+    return executable, result.outputs
+
+
+@st.composite
+def _programs_and_arguments(draw):
+    num_devices = draw(st.sampled_from([1, 2, 4]))
+    program = draw(S.elementwise_programs(num_devices=num_devices))
+    return program, draw(S.program_arguments(program))
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                   HealthCheck.too_slow])
+@given(_programs_and_arguments())
+def test_random_elementwise_programs_agree_with_each_other_and_numpy(clients, case):
+    program, args = case
+    expected = program.evaluate(*args)
+    runs = {name: _run(client, program.text, program.num_devices, args)
+            for name, client in clients.items()}
+    for name, (executable, outputs) in runs.items():
+        program.assert_matches([np.asarray(o) for o in outputs], expected, name)
+        tolerance = {} if program.dtype.kind in "biu" else {"rtol": 2e-2, "atol": 2e-2}
+        for i, (out, value) in enumerate(zip(outputs, expected)):
+            assert out.sharding.devices == executable.output_shardings()[i].devices, (name, i)
+            assert_per_shard_data(out, value, **tolerance)
+    (ref_exe, ref_out), (pjrt_exe, pjrt_out) = runs["reference"], runs["pjrt"]
+    for i, (a, b) in enumerate(zip(ref_exe.output_shardings(), pjrt_exe.output_shardings())):
+        assert _domains(a, program.shape) == _domains(b, program.shape), (i, a, b)
+    for i, (a, b) in enumerate(zip(ref_exe.parameter_shardings(), pjrt_exe.parameter_shardings())):
+        assert _domains(a, program.shape) == _domains(b, program.shape), (i, a, b)
+    for i, (a, b) in enumerate(zip(ref_out, pjrt_out)):
+        program.assert_matches([np.asarray(a)], [np.asarray(b)], f"output {i}, reference vs pjrt")
+
+
+def _jax_lowered():
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    devices = jax.devices()
+    if len(devices) < 4:
+        pytest.skip("jax needs 4 CPU devices (XLA_FLAGS from tests/conftest.py)")
+    return jax, Mesh(np.array(devices[:4]).reshape(2, 2), ("x", "y")), NamedSharding, P
+
+
+def test_jax_lowered_shardy_program_agrees(clients):
+    jax, mesh, NamedSharding, P = _jax_lowered()
+    import jax.numpy as jnp
+
+    def f(a, b):
+        c = a * 2 + b
+        c = jax.lax.with_sharding_constraint(c, NamedSharding(mesh, P("y", None)))
+        return c, jnp.maximum(a, b) - 1
+
+    lowered = jax.jit(
+        f, in_shardings=(NamedSharding(mesh, P("x", None)), NamedSharding(mesh, P())),
+        out_shardings=(NamedSharding(mesh, P(None, "x")), NamedSharding(mesh, P(("x", "y")))),
+    ).lower(jnp.zeros((4, 4), jnp.float32), jnp.zeros((4, 4), jnp.float32))
+    program = ifrt.HloProgram(lowered)
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    b = np.full((4, 4), 3, np.float32)
+    expected = [a * 2 + b, np.maximum(a, b) - 1]
+    runs = {name: _run(client, program, 4, [a, b]) for name, client in clients.items()}
+    for name, (executable, outputs) in runs.items():
+        for out, value in zip(outputs, expected):
+            assert_per_shard_data(out, value)
+    ref, pjrt = runs["reference"][0], runs["pjrt"][0]
+    for a_sh, b_sh in zip(ref.output_shardings() + ref.parameter_shardings(),
+                          pjrt.output_shardings() + pjrt.parameter_shardings()):
+        assert _domains(a_sh, (4, 4)) == _domains(b_sh, (4, 4)), (a_sh, b_sh)
+
+
+def test_shard_map_psum_runs_on_pjrt_and_is_unimplemented_on_reference(clients):
+    jax, mesh, NamedSharding, P = _jax_lowered()
+    import jax.numpy as jnp
+
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:
+        from jax.experimental.shard_map import shard_map
+    f = jax.jit(shard_map(lambda x: jax.lax.psum(x, "x"), mesh=mesh, in_specs=P("x"),
+                          out_specs=P(None, "y")))
+    program = ifrt.HloProgram(f.lower(jnp.zeros((4, 4), jnp.float32)))
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    _, (out,) = _run(clients["pjrt"], program, 4, [x])
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(f(x)))
+    reference = clients["reference"]
+    devices = reference.make_device_list(reference.addressable_devices()[:4])
+    with pytest.raises(UnimplementedError, match="collectives|manual SPMD"):
+        reference.compile(program, ifrt.CompileOptions(devices=devices, num_partitions=4))
