@@ -289,8 +289,11 @@ class Client(abc.ABC):
     ) -> list[Array]:
         """Regroup shards of ``arrays`` into new arrays as ``plan`` (a RemapPlan) says,
         without moving data. REUSE_INPUT only when each output draws on one input;
-        ALWAYS_COPY is not allowed. UnimplementedError by default."""
-        raise UnimplementedError(f"{type(self).__name__} does not implement remap_arrays")
+        ALWAYS_COPY is not allowed. The default (:func:`ifrtpy.remap.remap_arrays`)
+        validates the plan and the inputs, then disassembles and assembles."""
+        from ifrtpy.remap import remap_arrays
+
+        return remap_arrays(self, plan, arrays, semantics)
 
     def reshard_arrays(
         self,

@@ -445,12 +445,11 @@ def test_compile_goes_through_default_compiler(client):
 @pytest.mark.parametrize(
     "call",
     [
-        lambda c, a: c.remap_arrays(object(), [a], ArrayCopySemantics.DONATE_INPUT),
         lambda c, a: c.reshard_arrays([a], [ArraySpec(a.dtype, a.shape, a.sharding)]),
         lambda c, a: c.make_error_arrays(
             InternalError("e"), [ArraySpec(a.dtype, a.shape, a.sharding)]),
     ],
-    ids=["remap_arrays", "reshard_arrays", "make_error_arrays"],
+    ids=["reshard_arrays", "make_error_arrays"],
 )
 def test_optional_client_operations_default_to_unimplemented(client, x, call):
     a = client.make_array_from_host_buffer(x, single(client))

@@ -1,5 +1,7 @@
-"""ifrtpy.remap.remap_arrays on the PjRt backend (8 CPU devices): a port of IFRT's
-remap_impl_test_lib.cc, plus a law over random valid plans checked against the data."""
+"""ifrtpy.remap.remap_arrays on the PjRt backend (8 CPU devices), beyond IFRT's
+remap_impl_test_lib cases (which run in the conformance suite, whose helpers these
+reuse): a wrong memory kind, a deleted input, and a law over random valid plans checked
+against the data."""
 
 import numpy as np
 import pytest
@@ -8,15 +10,17 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ifrtpy.backends.pjrt")
 
-from ifrtpy.array import ArrayCopySemantics, ArraySpec  # noqa: E402
+from ifrtpy.array import ArrayCopySemantics  # noqa: E402
 from ifrtpy.client import get_client  # noqa: E402
-from ifrtpy.device import DeviceList  # noqa: E402
 from ifrtpy.dtypes import DType  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError  # noqa: E402
-from ifrtpy.remap import Interval, Mapping, RemapPlan, remap_arrays  # noqa: E402
-from ifrtpy.shape import Shape  # noqa: E402
-from ifrtpy.sharding import ConcreteEvenSharding, SingleDeviceSharding  # noqa: E402
+from ifrtpy.remap import remap_arrays  # noqa: E402
+from ifrtpy.sharding import SingleDeviceSharding  # noqa: E402
 
+from ifrtpy.testing.conformance.remaps import (  # noqa: E402
+    _interleave_plan as interleave_plan, _m as m, _plan as plan_of, assert_array_content,
+    create_array, create_array_spec,
+)
 from test_remap_plan import valid_plans  # noqa: E402
 
 REUSE = ArrayCopySemantics.REUSE_INPUT
@@ -28,66 +32,6 @@ F32 = DType(DType.Kind.F32)
 @pytest.fixture(scope="module")
 def client():
     return get_client("pjrt", device_count=8)
-
-
-def global_shape(n, shard_shape):
-    return Shape((shard_shape[0] * n, *shard_shape[1:]))
-
-
-def create_array_spec(client, device_indices, shard_shape=(2, 3), dtype=S32):
-    """An array whose first dimension is split evenly over ``device_indices``."""
-    devices = DeviceList(client.addressable_devices()[i] for i in device_indices)
-    shape = global_shape(len(device_indices), shard_shape)
-    return ArraySpec(dtype, shape, ConcreteEvenSharding(devices, shape, shard_shape))
-
-
-def create_array(client, base_values, device_indices, shard_shape=(2, 3), dtype=np.int32):
-    """Shard i holds an iota from ``base_values[i]`` on device ``device_indices[i]``."""
-    shards, devices = [], []
-    for base, index in zip(base_values, device_indices):
-        data = np.arange(base, base + int(np.prod(shard_shape))).astype(dtype).reshape(shard_shape)
-        device = client.addressable_devices()[index]
-        devices.append(device)
-        shards.append(client.make_array_from_host_buffer(data, SingleDeviceSharding(device)))
-    shape = global_shape(len(base_values), shard_shape)
-    sharding = ConcreteEvenSharding(DeviceList(devices), shape, shard_shape)
-    return client.assemble_array_from_single_device_arrays(
-        shape, sharding, shards, DONATE, dtype=DType.from_numpy(dtype))
-
-
-def assert_array_content(client, array, base_values, device_indices, shard_shape=(2, 3),
-                         dtype=np.int32):
-    expected_shape = global_shape(len(base_values), shard_shape)
-    assert array.dtype == DType.from_numpy(dtype)
-    assert array.shape == expected_shape
-    assert isinstance(array.sharding, ConcreteEvenSharding)
-    assert array.sharding.shape == expected_shape
-    assert array.sharding.shard_shape(expected_shape) == Shape(shard_shape)
-    shards = array.disassemble_into_single_device_arrays(REUSE)
-    assert len(shards) == len(base_values)
-    for shard, base, index in zip(shards, base_values, device_indices):
-        assert shard.dtype == DType.from_numpy(dtype)
-        assert shard.shape == Shape(shard_shape)
-        assert isinstance(shard.sharding, SingleDeviceSharding)
-        assert list(shard.sharding.devices) == [client.addressable_devices()[index]]
-        expected = np.arange(base, base + int(np.prod(shard_shape))).astype(dtype)
-        np.testing.assert_array_equal(np.asarray(shard).reshape(-1), expected)
-
-
-def plan_of(inputs, outputs, mappings):
-    plan = RemapPlan(inputs, outputs, mappings)
-    plan.validate()
-    return plan
-
-
-def m(in_array, out_array, from_, to):
-    return Mapping(in_array, out_array, [Interval(*i) for i in from_], [Interval(*i) for i in to])
-
-
-def interleave_plan(client):
-    return plan_of([create_array_spec(client, [0, 1]), create_array_spec(client, [2, 3])],
-                   [create_array_spec(client, [0, 2, 1, 3])],
-                   [m(0, 0, [(0, 2, 1)], [(0, 4, 2)]), m(1, 0, [(0, 2, 1)], [(1, 4, 2)])])
 
 
 def test_wrong_memory_kind_is_bad_input(client):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ifrtpy import _pjrt, remap
+from ifrtpy import _pjrt
 from ifrtpy.backends.pjrt import array as _array
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import reshard as _reshard
@@ -215,9 +215,6 @@ class PjrtClient(Client):
     def copy_arrays(self, arrays, devices=None, memory_kind=None,
                     semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
-
-    def remap_arrays(self, plan, arrays, semantics):
-        return remap.remap_arrays(self, plan, arrays, semantics)
 
     def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _reshard.reshard_arrays(self, arrays, specs, semantics)

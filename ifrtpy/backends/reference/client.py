@@ -9,7 +9,6 @@ from __future__ import annotations
 import zlib
 from typing import Any, Mapping
 
-from ifrtpy import remap
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.backends.reference import array as _array
 from ifrtpy.backends.reference import executable as _executable
@@ -200,9 +199,6 @@ class ReferenceClient(Client):
     def copy_arrays(self, arrays, devices=None, memory_kind=None,
                     semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
-
-    def remap_arrays(self, plan, arrays, semantics):
-        return remap.remap_arrays(self, plan, arrays, semantics)
 
     def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _array.reshard_arrays(self, arrays, specs, semantics)
