@@ -1,15 +1,21 @@
-"""Host <-> device transfers through the Array API, next to jax and the floors.
+"""Host <-> device transfers through the Array API, next to the floors, the plugin and jax.
 
 Floors, measured in the same run: the plugin's own BufferFromHostBuffer called from a
-Cython loop (small puts), and a NumPy copy into freshly allocated memory (large
-transfers: the plugin's fresh buffers page-fault just as such a copy does).
-Ratios > 1 mean faster than the floor ("x floor" is floor time / our time).
+Cython loop (small puts), and a NumPy copy of the array into freshly allocated memory
+(large transfers: a transfer into a fresh buffer page-faults as that copy does; see
+shared/reference/pjrt_floor.md). "plugin" is the bare ``ifrtpy._pjrt`` call (PJRT's own
+copy: kImmutableOnlyDuringCall per shard, or ToHostBuffer into a new array). jax gets
+the same float32 array (its canonical dtype, so it converts nothing). Each figure is the
+median over repeats of one operation on a new result; ``--runs`` runs it all that many
+times and reports each figure's median run. "x floor" is floor time / time (> 1: faster
+than the floor); "flt/op" is ifrtpy's minor page faults per operation.
 
-    python benchmarks/bench_transfer.py [--repeats 7]
+    cd benchmarks && PYTHONPATH=.. python bench_transfer.py [--repeats 9] [--runs 3]
 """
 
 import argparse
 import os
+import resource
 import statistics
 import time
 
@@ -23,22 +29,109 @@ from _build import load_floor
 MiB = 1 << 20
 
 
-def median_s(fn, repeats, number=1):
-    fn()
-    times = []
+def _faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def median_s(fn, repeats, number=1, setup=None):
+    """Median seconds per call of ``fn(setup())`` (setup untimed), and faults per call."""
+    fn(setup() if setup else None)
+    times, faults = [], []
     for _ in range(repeats):
+        arg = setup() if setup else None
+        f0 = _faults()
         start = time.perf_counter()
         for _ in range(number):
-            fn()
+            fn(arg)
         times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+        faults.append((_faults() - f0) / number)
+        del arg
+    return statistics.median(times), statistics.median(faults)
+
+
+def measure(r, floor, client, jax, _pjrt, ifrt):
+    devices = client.devices()
+    dev0 = devices[0]
+    one = ifrt.SingleDeviceSharding(dev0)
+    mesh = ifrt.Mesh(np.array(devices), ("x",))
+    sharded = ifrt.NamedSharding(mesh, ifrt.PartitionSpec("x"))
+    memories = [d.memory(one.memory_kind)._handle for d in devices]
+    jdev = jax.devices()[0]
+    jsharded = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()), ("x",)),
+                                          jax.sharding.PartitionSpec("x"))
+    rows = []
+
+    # 4 KiB put: per-call overhead against the raw plugin call.
+    small = np.arange(1024, dtype=np.float32)
+    n = 20000
+    t_floor = median_s(lambda _: floor.put_loop(client._handle, small, dev0._handle, n), r)[0] / n
+    t_plugin = median_s(lambda _: _pjrt.buffer_from_host_buffer(
+        client._handle, small, None, memories[0], 0), r, n)[0]
+    t_ours, f_ours = median_s(lambda _: client.make_array_from_host_buffer(small, one), r, n)
+    t_jax = median_s(lambda _: jax.device_put(small, jdev), r, 2000)[0]
+    rows.append(("put 4 KiB", t_floor, t_plugin, t_ours, t_jax, f_ours, "raw plugin call (Cython loop)"))
+
+    big = np.random.default_rng(0).random(64 * MiB // 4, dtype=np.float32)  # 64 MiB
+    pieces = np.split(big, len(devices))
+    fresh_copy = "NumPy copy into fresh memory"
+
+    def copy(_):
+        out = np.empty_like(big)
+        np.copyto(out, big)
+        return out
+
+    t_copy = median_s(copy, r)[0]
+
+    def plugin_put(_):
+        return _pjrt.buffer_from_host_buffer(client._handle, big, None, memories[0], 0)
+
+    t_plugin = median_s(plugin_put, r)[0]
+    t_put, f_put = median_s(lambda _: client.make_array_from_host_buffer(big, one).block_until_ready(), r)
+    t_jput = median_s(lambda _: jax.device_put(big, jdev).block_until_ready(), r)[0]
+    rows.append(("put 64 MiB", t_copy, t_plugin, t_put, t_jput, f_put, fresh_copy))
+
+    buffer, _ = plugin_put(None)
+    t_plugin = median_s(lambda _: buffer.to_numpy(), r)[0]
+    a = client.make_array_from_host_buffer(big, one)
+    t_get, f_get = median_s(lambda _: np.asarray(a), r)
+    # jax caches an array's host value: time the first read of a new array each time.
+    t_jget = median_s(lambda ja: np.array(ja), r,
+                      setup=lambda: jax.device_put(big, jdev).block_until_ready())[0]
+    rows.append(("get 64 MiB", t_copy, t_plugin, t_get, t_jget, f_get, fresh_copy))
+
+    def plugin_sharded_put(_):
+        return [_pjrt.buffer_from_host_buffer(client._handle, p, None, m, 0)[0]
+                for p, m in zip(pieces, memories)]
+
+    t_plugin = median_s(plugin_sharded_put, r)[0]
+    t_sput, f_sput = median_s(
+        lambda _: client.make_array_from_host_buffer(big, sharded).block_until_ready(), r)
+    t_jsput = median_s(lambda _: jax.device_put(big, jsharded).block_until_ready(), r)[0]
+    rows.append(("sharded put 64 MiB / 8", t_copy, t_plugin, t_sput, t_jsput, f_sput, fresh_copy))
+
+    buffers = plugin_sharded_put(None)
+
+    def plugin_sharded_get(_):
+        out = np.empty_like(big)
+        events = [b.to_host_buffer(o)[1] for b, o in zip(buffers, np.split(out, len(buffers)))]
+        for event in events:
+            event.await_()
+        return out
+
+    t_plugin = median_s(plugin_sharded_get, r)[0]
+    s = client.make_array_from_host_buffer(big, sharded)
+    t_sget, f_sget = median_s(lambda _: np.asarray(s), r)
+    t_jsget = median_s(lambda js: np.array(js), r,
+                       setup=lambda: jax.device_put(big, jsharded).block_until_ready())[0]
+    rows.append(("sharded get 64 MiB / 8", t_copy, t_plugin, t_sget, t_jsget, f_sget, fresh_copy))
+    return rows
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
-    r = args.repeats
 
     import jax
     import ifrtpy as ifrt
@@ -46,58 +139,20 @@ def main():
 
     floor = load_floor()
     client = ifrt.get_client("pjrt", device_count=8)
-    devices = client.devices()
-    dev0 = devices[0]
-    one = ifrt.SingleDeviceSharding(dev0)
-    mesh = ifrt.Mesh(np.array(devices), ("x",))
-    sharded = ifrt.NamedSharding(mesh, ifrt.PartitionSpec("x"))
-    jdev = jax.devices()[0]
-    jsharded = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jax.devices()), ("x",)),
-                                          jax.sharding.PartitionSpec("x"))
-
+    runs = [measure(args.repeats, floor, client, jax, _pjrt, ifrt) for _ in range(args.runs)]
     rows = []
+    for i, (name, *_, what) in enumerate(runs[0]):
+        values = list(zip(*[run[i][1:6] for run in runs]))
+        rows.append((name, *[statistics.median(v) for v in values], what))
 
-    # 4 KiB put: per-call overhead against the raw plugin call.
-    small = np.arange(1024, dtype=np.float32)
-    n = 20000
-    t_floor = median_s(lambda: floor.put_loop(client._handle, small, dev0._handle, n), r) / n
-    t_ours = median_s(lambda: client.make_array_from_host_buffer(small, one), r, n)
-    t_jax = median_s(lambda: jax.device_put(small, jdev), r, 2000)
-    rows.append(("put 4 KiB", t_floor, t_ours, t_jax, "raw plugin call (Cython loop)"))
-
-    big = np.random.default_rng(0).random(64 * MiB // 8)  # f64, 64 MiB
-
-    def fresh_copy():
-        out = np.empty_like(big)
-        np.copyto(out, big)
-        return out
-
-    t_copy = median_s(fresh_copy, r)
-    t_put = median_s(lambda: client.make_array_from_host_buffer(big, one).block_until_ready(), r)
-    t_jput = median_s(lambda: jax.device_put(big, jdev).block_until_ready(), r)
-    rows.append(("put 64 MiB", t_copy, t_put, t_jput, "NumPy copy into fresh memory"))
-
-    a = client.make_array_from_host_buffer(big, one)
-    ja = jax.device_put(big, jdev)
-    t_get = median_s(lambda: np.asarray(a), r)
-    t_jget = median_s(lambda: np.asarray(ja.copy()) if False else np.array(ja), r)
-    rows.append(("get 64 MiB", t_copy, t_get, t_jget, "NumPy copy into fresh memory"))
-
-    t_sput = median_s(lambda: client.make_array_from_host_buffer(big, sharded).block_until_ready(), r)
-    t_jsput = median_s(lambda: jax.device_put(big, jsharded).block_until_ready(), r)
-    rows.append(("sharded put 64 MiB / 8", t_copy, t_sput, t_jsput, "NumPy copy into fresh memory"))
-
-    s = client.make_array_from_host_buffer(big, sharded)
-    js = jax.device_put(big, jsharded)
-    t_sget = median_s(lambda: np.asarray(s), r)
-    t_jsget = median_s(lambda: np.array(js), r)
-    rows.append(("sharded get 64 MiB / 8", t_copy, t_sget, t_jsget, "NumPy copy into fresh memory"))
-
-    print(f"{'operation':24s} {'floor':>10s} {'ifrtpy':>10s} {'jax':>10s} {'floor/ifrtpy':>13s} {'floor/jax':>10s}  floor")
-    for name, tf, to, tj, what in rows:
+    print(f"{'operation':24s} {'floor':>9s} {'plugin':>9s} {'ifrtpy':>9s} {'jax':>9s} "
+          f"{'x floor':>8s} {'plugin':>7s} {'jax':>7s} {'flt/op':>7s}  floor")
+    for name, tf, tp, to, tj, faults, what in rows:
         unit, scale = ("us", 1e6) if tf < 1e-3 else ("ms", 1e3)
-        print(f"{name:24s} {tf*scale:8.2f}{unit} {to*scale:8.2f}{unit} {tj*scale:8.2f}{unit} "
-              f"{tf/to:12.2f}x {tf/tj:9.2f}x  {what}")
+        print(f"{name:24s} {tf*scale:7.2f}{unit} {tp*scale:7.2f}{unit} {to*scale:7.2f}{unit} "
+              f"{tj*scale:7.2f}{unit} {tf/to:7.2f}x {tf/tp:6.2f}x {tf/tj:6.2f}x {faults:7.0f}  {what}")
+    if args.runs > 1:
+        print(f"(median of {args.runs} runs of {args.repeats} repeats each; x columns: floor/time)")
 
 
 if __name__ == "__main__":

@@ -21,4 +21,4 @@ cdef class BufferHandle:
     cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr)
 
 
-cdef int keep_alive_until(const PJRT_Api* api, object plugin, PJRT_Event* event, object obj) except -1
+cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) except -1

@@ -24,6 +24,7 @@ cimport numpy as cnp
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
@@ -40,39 +41,79 @@ cdef dict _numpy_of_pjrt_type = NUMPY_OF_PJRT_BUFFER_TYPE
 DEF MAX_RANK = 64
 
 
-cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept with gil:
-    # user_arg: a tuple (plugin, callable or None, kept object) with one reference owned
-    # here. An exception from the callable goes to sys.unraisablehook.
-    cdef tuple payload = <tuple><PyObject*>user_arg
-    cdef PluginHandle plugin = payload[0]
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define ifrtpy_is_finalizing() Py_IsFinalizing()
+    #else
+    #define ifrtpy_is_finalizing() _Py_IsFinalizing()
+    #endif
+    typedef struct { const void* api; PyObject* payload; } ifrtpy_callback;
+    """
+    int ifrtpy_is_finalizing() nogil
+    ctypedef struct ifrtpy_callback:
+        const void* api
+        PyObject* payload
+
+
+cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept nogil:
+    # user_arg: an ifrtpy_callback owning one reference to a tuple
+    # (callable or None, kept object). Once the interpreter is shutting down, taking the
+    # GIL could block this plugin thread for good (and the plugin's own shutdown with
+    # it): then the error is dropped and the payload left to the process's end.
+    cdef ifrtpy_callback* callback = <ifrtpy_callback*>user_arg
+    cdef const PJRT_Api* api = <const PJRT_Api*>callback.api
+    cdef PJRT_Error_Destroy_Args destroy
+    if ifrtpy_is_finalizing():
+        if error != NULL:
+            memset(&destroy, 0, sizeof(destroy))
+            destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+            destroy.error = error
+            api.PJRT_Error_Destroy(&destroy)
+        free(callback)
+        return
+    with gil:
+        _run_callback(api, error, callback.payload)
+    free(callback)
+
+
+cdef void _run_callback(const PJRT_Api* api, PJRT_Error* error, PyObject* payload) noexcept:
+    # An exception from the callable goes to sys.unraisablehook.
+    cdef tuple kept = <tuple>payload
     try:
-        exc = error_to_exception(plugin.api, error) if error != NULL else None
-        if payload[1] is not None:
-            payload[1](exc)
+        exc = error_to_exception(api, error) if error != NULL else None
+        if kept[0] is not None:
+            kept[0](exc)
     finally:
-        Py_DECREF(payload)
+        Py_DECREF(kept)
 
 
 cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except -1:
     cdef PJRT_Event_OnReady_Args args
+    cdef ifrtpy_callback* callback = <ifrtpy_callback*>malloc(sizeof(ifrtpy_callback))
+    if callback == NULL:
+        raise MemoryError()
+    callback.api = api
+    callback.payload = <PyObject*>payload
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE
     args.event = event
     args.callback = _on_ready
-    args.user_arg = <void*>payload
+    args.user_arg = callback
     Py_INCREF(payload)
     cdef PJRT_Error* error
     with nogil:
         error = api.PJRT_Event_OnReady(&args)
     if error != NULL:
         Py_DECREF(payload)
+        free(callback)
         check(api, error)
     return 0
 
 
-cdef int keep_alive_until(const PJRT_Api* api, object plugin, PJRT_Event* event, object obj) except -1:
+cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) except -1:
     """Hold a reference to ``obj`` until ``event`` fires."""
-    return _register(api, event, (plugin, None, obj))
+    return _register(api, event, (None, obj))
 
 
 @cython.no_gc_clear
@@ -136,7 +177,7 @@ cdef class EventHandle:
     def on_ready(self, callback):
         """Call ``callback(exception_or_None)`` once the event fires, from any thread
         (immediately, on this thread, if it already has)."""
-        _register(self.api, self.ptr, (self.owner.plugin, callback, None))
+        _register(self.api, self.ptr, (callback, None))
 
 
 def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle device=None,
@@ -210,7 +251,7 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     done = EventHandle.wrap(client, api, args.done_with_host_buffer)
     if semantics == 0:
         return buffer, None  # done is destroyed with its handle: the call already copied
-    keep_alive_until(api, client.plugin, args.done_with_host_buffer, data)
+    keep_alive_until(api, args.done_with_host_buffer, data)
     if semantics >= 2:
         done._guard = weakref.ref(buffer)
     return buffer, done
@@ -358,7 +399,7 @@ cdef class BufferHandle:
             error = api.PJRT_Buffer_ToHostBuffer(&args)
         check(api, error)
         event = EventHandle.wrap(self.client, api, args.event)
-        keep_alive_until(api, self.client.plugin, args.event, out)
+        keep_alive_until(api, args.event, out)
         return out, event
 
     def to_numpy(self):

@@ -7,13 +7,14 @@ so a failure leaves nothing half-made behind.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
-from ifrtpy.backends.pjrt._fastpath import ArrayCore
+from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
@@ -141,9 +142,13 @@ class PjrtArray(ArrayCore, Array):
         if self._error is not None:
             return Future.failed(self._error)
         buffers = self._live_buffers()
+        fresh = out is None and byte_strides is None  # a new dense array, still unmapped
         out = self._host_buffer(out, byte_strides)
         if buffers and self._sharding.is_fully_replicated:
-            return _copy_shard(buffers[0], out)
+            future, events = _copy_shard(buffers[0], out)
+            if fresh:
+                _populate(out, events)
+            return future
         if isinstance(self._sharding, OpaqueSharding):
             raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
         domains = self._sharding.index_domains(self._shape, ADDRESSABLE)
@@ -155,15 +160,44 @@ class PjrtArray(ArrayCore, Array):
             raise UnimplementedError(
                 f"copy_to_host_buffer: the addressable shards hold {covered} of the {out.size} "
                 f"elements of {self.debug_string()}")
-        futures = [_copy_shard(buffer, out[(*domain.slices(), ...)]) for domain, buffer in unique.items()]
+        futures, events = [], []
+        for domain, buffer in unique.items():
+            future, issued = _copy_shard(buffer, out[(*domain.slices(), ...)])
+            futures.append(future)
+            events += issued
+        if fresh:
+            _populate(out, events)
         return _join_to(futures, out)
 
 
-def _copy_shard(buffer, out: np.ndarray) -> Future[np.ndarray]:
-    """Copy ``buffer`` into ``out`` (any strides): directly when ``out`` is dense."""
+# A put of a piece this large to a plugin whose memories are host RAM is staged in
+# NumPy-allocated memory (see _staged_copies): NumPy asks for transparent huge pages from
+# 4 MiB on, below that staging does not pay.
+_LARGE_BYTES = 4 << 20
+# glibc serves allocations from 32 MiB on with fresh mappings (its largest mmap threshold),
+# whose pages all fault: those are mapped on a second core while copies fill them (see
+# _populate and _staged_copies). Smaller ones often reuse memory that is mapped already,
+# where that only costs.
+_FRESH_BYTES = 32 << 20
+
+
+def _populate(out: np.ndarray, events: list) -> None:
+    """Map the pages of ``out``, a fresh destination, while the plugin's copy into it
+    (``events``, issued on a plugin thread) is pending: a fresh destination's page faults
+    cost about as much as the copy itself, and this way the two run on two cores. Writes
+    nothing, so it is safe whatever the copy has reached; bounded by one mapping of
+    ``out``, and never waits for the copy. Not for several copies: the plugin runs those
+    on several threads already, and mapping from here as well only adds contention."""
+    if out.nbytes >= _FRESH_BYTES and len(events) == 1:
+        populate_while_pending(out, events)
+
+
+def _copy_shard(buffer, out: np.ndarray) -> tuple[Future[np.ndarray], list]:
+    """Start copying ``buffer`` into ``out`` (any strides): directly when ``out`` is dense.
+    Returns the future of ``out`` and the events of copies into ``out`` itself."""
     if out.flags.c_contiguous:
         _, event = buffer.to_host_buffer(out)
-        return future_of_events([event], out)
+        return future_of_events([event], out), [event]
     staging, event = buffer.to_host_buffer()
     done = future_of_events([event], out)
     result = Future.__new__(Future)
@@ -179,7 +213,7 @@ def _copy_shard(buffer, out: np.ndarray) -> Future[np.ndarray]:
             promise.set_result(out)
 
     done.add_done_callback(place)
-    return promise.future
+    return promise.future, []
 
 
 def _join_to(futures: Sequence[Future], value: Any) -> Future:
@@ -235,7 +269,21 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     whole of it where the sharding replicates), as ``jax.device_put`` does."""
     if (type(sharding) is SingleDeviceSharding and type(data) is np.ndarray
             and on_done is None and layout is None):
-        return _put_single_device(client, data, sharding, int(semantics))
+        # The common case, kept short: one device, no callback, a small array of a dtype,
+        # shape and sharding seen before (else _put_single_device).
+        memory = client._memory_cache.get(sharding)
+        dtype = _DTYPE_OF_NUMPY.get(data.dtype)
+        shape = _SHAPES.get(data.shape)
+        if memory is None or dtype is None or shape is None or data.nbytes >= _LARGE_BYTES:
+            return _put_single_device(client, data, sharding, semantics)
+        array = _new_array(PjrtArray)  # ArrayCore starts with no error and not deleted
+        array._buffers = (_pjrt.buffer_from_host_buffer(client._handle, data, None, memory,
+                                                         semantics)[0],)
+        array._client = client
+        array._dtype = dtype
+        array._shape = shape
+        array._sharding = sharding
+        return array
     if layout is not None:
         raise UnimplementedError("custom layouts are not supported by the PjRt backend")
     if not isinstance(sharding, Sharding):
@@ -249,14 +297,21 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
     domains = _host_domains(sharding, shape, len(memories))
     pieces = [data[(*d.slices(), ...)] for d in domains]  # views, 0-d included
-    fan_out = len(memories) > 1 and semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+    if _stages(client, dtype, semantics):
+        staged = _staged_copies([p if p.nbytes >= _LARGE_BYTES else None for p in pieces])
+    else:
+        staged = [None] * len(pieces)
+    fan_out = (semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+               and sum(copy is None for copy in staged) > 1)
     # Several devices: copy asynchronously (the plugin overlaps those copies), then wait.
     mode = HostBufferSemantics.IMMUTABLE_UNTIL_TRANSFER_COMPLETES if fan_out else semantics
     handle = client._handle
     buffers, done = [], []
-    for piece, memory in zip(pieces, memories):
-        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, memory=memory._handle,
-                                                      semantics=int(mode))
+    for piece, memory, copy in zip(pieces, memories, staged):
+        if copy is not None:  # copied already: nothing for on_done to wait for
+            buffers.append(_pjrt.buffer_from_host_buffer(handle, copy, None, memory._handle, 2)[0])
+            continue
+        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, None, memory._handle, mode)
         buffers.append(buffer)
         if event is not None:
             done.append(event)
@@ -273,15 +328,68 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     return array
 
 
-def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics: int) -> PjrtArray:
-    """The common case, kept short: one device, no callback."""
-    key = (sharding.device, sharding.memory_kind)
-    memory = client._memory_cache.get(key)
+_SHAPES: dict = {}  # dims -> Shape, for fast puts
+_new_array = PjrtArray.__new__
+
+
+def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics) -> PjrtArray:
+    """A put to one device with no callback (fills the fast path's caches)."""
+    memory = client._memory_cache.get(sharding)  # the sharding's MemoryHandle
     if memory is None:
-        memory = client._memory_cache[key] = _device_memories(client, sharding)[0]._handle
+        memory = client._memory_cache[sharding] = _device_memories(client, sharding)[0]._handle
     dtype = _dtype_of(data.dtype)
-    buffer, _ = _pjrt.buffer_from_host_buffer(client._handle, data, memory=memory, semantics=semantics)
-    return PjrtArray(client, dtype, _shape_unchecked(data.shape), sharding, (buffer,))
+    shape = _SHAPES.get(data.shape)
+    if shape is None:
+        if len(_SHAPES) >= 4096:
+            _SHAPES.clear()
+        shape = _SHAPES[data.shape] = _shape_unchecked(data.shape)
+    if data.nbytes >= _LARGE_BYTES and _stages(client, dtype, semantics):
+        data, semantics = _staged_copies([data])[0], 2  # the buffer aliases the copy
+    buffer, _ = _pjrt.buffer_from_host_buffer(client._handle, data, None, memory, semantics)
+    return PjrtArray(client, dtype, shape, sharding, (buffer,))
+
+
+# The CPU plugin aliases a host array (zero-copy semantics) only at a 64-byte boundary.
+_ALIGNMENT = 64
+
+
+def _stages(client, dtype: DType, semantics) -> bool:
+    """Whether large pieces of a put are staged (see _staged_copies): the caller's array
+    is not to be aliased (semantics 0 or 1), the plugin's memories are host RAM (all
+    memory kinds of the CPU plugin are), and elements are whole bytes (the plugin packs
+    sub-byte elements, so it could not alias them)."""
+    return (0 <= semantics <= 1 and dtype.byte_size is not None
+            and client._handle.platform_name == "cpu")
+
+
+def _staged_copies(pieces: list) -> list:
+    """A private, dense, 64-byte aligned copy of each piece (None stays None), for buffers
+    that alias them (kImmutableZeroCopy).
+
+    The plugin would copy into memory it allocates itself, which for large buffers is
+    fresh and takes one 4 KiB page fault per page: those cost more than the copy. Here
+    one NumPy allocation holds all the copies; NumPy asks for transparent huge pages for
+    it (one fault per 2 MiB), and where it is fresh a helper thread maps its pages from
+    the end while this one copies from the front. Each copy is kept alive by its buffer until the buffer is
+    destroyed (all of them, the allocation); the caller may change or free its array at
+    once, and runs that donate a buffer may write into its copy.
+    """
+    sizes = [0 if p is None else -(-p.nbytes // _ALIGNMENT) * _ALIGNMENT for p in pieces]
+    if not any(sizes):
+        return [None] * len(pieces)
+    raw = np.empty(sum(sizes) + _ALIGNMENT, np.uint8)
+    offset = -raw.ctypes.data % _ALIGNMENT
+    copies = []
+    with PopulateBehind(raw) if raw.nbytes >= _FRESH_BYTES else contextlib.nullcontext():
+        for piece, size in zip(pieces, sizes):
+            if piece is None:
+                copies.append(None)
+                continue
+            copy = raw[offset:offset + piece.nbytes].view(piece.dtype).reshape(piece.shape)
+            np.copyto(copy, piece)
+            copies.append(copy)
+            offset += size
+    return copies
 
 
 def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,
