@@ -45,7 +45,6 @@ def main():
     args = parser.parse_args()
 
     import jax
-    import jax.numpy as jnp
 
     import ifrtpy as ifrt
 

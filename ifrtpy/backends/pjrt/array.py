@@ -8,18 +8,18 @@ so a failure leaves nothing half-made behind.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ifrtpy import _pjrt
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, _then_value
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
-from ifrtpy.future import Future
+from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
@@ -200,8 +200,6 @@ def _copy_shard(buffer, out: np.ndarray) -> tuple[Future[np.ndarray], list]:
         return future_of_events([event], out), [event]
     staging, event = buffer.to_host_buffer()
     done = future_of_events([event], out)
-    result = Future.__new__(Future)
-    from ifrtpy.future import Promise
     promise = Promise()
 
     def place(f):
@@ -217,8 +215,6 @@ def _copy_shard(buffer, out: np.ndarray) -> tuple[Future[np.ndarray], list]:
 
 
 def _join_to(futures: Sequence[Future], value: Any) -> Future:
-    from ifrtpy.future import join_futures
-    from ifrtpy.array import _then_value
     return _then_value(join_futures(futures), value)
 
 
