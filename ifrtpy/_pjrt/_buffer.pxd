@@ -7,6 +7,7 @@ cdef class EventHandle:
     cdef const PJRT_Api* api
     cdef ClientHandle owner
     cdef object _guard
+    cdef bint _is_ready(self) except -1
 
     @staticmethod
     cdef EventHandle wrap(ClientHandle owner, const PJRT_Api* api, PJRT_Event* ptr)

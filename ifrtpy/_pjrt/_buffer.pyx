@@ -141,6 +141,9 @@ cdef class EventHandle:
             self.api.PJRT_Event_Destroy(&args)
 
     def is_ready(self):
+        return self._is_ready()
+
+    cdef bint _is_ready(self) except -1:
         cdef PJRT_Event_IsReady_Args args
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
@@ -151,7 +154,7 @@ cdef class EventHandle:
     def await_(self):
         """Block (GIL released) until the event fires; raise its error, if any."""
         cdef PJRT_Event_Await_Args args
-        if self._guard is not None and self._guard() is not None and not self.is_ready():
+        if self._guard is not None and self._guard() is not None and not self._is_ready():
             raise _errors.FailedPreconditionError(
                 "this done-with-host-buffer event of a zero-copy buffer fires only when the "
                 "buffer is destroyed; awaiting it while the buffer exists would never return"
@@ -159,6 +162,9 @@ cdef class EventHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
         args.event = self.ptr
+        if self._is_ready():  # nothing to wait for: keep the GIL
+            check(self.api, self.api.PJRT_Event_Await(&args))
+            return
         with nogil:
             check(self.api, self.api.PJRT_Event_Await(&args))
 

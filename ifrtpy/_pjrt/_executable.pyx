@@ -15,6 +15,8 @@ Differences from the C API:
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
 """
 
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
@@ -184,11 +186,13 @@ cdef class ExecutableHandle:
         cdef PJRT_Error* error
         cdef BufferHandle buffer
         cdef object group
+        cdef tuple per_device
+        cdef BufferHandle handle
         if by_device:
             num_args = len(arguments[0]) if num_devices else 0
         else:
             num_args = len(arguments)
-        expected = 1 if execute_device is not None else len(self.addressable_devices)
+        cdef Py_ssize_t expected = 1 if execute_device is not None else len(self.addressable_devices)
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
                 f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
@@ -260,8 +264,14 @@ cdef class ExecutableHandle:
                 outputs = [[BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
                             for k in range(num_outputs)] for d in range(num_devices)]
             else:
-                outputs = [tuple([BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
-                                  for d in range(num_devices)]) for k in range(num_outputs)]
+                outputs = []
+                for k in range(num_outputs):
+                    per_device = PyTuple_New(num_devices)
+                    for d in range(num_devices):
+                        handle = BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
+                        Py_INCREF(handle)
+                        PyTuple_SET_ITEM(per_device, d, handle)
+                    outputs.append(per_device)
             done = [EventHandle.wrap(self.client, api, events[d]) for d in range(num_devices)]
             return outputs, done
         finally:
