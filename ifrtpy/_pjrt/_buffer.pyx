@@ -116,7 +116,7 @@ cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) ex
     return _register(api, event, (None, obj))
 
 
-@cython.no_gc_clear
+@cython.no_gc  # holds only its client and a weak reference: never part of a cycle
 cdef class EventHandle:
     """Owns a ``PJRT_Event*``."""
 
@@ -263,7 +263,7 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     return buffer, done
 
 
-@cython.no_gc_clear
+@cython.no_gc  # holds only its client: never part of a cycle
 cdef class BufferHandle:
     """Owns a ``PJRT_Buffer*``; keeps its client alive."""
 
