@@ -1,4 +1,5 @@
-"""Laws of PjRt arrays, checked against NumPy with hypothesis on an 8-device client.
+"""Laws of PjRt arrays beyond the conformance suite's (which tests/test_conformance_pjrt.py
+runs), checked against NumPy with hypothesis on an 8-device client.
 
 Values are compared byte-wise (floats may hold NaNs). Every sharding kind of
 ``ifrtpy.testing.strategies.shardings`` is drawn, over random device subsets, orders and
@@ -6,7 +7,6 @@ memory kinds.
 """
 
 import gc
-import re
 
 import numpy as np
 import pytest
@@ -16,14 +16,11 @@ from hypothesis import strategies as st
 import ifrtpy as ifrt
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.shape import IndexDomain, Shape
-from ifrtpy.sharding import SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.shape import Shape
+from ifrtpy.sharding import SingleDeviceSharding
 from ifrtpy.testing import strategies as S
 
-ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
-REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
 DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
-ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
 
 
@@ -40,14 +37,6 @@ def _assert_same(actual: np.ndarray, expected: np.ndarray, what=""):
     assert actual.dtype == expected.dtype, what
     assert actual.shape == expected.shape, what
     assert _bytes(actual) == _bytes(expected), what
-
-
-def _domains(sharding, shape):
-    """The box of the global array each addressable shard holds, in device order."""
-    count = len(sharding.devices.addressable_device_list())
-    if sharding.is_fully_replicated:
-        return [IndexDomain(Shape(shape))] * count
-    return sharding.index_domains(Shape(shape), ADDRESSABLE)
 
 
 @st.composite
@@ -67,23 +56,6 @@ def _put(client, x, sharding):
 
 
 # -- host <-> array -------------------------------------------------------------------------
-
-def _strided(x: np.ndarray, layout: str) -> np.ndarray:
-    """An array equal to ``x`` laid out as ``layout`` says (a view with those strides)."""
-    if x.ndim == 0:
-        return x  # one element: every layout is the same
-    if layout == "fortran":
-        return np.asfortranarray(x)
-    if layout == "reversed":  # negative strides
-        index = (slice(None, None, -1),) * x.ndim
-        return np.ascontiguousarray(x[index])[index]
-    if layout == "padded":  # every dimension strided by 2 elements
-        big = np.zeros([2 * n for n in x.shape], x.dtype)
-        index = (slice(None, None, 2),) * x.ndim
-        big[index] = x
-        return big[index]
-    return x
-
 
 def _aligned_copy(x: np.ndarray, alignment: int = 64) -> np.ndarray:
     raw = np.empty(x.nbytes + alignment, np.uint8)
@@ -118,10 +90,6 @@ def test_copy_arrays_of_several_arrays(client, data, semantics):
 
 # -- donation -----------------------------------------------------------------------------
 
-def _flat(message: str) -> str:
-    return re.sub(r"\s", "", message)
-
-
 @pytest.mark.parametrize("semantics", list(ArrayCopySemantics), ids=lambda s: s.name)
 def test_bad_copy_arrays_raises_and_leaves_inputs_intact(client, semantics):
     devices = client.addressable_devices()
@@ -141,11 +109,6 @@ def _error_array(client, sharding, shape=(2, 3)):
     spec = ArraySpec(np.float32, Shape(shape), sharding)
     (array,) = client.make_error_arrays(InvalidArgumentError("injected error"), [spec])
     return array
-
-
-def _assert_injected(future):
-    exc = future.exception(timeout=10)
-    assert exc is not None and "injected error" in str(exc), exc
 
 
 @pytest.mark.parametrize("op", ["copy", "reshard", "disassemble"])
