@@ -100,6 +100,17 @@ cdef class ArrayCore:
     cdef public bint _deleted
     cdef object __weakref__
 
+    def block_until_ready(self):
+        """Wait for every shard (the GIL released while one is pending); raise the array's
+        error, or FailedPreconditionError if it was deleted; return the array."""
+        if self._error is not None:
+            raise self._error
+        for buffer in self._buffers:
+            if self._deleted or buffer.is_deleted():
+                raise _errors.FailedPreconditionError(f"Array has been deleted: {self!r}")
+            buffer.ready_event().await_()
+        return self
+
 
 def execute_arrays(ExecutableHandle handle, list args, list accepted, tuple outputs_spec,
                    object client, object array_type, int launch_id, non_donatable):

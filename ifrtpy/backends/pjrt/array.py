@@ -30,7 +30,8 @@ ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
 class PjrtArray(ArrayCore, Array):
     """An array of a PjrtClient. Made by the client's operations, not by users.
 
-    Its fields live in the C-level ``ArrayCore`` (for the execute fast path).
+    Its fields, and ``block_until_ready``, live in the C-level ``ArrayCore`` (for the
+    execute fast path).
     Thread-safe for reads; ``delete`` is idempotent.
     """
 
@@ -84,14 +85,6 @@ class PjrtArray(ArrayCore, Array):
         if self.is_deleted():
             return Future.failed(FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
         return future_of_events([b.ready_event() for b in self._buffers])
-
-    def block_until_ready(self) -> PjrtArray:
-        """Wait (GIL released) for every shard; raise the array's error, if any."""
-        if self._error is not None:
-            raise self._error
-        for buffer in self._live_buffers():
-            buffer.ready_event().await_()
-        return self
 
     def delete(self) -> Future[None]:
         if not self._deleted:

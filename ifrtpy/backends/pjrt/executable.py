@@ -288,28 +288,32 @@ class PjrtLoadedExecutable(LoadedExecutable):
                 devices: DeviceList | None = None) -> ExecuteResult:
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
-        options = options if options is not None else _DEFAULT_EXECUTE_OPTIONS
+        if options is None:
+            options = _DEFAULT_EXECUTE_OPTIONS
+        non_donatable = options.non_donatable_input_indices
+        non_donatable = sorted(non_donatable) if non_donatable else ()
+        if devices is None and self._devices is not None:
+            fast = execute_arrays(self._handle, args if type(args) is list else list(args),
+                                  self._accepted, self._outputs_spec, self._client, PjrtArray,
+                                  options.launch_id, non_donatable)
+            if fast is not None:  # the same kinds of arguments as a checked call before
+                arrays, events = fast
+                return ExecuteResult(future_of_events(events) if options.fill_status else None, arrays)
         if self._devices is None:
             out_devices, execute_device = self._portable_devices(devices)
             shardings = [SingleDeviceSharding(out_devices[0])] * len(self._params)
             out_shardings = [shardings[0]] * len(self._results)
-            self._check_arguments(args, shardings)
         else:
             if devices is not None and DeviceList(devices) != self._devices:
                 raise InvalidArgumentError(
                     f"{self.name} is compiled for {self._devices.to_string()}; execute got "
                     f"{DeviceList(devices).to_string()}")
-            fast = execute_arrays(self._handle, args if type(args) is list else list(args),
-                                  self._accepted, self._outputs_spec, self._client, PjrtArray,
-                                  options.launch_id, _non_donatable(options))
-            if fast is not None:  # the same kinds of arguments as a checked call before
-                arrays, events = fast
-                return ExecuteResult(future_of_events(events) if options.fill_status else None, arrays)
             execute_device = None
+            shardings = self._parameter_shardings
             out_shardings = self._output_shardings
-            self._check_arguments(args, self._parameter_shardings)
+        self._check_arguments(args, shardings)
         outputs, events = self._handle.execute_by_argument(
-            [a._buffers for a in args], options.launch_id, _non_donatable(options),
+            [a._buffers for a in args], options.launch_id, non_donatable,
             None if execute_device is None else execute_device._handle)
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
@@ -359,11 +363,6 @@ class PjrtLoadedExecutable(LoadedExecutable):
                 f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
                 f"parameter {i} has sharding {sharding!r} (different shards per device)")
         self._checked[key] = None
-
-
-def _non_donatable(options: ExecuteOptions) -> Sequence[int]:
-    indices = options.non_donatable_input_indices
-    return sorted(indices) if indices else ()
 
 
 def _holds_whole(sharding: Sharding, shape) -> bool:
