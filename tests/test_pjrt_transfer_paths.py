@@ -96,16 +96,39 @@ def test_changing_the_host_array_after_a_put_leaves_the_array_alone(client, sema
 
 
 def test_large_put_keeps_its_copy_exactly_as_long_as_the_buffer(client, staged):
+    # The buffer holds its staging block while it lives; then the block goes back to the
+    # staging pool (for the next large put), which release_staging_memory empties.
+    pjrt_array.release_staging_memory()
     array = client.make_array_from_host_buffer(_large(), ifrt.SingleDeviceSharding(client.devices()[0]))
     root = weakref.ref(_root(staged[0][0]))
     staged.clear()
     gc.collect()
     assert root() is not None
+    assert not pjrt_array._STAGING._free
     np.asarray(array)
     array.delete()
     del array
     gc.collect()
+    assert [b.ctypes.data for b in pjrt_array._STAGING._free] == [root().ctypes.data]
+    pjrt_array.release_staging_memory()
+    gc.collect()
     assert root() is None
+
+
+def test_a_released_staging_block_serves_the_next_large_put(client):
+    pjrt_array.release_staging_memory()
+    device = ifrt.SingleDeviceSharding(client.devices()[0])
+    first = client.make_array_from_host_buffer(_large(), device)
+    address = first.buffers[0].unsafe_pointer
+    first.delete()
+    del first
+    gc.collect()
+    data = _large() + 1
+    second = client.make_array_from_host_buffer(data, device)
+    assert abs(second.buffers[0].unsafe_pointer - address) < 64  # the same block, realigned
+    data[:] = 0  # the put copied: the caller's array is its own
+    np.testing.assert_array_equal(np.asarray(second), _large() + 1)
+    pjrt_array.release_staging_memory()
 
 
 def test_sharded_large_put_gives_each_shard_its_own_aligned_copy(client, staged):
@@ -318,3 +341,19 @@ def test_only_a_large_get_by_one_copy_maps_its_destination_ahead(client, monkeyp
     out = np.empty_like(data)
     single.copy_to_host_buffer(out).result(timeout=60)  # the caller's array: left alone
     assert calls == [(data.nbytes, 1)]
+
+
+def test_small_puts_through_equal_shardings_use_each_their_own_memory(client):
+    # The fast path caches memories by sharding identity: equal sharding objects, and
+    # shardings of other devices and memory kinds, each find their own memory.
+    x = np.arange(16, dtype=np.float32)
+    devices = client.devices()
+    for device, kind in [(devices[0], None), (devices[0], None), (devices[1], "pinned_host"),
+                         (devices[1], "unpinned_host")]:
+        for _ in range(2):  # the second put takes the cached path
+            sharding = ifrt.SingleDeviceSharding(device, kind)
+            array = client.make_array_from_host_buffer(x, sharding)
+            buffer = array.buffers[0]
+            assert buffer.device.id == device.id
+            assert buffer.memory.kind == (kind or "device")
+            np.testing.assert_array_equal(np.asarray(array), x)

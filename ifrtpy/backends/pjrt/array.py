@@ -8,6 +8,8 @@ so a failure leaves nothing half-made behind.
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -260,11 +262,13 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
             and on_done is None and layout is None):
         # The common case, kept short: one device, no callback, a small array of a dtype,
         # shape and sharding seen before (else _put_single_device).
-        memory = client._memory_cache.get(sharding)
+        cached = client._memory_cache.get(id(sharding))
         dtype = _DTYPE_OF_NUMPY.get(data.dtype)
         shape = _SHAPES.get(data.shape)
-        if memory is None or dtype is None or shape is None or data.nbytes >= _LARGE_BYTES:
+        if (cached is None or cached[0] is not sharding or dtype is None or shape is None
+                or data.nbytes >= _LARGE_BYTES):
             return _put_single_device(client, data, sharding, semantics)
+        memory = cached[1]
         array = _new_array(PjrtArray)  # ArrayCore starts with no error and not deleted
         array._buffers = (_pjrt.buffer_from_host_buffer(client._handle, data, None, memory,
                                                          semantics)[0],)
@@ -323,9 +327,15 @@ _new_array = PjrtArray.__new__
 
 def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics) -> PjrtArray:
     """A put to one device with no callback (fills the fast path's caches)."""
-    memory = client._memory_cache.get(sharding)  # the sharding's MemoryHandle
-    if memory is None:
-        memory = client._memory_cache[sharding] = _device_memories(client, sharding)[0]._handle
+    # The cache is keyed by identity (equal shardings would cost a Python __eq__ on every
+    # lookup); it holds the sharding, so that its id is not reused while cached.
+    cache = client._memory_cache
+    cached = cache.get(id(sharding))
+    if cached is None or cached[0] is not sharding:
+        if len(cache) >= 4096:
+            cache.clear()
+        cached = cache[id(sharding)] = (sharding, _device_memories(client, sharding)[0]._handle)
+    memory = cached[1]
     dtype = _dtype_of(data.dtype)
     shape = _SHAPES.get(data.shape)
     if shape is None:
@@ -357,19 +367,21 @@ def _staged_copies(pieces: list) -> list:
 
     The plugin would copy into memory it allocates itself, which for large buffers is
     fresh and takes one 4 KiB page fault per page: those cost more than the copy. Here
-    one NumPy allocation holds all the copies; NumPy asks for transparent huge pages for
-    it (one fault per 2 MiB), and where it is fresh a helper thread maps its pages from
-    the end while this one copies from the front. Each copy is kept alive by its buffer until the buffer is
-    destroyed (all of them, the allocation); the caller may change or free its array at
-    once, and runs that donate a buffer may write into its copy.
+    one block of NumPy memory holds all the copies: a block that earlier copies used and
+    released (see :class:`_StagingPool`), its pages mapped already, or else a new one, for
+    which NumPy asks transparent huge pages (one fault per 2 MiB) and a helper thread maps
+    the pages from the end while this one copies from the front. Each copy is kept alive
+    by its buffer until the buffer is destroyed (the block, until all of them are); the
+    caller may change or free its array at once, and runs that donate a buffer may write
+    into its copy.
     """
     sizes = [0 if p is None else -(-p.nbytes // _ALIGNMENT) * _ALIGNMENT for p in pieces]
     if not any(sizes):
         return [None] * len(pieces)
-    raw = np.empty(sum(sizes) + _ALIGNMENT, np.uint8)
+    raw, fresh = _STAGING.take(sum(sizes) + _ALIGNMENT)
     offset = -raw.ctypes.data % _ALIGNMENT
     copies = []
-    with PopulateBehind(raw) if raw.nbytes >= _FRESH_BYTES else contextlib.nullcontext():
+    with PopulateBehind(raw) if fresh and raw.nbytes >= _FRESH_BYTES else contextlib.nullcontext():
         for piece, size in zip(pieces, sizes):
             if piece is None:
                 copies.append(None)
@@ -378,7 +390,57 @@ def _staged_copies(pieces: list) -> list:
             np.copyto(copy, piece)
             copies.append(copy)
             offset += size
+    _STAGING.give_back_when_released(raw, [c for c in copies if c is not None])
     return copies
+
+
+class _StagingPool:
+    """Blocks of staging memory whose copies are all released, kept for the next large
+    put: their pages are mapped already, so copying into them runs at memory speed
+    instead of paying the kernel's zeroing of fresh pages. Holds at most ``max_blocks``
+    blocks (the most recent); a block is reused for a request of between half its size
+    and its size. Thread-safe (blocks come back from the plugin's threads)."""
+
+    def __init__(self, max_blocks: int = 2):
+        self._max_blocks = max_blocks
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> tuple[np.ndarray, bool]:
+        """A block of at least ``nbytes`` bytes, and whether it is fresh memory."""
+        with self._lock:
+            for i, block in enumerate(self._free):
+                if nbytes <= block.nbytes <= 2 * nbytes:
+                    return self._free.pop(i)[:nbytes], False
+        return np.empty(nbytes, np.uint8), True
+
+    def give_back_when_released(self, block: np.ndarray, views: list) -> None:
+        """Return ``block``'s memory to the pool once every one of ``views`` is gone."""
+        memory = block.base if block.base is not None else block
+        left = [len(views)]
+
+        def released():
+            with self._lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    self._free.append(memory)
+                    del self._free[:-self._max_blocks]
+
+        for view in views:
+            weakref.finalize(view, released)
+
+    def clear(self) -> None:
+        """Free every kept block."""
+        with self._lock:
+            self._free.clear()
+
+
+_STAGING = _StagingPool()
+
+
+def release_staging_memory() -> None:
+    """Free the staging blocks kept for later large puts (see :class:`_StagingPool`)."""
+    _STAGING.clear()
 
 
 def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,

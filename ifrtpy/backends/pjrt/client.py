@@ -143,7 +143,7 @@ class PjrtClient(Client):
         self._devices = [PjrtDevice(self, h) for h in handle.devices]
         self._device_of_handle = {d.id: d for d in self._devices}
         self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
-        self._memory_cache: dict = {}  # SingleDeviceSharding -> MemoryHandle, for fast puts
+        self._memory_cache: dict = {}  # id(SingleDeviceSharding) -> (it, MemoryHandle), for fast puts
         self._compiler = _executable.PjrtCompiler(self)
 
     # -- topology -----------------------------------------------------------------------
