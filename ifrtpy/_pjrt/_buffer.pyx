@@ -284,8 +284,9 @@ cdef class BufferHandle:
             args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
             args.buffer = self.ptr
             self.ptr = NULL
-            with nogil:
-                self.client.api.PJRT_Buffer_Destroy(&args)
+            # Destroying a buffer never waits for work on it (PJRT defers the release to
+            # the buffer's last use), so the GIL is kept: releasing it costs more.
+            self.client.api.PJRT_Buffer_Destroy(&args)
 
     @property
     def element_type(self):

@@ -162,8 +162,8 @@ cdef class ExecutableHandle:
     def execute_by_argument(self, list arguments, int launch_id=0, non_donatable_input_indices=(),
                             DeviceHandle execute_device=None):
         """``execute`` with the buffers grouped the other way round: ``arguments[k]`` holds
-        argument k's BufferHandle for each device. Returns ``(outputs, events)`` with
-        ``outputs[k]`` a tuple of output k's BufferHandle on each device."""
+        argument k's BufferHandle for each device. Returns ``(outputs, events)``, both
+        tuples, with ``outputs[k]`` a tuple of output k's BufferHandle on each device."""
         cdef Py_ssize_t num_devices = 1 if execute_device is not None else len(self.addressable_devices)
         return self._run(arguments, False, num_devices, launch_id, non_donatable_input_indices,
                          execute_device)
@@ -188,6 +188,7 @@ cdef class ExecutableHandle:
         cdef object group
         cdef tuple per_device
         cdef BufferHandle handle
+        cdef EventHandle event
         if by_device:
             num_args = len(arguments[0]) if num_devices else 0
         else:
@@ -264,15 +265,20 @@ cdef class ExecutableHandle:
                 outputs = [[BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
                             for k in range(num_outputs)] for d in range(num_devices)]
             else:
-                outputs = []
+                outputs = PyTuple_New(num_outputs)
                 for k in range(num_outputs):
                     per_device = PyTuple_New(num_devices)
                     for d in range(num_devices):
                         handle = BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
                         Py_INCREF(handle)
                         PyTuple_SET_ITEM(per_device, d, handle)
-                    outputs.append(per_device)
-            done = [EventHandle.wrap(self.client, api, events[d]) for d in range(num_devices)]
+                    Py_INCREF(per_device)
+                    PyTuple_SET_ITEM(outputs, k, per_device)
+            done = PyTuple_New(num_devices)
+            for d in range(num_devices):
+                event = EventHandle.wrap(self.client, api, events[d])
+                Py_INCREF(event)
+                PyTuple_SET_ITEM(done, d, event)
             return outputs, done
         finally:
             if heap:
