@@ -151,11 +151,12 @@ cdef class ExecutableHandle:
         """Run on every addressable device: ``argument_lists[d]`` are device d's
         BufferHandles. With ``execute_device`` (portable executables), one list, run there.
 
-        Returns ``(outputs, events)``: ``outputs[d][k]`` is output k on device d, and one
-        completion event per device. Donated arguments are deleted by the plugin unless
+        Returns ``(outputs, events)``, tuples: ``outputs[d][k]`` is output k on device d,
+        and one completion event per device. Donated arguments are deleted by the plugin unless
         their index is in ``non_donatable_input_indices``.
         """
-        argument_lists = list(argument_lists)
+        if type(argument_lists) is not list:
+            argument_lists = list(argument_lists)
         return self._run(argument_lists, True, len(argument_lists), launch_id,
                          non_donatable_input_indices, execute_device)
 
@@ -186,7 +187,8 @@ cdef class ExecutableHandle:
         cdef PJRT_Error* error
         cdef BufferHandle buffer
         cdef object group
-        cdef tuple per_device
+        cdef tuple group_out
+        cdef Py_ssize_t outer, inner
         cdef BufferHandle handle
         cdef EventHandle event
         if by_device:
@@ -261,19 +263,18 @@ cdef class ExecutableHandle:
             with nogil:
                 error = api.PJRT_LoadedExecutable_Execute(&args)
             check(api, error)
-            if by_device:
-                outputs = [[BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
-                            for k in range(num_outputs)] for d in range(num_devices)]
-            else:
-                outputs = PyTuple_New(num_outputs)
-                for k in range(num_outputs):
-                    per_device = PyTuple_New(num_devices)
-                    for d in range(num_devices):
-                        handle = BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
-                        Py_INCREF(handle)
-                        PyTuple_SET_ITEM(per_device, d, handle)
-                    Py_INCREF(per_device)
-                    PyTuple_SET_ITEM(outputs, k, per_device)
+            # Tuples, built directly: outputs[d][k] (by_device) or outputs[k][d].
+            outer, inner = (num_devices, num_outputs) if by_device else (num_outputs, num_devices)
+            outputs = PyTuple_New(outer)
+            for g in range(outer):
+                group_out = PyTuple_New(inner)
+                for i in range(inner):
+                    d, k = (g, i) if by_device else (i, g)
+                    handle = BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
+                    Py_INCREF(handle)
+                    PyTuple_SET_ITEM(group_out, i, handle)
+                Py_INCREF(group_out)
+                PyTuple_SET_ITEM(outputs, g, group_out)
             done = PyTuple_New(num_devices)
             for d in range(num_devices):
                 event = EventHandle.wrap(self.client, api, events[d])
