@@ -10,7 +10,8 @@ Differences from the C API:
 * Awaiting the done-with-host-buffer event of a zero-copy buffer while that buffer still
   exists would hang forever (the event fires on destruction): it raises instead.
 * ``EventHandle.on_ready`` runs a Python callable, from whichever thread completes the
-  event, with ``None`` or the ifrtpy exception of the event's error.
+  event, with ``None`` or the ifrtpy exception of the event's error; once the
+  interpreter is finalizing, callbacks are dropped instead of waiting for the GIL.
 * ``error()`` of a pending event raises (the plugin aborts on it); kMutableZeroCopy
   refuses a read-only array.
 * ``to_host_buffer`` writes into a C-contiguous NumPy array (a new one by default) and
