@@ -17,7 +17,6 @@ those cases skip with the reason.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import itertools
 import re
@@ -31,12 +30,14 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, OpaqueSharding, ShardingParam, ShardingParamSharding,
     SingleDeviceSharding, SingleDeviceShardSemantics,
 )
+from ifrtpy.testing.conformance._helpers import addressable_devices as _devices
+from ifrtpy.testing.conformance._helpers import skip_if_unimplemented as _skip_if_unimplemented
 
 ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
 REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
@@ -53,22 +54,6 @@ TIMEOUT_S = 10.0
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _skip_if_unimplemented():
-    """Turn the backend's UnimplementedError into a skip carrying its message."""
-    try:
-        yield
-    except UnimplementedError as e:
-        pytest.skip(f"UNIMPLEMENTED: {e}")
-
-
-def _devices(client, count: int) -> list:
-    devices = client.addressable_devices()
-    if len(devices) < count:
-        pytest.skip(f"needs {count} addressable devices, the client has {len(devices)}")
-    return devices[:count]
-
 
 def _non_addressable(client, count: int = 1) -> list:
     devices = [d for d in client.devices() if not d.is_addressable]

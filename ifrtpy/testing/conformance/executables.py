@@ -21,7 +21,6 @@ reason. A backend's UnimplementedError turns into a skip carrying its message.
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -31,6 +30,8 @@ from ifrtpy.errors import FailedPreconditionError, IfrtError, UnimplementedError
 from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding
+from ifrtpy.testing.conformance._helpers import addressable_devices as _devices
+from ifrtpy.testing.conformance._helpers import skip_if_unimplemented as _skip_if_unimplemented
 
 F32 = ifrt.DType.from_numpy(np.float32)
 SHAPE = Shape([2, 3])
@@ -106,22 +107,6 @@ SERIALIZE = pytest.mark.parametrize("serialize", [False, True], ids=["direct", "
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _skip_if_unimplemented(what: str = ""):
-    """Turn the backend's UnimplementedError into a skip carrying its message."""
-    try:
-        yield
-    except UnimplementedError as e:
-        pytest.skip(f"UNIMPLEMENTED{' ' + what if what else ''}: {e}")
-
-
-def _devices(client, count: int) -> list:
-    devices = client.addressable_devices()
-    if len(devices) < count:
-        pytest.skip(f"needs {count} addressable devices, the client has {len(devices)}")
-    return devices[:count]
-
 
 def _iota(shape=(2, 3), dtype=np.float32) -> np.ndarray:
     return np.arange(int(np.prod(shape))).astype(dtype).reshape(shape)
