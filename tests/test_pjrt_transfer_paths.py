@@ -3,6 +3,7 @@ aliased by their buffers, fresh get destinations mapped while the plugin copies,
 cached single-device put."""
 
 import gc
+import time
 import weakref
 
 import ml_dtypes
@@ -109,6 +110,10 @@ def test_large_put_keeps_its_copy_exactly_as_long_as_the_buffer(client, staged):
     array.delete()
     del array
     gc.collect()
+    # The block comes back when the plugin fires the buffer's done event, on its own thread.
+    deadline = time.monotonic() + 30
+    while not pjrt_array._STAGING._free and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert [b.ctypes.data for b in pjrt_array._STAGING._free] == [root().ctypes.data]
     pjrt_array.release_staging_memory()
     gc.collect()
@@ -123,6 +128,9 @@ def test_a_released_staging_block_serves_the_next_large_put(client):
     first.delete()
     del first
     gc.collect()
+    deadline = time.monotonic() + 30  # the block comes back on the plugin's thread
+    while not pjrt_array._STAGING._free and time.monotonic() < deadline:
+        time.sleep(0.01)
     data = _large() + 1
     second = client.make_array_from_host_buffer(data, device)
     assert abs(second.buffers[0].unsafe_pointer - address) < 64  # the same block, realigned
