@@ -8,6 +8,7 @@ cdef class EventHandle:
     cdef ClientHandle owner
     cdef object _guard
     cdef bint _is_ready(self) except -1
+    cdef int _await(self) except -1
 
     @staticmethod
     cdef EventHandle wrap(ClientHandle owner, const PJRT_Api* api, PJRT_Event* ptr)
@@ -17,6 +18,9 @@ cdef class BufferHandle:
     cdef PJRT_Buffer* ptr
     cdef readonly ClientHandle client
     cdef object __weakref__
+    cdef bint _is_deleted(self) except -1
+    cdef EventHandle _ready_event(self)
+    cdef int await_ready(self) except -1
 
     @staticmethod
     cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr)

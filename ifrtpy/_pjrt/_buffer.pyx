@@ -154,6 +154,9 @@ cdef class EventHandle:
 
     def await_(self):
         """Block (GIL released) until the event fires; raise its error, if any."""
+        self._await()
+
+    cdef int _await(self) except -1:
         cdef PJRT_Event_Await_Args args
         if self._guard is not None and self._guard() is not None and not self._is_ready():
             raise _errors.FailedPreconditionError(
@@ -165,9 +168,10 @@ cdef class EventHandle:
         args.event = self.ptr
         if self._is_ready():  # nothing to wait for: keep the GIL
             check(self.api, self.api.PJRT_Event_Await(&args))
-            return
+            return 0
         with nogil:
             check(self.api, self.api.PJRT_Event_Await(&args))
+        return 0
 
     def error(self):
         """The event's error as an ifrtpy exception, or None. FailedPreconditionError
@@ -342,6 +346,9 @@ cdef class BufferHandle:
         return self.client.memory_of(args.memory)
 
     def is_deleted(self):
+        return self._is_deleted()
+
+    cdef bint _is_deleted(self) except -1:
         cdef PJRT_Buffer_IsDeleted_Args args
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
@@ -360,12 +367,45 @@ cdef class BufferHandle:
 
     def ready_event(self):
         """An EventHandle that fires when the buffer's data is ready (or failed)."""
+        return self._ready_event()
+
+    cdef EventHandle _ready_event(self):
         cdef PJRT_Buffer_ReadyEvent_Args args
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
         args.buffer = self.ptr
         check(self.client.api, self.client.api.PJRT_Buffer_ReadyEvent(&args))
         return EventHandle.wrap(self.client, self.client.api, args.event)
+
+    cdef int await_ready(self) except -1:
+        """``ready_event().await_()`` without a Python object while the data is ready."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Buffer_ReadyEvent_Args ready
+        cdef PJRT_Event_IsReady_Args is_ready
+        cdef PJRT_Event_Error_Args error
+        cdef PJRT_Event_Destroy_Args destroy
+        cdef PJRT_Error* failure
+        memset(&ready, 0, sizeof(ready))
+        ready.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
+        ready.buffer = self.ptr
+        check(api, api.PJRT_Buffer_ReadyEvent(&ready))
+        memset(&is_ready, 0, sizeof(is_ready))
+        is_ready.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+        is_ready.event = ready.event
+        failure = api.PJRT_Event_IsReady(&is_ready)
+        if failure == NULL and is_ready.is_ready:
+            memset(&error, 0, sizeof(error))
+            error.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+            error.event = ready.event
+            failure = api.PJRT_Event_Error(&error)
+            memset(&destroy, 0, sizeof(destroy))
+            destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            destroy.event = ready.event
+            api.PJRT_Event_Destroy(&destroy)
+            return check(api, failure)
+        event = EventHandle.wrap(self.client, api, ready.event)  # owns it from here
+        check(api, failure)
+        return event._await()
 
     @property
     def unsafe_pointer(self):

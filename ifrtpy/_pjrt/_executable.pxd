@@ -10,6 +10,9 @@ cdef class ExecutableHandle:
     cdef readonly Py_ssize_t num_outputs
     cdef readonly tuple addressable_devices
 
+    cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
+                    PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
+                    non_donatable_input_indices, DeviceHandle execute_device) except -1
     cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
                     non_donatable_input_indices, DeviceHandle execute_device)
 

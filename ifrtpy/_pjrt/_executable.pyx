@@ -169,79 +169,41 @@ cdef class ExecutableHandle:
         return self._run(arguments, False, num_devices, launch_id, non_donatable_input_indices,
                          execute_device)
 
-    cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device):
-        # arguments[d][k] (by_device) or arguments[k][d]: argument k's buffer on device d.
+    cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
+                    PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
+                    non_donatable_input_indices, DeviceHandle execute_device) except -1:
+        """Execute with the GIL released. ``args_flat[d * num_args + k]`` is argument k on
+        device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
+        once this returns. ``events`` (one per device) may be NULL: no completion events."""
         cdef const PJRT_Api* api = self.client.api
-        cdef Py_ssize_t num_args
-        cdef Py_ssize_t num_outputs = self.num_outputs
-        cdef Py_ssize_t d, g, i, k, n_nd = len(non_donatable_input_indices)
-        cdef PJRT_Buffer** args_flat = NULL
+        cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer*** arg_ptrs = NULL
-        cdef PJRT_Buffer** out_flat = NULL
         cdef PJRT_Buffer*** out_ptrs = NULL
-        cdef PJRT_Event** events = NULL
         cdef int64_t* non_donatable = NULL
         cdef PJRT_ExecuteOptions options
         cdef PJRT_LoadedExecutable_Execute_Args args
         cdef PJRT_Error* error
-        cdef BufferHandle buffer
-        cdef object group
-        cdef tuple group_out
-        cdef Py_ssize_t outer, inner
-        cdef BufferHandle handle
-        cdef EventHandle event
-        if by_device:
-            num_args = len(arguments[0]) if num_devices else 0
-        else:
-            num_args = len(arguments)
         cdef Py_ssize_t expected = 1 if execute_device is not None else len(self.addressable_devices)
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
                 f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
         # Small calls (the common case) use arrays on the stack; larger ones the heap.
-        cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer** small_arg_ptrs[SMALL]
-        cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Buffer** small_out_ptrs[SMALL]
-        cdef PJRT_Event* small_events[SMALL]
         cdef int64_t small_non_donatable[SMALL]
-        cdef bint heap = (num_devices * max(num_args, num_outputs) >= SMALL or n_nd >= SMALL)
+        cdef bint heap = num_devices >= SMALL or n_nd >= SMALL
         try:
             if heap:
-                args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
                 arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
-                out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
                 out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
-                events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
                 non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
-                if (args_flat == NULL or arg_ptrs == NULL or out_flat == NULL or out_ptrs == NULL
-                        or events == NULL or non_donatable == NULL):
+                if arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL:
                     raise MemoryError()
             else:
-                args_flat, arg_ptrs, out_flat = small_args, small_arg_ptrs, small_outs
-                out_ptrs, events, non_donatable = small_out_ptrs, small_events, small_non_donatable
-            for g in range(num_devices if by_device else num_args):
-                group = arguments[g]
-                if by_device and len(group) != num_args:
-                    raise _errors.InvalidArgumentError(
-                        f"argument list {g} has {len(group)} buffers, list 0 has {num_args}")
-                if not by_device and len(group) != num_devices:
-                    raise _errors.InvalidArgumentError(
-                        f"argument {g} has {len(group)} buffers for {num_devices} devices")
-                for i in range(len(group)):
-                    buffer = group[i]
-                    if buffer.client is not self.client:
-                        raise _errors.InvalidArgumentError(
-                            f"a buffer of argument {i if by_device else g} belongs to another client")
-                    if by_device:
-                        args_flat[g * num_args + i] = buffer.ptr
-                    else:
-                        args_flat[i * num_args + g] = buffer.ptr
+                arg_ptrs, out_ptrs, non_donatable = small_arg_ptrs, small_out_ptrs, small_non_donatable
             for d in range(num_devices):
                 arg_ptrs[d] = &args_flat[d * num_args]
-                out_ptrs[d] = &out_flat[d * num_outputs]
-                events[d] = NULL
+                out_ptrs[d] = &out_flat[d * self.num_outputs]
             for k in range(n_nd):
                 non_donatable[k] = non_donatable_input_indices[k]
             memset(&options, 0, sizeof(options))
@@ -263,6 +225,67 @@ cdef class ExecutableHandle:
             with nogil:
                 error = api.PJRT_LoadedExecutable_Execute(&args)
             check(api, error)
+            return 0
+        finally:
+            if heap:
+                free(arg_ptrs)
+                free(out_ptrs)
+                free(non_donatable)
+
+    cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
+                    non_donatable_input_indices, DeviceHandle execute_device):
+        # arguments[d][k] (by_device) or arguments[k][d]: argument k's buffer on device d.
+        cdef const PJRT_Api* api = self.client.api
+        cdef Py_ssize_t num_args
+        cdef Py_ssize_t num_outputs = self.num_outputs
+        cdef Py_ssize_t d, g, i, k
+        cdef PJRT_Buffer** args_flat = NULL
+        cdef PJRT_Buffer** out_flat = NULL
+        cdef PJRT_Event** events = NULL
+        cdef BufferHandle buffer
+        cdef object group
+        cdef tuple group_out
+        cdef Py_ssize_t outer, inner
+        cdef BufferHandle handle
+        cdef EventHandle event
+        if by_device:
+            num_args = len(arguments[0]) if num_devices else 0
+        else:
+            num_args = len(arguments)
+        cdef PJRT_Buffer* small_args[SMALL]
+        cdef PJRT_Buffer* small_outs[SMALL]
+        cdef PJRT_Event* small_events[SMALL]
+        cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
+        try:
+            if heap:
+                args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
+                out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
+                events = <PJRT_Event**>malloc((num_devices + 1) * sizeof(void*))
+                if args_flat == NULL or out_flat == NULL or events == NULL:
+                    raise MemoryError()
+            else:
+                args_flat, out_flat, events = small_args, small_outs, small_events
+            for g in range(num_devices if by_device else num_args):
+                group = arguments[g]
+                if by_device and len(group) != num_args:
+                    raise _errors.InvalidArgumentError(
+                        f"argument list {g} has {len(group)} buffers, list 0 has {num_args}")
+                if not by_device and len(group) != num_devices:
+                    raise _errors.InvalidArgumentError(
+                        f"argument {g} has {len(group)} buffers for {num_devices} devices")
+                for i in range(len(group)):
+                    buffer = group[i]
+                    if buffer.client is not self.client:
+                        raise _errors.InvalidArgumentError(
+                            f"a buffer of argument {i if by_device else g} belongs to another client")
+                    if by_device:
+                        args_flat[g * num_args + i] = buffer.ptr
+                    else:
+                        args_flat[i * num_args + g] = buffer.ptr
+            for d in range(num_devices):
+                events[d] = NULL
+            self.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
+                        non_donatable_input_indices, execute_device)
             # Tuples, built directly: outputs[d][k] (by_device) or outputs[k][d].
             outer, inner = (num_devices, num_outputs) if by_device else (num_outputs, num_devices)
             outputs = PyTuple_New(outer)
@@ -284,11 +307,8 @@ cdef class ExecutableHandle:
         finally:
             if heap:
                 free(args_flat)
-                free(arg_ptrs)
                 free(out_flat)
-                free(out_ptrs)
                 free(events)
-                free(non_donatable)
 
     @property
     def num_replicas(self):
