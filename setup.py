@@ -1,4 +1,5 @@
-"""Build of ifrtpy's Cython layer (ifrtpy._pjrt).
+"""Build of ifrtpy's Cython modules: the layer over the C API (ifrtpy._pjrt), the PjRt
+backend's hot paths, and ExecuteResult.
 
 The PJRT C API header is not part of this tree: it is taken from the ``xla-cpu-pjrt``
 package (a build requirement), or from the directory named by ``IFRTPY_PJRT_INCLUDE_DIR``.
@@ -13,7 +14,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 MODULES = [f"ifrtpy._pjrt.{name}" for name in ("_base", "_client", "_buffer", "_executable")]
-MODULES.append("ifrtpy.backends.pjrt._fastpath")
+MODULES += ["ifrtpy._execute_result", "ifrtpy.backends.pjrt._fastpath"]
 
 
 def _load_header_module():

@@ -2,7 +2,7 @@
 
 :class:`LoadedExecutable` is abstract (each backend subclasses it). :class:`CompileOptions`,
 :class:`ExecuteOptions`, :class:`ExecuteResult` and :class:`CompiledMemoryStats` are plain
-value types shared by every backend.
+value types shared by every backend (ExecuteResult is defined in C, in ``_execute_result``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import abc
 import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ifrtpy._execute_result import ExecuteResult as ExecuteResult
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
@@ -176,18 +177,6 @@ class ExecuteOptions:
 
     def __hash__(self) -> int:
         return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
-
-
-@dataclasses.dataclass
-class ExecuteResult:
-    """What :meth:`LoadedExecutable.execute` returns.
-
-    ``status`` is a future for the whole execution when ``fill_status`` was set, else
-    None. ``outputs`` are the output arrays, available at once (their data may not be).
-    """
-
-    status: Future[None] | None
-    outputs: list[Array]
 
 
 @dataclasses.dataclass(frozen=True)

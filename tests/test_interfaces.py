@@ -936,6 +936,11 @@ def test_compile_options_device_count_must_match(client):
 def test_result_types():
     r = ExecuteResult(status=None, outputs=[])
     assert r.status is None and r.outputs == []
+    assert repr(r) == "ExecuteResult(status=None, outputs=[])"
+    assert r == ExecuteResult(None, []) and r != ExecuteResult(None, [1]) and r != (None, [])
+    assert pickle.loads(pickle.dumps(ExecuteResult(None, (1, 2)))) == ExecuteResult(None, [1, 2])
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(r)
     stats = CompiledMemoryStats(argument_size_in_bytes=24)
     assert stats.argument_size_in_bytes == 24 and stats.temp_size_in_bytes == 0
     assert stats.peak_memory_in_bytes == 0

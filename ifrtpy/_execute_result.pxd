@@ -1,0 +1,3 @@
+cdef class ExecuteResult:
+    cdef public object status
+    cdef public list outputs
