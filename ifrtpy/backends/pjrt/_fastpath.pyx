@@ -1,12 +1,13 @@
 # cython: language_level=3, binding=True, embedsignature=True
-"""The PjRt backend's hot paths in C: the fields of PjrtArray, repeated executes, and
-mapping the pages of fresh host memory while copies fill it.
+"""The PjRt backend's hot paths in C: the fields of PjrtArray and PjrtLoadedExecutable,
+repeated executes, and mapping the pages of fresh host memory while copies fill it.
 
-``ArrayCore`` holds the fields of every PjrtArray, so that :func:`execute_arrays` can
-read its arguments and fill its outputs without Python attribute lookups. All semantics
-stay in ``array.py`` and ``executable.py``: this module only repeats an execute whose
-arguments were already checked (same dtype, shape and sharding objects as an accepted
-call), and returns None otherwise so that the caller takes the checked path.
+``ArrayCore`` and ``ExecutableCore`` hold the fields of every PjrtArray and
+PjrtLoadedExecutable, so that an execute can read its arguments and fill its outputs
+without Python attribute lookups. All semantics stay in ``array.py`` and
+``executable.py``: this module only repeats an execute whose arguments were already
+checked (same dtype, shape and sharding objects as an accepted call), and hands every
+other call to the checked path.
 
 :func:`populate_while_pending` and :class:`PopulateBehind` take the page faults of a
 fresh destination on a second core while a copy fills it (Linux's MADV_POPULATE_WRITE,
@@ -15,14 +16,23 @@ which maps pages without writing them); elsewhere they do nothing.
 
 cimport cython
 cimport numpy as cnp
+from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.errno cimport EINVAL, ENOSYS
+from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport check
-from ifrtpy._pjrt._buffer cimport EventHandle
+from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
 from ifrtpy._pjrt._executable cimport ExecutableHandle
+from ifrtpy._execute_result cimport ExecuteResult
 from ifrtpy import errors as _errors
+from ifrtpy.backends.pjrt.events import future_of_events
+
+DEF SMALL = 64
 
 cnp.import_array()
 
@@ -103,51 +113,139 @@ cdef class ArrayCore:
     def block_until_ready(self):
         """Wait for every shard (the GIL released while one is pending); raise the array's
         error, or FailedPreconditionError if it was deleted; return the array."""
+        cdef BufferHandle buffer
         if self._error is not None:
             raise self._error
-        for buffer in self._buffers:
-            if self._deleted or buffer.is_deleted():
+        for item in self._buffers:
+            buffer = <BufferHandle?>item
+            if self._deleted or buffer._is_deleted():
                 raise _errors.FailedPreconditionError(f"Array has been deleted: {self!r}")
-            buffer.ready_event().await_()
+            buffer.await_ready()
         return self
 
 
-def execute_arrays(ExecutableHandle handle, list args, list accepted, tuple outputs_spec,
-                   object client, object array_type, int launch_id, non_donatable):
-    """Execute ``handle`` on ``args`` if each is an ``array_type`` matching the
-    ``(dtype, shape, sharding)`` of ``accepted`` by identity (shape by equality), not
-    deleted and not an error array; return ``(outputs, events)``, else None.
+cdef class ExecutableCore:
+    """The fields of a PjrtLoadedExecutable and the C half of its ``execute``.
 
-    ``outputs_spec`` holds ``(dtype, shape, sharding)`` of each output.
+    ``execute`` repeats, in C, a call whose arguments are of the kinds a checked call
+    accepted: each an ``_array_type`` with the ``(dtype, shape, sharding)`` of
+    ``_accepted`` (sharding and dtype by identity, shape by equality), live and not an
+    error array. Every other call goes to ``_execute_checked`` (in ``executable.py``),
+    which checks each argument against the program and sets ``_accepted``.
     """
-    cdef Py_ssize_t n = len(args), k
-    cdef ArrayCore arg, out
-    cdef tuple spec
-    if n != len(accepted):
-        return None
-    cdef list buffers = []
-    for k in range(n):
-        if type(args[k]) is not array_type:
+
+    cdef public object _client
+    cdef public ExecutableHandle _handle
+    cdef public object _devices
+    cdef public bint _deleted
+    cdef public object _array_type
+    cdef public list _accepted  # None until a checked call: no call may skip the checks
+    cdef public tuple _outputs_spec  # (dtype, shape, sharding) of each output
+    cdef object __weakref__
+
+    def execute(self, args, options=None, devices=None):
+        """See :meth:`ifrtpy.LoadedExecutable.execute`."""
+        if devices is None and not self._deleted and self._accepted is not None:
+            result = self._execute_accepted(args if type(args) is list else list(args), options, True)
+            if result is not None:
+                return result
+        return self._execute_checked(args, options, devices)
+
+    def __call__(self, *args):
+        """``execute(list(args)).outputs``: run with default options."""
+        if not self._deleted and self._accepted is not None:
+            outputs = self._execute_accepted(list(args), None, False)
+            if outputs is not None:
+                return outputs
+        return self._execute_checked(list(args), None, None).outputs
+
+    cdef object _execute_accepted(self, list args, options, bint as_result):
+        """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` are of
+        the accepted kinds."""
+        cdef list accepted = self._accepted
+        cdef Py_ssize_t num_args = len(args), num_devices, num_outputs, d, k
+        cdef ExecutableHandle handle = self._handle
+        cdef ArrayCore array
+        cdef tuple spec, buffers
+        cdef object array_type = self._array_type
+        num_outputs = handle.num_outputs
+        if num_args != len(accepted) or num_outputs != len(self._outputs_spec):
             return None
-        arg = <ArrayCore>args[k]
-        spec = <tuple>accepted[k]
-        if (arg._sharding is not spec[2] or arg._dtype is not spec[0] or arg._deleted
-                or arg._error is not None or arg._shape != spec[1]):
-            return None
-        buffers.append(arg._buffers)
-    by_output, events = handle._run(buffers, False, len(handle.addressable_devices), launch_id,
-                                    non_donatable, None)
-    cdef list arrays = []
-    for k in range(len(outputs_spec)):
-        spec = <tuple>outputs_spec[k]
-        out = <ArrayCore>ArrayCore.__new__(array_type)
-        out._client = client
-        out._dtype = spec[0]
-        out._shape = spec[1]
-        out._sharding = spec[2]
-        out._buffers = by_output[k]
-        arrays.append(out)
-    return arrays, events
+        num_devices = len(handle.addressable_devices)
+        for k in range(num_args):
+            item = args[k]
+            if type(item) is not array_type:
+                return None
+            array = <ArrayCore>item
+            spec = <tuple>accepted[k]
+            if (array._sharding is not spec[2] or array._dtype is not spec[0] or array._deleted
+                    or array._error is not None or array._shape != spec[1]
+                    or len(array._buffers) != num_devices):
+                return None
+        cdef int launch_id = 0
+        cdef object non_donatable = ()
+        cdef bint fill_status = False
+        if options is not None:
+            launch_id = options.launch_id
+            if options.non_donatable_input_indices:
+                non_donatable = sorted(options.non_donatable_input_indices)
+            fill_status = options.fill_status
+        cdef PJRT_Buffer* small_args[SMALL]
+        cdef PJRT_Buffer* small_outs[SMALL]
+        cdef PJRT_Event* small_events[SMALL]
+        cdef PJRT_Buffer** args_flat = small_args
+        cdef PJRT_Buffer** out_flat = small_outs
+        cdef PJRT_Event** events = small_events if fill_status else NULL
+        cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
+        try:
+            if heap:
+                args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
+                out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
+                if fill_status:
+                    events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
+                if args_flat == NULL or out_flat == NULL or (fill_status and events == NULL):
+                    raise MemoryError()
+            for k in range(num_args):
+                buffers = (<ArrayCore>args[k])._buffers
+                for d in range(num_devices):
+                    args_flat[d * num_args + k] = (<BufferHandle>buffers[d]).ptr
+            handle.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
+                          non_donatable, None)
+            # From here to the last wrap nothing raises but MemoryError: the outputs and
+            # events are owned by handles before any Python code runs.
+            outputs = PyList_New(num_outputs)
+            for k in range(num_outputs):
+                buffers = PyTuple_New(num_devices)
+                for d in range(num_devices):
+                    item = BufferHandle.wrap(handle.client, out_flat[d * num_outputs + k])
+                    Py_INCREF(item)
+                    PyTuple_SET_ITEM(buffers, d, item)
+                spec = <tuple>self._outputs_spec[k]
+                array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
+                array._client = self._client
+                array._dtype = spec[0]
+                array._shape = spec[1]
+                array._sharding = spec[2]
+                array._buffers = buffers
+                Py_INCREF(array)
+                PyList_SET_ITEM(outputs, k, array)
+            status = None
+            if fill_status:
+                status = future_of_events(
+                    [EventHandle.wrap(handle.client, handle.client.api, events[d])
+                     for d in range(num_devices)])
+            if not as_result:
+                return outputs
+            result = ExecuteResult.__new__(ExecuteResult)
+            result.status = status
+            result.outputs = outputs
+            return result
+        finally:
+            if heap:
+                free(args_flat)
+                free(out_flat)
+                if fill_status:
+                    free(events)
 
 
 cdef bint _populate_supported = True

@@ -16,7 +16,7 @@ import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array
-from ifrtpy.backends.pjrt._fastpath import execute_arrays
+from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
@@ -171,8 +171,12 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
             return value, i
 
 
-class PjrtLoadedExecutable(LoadedExecutable):
-    """A compiled program loaded on a PjrtClient's devices."""
+class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
+    """A compiled program loaded on a PjrtClient's devices.
+
+    Its fields, and the repeat of an accepted call in ``execute``, live in the C-level
+    ``ExecutableCore``; the checks are here, in ``_execute_checked``.
+    """
 
     def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None):
         self._client = client
@@ -185,7 +189,8 @@ class PjrtLoadedExecutable(LoadedExecutable):
         self._params = program.parameters
         self._results = program.results
         self._checked: dict = {}  # (parameter index, argument sharding) -> None once checked
-        self._accepted: list = []  # (dtype, shape, sharding) of the last checked arguments
+        self._array_type = PjrtArray
+        self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
 
@@ -284,21 +289,15 @@ class PjrtLoadedExecutable(LoadedExecutable):
 
     # -- execution ------------------------------------------------------------------------
 
-    def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
-                devices: DeviceList | None = None) -> ExecuteResult:
+    def _execute_checked(self, args: Sequence[Array], options: ExecuteOptions | None,
+                         devices: DeviceList | None) -> ExecuteResult:
+        """``execute`` with every argument checked against the program."""
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
         if options is None:
             options = _DEFAULT_EXECUTE_OPTIONS
         non_donatable = options.non_donatable_input_indices
         non_donatable = sorted(non_donatable) if non_donatable else ()
-        if devices is None and self._devices is not None:
-            fast = execute_arrays(self._handle, args if type(args) is list else list(args),
-                                  self._accepted, self._outputs_spec, self._client, PjrtArray,
-                                  options.launch_id, non_donatable)
-            if fast is not None:  # the same kinds of arguments as a checked call before
-                arrays, events = fast
-                return ExecuteResult(future_of_events(events) if options.fill_status else None, arrays)
         if self._devices is None:
             out_devices, execute_device = self._portable_devices(devices)
             shardings = [SingleDeviceSharding(out_devices[0])] * len(self._params)

@@ -1,0 +1,140 @@
+"""Repeated executes on the PjRt backend.
+
+A call whose arguments are of the kinds an earlier, checked call accepted runs in C
+(``ExecutableCore``) without the checks. These tests make the checked path unreachable
+after the first call, so each assertion is about the C path, and hold it to the same
+results as the first call and NumPy: values, output shardings, options, donation and
+``exe(*arrays)``."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh as JaxMesh, NamedSharding as JaxNamedSharding, PartitionSpec as P
+
+import ifrtpy as ifrt
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.sharding import SingleDeviceSharding
+
+TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def client():
+    return ifrt.get_client("pjrt", device_count=8)
+
+
+def _checked_only_once(monkeypatch, executable):
+    """Let the next call through the checked path, then fail any later one."""
+    calls = []
+    checked = executable._execute_checked
+
+    def once(*args):
+        calls.append(args)
+        if len(calls) > 1:
+            raise AssertionError("a repeated call took the checked path")
+        return checked(*args)
+
+    monkeypatch.setattr(executable, "_execute_checked", once)
+
+
+def _host(array) -> np.ndarray:
+    return array.copy_to_host_buffer().result(timeout=TIMEOUT_S)
+
+
+def _compile(client, fn, num_args, devices, donate=()):
+    """``fn`` on f32[8] arguments, split over ``devices`` (P("x")) when there are several."""
+    jmesh = JaxMesh(np.array([jax.devices()[d.id] for d in devices]), ("x",))
+    sharding = JaxNamedSharding(jmesh, P("x"))
+    lowered = jax.jit(fn, in_shardings=(sharding,) * num_args, donate_argnums=donate).lower(
+        *[jax.ShapeDtypeStruct((8,), np.float32)] * num_args)
+    return client.compile(lowered, ifrt.CompileOptions(devices=devices, num_partitions=len(devices)))
+
+
+def _sharding(client, devices):
+    if len(devices) == 1:
+        return SingleDeviceSharding(devices[0])
+    return ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+
+
+def _sums(*xs):
+    return sum(xs), xs[0] * 2
+
+
+@pytest.mark.parametrize("num_devices,num_args", [(1, 1), (1, 3), (8, 1), (8, 8)],
+                         ids=["1dev-1arg", "1dev-3args", "8dev-1arg", "8dev-8args"])
+def test_repeated_calls_match_numpy_and_the_first_call(client, monkeypatch, num_devices, num_args):
+    """(8 devices, 8 arguments): more buffers than the C path keeps on the stack."""
+    devices = client.addressable_devices()[:num_devices]
+    executable = _compile(client, _sums, num_args, devices)
+    sharding = _sharding(client, devices)
+    _checked_only_once(monkeypatch, executable)
+    rng = np.random.default_rng(num_args)
+    for _ in range(3):
+        xs = [rng.standard_normal(8).astype(np.float32) for _ in range(num_args)]
+        arrays = [client.make_array_from_host_buffer(x, sharding) for x in xs]
+        result = executable.execute(arrays)
+        assert result.status is None and len(result.outputs) == 2
+        for out, expected, out_sharding in zip(result.outputs, _sums(*xs),
+                                                executable.output_shardings()):
+            assert out.block_until_ready() is out
+            assert out.sharding is out_sharding and out.shape == (8,)
+            assert len(out.buffers) == num_devices
+            np.testing.assert_allclose(_host(out), expected, rtol=1e-6)
+        for array, x in zip(arrays, xs):
+            np.testing.assert_array_equal(_host(array), x)  # read, not donated
+
+
+def test_repeated_calls_honour_options(client, monkeypatch):
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x, y: x * 2 + y, 2, devices, donate=(0,))
+    sharding = _sharding(client, devices)
+    x, y = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+    _checked_only_once(monkeypatch, executable)
+    executable.execute([client.make_array_from_host_buffer(v, sharding) for v in (x, y)])
+
+    a, b = (client.make_array_from_host_buffer(v, sharding) for v in (x, y))
+    result = executable.execute([a, b], ifrt.ExecuteOptions(fill_status=True, launch_id=7))
+    assert result.status.result(timeout=TIMEOUT_S) is None
+    assert a.is_deleted() and not b.is_deleted()  # x is donated, y is not
+
+    a = client.make_array_from_host_buffer(x, sharding)
+    result = executable.execute([a, b], ifrt.ExecuteOptions(non_donatable_input_indices={0}))
+    assert result.status is None and not a.is_deleted()
+    np.testing.assert_array_equal(_host(result.outputs[0]), x * 2 + y)
+    np.testing.assert_array_equal(_host(a), x)
+
+
+def test_call_returns_the_outputs_on_both_paths(client, monkeypatch):
+    devices = client.addressable_devices()[:8]
+    executable = _compile(client, _sums, 2, devices)
+    sharding = _sharding(client, devices)
+    x, y = np.arange(8, dtype=np.float32), np.full(8, 3, np.float32)
+    a, b = (client.make_array_from_host_buffer(v, sharding) for v in (x, y))
+    _checked_only_once(monkeypatch, executable)
+    for _ in range(2):
+        total, double = executable(a, b)
+        np.testing.assert_array_equal(_host(total), x + y)
+        np.testing.assert_array_equal(_host(double), x * 2)
+
+
+def test_the_first_call_is_always_checked(client):
+    """Before any accepted call there is nothing to repeat: a fresh executable checks even
+    a call with no arguments."""
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    with pytest.raises(InvalidArgumentError, match="takes 1 arguments, got 0"):
+        executable.execute([])
+    with pytest.raises(InvalidArgumentError, match="takes 1 arguments, got 0"):
+        executable()
+
+
+def test_a_program_without_arguments_repeats(client, monkeypatch):
+    devices = client.addressable_devices()[:1]
+    lowered = jax.jit(lambda: jax.numpy.arange(4, dtype=np.int32) * 3).lower()
+    executable = client.compile(lowered, ifrt.CompileOptions(devices=devices))
+    _checked_only_once(monkeypatch, executable)
+    for _ in range(3):
+        [out] = executable.execute([]).outputs
+        np.testing.assert_array_equal(_host(out), np.arange(4, dtype=np.int32) * 3)
