@@ -1,12 +1,13 @@
 """Execute through ifrtpy, next to jax and the floor, in one run.
 
-1. ``x + 1`` on f32[8], one device: the Array API (execute + wait for the output),
-   ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor: the same PJRT execute +
+1. ``x + 1`` on f32[8], one device: the Array API (``execute`` + wait for the output; and
+   the ``exe(x)`` shorthand), ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor: the same PJRT execute +
    await + destroy called from a Cython loop with no Python in between
    (benchmarks/_floor.pyx).
 2. SPMD ``x * 2 + 1`` over a 64 MiB f32 array sharded over 8 devices: ifrtpy vs jax.jit.
 
-Each figure is the median over repeats of a batch of back-to-back calls, after a warm-up.
+Each figure is the median over repeats of a batch of back-to-back calls, after a warm-up;
+the small-call loops take turns within each repeat.
 
     python benchmarks/bench_execute.py [--n 20000] [--repeats 15]
 """
@@ -27,6 +28,18 @@ from _build import load_floor
 def median_us(fn, n, repeats):
     fn(max(1, n // 10))
     return statistics.median(fn(n) / n * 1e6 for _ in range(repeats))
+
+
+def interleaved_median_us(fns, n, repeats):
+    """Median µs per call of each loop in ``fns``, the loops taking turns in every repeat
+    so that a slow stretch of the machine falls on all of them alike."""
+    for fn in fns.values():
+        fn(max(1, n // 10))
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            samples[name].append(fn(n) / n * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def timed(body):
@@ -73,18 +86,25 @@ def main():
             exe.execute([a]).outputs[0].block_until_ready()
         return time.perf_counter() - start
 
+    def call_loop(n):
+        start = time.perf_counter()
+        for _ in range(n):
+            exe(a)[0].block_until_ready()
+        return time.perf_counter() - start
+
     def jax_loop(n):
         start = time.perf_counter()
         for _ in range(n):
             f(xj).block_until_ready()
         return time.perf_counter() - start
 
-    small = {
-        "floor (Cython loop)": median_us(lambda n: floor.execute_loop(handle, a.buffers[0], n), args.n, args.repeats),
-        "ifrtpy._pjrt": median_us(pjrt_loop, args.n, args.repeats),
-        "ifrtpy Array API": median_us(array_loop, args.n, args.repeats),
-        "jax.jit": median_us(jax_loop, args.n, args.repeats),
-    }
+    small = interleaved_median_us({
+        "floor (Cython loop)": lambda n: floor.execute_loop(handle, a.buffers[0], n),
+        "ifrtpy._pjrt": pjrt_loop,
+        "ifrtpy Array API": array_loop,
+        "ifrtpy exe(x)": call_loop,
+        "jax.jit": jax_loop,
+    }, args.n, args.repeats)
     base = small["floor (Cython loop)"]
     print(f"execute x+1 f32[8] on one device, median of {args.repeats} x {args.n}")
     for name, us in small.items():
