@@ -168,6 +168,7 @@ cdef class ExecutableCore:
         cdef ArrayCore array
         cdef tuple spec, buffers
         cdef object array_type = self._array_type
+        cdef ExecuteResult result
         num_outputs = handle.num_outputs
         if num_args != len(accepted) or num_outputs != len(self._outputs_spec):
             return None
@@ -179,7 +180,8 @@ cdef class ExecutableCore:
             array = <ArrayCore>item
             spec = <tuple>accepted[k]
             if (array._sharding is not spec[2] or array._dtype is not spec[0] or array._deleted
-                    or array._error is not None or array._shape != spec[1]
+                    or array._error is not None
+                    or (array._shape is not spec[1] and array._shape != spec[1])
                     or len(array._buffers) != num_devices):
                 return None
         cdef int launch_id = 0
