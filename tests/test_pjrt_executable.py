@@ -378,3 +378,53 @@ def test_mutable_zero_copy_never_writes_into_a_read_only_array(donating_exe, cli
     events[0].await_()
     np.testing.assert_array_equal(outputs[0][0].to_numpy(), np.ones(8, F32))
     assert blob == bytes(3 * 64), "the plugin wrote into an immutable bytes object"
+
+
+def test_buffers_dropped_during_execute_stay_alive_until_it_returns():
+    """Execute holds every buffer it passes while the plugin runs without the GIL: another
+    thread emptying the caller's list, or a sequence whose length changes while it is
+    read, must not free a buffer in use or overrun the arrays the layer fills."""
+    text = lower(lambda x, y: x + y, np.zeros(1 << 20, F32), np.zeros(1 << 20, F32))
+    assert_survives(f"""
+        import threading
+        client = _pjrt.create_client(_pjrt.load_plugin(), {{"cpu_device_count": 1}})
+        exe = _pjrt.compile(client, {text!r}, {compile_options()!r})
+        x = np.arange(1 << 20, dtype=np.float32)
+        go, dropped, state = threading.Event(), threading.Event(), {{"args": None}}
+
+        def drop():  # wakes when the main thread releases the GIL inside execute
+            while go.wait() and state["args"] is not None:
+                go.clear()
+                state["args"].clear()
+                dropped.set()
+
+        thread = threading.Thread(target=drop, daemon=True)
+        thread.start()
+        for _ in range(100):
+            state["args"] = args = [
+                _pjrt.buffer_from_host_buffer(client, x, client.devices[0])[0] for _ in range(2)]
+            go.set()
+            try:
+                ((out,),), (event,) = exe.execute([args])
+            except errors.InvalidArgumentError:  # emptied before the call: refused
+                pass
+            else:
+                event.await_()
+                assert np.array_equal(out.to_numpy(), x + x)
+            dropped.wait()
+            dropped.clear()
+        state["args"] = None
+        go.set()
+        thread.join()
+
+        class Growing(list):
+            def __len__(self):
+                self.calls = getattr(self, "calls", 0) + 1
+                return 2 if self.calls <= 2 else 1000  # grows once checked
+
+        buffer, _ = _pjrt.buffer_from_host_buffer(client, x, client.devices[0])
+        ((out,),), (event,) = exe.execute([Growing([buffer] * 1000)])
+        event.await_()
+        print("read", np.array_equal(out.to_numpy(), x + x))
+        print("alive")
+    """, "read True")

@@ -15,7 +15,8 @@ Differences from the C API:
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
 """
 
-from cpython.ref cimport Py_INCREF
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
@@ -255,16 +256,22 @@ cdef class ExecutableHandle:
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
+        # Every buffer passed, referenced while the plugin uses it without the GIL (another
+        # thread may change the caller's lists meanwhile).
+        cdef PyObject* small_held[SMALL]
+        cdef PyObject** held = NULL
+        cdef Py_ssize_t num_held = 0
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
                 out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
                 events = <PJRT_Event**>malloc((num_devices + 1) * sizeof(void*))
-                if args_flat == NULL or out_flat == NULL or events == NULL:
+                held = <PyObject**>malloc((num_devices * num_args + 1) * sizeof(PyObject*))
+                if args_flat == NULL or out_flat == NULL or events == NULL or held == NULL:
                     raise MemoryError()
             else:
-                args_flat, out_flat, events = small_args, small_outs, small_events
+                args_flat, out_flat, events, held = small_args, small_outs, small_events, small_held
             for g in range(num_devices if by_device else num_args):
                 group = arguments[g]
                 if by_device and len(group) != num_args:
@@ -273,11 +280,14 @@ cdef class ExecutableHandle:
                 if not by_device and len(group) != num_devices:
                     raise _errors.InvalidArgumentError(
                         f"argument {g} has {len(group)} buffers for {num_devices} devices")
-                for i in range(len(group)):
+                for i in range(num_args if by_device else num_devices):
                     buffer = group[i]
                     if buffer.client is not self.client:
                         raise _errors.InvalidArgumentError(
                             f"a buffer of argument {i if by_device else g} belongs to another client")
+                    Py_XINCREF(<PyObject*>buffer)
+                    held[num_held] = <PyObject*>buffer
+                    num_held += 1
                     if by_device:
                         args_flat[g * num_args + i] = buffer.ptr
                     else:
@@ -305,10 +315,13 @@ cdef class ExecutableHandle:
                 PyTuple_SET_ITEM(done, d, event)
             return outputs, done
         finally:
+            for i in range(num_held):
+                Py_XDECREF(held[i])
             if heap:
                 free(args_flat)
                 free(out_flat)
                 free(events)
+                free(held)
 
     @property
     def num_replicas(self):
