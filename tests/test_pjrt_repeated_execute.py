@@ -17,6 +17,8 @@ import ifrtpy as ifrt
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.sharding import SingleDeviceSharding
 
+from pjrt_helpers import assert_survives
+
 TIMEOUT_S = 10.0
 
 
@@ -130,6 +132,14 @@ def test_the_first_call_is_always_checked(client):
         executable()
 
 
+def test_the_array_type_must_be_an_array_core(client):
+    """The C path makes its outputs of this type: anything else is refused when set."""
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    with pytest.raises(TypeError, match="subclass of ArrayCore"):
+        executable._array_type = int
+
+
 def test_a_program_without_arguments_repeats(client, monkeypatch):
     devices = client.addressable_devices()[:1]
     lowered = jax.jit(lambda: jax.numpy.arange(4, dtype=np.int32) * 3).lower()
@@ -138,3 +148,52 @@ def test_a_program_without_arguments_repeats(client, monkeypatch):
     for _ in range(3):
         [out] = executable.execute([]).outputs
         np.testing.assert_array_equal(_host(out), np.arange(4, dtype=np.int32) * 3)
+
+
+def test_arguments_dropped_by_another_thread_during_the_call():
+    """The C path keeps its arguments alive while the plugin runs without the GIL: another
+    thread emptying the caller's list mid-call must not free the buffers in use (it
+    crashed the interpreter when the list itself was all that held them)."""
+    assert_survives("""
+        import os, threading
+        import jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        import ifrtpy as ifrt
+        client = ifrt.get_client("pjrt", device_count=8)
+        devices = client.addressable_devices()
+        jsharding = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x"))
+        lowered = jax.jit(lambda x, y: (x + y, x * 2), in_shardings=(jsharding,) * 2).lower(
+            *[jax.ShapeDtypeStruct((8,), np.float32)] * 2)
+        exe = client.compile(lowered, ifrt.CompileOptions(devices=devices, num_partitions=8))
+        sharding = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+        x, y = np.arange(8, dtype=np.float32), np.ones(8, np.float32)
+        exe.execute([client.make_array_from_host_buffer(v, sharding) for v in (x, y)])
+        go, dropped, state = threading.Event(), threading.Event(), {"args": None}
+
+        def drop():  # wakes when the main thread releases the GIL inside execute
+            while go.wait() and state["args"] is not None:
+                go.clear()
+                state["args"].clear()
+                dropped.set()
+
+        thread = threading.Thread(target=drop)
+        thread.start()
+        for _ in range(1000):
+            args = [client.make_array_from_host_buffer(v, sharding) for v in (x, y)]
+            for a in args:
+                a.block_until_ready()
+            state["args"] = args
+            go.set()
+            try:
+                out = exe.execute(args).outputs[0]
+            except ifrt.errors.InvalidArgumentError:  # emptied before the call: refused
+                pass
+            else:
+                np.testing.assert_array_equal(np.asarray(out), x + y)
+            dropped.wait()
+            dropped.clear()
+        state["args"] = None
+        go.set()
+        thread.join()
+        print("alive")
+    """)

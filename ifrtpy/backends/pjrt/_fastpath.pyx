@@ -18,7 +18,7 @@ cimport cython
 cimport numpy as cnp
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.errno cimport EINVAL, ENOSYS
 from libc.stdlib cimport malloc, free
@@ -138,10 +138,21 @@ cdef class ExecutableCore:
     cdef public ExecutableHandle _handle
     cdef public object _devices
     cdef public bint _deleted
-    cdef public object _array_type
     cdef public list _accepted  # None until a checked call: no call may skip the checks
     cdef public tuple _outputs_spec  # (dtype, shape, sharding) of each output
+    cdef object array_type
     cdef object __weakref__
+
+    @property
+    def _array_type(self):
+        """The type of the arguments and outputs: ArrayCore or a subclass."""
+        return self.array_type
+
+    @_array_type.setter
+    def _array_type(self, value):
+        if not (isinstance(value, type) and issubclass(value, ArrayCore)):
+            raise TypeError(f"_array_type must be a subclass of ArrayCore, got {value!r}")
+        self.array_type = value
 
     def execute(self, args, options=None, devices=None):
         """See :meth:`ifrtpy.LoadedExecutable.execute`."""
@@ -163,27 +174,19 @@ cdef class ExecutableCore:
         """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` are of
         the accepted kinds."""
         cdef list accepted = self._accepted
-        cdef Py_ssize_t num_args = len(args), num_devices, num_outputs, d, k
         cdef ExecutableHandle handle = self._handle
+        cdef const PJRT_Api* api = handle.client.api
+        cdef Py_ssize_t num_args = len(args), num_outputs = handle.num_outputs
+        cdef Py_ssize_t num_devices = len(handle.addressable_devices)
+        cdef Py_ssize_t num_buffers = num_devices * num_outputs, d, k, i
+        cdef object array_type = self.array_type
         cdef ArrayCore array
-        cdef tuple spec, buffers
-        cdef object array_type = self._array_type
+        cdef tuple spec, buffers, done
         cdef ExecuteResult result
-        num_outputs = handle.num_outputs
         if num_args != len(accepted) or num_outputs != len(self._outputs_spec):
             return None
-        num_devices = len(handle.addressable_devices)
-        for k in range(num_args):
-            item = args[k]
-            if type(item) is not array_type:
-                return None
-            array = <ArrayCore>item
-            spec = <tuple>accepted[k]
-            if (array._sharding is not spec[2] or array._dtype is not spec[0] or array._deleted
-                    or array._error is not None
-                    or (array._shape is not spec[1] and array._shape != spec[1])
-                    or len(array._buffers) != num_devices):
-                return None
+        # Options first: from the argument checks to the launch no Python code runs, so
+        # no other thread can change what was checked.
         cdef int launch_id = 0
         cdef object non_donatable = ()
         cdef bint fill_status = False
@@ -195,34 +198,69 @@ cdef class ExecutableCore:
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
+        cdef PyObject* small_held[SMALL]
         cdef PJRT_Buffer** args_flat = small_args
         cdef PJRT_Buffer** out_flat = small_outs
         cdef PJRT_Event** events = small_events if fill_status else NULL
-        cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
+        # The buffers of each argument, referenced while the plugin uses them without the
+        # GIL (another thread may empty ``args`` meanwhile).
+        cdef PyObject** held = small_held
+        cdef Py_ssize_t num_held = 0
+        cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL or num_args >= SMALL
+        cdef bint launched = False
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
-                out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
+                out_flat = <PJRT_Buffer**>malloc((num_buffers + 1) * sizeof(void*))
+                held = <PyObject**>malloc((num_args + 1) * sizeof(PyObject*))
                 if fill_status:
                     events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
-                if args_flat == NULL or out_flat == NULL or (fill_status and events == NULL):
+                if (args_flat == NULL or out_flat == NULL or held == NULL
+                        or (fill_status and events == NULL)):
                     raise MemoryError()
             for k in range(num_args):
-                buffers = (<ArrayCore>args[k])._buffers
+                item = args[k]
+                if type(item) is not array_type:
+                    return None
+                array = <ArrayCore>item
+                spec = <tuple?>accepted[k]
+                buffers = array._buffers
+                if (array._sharding is not spec[2] or array._dtype is not spec[0]
+                        or array._deleted or array._error is not None
+                        or (array._shape is not spec[1] and array._shape != spec[1])
+                        or len(buffers) != num_devices):
+                    return None
+                Py_XINCREF(<PyObject*>buffers)
+                held[k] = <PyObject*>buffers
+                num_held = k + 1
                 for d in range(num_devices):
-                    args_flat[d * num_args + k] = (<BufferHandle>buffers[d]).ptr
+                    args_flat[d * num_args + k] = (<BufferHandle?>buffers[d]).ptr
+            memset(out_flat, 0, num_buffers * sizeof(void*))
+            if fill_status:
+                memset(events, 0, num_devices * sizeof(void*))
             handle.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
                           non_donatable, None)
-            # From here to the last wrap nothing raises but MemoryError: the outputs and
-            # events are owned by handles before any Python code runs.
+            launched = True
+            # Each pointer the plugin returned is owned by a handle as soon as it is wrapped
+            # (and cleared here); if wrapping fails, the rest are destroyed below.
+            status = None
+            if fill_status:
+                done = PyTuple_New(num_devices)
+                for d in range(num_devices):
+                    item = EventHandle.wrap(handle.client, api, events[d])
+                    events[d] = NULL
+                    Py_INCREF(item)
+                    PyTuple_SET_ITEM(done, d, item)
             outputs = PyList_New(num_outputs)
             for k in range(num_outputs):
                 buffers = PyTuple_New(num_devices)
                 for d in range(num_devices):
-                    item = BufferHandle.wrap(handle.client, out_flat[d * num_outputs + k])
+                    i = d * num_outputs + k
+                    item = BufferHandle.wrap(handle.client, out_flat[i])
+                    out_flat[i] = NULL
                     Py_INCREF(item)
                     PyTuple_SET_ITEM(buffers, d, item)
-                spec = <tuple>self._outputs_spec[k]
+                spec = <tuple?>self._outputs_spec[k]
                 array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
                 array._client = self._client
                 array._dtype = spec[0]
@@ -231,23 +269,47 @@ cdef class ExecutableCore:
                 array._buffers = buffers
                 Py_INCREF(array)
                 PyList_SET_ITEM(outputs, k, array)
-            status = None
             if fill_status:
-                status = future_of_events(
-                    [EventHandle.wrap(handle.client, handle.client.api, events[d])
-                     for d in range(num_devices)])
+                status = future_of_events(done)
             if not as_result:
                 return outputs
             result = ExecuteResult.__new__(ExecuteResult)
             result.status = status
             result.outputs = outputs
             return result
+        except BaseException:
+            if launched:
+                _destroy_unowned(api, out_flat, num_buffers, events, num_devices if fill_status else 0)
+            raise
         finally:
+            for k in range(num_held):
+                Py_XDECREF(held[k])
             if heap:
                 free(args_flat)
                 free(out_flat)
+                free(held)
                 if fill_status:
                     free(events)
+
+
+cdef void _destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
+                           PJRT_Event** events, Py_ssize_t num_events) noexcept:
+    """Destroy the buffers and events that no handle took (the entries not NULL)."""
+    cdef PJRT_Buffer_Destroy_Args buffer_args
+    cdef PJRT_Event_Destroy_Args event_args
+    cdef Py_ssize_t i
+    for i in range(num_buffers):
+        if buffers[i] != NULL:
+            memset(&buffer_args, 0, sizeof(buffer_args))
+            buffer_args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            buffer_args.buffer = buffers[i]
+            api.PJRT_Buffer_Destroy(&buffer_args)
+    for i in range(num_events):
+        if events[i] != NULL:
+            memset(&event_args, 0, sizeof(event_args))
+            event_args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            event_args.event = events[i]
+            api.PJRT_Event_Destroy(&event_args)
 
 
 cdef bint _populate_supported = True
