@@ -1,3 +1,4 @@
 cdef class ExecuteResult:
     cdef public object status
-    cdef public list outputs
+    cdef public object outputs
+    cdef object __weakref__

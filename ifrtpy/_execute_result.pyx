@@ -3,10 +3,6 @@
 it cost a tenth of a microsecond per call, 5% of the whole execute of a small program.
 Re-exported by ``ifrtpy.executable``."""
 
-cimport cython
-
-
-@cython.final
 cdef class ExecuteResult:
     """What :meth:`LoadedExecutable.execute` returns.
 
@@ -15,19 +11,21 @@ cdef class ExecuteResult:
     be). Equal when both fields are equal; unhashable, like a list.
     """
 
+    __match_args__ = ("status", "outputs")
+
     def __init__(self, status, outputs):
         self.status = status
-        self.outputs = outputs if type(outputs) is list else list(outputs)
+        self.outputs = outputs
 
     def __repr__(self):
         return f"ExecuteResult(status={self.status!r}, outputs={self.outputs!r})"
 
     def __eq__(self, other):
-        if type(other) is not ExecuteResult:
+        if not isinstance(other, ExecuteResult):
             return NotImplemented
         return self.status == (<ExecuteResult>other).status and self.outputs == (<ExecuteResult>other).outputs
 
     __hash__ = None
 
     def __reduce__(self):
-        return ExecuteResult, (self.status, self.outputs)
+        return type(self), (self.status, self.outputs)

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -938,7 +939,11 @@ def test_result_types():
     assert r.status is None and r.outputs == []
     assert repr(r) == "ExecuteResult(status=None, outputs=[])"
     assert r == ExecuteResult(None, []) and r != ExecuteResult(None, [1]) and r != (None, [])
-    assert pickle.loads(pickle.dumps(ExecuteResult(None, (1, 2)))) == ExecuteResult(None, [1, 2])
+    assert pickle.loads(pickle.dumps(ExecuteResult(None, [1, 2]))) == ExecuteResult(None, [1, 2])
+    match r:
+        case ExecuteResult(status, outputs):
+            assert status is None and outputs == []
+    assert weakref.ref(r)() is r
     with pytest.raises(TypeError, match="unhashable"):
         hash(r)
     stats = CompiledMemoryStats(argument_size_in_bytes=24)
