@@ -1,13 +1,15 @@
 """Execute through ifrtpy, next to jax and the floor, in one run.
 
 1. ``x + 1`` on f32[8], one device: the Array API (``execute`` + wait for the output; and
-   the ``exe(x)`` shorthand), ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor: the same PJRT execute +
-   await + destroy called from a Cython loop with no Python in between
-   (benchmarks/_floor.pyx).
-2. SPMD ``x * 2 + 1`` over a 64 MiB f32 array sharded over 8 devices: ifrtpy vs jax.jit.
+   the ``exe(x)`` shorthand), ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor:
+   the same PJRT execute + await + destroy called from a Cython loop with no Python in
+   between (benchmarks/_floor.pyx).
+2. SPMD ``x * 2 + 1`` over an f32 array split over 8 devices, 64 MiB (bound by the
+   plugin's own work, the same for both) and 512 bytes (bound by dispatch): ifrtpy vs
+   jax.jit.
 
 Each figure is the median over repeats of a batch of back-to-back calls, after a warm-up;
-the small-call loops take turns within each repeat.
+the loops compared take turns within each repeat.
 
     python benchmarks/bench_execute.py [--n 20000] [--repeats 15]
 """
@@ -23,11 +25,6 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import numpy as np
 
 from _build import load_floor
-
-
-def median_us(fn, n, repeats):
-    fn(max(1, n // 10))
-    return statistics.median(fn(n) / n * 1e6 for _ in range(repeats))
 
 
 def interleaved_median_us(fns, n, repeats):
@@ -110,22 +107,32 @@ def main():
     for name, us in small.items():
         print(f"  {name:22s} {us:8.2f} us   {us / base:5.2f}x floor")
 
-    big = np.random.default_rng(0).random((8, 2 * 1024 * 1024), dtype=np.float32)  # 64 MiB
+    for columns, n in ((2 * 1024 * 1024, 20), (16, 2000)):
+        spmd_case(client, jax, ifrt, columns, n, args.repeats)
+
+
+def spmd_case(client, jax, ifrt, columns, n, repeats):
+    """``x * 2 + 1`` over f32[8, columns] split over 8 devices: ifrtpy against jax.jit,
+    taking turns."""
+    devices = client.devices()
+    x = np.random.default_rng(0).random((8, columns), dtype=np.float32)
     jmesh = jax.sharding.Mesh(np.array(jax.devices()), ("x",))
     jsharding = jax.sharding.NamedSharding(jmesh, jax.sharding.PartitionSpec("x"))
     g = jax.jit(lambda v: v * 2 + 1, in_shardings=jsharding, out_shardings=jsharding)
-    bj = jax.device_put(big, jsharding)
+    xj = jax.device_put(x, jsharding)
     sharding = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
-    spmd = client.compile(g.lower(big), ifrt.CompileOptions(devices=devices, num_partitions=8))
-    b = client.make_array_from_host_buffer(big, sharding)
-    np.testing.assert_allclose(np.asarray(spmd.execute([b]).outputs[0]), big * 2 + 1, rtol=1e-6)
-    n = 20
-    ours = median_us(timed(lambda: spmd.execute([b]).outputs[0].block_until_ready()), n, args.repeats)
-    theirs = median_us(timed(lambda: g(bj).block_until_ready()), n, args.repeats)
-    print(f"SPMD x*2+1 on f32[8, 2M] (64 MiB) over 8 devices, median of {args.repeats} x {n}")
-    print(f"  {'ifrtpy':22s} {ours / 1e3:8.2f} ms   {ours / theirs:5.2f}x jax")
-    print(f"  {'jax.jit':22s} {theirs / 1e3:8.2f} ms")
-
+    spmd = client.compile(g.lower(x), ifrt.CompileOptions(devices=devices, num_partitions=8))
+    a = client.make_array_from_host_buffer(x, sharding)
+    np.testing.assert_allclose(np.asarray(spmd.execute([a]).outputs[0]), x * 2 + 1, rtol=1e-6)
+    times = interleaved_median_us({
+        "ifrtpy": timed(lambda: spmd.execute([a]).outputs[0].block_until_ready()),
+        "jax.jit": timed(lambda: g(xj).block_until_ready()),
+    }, n, repeats)
+    ours, theirs = times["ifrtpy"], times["jax.jit"]
+    size = f"{x.nbytes >> 20} MiB" if x.nbytes >= 1 << 20 else f"{x.nbytes} bytes"
+    print(f"SPMD x*2+1 on f32[8, {columns}] ({size}) over 8 devices, median of {repeats} x {n}")
+    print(f"  {'ifrtpy':22s} {ours:10.1f} us   {ours / theirs:5.2f}x jax")
+    print(f"  {'jax.jit':22s} {theirs:10.1f} us")
 
 if __name__ == "__main__":
     main()
