@@ -18,3 +18,7 @@ cdef class ExecutableHandle:
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)
+
+
+cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
+                          PJRT_Event** events, Py_ssize_t num_events) noexcept

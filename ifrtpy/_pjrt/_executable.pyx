@@ -89,6 +89,26 @@ def deserialize_and_load(ClientHandle client, bytes serialized):
     return ExecutableHandle._wrap(client, args.loaded_executable)
 
 
+cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
+                          PJRT_Event** events, Py_ssize_t num_events) noexcept:
+    """Destroy the outputs and events of an execute that no handle took (entries not NULL)."""
+    cdef PJRT_Buffer_Destroy_Args buffer_args
+    cdef PJRT_Event_Destroy_Args event_args
+    cdef Py_ssize_t i
+    for i in range(num_buffers):
+        if buffers[i] != NULL:
+            memset(&buffer_args, 0, sizeof(buffer_args))
+            buffer_args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            buffer_args.buffer = buffers[i]
+            api.PJRT_Buffer_Destroy(&buffer_args)
+    for i in range(num_events):
+        if events[i] != NULL:
+            memset(&event_args, 0, sizeof(event_args))
+            event_args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            event_args.event = events[i]
+            api.PJRT_Event_Destroy(&event_args)
+
+
 @cython.no_gc_clear
 cdef class ExecutableHandle:
     """Owns a ``PJRT_LoadedExecutable*`` and its ``PJRT_Executable*``."""
@@ -262,6 +282,7 @@ cdef class ExecutableHandle:
         cdef PyObject** held = NULL
         cdef Py_ssize_t num_held = 0
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
+        cdef bint launched = False
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
@@ -292,11 +313,19 @@ cdef class ExecutableHandle:
                         args_flat[g * num_args + i] = buffer.ptr
                     else:
                         args_flat[i * num_args + g] = buffer.ptr
-            for d in range(num_devices):
-                events[d] = NULL
+            memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
+            memset(events, 0, num_devices * sizeof(void*))
             self.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
                         non_donatable_input_indices, execute_device)
-            # Tuples, built directly: outputs[d][k] (by_device) or outputs[k][d].
+            launched = True
+            # Each pointer is cleared once a handle owns it. Tuples, built directly:
+            # outputs[d][k] (by_device) or outputs[k][d].
+            done = PyTuple_New(num_devices)
+            for d in range(num_devices):
+                event = EventHandle.wrap(self.client, api, events[d])
+                events[d] = NULL
+                Py_INCREF(event)
+                PyTuple_SET_ITEM(done, d, event)
             outer, inner = (num_devices, num_outputs) if by_device else (num_outputs, num_devices)
             outputs = PyTuple_New(outer)
             for g in range(outer):
@@ -304,16 +333,16 @@ cdef class ExecutableHandle:
                 for i in range(inner):
                     d, k = (g, i) if by_device else (i, g)
                     handle = BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
+                    out_flat[d * num_outputs + k] = NULL
                     Py_INCREF(handle)
                     PyTuple_SET_ITEM(group_out, i, handle)
                 Py_INCREF(group_out)
                 PyTuple_SET_ITEM(outputs, g, group_out)
-            done = PyTuple_New(num_devices)
-            for d in range(num_devices):
-                event = EventHandle.wrap(self.client, api, events[d])
-                Py_INCREF(event)
-                PyTuple_SET_ITEM(done, d, event)
             return outputs, done
+        except BaseException:
+            if launched:  # wrapping failed (MemoryError): destroy what no handle owns
+                destroy_unowned(api, out_flat, num_devices * num_outputs, events, num_devices)
+            raise
         finally:
             for i in range(num_held):
                 Py_XDECREF(held[i])

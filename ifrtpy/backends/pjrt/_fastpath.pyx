@@ -27,7 +27,7 @@ from libc.string cimport memset
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport check
 from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
-from ifrtpy._pjrt._executable cimport ExecutableHandle
+from ifrtpy._pjrt._executable cimport ExecutableHandle, destroy_unowned
 from ifrtpy._execute_result cimport ExecuteResult
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
@@ -279,7 +279,7 @@ cdef class ExecutableCore:
             return result
         except BaseException:
             if launched:
-                _destroy_unowned(api, out_flat, num_buffers, events, num_devices if fill_status else 0)
+                destroy_unowned(api, out_flat, num_buffers, events, num_devices if fill_status else 0)
             raise
         finally:
             for k in range(num_held):
@@ -290,26 +290,6 @@ cdef class ExecutableCore:
                 free(held)
                 if fill_status:
                     free(events)
-
-
-cdef void _destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
-                           PJRT_Event** events, Py_ssize_t num_events) noexcept:
-    """Destroy the buffers and events that no handle took (the entries not NULL)."""
-    cdef PJRT_Buffer_Destroy_Args buffer_args
-    cdef PJRT_Event_Destroy_Args event_args
-    cdef Py_ssize_t i
-    for i in range(num_buffers):
-        if buffers[i] != NULL:
-            memset(&buffer_args, 0, sizeof(buffer_args))
-            buffer_args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
-            buffer_args.buffer = buffers[i]
-            api.PJRT_Buffer_Destroy(&buffer_args)
-    for i in range(num_events):
-        if events[i] != NULL:
-            memset(&event_args, 0, sizeof(event_args))
-            event_args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
-            event_args.event = events[i]
-            api.PJRT_Event_Destroy(&event_args)
 
 
 cdef bint _populate_supported = True
