@@ -14,7 +14,8 @@ import pytest
 from jax.sharding import Mesh as JaxMesh, NamedSharding as JaxNamedSharding, PartitionSpec as P
 
 import ifrtpy as ifrt
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.array import ArraySpec
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
 from ifrtpy.sharding import SingleDeviceSharding
 
 from pjrt_helpers import assert_survives
@@ -197,3 +198,25 @@ def test_arguments_dropped_by_another_thread_during_the_call():
         thread.join()
         print("alive")
     """)
+
+
+def test_block_until_ready(client):
+    """Ready: the array itself. Deleted, or donated by an execute: FailedPreconditionError.
+    An error array: its error."""
+    devices = client.addressable_devices()[:8]
+    sharding = _sharding(client, devices)
+    executable = _compile(client, lambda x: x * 2, 1, devices, donate=(0,))
+    x = np.arange(8, dtype=np.float32)
+    for _ in range(2):  # checked, then repeated
+        donated = client.make_array_from_host_buffer(x, sharding)
+        [out] = executable(donated)
+        assert out.block_until_ready() is out
+        with pytest.raises(FailedPreconditionError, match="deleted"):
+            donated.block_until_ready()
+    out.delete()
+    with pytest.raises(FailedPreconditionError, match="deleted"):
+        out.block_until_ready()
+    spec = ArraySpec(ifrt.DType.from_numpy(np.float32), ifrt.Shape([8]), sharding)
+    [bad] = client.make_error_arrays(RuntimeError("upstream failure"), [spec])
+    with pytest.raises(RuntimeError, match="upstream failure"):
+        bad.block_until_ready()

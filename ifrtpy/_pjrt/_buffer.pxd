@@ -20,7 +20,7 @@ cdef class BufferHandle:
     cdef object __weakref__
     cdef bint _is_deleted(self) except -1
     cdef EventHandle _ready_event(self)
-    cdef int await_ready(self) except -1
+    cdef object ready_error(self)
 
     @staticmethod
     cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr)

@@ -377,8 +377,9 @@ cdef class BufferHandle:
         check(self.client.api, self.client.api.PJRT_Buffer_ReadyEvent(&args))
         return EventHandle.wrap(self.client, self.client.api, args.event)
 
-    cdef int await_ready(self) except -1:
-        """``ready_event().await_()`` without a Python object while the data is ready."""
+    cdef object ready_error(self):
+        """Wait until the data is ready (the GIL released only while it is pending); return
+        its error as an ifrtpy exception, or None. Makes no Python object when ready."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_ReadyEvent_Args ready
         cdef PJRT_Event_IsReady_Args is_ready
@@ -388,7 +389,9 @@ cdef class BufferHandle:
         memset(&ready, 0, sizeof(ready))
         ready.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
         ready.buffer = self.ptr
-        check(api, api.PJRT_Buffer_ReadyEvent(&ready))
+        failure = api.PJRT_Buffer_ReadyEvent(&ready)
+        if failure != NULL:
+            return error_to_exception(api, failure)
         memset(&is_ready, 0, sizeof(is_ready))
         is_ready.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
         is_ready.event = ready.event
@@ -402,10 +405,14 @@ cdef class BufferHandle:
             destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
             destroy.event = ready.event
             api.PJRT_Event_Destroy(&destroy)
-            return check(api, failure)
+            return None if failure == NULL else error_to_exception(api, failure)
         event = EventHandle.wrap(self.client, api, ready.event)  # owns it from here
-        check(api, failure)
-        return event._await()
+        try:
+            check(api, failure)
+            event._await()
+        except _errors.IfrtError as e:
+            return e
+        return None
 
     @property
     def unsafe_pointer(self):

@@ -118,9 +118,13 @@ cdef class ArrayCore:
             raise self._error
         for item in self._buffers:
             buffer = <BufferHandle?>item
+            if not self._deleted:
+                error = buffer.ready_error()  # a deleted (or donated) buffer's has one
+                if error is None:
+                    continue
             if self._deleted or buffer._is_deleted():
                 raise _errors.FailedPreconditionError(f"Array has been deleted: {self!r}")
-            buffer.await_ready()
+            raise error
         return self
 
 
