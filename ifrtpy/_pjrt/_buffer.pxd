@@ -19,7 +19,6 @@ cdef class BufferHandle:
     cdef readonly ClientHandle client
     cdef object __weakref__
     cdef bint _is_deleted(self) except -1
-    cdef EventHandle _ready_event(self)
     cdef object ready_error(self)
 
     @staticmethod

@@ -367,9 +367,6 @@ cdef class BufferHandle:
 
     def ready_event(self):
         """An EventHandle that fires when the buffer's data is ready (or failed)."""
-        return self._ready_event()
-
-    cdef EventHandle _ready_event(self):
         cdef PJRT_Buffer_ReadyEvent_Args args
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE

@@ -119,7 +119,7 @@ cdef class ArrayCore:
         for item in self._buffers:
             buffer = <BufferHandle?>item
             if not self._deleted:
-                error = buffer.ready_error()  # a deleted (or donated) buffer's has one
+                error = buffer.ready_error()  # that of a deleted (or donated) buffer fails
                 if error is None:
                     continue
             if self._deleted or buffer._is_deleted():
@@ -187,7 +187,8 @@ cdef class ExecutableCore:
         cdef ArrayCore array
         cdef tuple spec, buffers, done
         cdef ExecuteResult result
-        if num_args != len(accepted) or num_outputs != len(self._outputs_spec):
+        if (array_type is None or num_args != len(accepted)
+                or num_outputs != len(self._outputs_spec)):
             return None
         # Options first: from the argument checks to the launch no Python code runs, so
         # no other thread can change what was checked.
