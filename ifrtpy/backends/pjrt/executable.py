@@ -8,14 +8,13 @@ itself only compares byte sizes (it runs an s32 buffer as an f32 parameter).
 
 from __future__ import annotations
 
-import json
-import struct
 from typing import Any, Sequence
 
 import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array
+from ifrtpy.backends import _serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.events import future_of_events
@@ -94,19 +93,14 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None) -> PjrtLoadedExecutable:
     """Load what :meth:`PjrtLoadedExecutable.serialize` wrote, with the same plugin."""
-    data = bytes(data)
-    if not data.startswith(_MAGIC):
-        raise InvalidArgumentError("not a serialized ifrtpy executable")
-    (size,) = struct.unpack_from("<Q", data, len(_MAGIC))
-    start = len(_MAGIC) + 8
-    meta = json.loads(data[start:start + size].decode())
-    program = HloProgram(meta["program"])
-    devices = None if meta["devices"] is None else DeviceList([client.lookup_device(i) for i in meta["devices"]])
+    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "ifrtpy executable")
+    program = HloProgram(text)
+    devices = None if device_ids is None else DeviceList([client.lookup_device(i) for i in device_ids])
     if options is not None and options.devices is not None and DeviceList(options.devices) != devices:
         raise InvalidArgumentError(
             f"the executable was compiled for {devices.to_string() if devices else 'no devices (portable)'}; "
             f"it cannot be loaded onto {DeviceList(options.devices).to_string()} (compile it again)")
-    handle = _pjrt.deserialize_and_load(client._handle, data[start + size:])
+    handle = _pjrt.deserialize_and_load(client._handle, payload)
     return PjrtLoadedExecutable(client, handle, program, devices)
 
 
@@ -258,11 +252,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             return None
 
     def serialize(self) -> bytes:
-        meta = json.dumps({
-            "program": self._program.text,
-            "devices": None if self._devices is None else [d.id for d in self._devices],
-        }).encode()
-        return _MAGIC + struct.pack("<Q", len(meta)) + meta + self._handle.serialize()
+        ids = None if self._devices is None else [d.id for d in self._devices]
+        return _serialized.pack(_MAGIC, self._program.text, ids, self._handle.serialize())
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         return CompiledMemoryStats(**self._handle.compiled_memory_stats())

@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import struct
 import threading
 from typing import Any, Sequence
 
 import numpy as np
 
 from ifrtpy.array import Array
+from ifrtpy.backends import _serialized
 from ifrtpy.backends.reference.array import ReferenceArray, check_is_array, global_value, split
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList, MemoryKind
@@ -116,7 +116,6 @@ def _meshes(module) -> dict:
 def _check_and_strip(module, name: str) -> int:
     """Raise UnimplementedError for what cannot run on global values; erase sharding
     annotations (uses of their result take their operand). Returns the op count."""
-    from jaxlib.mlir import ir
     ops = _walk(module.operation, [])
     strip = []
     for op in ops:
@@ -417,22 +416,14 @@ def compile_program(client, program: Any, options: CompileOptions | None
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None
                            ) -> ReferenceLoadedExecutable:
-    data = bytes(data)
-    if not data.startswith(_MAGIC):
-        raise InvalidArgumentError("not a serialized reference-backend executable")
-    try:
-        (size,) = struct.unpack_from("<Q", data, len(_MAGIC))
-        start = len(_MAGIC) + 8
-        meta = json.loads(data[start:start + size].decode())
-    except (struct.error, ValueError, UnicodeDecodeError) as e:
-        raise InvalidArgumentError(f"corrupt serialized executable: {e}") from None
-    program = HloProgram(meta["program"])
+    text, device_ids, _ = _serialized.unpack(_MAGIC, data, "reference-backend executable")
+    program = HloProgram(text)
     if options is not None and (options.devices is not None or options.compile_portable_executable):
         return compile_program(client, program, options)
-    if meta["devices"] is None:
+    if device_ids is None:
         options = CompileOptions(compile_portable_executable=True)
     else:
-        devices = DeviceList([client.lookup_device(i) for i in meta["devices"]])
+        devices = DeviceList([client.lookup_device(i) for i in device_ids])
         options = CompileOptions(devices=devices, num_partitions=len(devices))
     return compile_program(client, program, options)
 
@@ -513,11 +504,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         return hashlib.sha256(json.dumps([self._program.text, ids]).encode()).hexdigest()
 
     def serialize(self) -> bytes:
-        meta = json.dumps({
-            "program": self._program.text,
-            "devices": None if self._devices is None else [d.id for d in self._devices],
-        }).encode()
-        return _MAGIC + struct.pack("<Q", len(meta)) + meta
+        ids = None if self._devices is None else [d.id for d in self._devices]
+        return _serialized.pack(_MAGIC, self._program.text, ids)
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         args, outs = _nbytes(self._program.parameters), _nbytes(self._program.results)
