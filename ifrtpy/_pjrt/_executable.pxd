@@ -22,3 +22,6 @@ cdef class ExecutableHandle:
 
 cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
                           PJRT_Event** events, Py_ssize_t num_events) noexcept
+cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count)
+cdef tuple take_buffers(ClientHandle client, PJRT_Buffer** buffers, Py_ssize_t first,
+                        Py_ssize_t step, Py_ssize_t count)

@@ -89,6 +89,32 @@ def deserialize_and_load(ClientHandle client, bytes serialized):
     return ExecutableHandle._wrap(client, args.loaded_executable)
 
 
+cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count):
+    """EventHandles owning ``events[0:count]``; each entry is cleared once owned."""
+    cdef tuple out = PyTuple_New(count)
+    cdef Py_ssize_t i
+    for i in range(count):
+        event = EventHandle.wrap(client, client.api, events[i])
+        events[i] = NULL
+        Py_INCREF(event)
+        PyTuple_SET_ITEM(out, i, event)
+    return out
+
+
+cdef tuple take_buffers(ClientHandle client, PJRT_Buffer** buffers, Py_ssize_t first,
+                        Py_ssize_t step, Py_ssize_t count):
+    """BufferHandles owning ``buffers[first + i * step]`` for i < ``count``; each entry is
+    cleared once owned."""
+    cdef tuple out = PyTuple_New(count)
+    cdef Py_ssize_t i
+    for i in range(count):
+        buffer = BufferHandle.wrap(client, buffers[first + i * step])
+        buffers[first + i * step] = NULL
+        Py_INCREF(buffer)
+        PyTuple_SET_ITEM(out, i, buffer)
+    return out
+
+
 cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
                           PJRT_Event** events, Py_ssize_t num_events) noexcept:
     """Destroy the outputs and events of an execute that no handle took (entries not NULL)."""
@@ -265,10 +291,6 @@ cdef class ExecutableHandle:
         cdef PJRT_Event** events = NULL
         cdef BufferHandle buffer
         cdef object group
-        cdef tuple group_out
-        cdef Py_ssize_t outer, inner
-        cdef BufferHandle handle
-        cdef EventHandle event
         if by_device:
             num_args = len(arguments[0]) if num_devices else 0
         else:
@@ -318,26 +340,14 @@ cdef class ExecutableHandle:
             self.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
                         non_donatable_input_indices, execute_device)
             launched = True
-            # Each pointer is cleared once a handle owns it. Tuples, built directly:
-            # outputs[d][k] (by_device) or outputs[k][d].
-            done = PyTuple_New(num_devices)
-            for d in range(num_devices):
-                event = EventHandle.wrap(self.client, api, events[d])
-                events[d] = NULL
-                Py_INCREF(event)
-                PyTuple_SET_ITEM(done, d, event)
-            outer, inner = (num_devices, num_outputs) if by_device else (num_outputs, num_devices)
-            outputs = PyTuple_New(outer)
-            for g in range(outer):
-                group_out = PyTuple_New(inner)
-                for i in range(inner):
-                    d, k = (g, i) if by_device else (i, g)
-                    handle = BufferHandle.wrap(self.client, out_flat[d * num_outputs + k])
-                    out_flat[d * num_outputs + k] = NULL
-                    Py_INCREF(handle)
-                    PyTuple_SET_ITEM(group_out, i, handle)
-                Py_INCREF(group_out)
-                PyTuple_SET_ITEM(outputs, g, group_out)
+            # outputs[d][k] (by_device) or outputs[k][d]; out_flat[d * num_outputs + k].
+            done = take_events(self.client, events, num_devices)
+            if by_device:
+                outputs = tuple([take_buffers(self.client, out_flat, d * num_outputs, 1, num_outputs)
+                                 for d in range(num_devices)])
+            else:
+                outputs = tuple([take_buffers(self.client, out_flat, k, num_outputs, num_devices)
+                                 for k in range(num_outputs)])
             return outputs, done
         except BaseException:
             if launched:  # wrapping failed (MemoryError): destroy what no handle owns

@@ -27,7 +27,8 @@ from libc.string cimport memset
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport check
 from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
-from ifrtpy._pjrt._executable cimport ExecutableHandle, destroy_unowned
+from ifrtpy._pjrt._executable cimport (
+    ExecutableHandle, destroy_unowned, take_buffers, take_events)
 from ifrtpy._execute_result cimport ExecuteResult
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
@@ -182,7 +183,7 @@ cdef class ExecutableCore:
         cdef const PJRT_Api* api = handle.client.api
         cdef Py_ssize_t num_args = len(args), num_outputs = handle.num_outputs
         cdef Py_ssize_t num_devices = len(handle.addressable_devices)
-        cdef Py_ssize_t num_buffers = num_devices * num_outputs, d, k, i
+        cdef Py_ssize_t num_buffers = num_devices * num_outputs, d, k
         cdef object array_type = self.array_type
         cdef ArrayCore array
         cdef tuple spec, buffers, done
@@ -247,24 +248,13 @@ cdef class ExecutableCore:
                           non_donatable, None)
             launched = True
             # Each pointer the plugin returned is owned by a handle as soon as it is wrapped
-            # (and cleared here); if wrapping fails, the rest are destroyed below.
+            # (and cleared); if wrapping fails, the rest are destroyed below.
             status = None
             if fill_status:
-                done = PyTuple_New(num_devices)
-                for d in range(num_devices):
-                    item = EventHandle.wrap(handle.client, api, events[d])
-                    events[d] = NULL
-                    Py_INCREF(item)
-                    PyTuple_SET_ITEM(done, d, item)
+                done = take_events(handle.client, events, num_devices)
             outputs = PyList_New(num_outputs)
             for k in range(num_outputs):
-                buffers = PyTuple_New(num_devices)
-                for d in range(num_devices):
-                    i = d * num_outputs + k
-                    item = BufferHandle.wrap(handle.client, out_flat[i])
-                    out_flat[i] = NULL
-                    Py_INCREF(item)
-                    PyTuple_SET_ITEM(buffers, d, item)
+                buffers = take_buffers(handle.client, out_flat, k, num_outputs, num_devices)
                 spec = <tuple?>self._outputs_spec[k]
                 array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
                 array._client = self._client
