@@ -470,19 +470,26 @@ def region_results(op: str, what: str, got, expected) -> None:
 
 # -- gather and scatter --------------------------------------------------------------------------
 
+def index_map(op: str, operands, indices, index_vector_dim: int, mapping: Sequence[int],
+              rank: int, what: str) -> None:
+    """Check ``mapping`` (named ``what``): one operand dimension in range for each element
+    of the index vectors, which lie along ``index_vector_dim`` of ``indices``."""
+    if not 0 <= index_vector_dim <= len(indices.shape):
+        raise fail(op, operands, f"index_vector_dim {index_vector_dim} is out of range")
+    vector = indices.shape[index_vector_dim] if index_vector_dim < len(indices.shape) else 1
+    if len(mapping) != vector:
+        raise fail(op, operands, f"{what} {list(mapping)} needs one entry per index vector "
+                                 f"element ({vector})")
+    check_axes(op, operands, mapping, rank, what)
+
+
 def gather(op: str, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim,
            slice_sizes) -> Result:
     operands = [x, indices]
     rank = len(x.shape)
     if indices.dtype.kind not in INTEGER:
         raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
-    if not 0 <= index_vector_dim <= len(indices.shape):
-        raise fail(op, operands, f"index_vector_dim {index_vector_dim} is out of range")
-    vector = indices.shape[index_vector_dim] if index_vector_dim < len(indices.shape) else 1
-    if len(start_index_map) != vector:
-        raise fail(op, operands, f"start_index_map {list(start_index_map)} needs one entry per "
-                                 f"index vector element ({vector})")
-    check_axes(op, operands, start_index_map, rank, "start_index_map")
+    index_map(op, operands, indices, index_vector_dim, start_index_map, rank, "start_index_map")
     check_axes(op, operands, collapsed, rank, "collapsed_slice_dims")
     if len(slice_sizes) != rank:
         raise fail(op, operands, f"slice_sizes {list(slice_sizes)} need one entry per operand "
@@ -515,13 +522,8 @@ def scatter(op: str, x, indices, updates, update_window_dims, inserted, scatter_
         raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
     if updates.dtype != x.dtype:
         raise fail(op, operands, "updates must have the operand's dtype")
-    if not 0 <= index_vector_dim <= len(indices.shape):
-        raise fail(op, operands, f"index_vector_dim {index_vector_dim} is out of range")
-    vector = indices.shape[index_vector_dim] if index_vector_dim < len(indices.shape) else 1
-    if len(scatter_dims_to_operand) != vector:
-        raise fail(op, operands, f"scatter_dims_to_operand_dims {list(scatter_dims_to_operand)} "
-                                 f"needs one entry per index vector element ({vector})")
-    check_axes(op, operands, scatter_dims_to_operand, rank, "scatter_dims_to_operand_dims")
+    index_map(op, operands, indices, index_vector_dim, scatter_dims_to_operand, rank,
+              "scatter_dims_to_operand_dims")
     check_axes(op, operands, inserted, rank, "inserted_window_dims")
     check_axes(op, operands, update_window_dims, len(updates.shape), "update_window_dims")
     if list(update_window_dims) != sorted(update_window_dims):

@@ -218,16 +218,10 @@ class RegionOpsMixin:
 
     def take(self, x, indices, axis: int = 0) -> Value:
         """``np.take(x, indices, axis)`` for in-range indices (out-of-range ones clamp)."""
-        x = self._operand(x, "take")
-        idx = self._operand(indices, "take")
-        if not -x.rank <= axis < x.rank:
-            raise _infer.fail("take", [x, idx], f"axis {axis} is out of range for rank {x.rank}")
-        axis %= x.rank
-        k = idx.rank
-        offset = tuple(range(axis)) + tuple(range(axis + k, x.rank - 1 + k))
+        x, idx, axis, window = self._along("take", x, indices, axis)
         sizes = tuple(1 if i == axis else d for i, d in enumerate(x.shape))
-        return self.gather(x, idx, offset_dims=offset, collapsed_slice_dims=(axis,),
-                           start_index_map=(axis,), slice_sizes=sizes, index_vector_dim=k)
+        return self.gather(x, idx, offset_dims=window, collapsed_slice_dims=(axis,),
+                           start_index_map=(axis,), slice_sizes=sizes, index_vector_dim=idx.rank)
 
     def scatter(self, operand, scatter_indices, updates, computation: Union[str, Callable] = "set",
                 *, update_window_dims: Sequence[int], inserted_window_dims: Sequence[int],
@@ -262,16 +256,22 @@ class RegionOpsMixin:
                       computation: Union[str, Callable] = "add") -> Value:
         """Combine ``updates`` (shaped like ``take(x, indices, axis)``) into x at
         ``indices`` along ``axis``: "add" is ``np.add.at``, "set" assignment."""
-        x = self._operand(x, "scatter_along")
-        idx = self._operand(indices, "scatter_along")
-        if not -x.rank <= axis < x.rank:
-            raise _infer.fail("scatter_along", [x, idx], f"axis {axis} is out of range for rank {x.rank}")
-        axis %= x.rank
-        k = idx.rank
-        window = tuple(range(axis)) + tuple(range(axis + k, x.rank - 1 + k))
+        x, idx, axis, window = self._along("scatter_along", x, indices, axis)
         return self.scatter(x, idx, updates, computation, update_window_dims=window,
                             inserted_window_dims=(axis,), scatter_dims_to_operand_dims=(axis,),
-                            index_vector_dim=k)
+                            index_vector_dim=idx.rank)
+
+    def _along(self, op: str, x, indices, axis: int):
+        """``(x, indices, axis, window)`` for indexing x along ``axis`` with whole index
+        arrays (index vectors of one element, on a new last dimension): the axis made
+        non-negative, and the result dimensions that are x's other dimensions."""
+        x = self._operand(x, op)
+        idx = self._operand(indices, op)
+        if not -x.rank <= axis < x.rank:
+            raise _infer.fail(op, [x, idx], f"axis {axis} is out of range for rank {x.rank}")
+        axis %= x.rank
+        k = idx.rank
+        return x, idx, axis, tuple(range(axis)) + tuple(range(axis + k, x.rank - 1 + k))
 
     # -- control flow --------------------------------------------------------------------------
 
