@@ -7,6 +7,7 @@ from the plugin's own ``pjrt_c_api.h``, and the host value ranges of every dtype
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -141,6 +142,18 @@ def lower(fun, *args, **jit_kwargs) -> bytes:
     """StableHLO text of ``jax.jit(fun, **jit_kwargs).lower(*args)``."""
     import jax
     return jax.jit(fun, **jit_kwargs).lower(*args).as_text().encode()
+
+
+@contextlib.contextmanager
+def shardy_lowering(enabled: bool):
+    """jax lowers with the Shardy partitioner (True) or GSPMD (False) inside the block."""
+    import jax
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", enabled)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)
 
 
 def compile_options(device_assignment=None, **build) -> bytes:

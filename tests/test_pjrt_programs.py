@@ -6,7 +6,6 @@ consumed), compile errors, placement and donation."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 
@@ -26,6 +25,7 @@ from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import ConcreteEvenSharding, SingleDeviceSharding
 from ifrtpy.testing import strategies as ist
+from pjrt_helpers import shardy_lowering
 
 TIMEOUT_S = 10.0
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -38,16 +38,6 @@ def client():
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _shardy(enabled: bool):
-    old = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", enabled)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_use_shardy_partitioner", old)
-
 
 def _jax_mesh(mesh: Mesh) -> JaxMesh:
     """The jax mesh with the same devices (by id) in the same places as ``mesh``."""
@@ -99,7 +89,7 @@ def _compile_jax(client, name, fn, mesh: Mesh, in_specs, out_spec, avals, *, sha
         jmesh = _jax_mesh(mesh)
         in_shardings = tuple(JaxNamedSharding(jmesh, P(*s)) for s in in_specs)
         out_sharding = JaxNamedSharding(jmesh, P(*out_spec))
-        with _shardy(shardy), jax.enable_x64(True):
+        with shardy_lowering(shardy), jax.enable_x64(True):
             lowered = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_sharding,
                               donate_argnums=donate).lower(
                 *(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in avals))
@@ -184,7 +174,7 @@ def test_shard_map_psum(client, shardy):
         return jax.lax.psum(x, "x")
 
     f = jax.jit(jax.shard_map(psum, mesh=jmesh, in_specs=P("x", None), out_specs=P(None, None)))
-    with _shardy(shardy):
+    with shardy_lowering(shardy):
         lowered = f.lower(jax.ShapeDtypeStruct((8, 3), np.float32))
     text = lowered.as_text()
     assert "all_reduce" in text

@@ -1,7 +1,6 @@
 """HloProgram: what it is made from, the signature and donation it reads, Shardy
 detection and version negotiation (``serialize_for``). No backend needed."""
 
-import contextlib
 import io
 import threading
 
@@ -15,6 +14,7 @@ import ifrtpy as ifrt
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.program import HloProgram, Program, TensorType, _context, stablehlo_version
 from ifrtpy.shape import Shape
+from pjrt_helpers import shardy_lowering
 
 K = ifrt.DType.Kind
 PLUGIN_VERSION = (1, 13, 3)  # the CPU plugin's StableHLO version
@@ -66,16 +66,6 @@ def _signature(types):
 
 def _mesh(shape=(4, 2), names=("x", "y")):
     return Mesh(np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape), names)
-
-
-@contextlib.contextmanager
-def _shardy(enabled: bool):
-    old = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", enabled)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_use_shardy_partitioner", old)
 
 
 def _sharded_lowering():
@@ -227,7 +217,7 @@ def test_donated_inputs_survive_bytecode():
 # -- Shardy and version negotiation -------------------------------------------------------
 
 def test_shardy_lowering_uses_shardy_and_goes_as_text():
-    with _shardy(True):
+    with shardy_lowering(True):
         lowered = _sharded_lowering()
     assert "sdy.mesh" in lowered.as_text()
     program = HloProgram(lowered)
@@ -238,7 +228,7 @@ def test_shardy_lowering_uses_shardy_and_goes_as_text():
 
 
 def test_gspmd_lowering_does_not_use_shardy():
-    with _shardy(False):
+    with shardy_lowering(False):
         lowered = _sharded_lowering()
     text = lowered.as_text()
     assert "mhlo.sharding" in text and "sdy." not in text
@@ -253,14 +243,14 @@ def test_gspmd_lowering_does_not_use_shardy():
 
 def test_shardy_config_is_restored():
     before = jax.config.jax_use_shardy_partitioner
-    with _shardy(not before):
+    with shardy_lowering(not before):
         assert jax.config.jax_use_shardy_partitioner == (not before)
     assert jax.config.jax_use_shardy_partitioner == before
 
 
 def test_shardy_only_in_the_body():
     mesh = _mesh()
-    with _shardy(True):
+    with shardy_lowering(True):
         lowered = jax.jit(lambda x: jax.lax.with_sharding_constraint(
             x * 2, NamedSharding(mesh, P("x")))).lower(np.zeros((8, 4), np.float32))
     assert HloProgram(lowered).uses_shardy
