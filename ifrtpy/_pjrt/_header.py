@@ -13,7 +13,10 @@ def pjrt_include_dir() -> str:
     ``include`` folder of the installed ``xla-cpu-pjrt`` package."""
     env = os.environ.get("IFRTPY_PJRT_INCLUDE_DIR")
     candidates = [env] if env else []
-    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    try:
+        spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    except ModuleNotFoundError:  # no xla_plugins package at all
+        spec = None
     if spec is not None and spec.submodule_search_locations:
         candidates += [os.path.join(p, "include") for p in spec.submodule_search_locations]
     for directory in candidates:
