@@ -2,6 +2,7 @@
 order in one fresh interpreter (see tests/doc_blocks.py for the convention)."""
 
 import pathlib
+import re
 
 import pytest
 
@@ -16,6 +17,19 @@ def test_python_blocks_run(path, tmp_path):
     result = doc_blocks.run(path, ROOT, tmp_path)
     if result.returncode != 0:
         pytest.fail(result.stderr[-6000:], pytrace=False)
+
+
+def test_troubleshooting_shows_the_real_errors(tmp_path):
+    """Each error line shown on the page (``...`` standing for any text) is what its block
+    printed."""
+    path = ROOT / "docs" / "troubleshooting.md"
+    shown = [line for line in path.read_text().splitlines() if re.match(r"^\w+Error: ", line)]
+    result = doc_blocks.run(path, ROOT, tmp_path)
+    assert result.returncode == 0, result.stderr[-6000:]
+    printed = result.stdout.splitlines()
+    assert len(shown) == len(printed) > 5
+    for expected, line in zip(shown, printed):
+        assert re.fullmatch(".*".join(map(re.escape, expected.split("..."))), line), (expected, line)
 
 
 def test_every_doc_file_is_covered():
