@@ -78,7 +78,8 @@ def demo(client: Any) -> None:
     devices = client.addressable_devices()
     n = len(devices)
     x = np.arange(n * 2 * 4, dtype=np.float32).reshape(n * 2, 4)
-    sharding = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    sharding: ifrt.Sharding = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)),
+                                                 ifrt.PartitionSpec("x"))
     a = client.make_array_from_host_buffer(x, sharding)
     print(f"\narray    {a.dtype}{list(a.shape)} split over {n} devices by {sharding}")
     ifrt.visualize_sharding(a)
