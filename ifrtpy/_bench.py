@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 Loop = Callable[[int], float]
+#: Sets a case up; returns its loops (ifrtpy, jax or None).
+Make = Callable[[], tuple[Loop, Optional[Loop]]]
 
 MiB = 1 << 20
 
@@ -99,28 +101,21 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
         jsharded = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jdevs[:count]), ("x",)),
                                               jax.sharding.PartitionSpec("x"))
 
-    cases: list[tuple[str, int, Callable[[], tuple[Loop, Optional[Loop]]]]] = []
+    jdev0 = jdevs[0] if jdevs else None
 
-    def case(name: str, n: int) -> Callable[[Callable[[], tuple[Loop, Optional[Loop]]]], None]:
-        def add(make: Callable[[], tuple[Loop, Optional[Loop]]]) -> None:
-            cases.append((name, n, make))
-        return add
-
-    @case("execute x+1, f32[8], one device", n_small)
-    def _execute() -> tuple[Loop, Optional[Loop]]:
+    def execute() -> tuple[Loop, Optional[Loop]]:
         b = Builder("plus_one")
         x = np.arange(8, dtype=np.float32)
         exe = client.compile(b.build(b.parameter((8,), np.float32) + 1.0), ifrt.CompileOptions())
         a = ifrt.device_put(x, devices[0])
         np.testing.assert_array_equal(np.asarray(exe(a)[0]), x + 1)
+        ours = _timed(lambda: exe(a)[0].block_until_ready())
         if jax is None:
-            return _timed(lambda: exe(a)[0].block_until_ready()), None
-        f, xj = jax.jit(lambda v: v + 1), jax.device_put(x, jdevs[0])
-        return (_timed(lambda: exe(a)[0].block_until_ready()),
-                _timed(lambda: f(xj).block_until_ready()))
+            return ours, None
+        f, xj = jax.jit(lambda v: v + 1), jax.device_put(x, jdev0)
+        return ours, _timed(lambda: f(xj).block_until_ready())
 
-    @case(f"SPMD x*2+1, {count * 8 * 4 * 4} bytes over {count} devices", n_small // 10 or 1)
-    def _spmd() -> tuple[Loop, Optional[Loop]]:
+    def spmd() -> tuple[Loop, Optional[Loop]]:
         x = np.arange(count * 8 * 4, dtype=np.float32).reshape(count * 8, 4)
         exe = client.compile(ifrt.HloProgram(DEMO_PROGRAM.format(rows=count * 8, n=count)),
                              ifrt.CompileOptions(devices=devices, num_partitions=count))
@@ -133,48 +128,39 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
         xj = jax.device_put(x, jsharded)
         return ours, _timed(lambda: g(xj).block_until_ready())
 
-    @case("put 4 KiB", n_small)
-    def _put_small() -> tuple[Loop, Optional[Loop]]:
-        small = np.arange(1024, dtype=np.float32)
-        ours = _timed(lambda: client.make_array_from_host_buffer(small, one).block_until_ready())
-        if jax is None:
-            return ours, None
-        return ours, _timed(lambda: jax.device_put(small, jdevs[0]).block_until_ready())
+    def put(data: np.ndarray, sharding: Any, target: Any) -> Make:
+        """``data`` put with ``sharding`` (ifrtpy) and on ``target`` (jax, None: not measured)."""
+        def make() -> tuple[Loop, Optional[Loop]]:
+            ours = _timed(lambda: client.make_array_from_host_buffer(data, sharding).block_until_ready())
+            if target is None:
+                return ours, None
+            return ours, _timed(lambda: jax.device_put(data, target).block_until_ready())
+        return make
 
-    @case(f"put {_size(nbytes)}", n_big)
-    def _put() -> tuple[Loop, Optional[Loop]]:
-        ours = _timed(lambda: client.make_array_from_host_buffer(big, one).block_until_ready())
-        if jax is None:
-            return ours, None
-        return ours, _timed(lambda: jax.device_put(big, jdevs[0]).block_until_ready())
+    def get(sharding: Any, target: Any) -> Make:
+        """``big``, held with ``sharding`` (ifrtpy) and on ``target`` (jax), read to the host."""
+        def make() -> tuple[Loop, Optional[Loop]]:
+            a = client.make_array_from_host_buffer(big, sharding)
+            np.testing.assert_array_equal(np.asarray(a), big)
+            ours = _timed(lambda: np.asarray(a))
+            if target is None:
+                return ours, None
+            # jax caches an array's host value: each call copies out a new array (made untimed).
+            return ours, _timed_after(lambda: jax.device_put(big, target).block_until_ready(),
+                                      np.array)
+        return make
 
-    @case(f"get {_size(nbytes)}", n_big)
-    def _get() -> tuple[Loop, Optional[Loop]]:
-        a = client.make_array_from_host_buffer(big, one)
-        np.testing.assert_array_equal(np.asarray(a), big)
-        ours = _timed(lambda: np.asarray(a))
-        if jax is None:
-            return ours, None
-        # jax caches an array's host value: each call copies out a new array (made untimed).
-        return ours, _timed_after(lambda: jax.device_put(big, jdevs[0]).block_until_ready(),
-                                  np.array)
-
-    @case(f"sharded put {_size(nbytes)} / {count}", n_big)
-    def _sharded_put() -> tuple[Loop, Optional[Loop]]:
-        ours = _timed(lambda: client.make_array_from_host_buffer(big, sharded).block_until_ready())
-        if jsharded is None:
-            return ours, None
-        return ours, _timed(lambda: jax.device_put(big, jsharded).block_until_ready())
-
-    @case(f"sharded get {_size(nbytes)} / {count}", n_big)
-    def _sharded_get() -> tuple[Loop, Optional[Loop]]:
-        a = client.make_array_from_host_buffer(big, sharded)
-        np.testing.assert_array_equal(np.asarray(a), big)
-        ours = _timed(lambda: np.asarray(a))
-        if jsharded is None:
-            return ours, None
-        return ours, _timed_after(lambda: jax.device_put(big, jsharded).block_until_ready(),
-                                  np.array)
+    small = np.arange(1024, dtype=np.float32)
+    size = _size(nbytes)
+    cases: list[tuple[str, int, Make]] = [
+        ("execute x+1, f32[8], one device", n_small, execute),
+        (f"SPMD x*2+1, {count * 8 * 4 * 4} bytes over {count} devices", n_small // 10 or 1, spmd),
+        ("put 4 KiB", n_small, put(small, one, jdev0)),
+        (f"put {size}", n_big, put(big, one, jdev0)),
+        (f"get {size}", n_big, get(one, jdev0)),
+        (f"sharded put {size} / {count}", n_big, put(big, sharded, jsharded)),
+        (f"sharded get {size} / {count}", n_big, get(sharded, jsharded)),
+    ]
 
     rows = []
     for i, (name, n, make) in enumerate(cases, 1):
