@@ -71,10 +71,15 @@ def set_log_level(level: Union[int, str]) -> None:
 def _apply_environment() -> None:
     """At import: the native threshold from ``IFRTPY_LOG_LEVEL``, or 3, unless already set.
 
-    ``IFRTPY_LOG_LEVEL`` also sets the ``"ifrtpy"`` logger's level.
+    ``IFRTPY_LOG_LEVEL`` also sets the ``"ifrtpy"`` logger's level; a value it cannot read
+    is reported on that logger (importing still succeeds) and ignored.
     """
     requested = os.environ.get(ENV_VAR, "").strip()
-    number = _as_level(requested, ENV_VAR) if requested else None
+    try:
+        number = _as_level(requested, ENV_VAR) if requested else None
+    except InvalidArgumentError as e:
+        _logger.warning("%s; ignored", e)
+        number = None
     if number is not None:
         _logger.setLevel(number)
     if NATIVE_ENV_VAR not in os.environ:

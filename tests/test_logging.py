@@ -81,6 +81,12 @@ def test_warning_hides_info_lines_only():
     assert "I" not in kinds and kinds & {"W", "E"}, err
 
 
+def test_an_unreadable_switch_is_reported_once_and_ignored():
+    err = run_child(IFRTPY_LOG_LEVEL="loud")
+    assert err == ("IFRTPY_LOG_LEVEL must be one of debug, info, warning, error, critical (or a "
+                   "logging level number), got 'loud'; ignored\n")
+
+
 def test_the_users_own_threshold_is_kept():
     err = run_child(TF_CPP_MIN_LOG_LEVEL="0")
     assert "I" in set(NATIVE_LINE.findall(err)), err
