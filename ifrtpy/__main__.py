@@ -100,6 +100,8 @@ def demo(client: Any) -> None:
 def bench(client: Any, quick: bool = False, plot: str | None = None) -> None:
     from ifrtpy import _bench
 
+    if plot:
+        _bench.require_matplotlib()  # before measuring, not after
     rows = _bench.run(client, quick=quick, progress=_bench.progress_to_stderr)
     print(f"median time per call, {len(client.addressable_devices())} devices"
           f"{' (--quick: small sizes, rough figures)' if quick else ''}")

@@ -8,6 +8,7 @@ figure is the median time per call. jax is optional: without it the jax column i
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import statistics
 import sys
@@ -192,13 +193,17 @@ def table(rows: list[Row]) -> str:
         f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d:>{width[3]}}" for a, b, c, d in lines)
 
 
+def require_matplotlib() -> None:
+    """Raise ModuleNotFoundError saying how to install matplotlib when it is missing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError("--plot needs matplotlib: pip install matplotlib")
+
+
 def plot(rows: list[Row], path: str) -> None:
     """A bar chart of the rows (log time axis) written to ``path``; needs matplotlib."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ModuleNotFoundError(
-            "--plot needs matplotlib: pip install matplotlib") from None
+    require_matplotlib()
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

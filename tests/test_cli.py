@@ -60,6 +60,14 @@ def test_bench_quick_prints_one_table(capsys):
         f"[{i}/{len(names)}] {line.split('  ')[0]}" for i, line in enumerate(lines[2:], 1)]
 
 
+def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # as if not installed
+    monkeypatch.setattr(_bench, "run", lambda *a, **k: pytest.fail("measured anyway"))
+    assert main(["bench", "--quick", "--devices", "1", "--plot", "out.png"]) == 1
+    assert capsys.readouterr().err == ("error: ModuleNotFoundError: --plot needs matplotlib: "
+                                       "pip install matplotlib (--debug shows the traceback)\n")
+
+
 def test_table_and_plot(tmp_path):
     rows = [_bench.Row("put", 2e-6, 4e-6), _bench.Row("get", 0.0125, None)]
     text = _bench.table(rows)
