@@ -1,10 +1,15 @@
 """ifrtpy: a Python runtime layer for XLA devices, mirroring XLA's IFRT interfaces.
 
 The public names are re-exported here; backends are imported on first use
-(``get_client("pjrt")`` loads the Cython layer).
+(``get_client("pjrt")`` loads the Cython layer). Importing ifrtpy sets the plugin's log
+threshold when the user has not (see :mod:`ifrtpy._log`), before any plugin or jaxlib loads.
 """
 
-from ifrtpy import errors as errors
+from ifrtpy import _log
+
+_log._apply_environment()
+
+from ifrtpy import errors as errors  # noqa: E402  (after the log threshold is set)
 from ifrtpy.array import Array as Array
 from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics
 from ifrtpy.array import ArraySpec as ArraySpec
@@ -53,5 +58,7 @@ from ifrtpy.sharding import ShardingParam as ShardingParam
 from ifrtpy.sharding import ShardingParamSharding as ShardingParamSharding
 from ifrtpy.sharding import SingleDeviceSharding as SingleDeviceSharding
 from ifrtpy.sharding import SingleDeviceShardSemantics as SingleDeviceShardSemantics
+from ifrtpy._log import set_log_level as set_log_level
+from ifrtpy.visualize import visualize_sharding as visualize_sharding
 
 __version__ = "0.1.0"

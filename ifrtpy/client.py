@@ -210,7 +210,7 @@ class Client(abc.ABC):
             aspec = spec.array_spec
             pieces = aspec.sharding.disassemble(aspec.shape, addressable)
             np_dtype = aspec.dtype.to_numpy()
-            plan: list[tuple[np.ndarray, Sharding] | None] = [None] * len(pieces)
+            plan: list[Any] = [None] * len(pieces)  # (buffer, sharding) per shard, all set below
             for indices, data in spec.buffers:
                 data = np.asarray(data)
                 for j in indices:

@@ -16,7 +16,7 @@ def device_put(x: Any, device_or_sharding: Device | Sharding,
     """An array holding ``x`` (anything ``np.asarray`` takes) on a device, or split over a
     sharding's devices (each device receives its own shard), on that sharding's client."""
     if isinstance(device_or_sharding, Device):
-        sharding = SingleDeviceSharding(device_or_sharding)
+        sharding: Sharding = SingleDeviceSharding(device_or_sharding)
     elif isinstance(device_or_sharding, Sharding):
         sharding = device_or_sharding
     else:

@@ -43,7 +43,7 @@ class IfrtError(Exception):
         super().__init__(message)
         self.message = message
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[IfrtError], tuple[str]]:
         return (type(self), (self.message,))
 
     def __str__(self) -> str:

@@ -50,7 +50,7 @@ def _check_bool(owner: str, name: str, value: Any, *, optional: bool = False) ->
         raise InvalidArgumentError(f"{owner}.{name} must be {allowed}, got {value!r}")
 
 
-def _check_str_keys(owner: str, name: str, mapping: Any) -> dict:
+def _check_str_keys(owner: str, name: str, mapping: Any) -> dict[str, Any]:
     if not isinstance(mapping, Mapping):
         raise InvalidArgumentError(f"{owner}.{name} must be a mapping, got {mapping!r}")
     bad = [k for k in mapping if not isinstance(k, str)]

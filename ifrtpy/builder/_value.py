@@ -8,7 +8,7 @@ so a Value has no truth value; it is hashed by identity.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ifrtpy.dtypes import DType
 from ifrtpy.shape import Shape
@@ -78,8 +78,8 @@ class Value:
 
     # -- operators ---------------------------------------------------------------------------
 
-    def _binary(name: str, reflected: bool = False):  # noqa: N805 - a factory
-        def method(self, other):
+    def _binary(name: str, reflected: bool = False) -> Callable[[Value, Any], Value]:  # noqa: N805 - a factory
+        def method(self: Value, other: Any) -> Value:
             b = self._builder
             if reflected:
                 return getattr(b, name)(other, self)

@@ -50,9 +50,10 @@ def client_factory_arguments(config) -> tuple[str, dict]:
     backend = config.getoption("--ifrtpy-backend")
     if not backend:
         raise pytest.UsageError(
-            "the ifrtpy conformance suite needs a backend: pass --ifrtpy-backend=NAME "
-            "(e.g. reference or pjrt), or run the cases from a module that provides a "
-            "`client` fixture")
+            "the ifrtpy conformance suite needs a backend: run pytest -p "
+            "ifrtpy.testing.conformance.plugin --pyargs ifrtpy.testing.conformance "
+            "--ifrtpy-backend=NAME (NAME: reference, pjrt, or module:function of a client "
+            "factory), or import the cases into a test module that provides a `client` fixture")
     kwargs = {}
     count = config.getoption("--ifrtpy-device-count")
     if count is not None:
@@ -74,6 +75,18 @@ def client(pytestconfig):
     if ":" in backend:
         ifrtpy.register_backend(backend, backend, replace=True)
     return ifrtpy.get_client(backend, **kwargs)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--ifrtpy-backend``, stop before running when a collected case would take
+    its client from this plugin: one usage error, not one error per case."""
+    if config.getoption("--ifrtpy-backend"):
+        return
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.get("client") if info is not None else None
+        if defs and getattr(defs[-1].func, "__module__", None) == __name__:
+            client_factory_arguments(config)  # raises the UsageError saying what to pass
 
 
 def pytest_collect_file(file_path, parent):

@@ -1,0 +1,225 @@
+"""``python -m ifrtpy bench``: the headline figures of ifrtpy next to jax, in one run.
+
+Each case is a pair of loops (ifrtpy, jax) returning the seconds ``n`` calls took; the two
+take turns in every repeat (so a slow stretch of the machine falls on both alike) and the
+figure is the median time per call. jax is optional: without it the jax column is empty.
+``benchmarks/`` holds the longer scripts with floors (the raw plugin call, a C loop).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+Loop = Callable[[int], float]
+#: Sets a case up; returns its loops (ifrtpy, jax or None).
+Make = Callable[[], tuple[Loop, Optional[Loop]]]
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: seconds per call, ``None`` where not measured."""
+
+    operation: str
+    ifrtpy: float
+    jax: Optional[float]
+
+
+def _timed(body: Callable[[], object]) -> Loop:
+    def run(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            body()
+        return time.perf_counter() - start
+    return run
+
+
+def _timed_after(setup: Callable[[], Any], body: Callable[[Any], object]) -> Loop:
+    """Like :func:`_timed`, with an untimed ``setup()`` before each call (its value passed)."""
+    def run(n: int) -> float:
+        total = 0.0
+        for _ in range(n):
+            value = setup()
+            start = time.perf_counter()
+            body(value)
+            total += time.perf_counter() - start
+        return total
+    return run
+
+
+def _median_per_call(loops: list[Loop], n: int, repeats: int) -> list[float]:
+    for loop in loops:
+        loop(max(1, n // 10))
+    samples: list[list[float]] = [[] for _ in loops]
+    for _ in range(repeats):
+        for loop, out in zip(loops, samples):
+            out.append(loop(n) / n)
+    return [statistics.median(s) for s in samples]
+
+
+def _import_jax(devices: int) -> Any:
+    """jax on its CPU platform with ``devices`` devices, or None when not installed."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count={devices}")
+    try:
+        import jax
+    except ImportError:
+        return None
+    return jax
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes // MiB} MiB" if nbytes >= MiB else f"{nbytes // 1024} KiB"
+
+
+def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = print) -> list[Row]:
+    """Measure every case on ``client`` (all its addressable devices for the sharded ones)
+    and return the rows. ``quick``: small sizes and few repeats (seconds; figures rough)."""
+    import ifrtpy as ifrt
+    from ifrtpy.__main__ import DEMO_PROGRAM
+    from ifrtpy.builder import Builder
+
+    devices = client.addressable_devices()
+    count = len(devices)
+    jax = _import_jax(count)
+    jdevs = jax.devices() if jax is not None else []
+    repeats, n_small, n_big = (3, 50, 2) if quick else (9, 5000, 10)
+    nbytes = 256 * 1024 if quick else 64 * MiB
+    big = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32).reshape(count * 8, -1)
+    one = ifrt.SingleDeviceSharding(devices[0])
+    sharded = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    jsharded = None
+    if len(jdevs) >= count:
+        jsharded = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(jdevs[:count]), ("x",)),
+                                              jax.sharding.PartitionSpec("x"))
+
+    jdev0 = jdevs[0] if jdevs else None
+
+    def execute() -> tuple[Loop, Optional[Loop]]:
+        b = Builder("plus_one")
+        x = np.arange(8, dtype=np.float32)
+        exe = client.compile(b.build(b.parameter((8,), np.float32) + 1.0), ifrt.CompileOptions())
+        a = ifrt.device_put(x, devices[0])
+        np.testing.assert_array_equal(np.asarray(exe(a)[0]), x + 1)
+        ours = _timed(lambda: exe(a)[0].block_until_ready())
+        if jax is None:
+            return ours, None
+        f, xj = jax.jit(lambda v: v + 1), jax.device_put(x, jdev0)
+        return ours, _timed(lambda: f(xj).block_until_ready())
+
+    def spmd() -> tuple[Loop, Optional[Loop]]:
+        x = np.arange(count * 8 * 4, dtype=np.float32).reshape(count * 8, 4)
+        exe = client.compile(ifrt.HloProgram(DEMO_PROGRAM.format(rows=count * 8, n=count)),
+                             ifrt.CompileOptions(devices=devices, num_partitions=count))
+        a = client.make_array_from_host_buffer(x, sharded)
+        np.testing.assert_array_equal(np.asarray(exe(a)[0]), x * 2 + 1)
+        ours = _timed(lambda: exe(a)[0].block_until_ready())
+        if jsharded is None:
+            return ours, None
+        g = jax.jit(lambda v: v * 2 + 1, in_shardings=jsharded, out_shardings=jsharded)
+        xj = jax.device_put(x, jsharded)
+        return ours, _timed(lambda: g(xj).block_until_ready())
+
+    def put(data: np.ndarray, sharding: Any, target: Any) -> Make:
+        """``data`` put with ``sharding`` (ifrtpy) and on ``target`` (jax, None: not measured)."""
+        def make() -> tuple[Loop, Optional[Loop]]:
+            ours = _timed(lambda: client.make_array_from_host_buffer(data, sharding).block_until_ready())
+            if target is None:
+                return ours, None
+            return ours, _timed(lambda: jax.device_put(data, target).block_until_ready())
+        return make
+
+    def get(sharding: Any, target: Any) -> Make:
+        """``big``, held with ``sharding`` (ifrtpy) and on ``target`` (jax), read to the host."""
+        def make() -> tuple[Loop, Optional[Loop]]:
+            a = client.make_array_from_host_buffer(big, sharding)
+            np.testing.assert_array_equal(np.asarray(a), big)
+            ours = _timed(lambda: np.asarray(a))
+            if target is None:
+                return ours, None
+            # jax caches an array's host value: each call copies out a new array (made untimed).
+            return ours, _timed_after(lambda: jax.device_put(big, target).block_until_ready(),
+                                      np.array)
+        return make
+
+    small = np.arange(1024, dtype=np.float32)
+    size = _size(nbytes)
+    cases: list[tuple[str, int, Make]] = [
+        ("execute x+1, f32[8], one device", n_small, execute),
+        (f"SPMD x*2+1, {count * 8 * 4 * 4} bytes over {count} devices", n_small // 10 or 1, spmd),
+        ("put 4 KiB", n_small, put(small, one, jdev0)),
+        (f"put {size}", n_big, put(big, one, jdev0)),
+        (f"get {size}", n_big, get(one, jdev0)),
+        (f"sharded put {size} / {count}", n_big, put(big, sharded, jsharded)),
+        (f"sharded get {size} / {count}", n_big, get(sharded, jsharded)),
+    ]
+
+    rows = []
+    for i, (name, n, make) in enumerate(cases, 1):
+        progress(f"[{i}/{len(cases)}] {name}")
+        ours, theirs = make()
+        loops = [ours] if theirs is None else [ours, theirs]
+        times = _median_per_call(loops, n, repeats)
+        rows.append(Row(name, times[0], times[1] if theirs is not None else None))
+    return rows
+
+
+def _fmt(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as an aligned text table with the ratio ifrtpy / jax."""
+    lines = [("operation", "ifrtpy", "jax", "ifrtpy/jax")]
+    for r in rows:
+        ratio = f"{r.ifrtpy / r.jax:.2f}" if r.jax else "-"
+        lines.append((r.operation, _fmt(r.ifrtpy), _fmt(r.jax), ratio))
+    width = [max(len(line[i]) for line in lines) for i in range(4)]
+    return "\n".join(
+        f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d:>{width[3]}}" for a, b, c, d in lines)
+
+
+def require_matplotlib() -> None:
+    """Raise ModuleNotFoundError saying how to install matplotlib when it is missing."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError("--plot needs matplotlib: pip install matplotlib")
+
+
+def plot(rows: list[Row], path: str) -> None:
+    """A bar chart of the rows (log time axis) written to ``path``; needs matplotlib."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    y = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.5))
+    ax.barh(y - 0.2, [r.ifrtpy for r in rows], height=0.4, label="ifrtpy")
+    ax.barh(y + 0.2, [r.jax or 0.0 for r in rows], height=0.4, label="jax")
+    ax.set_yticks(y, [r.operation for r in rows])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds per call (median; lower is faster)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def progress_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,79 @@
+"""``python -m ifrtpy``: --version, one-line errors, --debug, bench --quick (no timing asserts)."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import ifrtpy
+from ifrtpy import _bench
+from ifrtpy.__main__ import main
+from ifrtpy.errors import NotFoundError
+
+FIGURE = r"[\d.]+ (?:ns|µs|ms|s)"
+
+
+def test_version():
+    proc = subprocess.run([sys.executable, "-m", "ifrtpy", "--version"],
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"ifrtpy {ifrtpy.__version__}\n", "")
+
+
+def test_an_error_is_one_line_and_debug_shows_the_traceback(tmp_path, capsys):
+    missing = str(tmp_path / "nothing.so")
+    assert main(["info", "--plugin", missing]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"error: NotFoundError: no PJRT plugin file at {missing!r} "
+                   "(--debug shows the traceback)\n")
+    for argv in (["--debug", "info", "--plugin", missing], ["info", "--plugin", missing, "--debug"]):
+        with pytest.raises(NotFoundError, match="no PJRT plugin file"):
+            main(argv)
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_info_prints_versions(capsys):
+    assert main(["info", "--devices", "1"]) == 0
+    assert f"ifrtpy   {ifrtpy.__version__} (Python " in capsys.readouterr().out
+
+
+def test_bench_quick_prints_one_table(capsys):
+    pytest.importorskip("jax")
+    assert main(["bench", "--quick"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].startswith("median time per call, 8 devices")
+    assert lines[1].split() == ["operation", "ifrtpy", "jax", "ifrtpy/jax"]
+    names = ["execute x+1", "SPMD x*2+1", "put 4 KiB", "put 256 KiB", "get 256 KiB",
+             "sharded put 256 KiB / 8", "sharded get 256 KiB / 8"]
+    assert len(lines) == 2 + len(names)
+    for name, line in zip(names, lines[2:]):
+        assert line.startswith(name)
+        assert re.search(rf"{FIGURE}\s+{FIGURE}\s+[\d.]+$", line), line
+    assert captured.err.splitlines() == [                    # progress, one line per case
+        f"[{i}/{len(names)}] {line.split('  ')[0]}" for i, line in enumerate(lines[2:], 1)]
+
+
+def test_plot_without_matplotlib_fails_before_measuring(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # as if not installed
+    monkeypatch.setattr(_bench, "run", lambda *a, **k: pytest.fail("measured anyway"))
+    assert main(["bench", "--quick", "--devices", "1", "--plot", "out.png"]) == 1
+    assert capsys.readouterr().err == ("error: ModuleNotFoundError: --plot needs matplotlib: "
+                                       "pip install matplotlib (--debug shows the traceback)\n")
+
+
+def test_table_and_plot(tmp_path):
+    rows = [_bench.Row("put", 2e-6, 4e-6), _bench.Row("get", 0.0125, None)]
+    text = _bench.table(rows)
+    assert re.search(r"^put\s+2 µs\s+4 µs\s+0\.50$", text, re.M), text
+    assert re.search(r"^get\s+12\.5 ms\s+-\s+-$", text, re.M), text
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "bench.png"
+    _bench.plot(rows, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
