@@ -268,6 +268,22 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     return buffer, done
 
 
+cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
+    """PJRT_Buffer_Delete from any thread, without the GIL (an error is dropped)."""
+    cdef PJRT_Buffer_Delete_Args args
+    cdef PJRT_Error_Destroy_Args destroy
+    memset(&args, 0, sizeof(args))
+    args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
+    args.buffer = buffer
+    cdef PJRT_Error* error = api.PJRT_Buffer_Delete(&args)
+    if error != NULL:
+        memset(&destroy, 0, sizeof(destroy))
+        destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+        destroy.error = error
+        api.PJRT_Error_Destroy(&destroy)
+    return 0
+
+
 @cython.no_gc  # holds only its client: never part of a cycle
 cdef class BufferHandle:
     """Owns a ``PJRT_Buffer*``; keeps its client alive."""
@@ -350,15 +366,33 @@ cdef class BufferHandle:
 
     cdef bint _is_deleted(self) except -1:
         cdef PJRT_Buffer_IsDeleted_Args args
+        if atomic_load(&self.delete_state) != DELETE_NONE:
+            return True
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
         args.buffer = self.ptr
         check(self.client.api, self.client.api.PJRT_Buffer_IsDeleted(&args))
         return args.is_deleted
 
+    @property
+    def exports(self):
+        """The number of live DLPack exports and NumPy views of this buffer."""
+        return atomic_load(&self.exports)
+
     def delete(self):
-        """Free the device memory now; the handle stays, reporting is_deleted()."""
+        """Free the device memory now; the handle stays, reporting is_deleted().
+
+        While DLPack exports or NumPy views of the buffer are alive, the memory is freed
+        only when the last of them is released (never under a live view)."""
         cdef PJRT_Buffer_Delete_Args args
+        if atomic_load(&self.exports) > 0:
+            atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DEFERRED)
+            # the last export may have gone meanwhile: then delete here (once)
+            if atomic_load(&self.exports) > 0 or not atomic_cas(
+                    &self.delete_state, DELETE_DEFERRED, DELETE_DONE):
+                return
+        else:
+            atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DONE)
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
         args.buffer = self.ptr
