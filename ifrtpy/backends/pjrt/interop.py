@@ -1,0 +1,164 @@
+"""Zero-copy exchange of PjRt arrays with other libraries: DLPack export and import, and
+NumPy views. The C side (pins, capsules, views of foreign memory) is
+:mod:`ifrtpy._pjrt._dlpack`; this module decides what is viewed, what is copied, and on
+which device a DLPack tensor lands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ifrtpy._pjrt import _dlpack
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+
+# DLDeviceType values (DLPack specification).
+KDLCPU, KDLCUDA, KDLCUDAHOST, KDLROCM, KDLROCMHOST, KDLCUDAMANAGED = 1, 2, 3, 10, 11, 13
+
+#: Memory kinds a host can read directly, whatever the platform.
+HOST_MEMORY_KINDS = frozenset({"pinned_host", "unpinned_host"})
+_ACCELERATOR_TYPES = {"cuda": (KDLCUDA, KDLCUDAHOST), "rocm": (KDLROCM, KDLROCMHOST)}
+# The CPU plugin aliases host memory at a 64-byte boundary only (it refuses other memory).
+_ALIGNMENT = {"cpu": 64}
+_DEFAULT_ALIGNMENT = 256
+
+host_view = _dlpack.host_view
+
+
+def dlpack_device(client, buffer) -> tuple[int, int]:
+    """``(DLDeviceType, device id)`` of ``buffer``: kDLCPU 0 for host memory, the
+    accelerator's type and the device's local hardware id for device memory."""
+    memory = buffer.memory
+    cache = client._dlpack_devices
+    device = cache.get(memory.id)
+    if device is None:
+        device = cache[memory.id] = _dlpack_device(client, buffer, memory)
+    return device
+
+
+def _dlpack_device(client, buffer, memory) -> tuple[int, int]:
+    platform = client.platform_name
+    if platform == "cpu" or memory.kind == "unpinned_host":
+        return KDLCPU, 0
+    types = _ACCELERATOR_TYPES.get(platform)
+    if types is None:
+        raise UnimplementedError(f"no DLPack device type is known for platform {platform!r}")
+    if memory.kind == "pinned_host":
+        return types[1], 0
+    return types[0], buffer.device.local_hardware_id
+
+
+def host_viewable(array) -> bool:
+    """Whether ``array`` (a PjrtArray) can be viewed by NumPy without a copy: one shard,
+    ready to be pinned, in host-readable memory, with whole-byte elements."""
+    buffers = array._buffers
+    if (array._error is not None or array._deleted or len(buffers) != 1
+            or array._dtype.byte_size is None):
+        return False
+    client = array._client
+    return client._host_platform or buffers[0].memory.kind in HOST_MEMORY_KINDS
+
+
+def export_dlpack(buffer, array, stream: Any, max_version: Any, dl_device: Any, copy: bool | None) -> Any:
+    """``array.__dlpack__`` for its one ``buffer`` (see PjrtArray.__dlpack__)."""
+    device = dlpack_device(array._client, buffer)
+    if stream is not None and device[0] == KDLCPU and stream != -1:
+        raise BufferError(f"a CPU array takes no stream, got stream={stream!r}")
+    versioned = max_version is not None and int(max_version[0]) >= 1
+    if dl_device is not None and tuple(dl_device) != device:
+        if copy is False:
+            raise BufferError(f"the array is on DLPack device {device}; {tuple(dl_device)} needs a copy")
+        if tuple(dl_device) != (KDLCPU, 0):
+            raise BufferError(f"an array on DLPack device {device} is copied only to (kDLCPU, 0)")
+        host = array.copy_to_host_buffer().result()
+        return host.__dlpack__(max_version=max_version) if versioned else host.__dlpack__()
+    if copy:
+        buffer = buffer.copy_to_memory(buffer.memory)
+    return _dlpack.export(buffer, device[0], device[1], versioned, True, bool(copy))
+
+
+# -- import --------------------------------------------------------------------------------
+
+def from_dlpack(client, x: Any, device=None, copy: bool | None = None):
+    """``client.from_dlpack``: a single-device array holding ``x`` (a DLPack producer, or a
+    capsule), zero-copy where the plugin can alias its memory, else with one copy."""
+    from ifrtpy.backends.pjrt.array import PjrtArray, _dtype_of
+    from ifrtpy.sharding import SingleDeviceSharding
+    from ifrtpy.shape import Shape
+
+    if copy not in (None, True, False):
+        raise InvalidArgumentError(f"copy must be None, True or False, got {copy!r}")
+    source = _source_device(x)
+    target = _target_device(client, source, device)
+    memory = target.default_memory()
+    if source is not None and source[0] not in _host_types() and not _same_device(client, source, target):
+        raise InvalidArgumentError(
+            f"the tensor is on DLPack device {source}, which is not {target} of this client; "
+            "move it there first")
+    capsule = _capsule_of(x, source)
+    buffer, host = _dlpack.import_capsule(
+        client._handle, capsule, memory._handle, target._handle, copy is not True,
+        _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT), _stream_of(source) or 0)
+    sharding = SingleDeviceSharding(target)
+    if buffer is not None:
+        dtype = _dtype_of(buffer.dtype)
+        return PjrtArray(client, dtype, Shape(buffer.dims), sharding, (buffer,))
+    if copy is False:
+        raise ValueError(
+            "from_dlpack(copy=False): the tensor cannot be aliased (it must be dense, row-major "
+            f"and {_ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT)}-byte aligned); "
+            "a copy is needed")
+    return client.make_array_from_host_buffer(host, sharding)
+
+
+def _host_types() -> tuple[int, ...]:
+    return (KDLCPU, KDLCUDAHOST, KDLROCMHOST, KDLCUDAMANAGED)
+
+
+def _source_device(x: Any) -> tuple[int, int] | None:
+    if hasattr(x, "__dlpack_device__"):
+        kind, index = x.__dlpack_device__()
+        return int(kind), int(index)
+    return None
+
+
+def _target_device(client, source, device):
+    """The device of ``client`` a tensor on DLPack device ``source`` lands on: ``device``
+    if given, else the accelerator with that local hardware id, else device 0."""
+    if device is not None:
+        if getattr(device, "client", None) is not client:
+            raise InvalidArgumentError(f"device {device!r} is not a device of this client")
+        return device
+    devices = client.addressable_devices()
+    if source is not None and source[0] not in _host_types():
+        for d in devices:
+            if _same_device(client, source, d):
+                return d
+        raise InvalidArgumentError(
+            f"no device of this {client.platform_name} client matches DLPack device {source}")
+    return devices[0]
+
+
+def _same_device(client, source, device) -> bool:
+    types = _ACCELERATOR_TYPES.get(client.platform_name)
+    return types is not None and source == (types[0], device.local_hardware_id)
+
+
+def _stream_of(source) -> int | None:
+    """The stream argument for a producer on DLPack device ``source``: None for host
+    memory, else the platform's default stream (1: CUDA's legacy stream, 0: ROCm's),
+    which the view's ready event then follows."""
+    if source is None or source[0] in _host_types():
+        return None
+    return 1 if source[0] == KDLCUDA else 0
+
+
+def _capsule_of(x: Any, source) -> Any:
+    if not hasattr(x, "__dlpack__"):
+        return x  # a capsule, checked by the Cython layer
+    stream = _stream_of(source)
+    try:
+        return x.__dlpack__(stream=stream, max_version=(1, 1))
+    except TypeError:  # a producer of the DLPack 0.x protocol
+        return x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
