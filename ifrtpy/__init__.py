@@ -53,5 +53,8 @@ from ifrtpy.sharding import ShardingParam as ShardingParam
 from ifrtpy.sharding import ShardingParamSharding as ShardingParamSharding
 from ifrtpy.sharding import SingleDeviceSharding as SingleDeviceSharding
 from ifrtpy.sharding import SingleDeviceShardSemantics as SingleDeviceShardSemantics
+from ifrtpy.interop import from_dlpack as from_dlpack
+from ifrtpy.interop.jax import from_jax as from_jax
+from ifrtpy.interop.jax import to_jax as to_jax
 
 __version__ = "0.1.0"

@@ -39,6 +39,7 @@ cdef class BufferHandle:
     cdef readonly ClientHandle client
     cdef int exports       # live DLPack exports and NumPy views (atomic)
     cdef int delete_state  # DELETE_* (atomic)
+    cdef object view_form  # (NumPy dtype, dims, address) once the data was ready; see _dlpack
     cdef object __weakref__
     cdef bint _is_deleted(self) except -1
     cdef object ready_error(self)

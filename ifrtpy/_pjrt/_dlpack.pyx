@@ -236,22 +236,66 @@ def export(BufferHandle buffer, int device_type, int device_id, bint versioned,
         raise
 
 
+cdef class _HostPin:
+    """The base object of a NumPy view: releases its export when the view is gone."""
+    cdef Export* export
+
+    def __dealloc__(self):
+        if self.export != NULL:
+            _release(self.export)
+            self.export = NULL
+
+
 def host_view(BufferHandle buffer):
     """A read-only NumPy array over ``buffer``'s memory, which the host must be able to
-    read; it pins the buffer until the array (and every view of it) is gone."""
-    capsule = export(buffer, kDLCPU, 0, True)
-    cdef Export* e = <Export*>(<DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, VERSIONED)).manager_ctx
-    cdef DLTensor* t = &e.legacy.dl_tensor
+    read; it pins the buffer until the array (and every view of it) is gone. None for
+    element types NumPy cannot view (sub-byte)."""
+    cdef const PJRT_Api* api = buffer.client.api
+    cdef PJRT_Buffer_IncreaseExternalReferenceCount_Args increase
+    cdef PJRT_Buffer_IsDeleted_Args deleted
     cdef cnp.npy_intp dims[MAX_RANK]
-    cdef int i
-    for i in range(t.ndim):
-        dims[i] = t.shape[i]
-    cdef cnp.dtype descr = _numpy_of_pjrt[buffer.element_type]
-    Py_INCREF(descr)  # stolen by PyArray_NewFromDescr
-    cdef cnp.ndarray out = array_over(
-        <PyObject*>descr, t.ndim, dims, NULL, t.data, cnp.NPY_ARRAY_CARRAY_RO)
-    Py_INCREF(capsule)  # stolen by PyArray_SetBaseObject
-    cnp.PyArray_SetBaseObject(out, capsule)
+    cdef int i, ndim
+    cdef Export* e
+    cdef _HostPin pin
+    form = buffer.view_form
+    if form is None:  # first view: check and wait once; the form never changes after
+        if buffer.element_type not in _dlpack_of_pjrt:
+            return None
+        e = _pin(buffer, kDLCPU, 0)
+        form = (_numpy_of_pjrt[buffer.element_type], buffer.dims, <uintptr_t>e.legacy.dl_tensor.data)
+        buffer.view_form = form
+    else:
+        if buffer._is_deleted():
+            raise _errors.FailedPreconditionError("the buffer has been deleted")
+        memset(&increase, 0, sizeof(increase))
+        increase.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
+        increase.buffer = buffer.ptr
+        e = <Export*>malloc(sizeof(Export))
+        if e == NULL:
+            raise MemoryError()
+        try:
+            check(api, api.PJRT_Buffer_IncreaseExternalReferenceCount(&increase))
+        except BaseException:
+            free(e)
+            raise
+        e.api = api
+        e.buffer = buffer.ptr
+        e.owner = <PyObject*>buffer
+        e.exports = &buffer.exports
+        e.delete_state = &buffer.delete_state
+        Py_INCREF(buffer)
+        atomic_add(&buffer.exports, 1)
+    pin = _HostPin.__new__(_HostPin)
+    pin.export = e
+    descr, shape, address = form
+    ndim = len(shape)
+    for i in range(ndim):
+        dims[i] = shape[i]
+    Py_INCREF(descr)  # stolen by the array
+    cdef cnp.ndarray out = array_over(<PyObject*>descr, ndim, dims, NULL, <void*><uintptr_t>address,
+                                      cnp.NPY_ARRAY_CARRAY_RO)
+    Py_INCREF(pin)  # stolen by PyArray_SetBaseObject
+    cnp.PyArray_SetBaseObject(out, pin)
     return out
 
 
@@ -335,14 +379,15 @@ cdef bint _is_dense(DLTensor* t):
 
 
 def import_capsule(ClientHandle client, capsule, MemoryHandle memory, DeviceHandle device,
-                   bint view, int alignment, intptr_t stream=0):
+                   bint view, int alignment, intptr_t stream=0, int element_type=-1):
     """Consume a DLPack ``capsule`` (see :func:`capsule_info`).
 
     Where ``view`` is true and the tensor is dense, row-major and at an address that is a
     multiple of ``alignment``, returns ``(buffer, None)``: a buffer aliasing the memory in
     ``memory`` of ``device``, which gives the tensor back to its producer when the plugin
     is done with it (``stream``: the platform stream the producer synchronized with, 0
-    for none). Otherwise ``(None, array)``: a NumPy view of the tensor (host memory
+    for none). ``element_type`` (a PJRT_Buffer_Type of the same size) overrides the
+    tensor's own, for producers that export extension types as unsigned integers. Otherwise ``(None, array)``: a NumPy view of the tensor (host memory
     only) that keeps the capsule alive, for the caller to copy; where the plugin refused
     the view, the plugin's error is raised.
     """
@@ -358,6 +403,11 @@ def import_capsule(ClientHandle client, capsule, MemoryHandle memory, DeviceHand
     address, read_only = _tensor_of(capsule)
     t = <DLTensor*>address
     pjrt_type = _pjrt_type_of(t)
+    if element_type >= 0:
+        if _dlpack_of_pjrt.get(element_type, (0, 0))[1] != t.dtype.bits:
+            raise _errors.InvalidArgumentError(
+                f"element type {element_type} does not have the tensor's {t.dtype.bits} bits")
+        pjrt_type = element_type
     cdef uintptr_t data = <uintptr_t>t.data + t.byte_offset
     if view and _is_dense(t) and alignment > 0 and data % alignment == 0:
         imported = <Imported*>malloc(sizeof(Imported))

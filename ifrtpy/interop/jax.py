@@ -69,9 +69,16 @@ def _ifrt_device(client: Client, jax_device: Any) -> Device:
             f"ifrtpy client has {len(client.devices())} devices (ids are matched)") from None
 
 
+_jax_devices: dict[str, dict[int, Any]] = {}
+
+
 def _jax_devices_by_id(platform: str) -> dict[int, Any]:
-    import jax
-    return {d.id: d for d in jax.devices(platform)}
+    """jax's devices of ``platform`` by id (fixed once jax's backend exists)."""
+    devices = _jax_devices.get(platform)
+    if devices is None:
+        import jax
+        devices = _jax_devices[platform] = {d.id: d for d in jax.devices(platform)}
+    return devices
 
 
 def _jax_device(device: Device, jax_devices: dict[int, Any]) -> Any:
@@ -149,47 +156,86 @@ def sharding_to_jax(sharding: Sharding) -> Any:
 
 # -- arrays --------------------------------------------------------------------------------
 
+_CACHE_SIZE = 256
+_from_jax_cache: dict = {}  # (id(client), jax sharding, ndim) -> (client, ifrtpy sharding)
+_to_jax_cache: dict = {}  # ifrtpy sharding -> jax sharding
+
+
+def _cached_from_jax(client: Client, jax_sharding: Any, ndim: int) -> Sharding:
+    key = (id(client), jax_sharding, ndim)
+    hit = _from_jax_cache.get(key)
+    if hit is not None and hit[0] is client:
+        return hit[1]
+    sharding = sharding_from_jax(jax_sharding, client, ndim)
+    if len(_from_jax_cache) >= _CACHE_SIZE:
+        _from_jax_cache.clear()
+    _from_jax_cache[key] = (client, sharding)
+    return sharding
+
+
+def _cached_to_jax(sharding: Sharding) -> Any:
+    hit = _to_jax_cache.get(sharding)
+    if hit is None:
+        hit = sharding_to_jax(sharding)
+        if len(_to_jax_cache) >= _CACHE_SIZE:
+            _to_jax_cache.clear()
+        _to_jax_cache[sharding] = hit
+    return hit
+
+
 def from_jax(x: Any, client: Client | None = None) -> Array:
     """An ifrtpy array with ``x``'s global shape, dtype and equivalent sharding (see
     :func:`sharding_from_jax`), each shard taken through DLPack: zero-copy where the
-    plugin can alias jax's memory, else one copy per shard. ``x`` stays valid; deleting
-    or donating it in jax while the ifrtpy array lives is refused by jax."""
+    plugin can alias jax's memory (host memory: CPU), else one copy per shard. ``x``
+    stays valid and unchanged; its shards' memory is held while the ifrtpy array lives."""
     if not is_jax_array(x):
         raise InvalidArgumentError(f"from_jax needs a jax.Array, got {type(x).__name__}")
     client = client or default_client()
-    sharding = sharding_from_jax(x.sharding, client, x.ndim)
+    sharding = _cached_from_jax(client, x.sharding, x.ndim)
     shards = {s.device.id: s.data for s in x.addressable_shards}
-    pieces = []
-    for device in sharding.devices.addressable_device_list():
-        piece = shards.get(device.id)
-        if piece is None:
-            raise InvalidArgumentError(f"the jax array has no addressable shard on device {device.id}")
-        pieces.append(client.from_dlpack(piece, device))
-    dtype = pieces[0].dtype if pieces else None
+    devices = sharding.devices.addressable_device_list()
+    missing = [d.id for d in devices if d.id not in shards]
+    if missing:
+        raise InvalidArgumentError(f"the jax array has no addressable shard on devices {missing}")
+    from ifrtpy.backends.pjrt import interop as pjrt_interop
+    if pjrt_interop.is_pjrt_host_client(client):
+        return pjrt_interop.assemble_from_dlpack(
+            client, x.shape, np.dtype(x.dtype), sharding, devices,
+            [_jax_capsule(shards[d.id]) for d in devices])
+    pieces = [client.from_dlpack(shards[d.id], d) for d in devices]
     return client.assemble_array_from_single_device_arrays(
-        x.shape, sharding, pieces, ArrayCopySemantics.DONATE_INPUT, dtype=dtype)
+        x.shape, sharding, pieces, ArrayCopySemantics.DONATE_INPUT, dtype=pieces[0].dtype)
+
+
+def _jax_capsule(shard: Any) -> Any:
+    """A legacy DLPack capsule of a single-device jax array on the host."""
+    from jax._src.lib import _jax  # jaxlib's DLPack export, without jax's Python checks
+    return _jax.buffer_to_dlpack_managed_tensor(shard, stream=None)
 
 
 def to_jax(array: Array) -> Any:
     """A ``jax.Array`` with ``array``'s global shape, dtype and equivalent sharding (see
     :func:`sharding_to_jax`), each shard handed over through DLPack without a copy where
     jax can alias it. The ifrtpy buffers stay allocated while the jax array lives
-    (``delete()`` of ``array`` is deferred until then)."""
+    (``delete()`` of ``array`` is deferred until then; donating it is refused)."""
     import jax
     if not isinstance(array, Array):
         raise InvalidArgumentError(f"to_jax needs an ifrtpy Array, got {type(array).__name__}")
-    sharding = sharding_to_jax(array.sharding)
+    sharding = _cached_to_jax(array.sharding)
     devices = _jax_devices_by_id(array.client.platform_name)
-    shards = array.disassemble_into_single_device_arrays()
-    arrays = [_shard_to_jax(shard, _jax_device(shard.sharding.devices[0], devices))
-              for shard in shards]
+    targets = [_jax_device(d, devices) for d in array.sharding.devices.addressable_device_list()]
+    from ifrtpy.backends.pjrt import interop as pjrt_interop
+    if pjrt_interop.is_pjrt_array(array):
+        capsules = pjrt_interop.legacy_capsules(array)
+    else:
+        capsules = [s.__dlpack__() for s in array.disassemble_into_single_device_arrays()]
+    arrays = [_capsule_to_jax(c, d) for c, d in zip(capsules, targets)]
     if isinstance(array.sharding, SingleDeviceSharding):
         return arrays[0]
     return jax.make_array_from_single_device_arrays(tuple(array.shape.dims), sharding, arrays)
 
 
-def _shard_to_jax(shard: Array, jax_device: Any) -> Any:
-    """One single-device ifrtpy array as a jax array on ``jax_device``, through DLPack."""
+def _capsule_to_jax(capsule: Any, jax_device: Any) -> Any:
+    """A legacy DLPack capsule as a jax array on ``jax_device`` (aliased where jax can)."""
     from jax._src.lib import _jax  # jaxlib's DLPack import onto a given device
-    capsule = shard.__dlpack__()  # jaxlib takes legacy capsules only
-    return _jax.dlpack_managed_tensor_to_buffer(capsule, jax_device, None, False)
+    return _jax.dlpack_managed_tensor_to_buffer(capsule, jax_device, None, None)

@@ -17,12 +17,14 @@ import numpy as np
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, _then_value
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
+from ifrtpy._pjrt._dlpack import host_view as _host_view
 from ifrtpy.backends.pjrt import interop as _interop
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future, Promise, join_futures
+from ifrtpy.interop import jax as _jax_bridge
 from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
@@ -202,17 +204,20 @@ class PjrtArray(ArrayCore, Array):
         """NumPy form of the array. A single-device array in memory the host can read is
         viewed without a copy (read-only, pinning the buffer) unless ``copy=True``; other
         arrays are gathered into a new array, and ``copy=False`` raises ValueError for them."""
-        if copy is not True and _interop.host_viewable(self):
-            view = _interop.host_view(self._buffers[0])
-            if dtype is None or np.dtype(dtype) == view.dtype:
-                return view
-            if copy is False:
-                raise ValueError(f"viewing a {view.dtype} array as {np.dtype(dtype)} needs a copy")
-            return view.astype(dtype)
+        buffers = self._buffers
+        if (copy is not True and len(buffers) == 1 and self._error is None and not self._deleted
+                and (self._client._host_platform or buffers[0].memory.kind in _interop.HOST_MEMORY_KINDS)):
+            view = _host_view(buffers[0])
+            if view is not None:
+                if dtype is None or np.dtype(dtype) == view.dtype:
+                    return view
+                if copy is False:
+                    raise ValueError(f"viewing a {view.dtype} array as {np.dtype(dtype)} needs a copy")
+                return view.astype(dtype)
         if copy is False:
             raise ValueError(
                 f"np.array(copy=False) of {self.debug_string()} needs a copy: only single-device "
-                "arrays in host-readable memory are viewed without one")
+                "arrays of whole-byte elements in host-readable memory are viewed without one")
         out = self.copy_to_host_buffer().result()
         return out if dtype is None else out.astype(dtype, copy=False)
 
@@ -331,6 +336,8 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         return array
     if layout is not None:
         raise UnimplementedError("custom layouts are not supported by the PjRt backend")
+    if _jax_bridge.is_jax_target(sharding):
+        sharding = _jax_bridge.sharding_from_jax(sharding, client, np.ndim(data))
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ifrtpy import _pjrt
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
@@ -22,9 +23,6 @@ _ACCELERATOR_TYPES = {"cuda": (KDLCUDA, KDLCUDAHOST), "rocm": (KDLROCM, KDLROCMH
 # The CPU plugin aliases host memory at a 64-byte boundary only (it refuses other memory).
 _ALIGNMENT = {"cpu": 64}
 _DEFAULT_ALIGNMENT = 256
-
-host_view = _dlpack.host_view
-
 
 def dlpack_device(client, buffer) -> tuple[int, int]:
     """``(DLDeviceType, device id)`` of ``buffer``: kDLCPU 0 for host memory, the
@@ -47,17 +45,6 @@ def _dlpack_device(client, buffer, memory) -> tuple[int, int]:
     if memory.kind == "pinned_host":
         return types[1], 0
     return types[0], buffer.device.local_hardware_id
-
-
-def host_viewable(array) -> bool:
-    """Whether ``array`` (a PjrtArray) can be viewed by NumPy without a copy: one shard,
-    ready to be pinned, in host-readable memory, with whole-byte elements."""
-    buffers = array._buffers
-    if (array._error is not None or array._deleted or len(buffers) != 1
-            or array._dtype.byte_size is None):
-        return False
-    client = array._client
-    return client._host_platform or buffers[0].memory.kind in HOST_MEMORY_KINDS
 
 
 def export_dlpack(buffer, array, stream: Any, max_version: Any, dl_device: Any, copy: bool | None) -> Any:
@@ -96,15 +83,21 @@ def from_dlpack(client, x: Any, device=None, copy: bool | None = None):
         raise InvalidArgumentError(
             f"the tensor is on DLPack device {source}, which is not {target} of this client; "
             "move it there first")
+    element_type = -1
+    if isinstance(x, np.ndarray) and x.dtype.kind == "V":
+        # NumPy exports no extension type (bfloat16, float8): its bytes, typed here
+        element_type = _dtype_of(x.dtype).pjrt_buffer_type
+        x = x.view(f"u{x.dtype.itemsize}")
     capsule = _capsule_of(x, source)
     buffer, host = _dlpack.import_capsule(
         client._handle, capsule, memory._handle, target._handle, copy is not True,
-        _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT), _stream_of(source) or 0)
+        _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT), _stream_of(source) or 0,
+        element_type)
     sharding = SingleDeviceSharding(target)
     if buffer is not None:
         dtype = _dtype_of(buffer.dtype)
         return PjrtArray(client, dtype, Shape(buffer.dims), sharding, (buffer,))
-    if copy is False:
+    if copy is False and host.size:  # an empty tensor has no memory to copy
         raise ValueError(
             "from_dlpack(copy=False): the tensor cannot be aliased (it must be dense, row-major "
             f"and {_ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT)}-byte aligned); "
@@ -162,3 +155,46 @@ def _capsule_of(x: Any, source) -> Any:
         return x.__dlpack__(stream=stream, max_version=(1, 1))
     except TypeError:  # a producer of the DLPack 0.x protocol
         return x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
+
+
+def is_pjrt_host_client(client) -> bool:
+    """Whether ``client`` is a PjRt client whose memories are all host RAM (the CPU plugin)."""
+    return getattr(client, "_host_platform", False)
+
+
+def assemble_from_dlpack(client, shape, np_dtype, sharding, devices, capsules):
+    """One array of ``sharding`` (``devices``: its addressable devices, in order) from one
+    host-memory DLPack capsule per device: aliased where the plugin can, else copied."""
+    from ifrtpy.backends.pjrt.array import PjrtArray, _dtype_of
+    from ifrtpy.shape import Shape
+
+    handle = client._handle
+    alignment = _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT)
+    kind = sharding.memory_kind
+    buffers = []
+    for device, capsule in zip(devices, capsules):
+        memory = device.memory(kind)
+        buffer, host = _dlpack.import_capsule(handle, capsule, memory._handle, device._handle,
+                                              True, alignment, 0)
+        if buffer is None:
+            buffer = _pjrt.buffer_from_host_buffer(handle, host, None, memory._handle, 0)[0]
+        buffers.append(buffer)
+    return PjrtArray(client, _dtype_of(np_dtype), Shape(shape), sharding, tuple(buffers))
+
+
+def is_pjrt_array(array) -> bool:
+    from ifrtpy.backends.pjrt.array import PjrtArray
+    return isinstance(array, PjrtArray)
+
+
+def legacy_capsules(array) -> list:
+    """A legacy DLPack capsule of each addressable shard of ``array`` (a PjrtArray), in
+    device order: what jaxlib imports."""
+    if array._error is not None:
+        raise array._error
+    client = array._client
+    out = []
+    for buffer in array._live_buffers():
+        kind, index = dlpack_device(client, buffer)
+        out.append(_dlpack.export(buffer, kind, index, False))
+    return out
