@@ -216,7 +216,8 @@ def _jax_capsule(shard: Any) -> Any:
 def to_jax(array: Array) -> Any:
     """A ``jax.Array`` with ``array``'s global shape, dtype and equivalent sharding (see
     :func:`sharding_to_jax`), each shard handed over through DLPack without a copy where
-    jax can alias it. The ifrtpy buffers stay allocated while the jax array lives
+    jax can alias it (the default memory kind; shards in host memory kinds are copied
+    once, as jax imports DLPack tensors into device memory). The ifrtpy buffers stay allocated while the jax array lives
     (``delete()`` of ``array`` is deferred until then; donating it is refused)."""
     import jax
     if not isinstance(array, Array):
@@ -230,6 +231,11 @@ def to_jax(array: Array) -> Any:
     else:
         capsules = [s.__dlpack__() for s in array.disassemble_into_single_device_arrays()]
     arrays = [_capsule_to_jax(c, d) for c, d in zip(capsules, targets)]
+    kind = array.sharding.memory_kind
+    if kind and kind.canonicalize(array.sharding.devices[0]) != "device":
+        # jax takes DLPack tensors into device memory: one copy into the memory kind
+        arrays = [jax.device_put(a, jax.sharding.SingleDeviceSharding(d, memory_kind=str(kind)))
+                  for a, d in zip(arrays, targets)]
     if isinstance(array.sharding, SingleDeviceSharding):
         return arrays[0]
     return jax.make_array_from_single_device_arrays(tuple(array.shape.dims), sharding, arrays)
