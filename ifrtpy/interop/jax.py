@@ -232,7 +232,7 @@ def to_jax(array: Array) -> Any:
         capsules = [s.__dlpack__() for s in array.disassemble_into_single_device_arrays()]
     arrays = [_capsule_to_jax(c, d) for c, d in zip(capsules, targets)]
     kind = array.sharding.memory_kind
-    if kind and kind.canonicalize(array.sharding.devices[0]) != "device":
+    if kind and str(kind.canonicalize(array.sharding.devices[0])) != "device":
         # jax takes DLPack tensors into device memory: one copy into the memory kind
         arrays = [jax.device_put(a, jax.sharding.SingleDeviceSharding(d, memory_kind=str(kind)))
                   for a, d in zip(arrays, targets)]
