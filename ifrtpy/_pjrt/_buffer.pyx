@@ -29,7 +29,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport PluginHandle, check, require, error_to_exception
+from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, require, error_to_exception
 from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
@@ -64,13 +64,8 @@ cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept nogil:
     # it): then the error is dropped and the payload left to the process's end.
     cdef ifrtpy_callback* callback = <ifrtpy_callback*>user_arg
     cdef const PJRT_Api* api = <const PJRT_Api*>callback.api
-    cdef PJRT_Error_Destroy_Args destroy
     if ifrtpy_is_finalizing():
-        if error != NULL:
-            memset(&destroy, 0, sizeof(destroy))
-            destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
-            destroy.error = error
-            api.PJRT_Error_Destroy(&destroy)
+        drop_error(api, error)
         free(callback)
         return
     with gil:
@@ -271,16 +266,10 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     """PJRT_Buffer_Delete from any thread, without the GIL (an error is dropped)."""
     cdef PJRT_Buffer_Delete_Args args
-    cdef PJRT_Error_Destroy_Args destroy
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
     args.buffer = buffer
-    cdef PJRT_Error* error = api.PJRT_Buffer_Delete(&args)
-    if error != NULL:
-        memset(&destroy, 0, sizeof(destroy))
-        destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
-        destroy.error = error
-        api.PJRT_Error_Destroy(&destroy)
+    drop_error(api, api.PJRT_Buffer_Delete(&args))
     return 0
 
 

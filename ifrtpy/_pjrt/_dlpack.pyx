@@ -32,7 +32,7 @@ from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt.dlpack cimport *
-from ifrtpy._pjrt._base cimport check, require
+from ifrtpy._pjrt._base cimport check, drop_error, require
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
                                    DELETE_DEFERRED, DELETE_DONE)
@@ -106,18 +106,11 @@ cdef void _release(Export* e) noexcept nogil:
     """Drop one export: the PJRT pin (no GIL), a deferred delete if this was the last
     export, then the BufferHandle reference (GIL; skipped while finalizing)."""
     cdef PJRT_Buffer_DecreaseExternalReferenceCount_Args args
-    cdef PJRT_Error_Destroy_Args destroy
-    cdef PJRT_Error* error
     cdef PyObject* owner = e.owner
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE
     args.buffer = e.buffer
-    error = e.api.PJRT_Buffer_DecreaseExternalReferenceCount(&args)
-    if error != NULL:
-        memset(&destroy, 0, sizeof(destroy))
-        destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
-        destroy.error = error
-        e.api.PJRT_Error_Destroy(&destroy)
+    drop_error(e.api, e.api.PJRT_Buffer_DecreaseExternalReferenceCount(&args))
     if atomic_add(e.exports, -1) == 0 and atomic_cas(e.delete_state, DELETE_DEFERRED, DELETE_DONE):
         delete_now(e.api, e.buffer)
     free(e)
@@ -147,11 +140,37 @@ cdef void _capsule_destructor(object capsule) noexcept:
         legacy.deleter(legacy)
 
 
+cdef Export* _new_export(BufferHandle buffer, size_t extra) except NULL:
+    """A new Export (with ``extra`` bytes after it) pinning ``buffer``: its PJRT external
+    reference count increased, its export count too, and the BufferHandle referenced."""
+    cdef const PJRT_Api* api = buffer.client.api
+    cdef PJRT_Buffer_IncreaseExternalReferenceCount_Args increase
+    cdef Export* e = <Export*>malloc(sizeof(Export) + extra)
+    if e == NULL:
+        raise MemoryError()
+    memset(e, 0, sizeof(Export))
+    memset(&increase, 0, sizeof(increase))
+    increase.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
+    increase.buffer = buffer.ptr
+    try:
+        check(api, api.PJRT_Buffer_IncreaseExternalReferenceCount(&increase))
+    except BaseException:
+        free(e)
+        raise
+    e.api = api
+    e.buffer = buffer.ptr
+    e.owner = <PyObject*>buffer
+    e.exports = &buffer.exports
+    e.delete_state = &buffer.delete_state
+    Py_INCREF(buffer)
+    atomic_add(&buffer.exports, 1)
+    return e
+
+
 cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NULL:
     """A new Export of ``buffer`` (pinned, counted, its owner referenced)."""
     cdef const PJRT_Api* api = buffer.client.api
     cdef PJRT_Buffer_UnsafePointer_Args pointer
-    cdef PJRT_Buffer_IncreaseExternalReferenceCount_Args increase
     cdef Export* e
     cdef DLTensor* t
     cdef int i, ndim
@@ -175,25 +194,7 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     pointer.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
     pointer.buffer = buffer.ptr
     check(api, api.PJRT_Buffer_UnsafePointer(&pointer))
-    e = <Export*>malloc(sizeof(Export) + 2 * max(ndim, 1) * sizeof(int64_t))
-    if e == NULL:
-        raise MemoryError()
-    memset(e, 0, sizeof(Export))
-    memset(&increase, 0, sizeof(increase))
-    increase.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
-    increase.buffer = buffer.ptr
-    try:
-        check(api, api.PJRT_Buffer_IncreaseExternalReferenceCount(&increase))
-    except BaseException:
-        free(e)
-        raise
-    e.api = api
-    e.buffer = buffer.ptr
-    e.owner = <PyObject*>buffer
-    e.exports = &buffer.exports
-    e.delete_state = &buffer.delete_state
-    Py_INCREF(buffer)
-    atomic_add(&buffer.exports, 1)
+    e = _new_export(buffer, 2 * max(ndim, 1) * sizeof(int64_t))
     t = &e.legacy.dl_tensor
     t.data = <void*>pointer.buffer_pointer
     t.device.device_type = device_type
@@ -250,9 +251,6 @@ def host_view(BufferHandle buffer):
     """A read-only NumPy array over ``buffer``'s memory, which the host must be able to
     read; it pins the buffer until the array (and every view of it) is gone. None for
     element types NumPy cannot view (sub-byte)."""
-    cdef const PJRT_Api* api = buffer.client.api
-    cdef PJRT_Buffer_IncreaseExternalReferenceCount_Args increase
-    cdef PJRT_Buffer_IsDeleted_Args deleted
     cdef cnp.npy_intp dims[MAX_RANK]
     cdef int i, ndim
     cdef Export* e
@@ -267,24 +265,7 @@ def host_view(BufferHandle buffer):
     else:
         if buffer._is_deleted():
             raise _errors.FailedPreconditionError("the buffer has been deleted")
-        memset(&increase, 0, sizeof(increase))
-        increase.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
-        increase.buffer = buffer.ptr
-        e = <Export*>malloc(sizeof(Export))
-        if e == NULL:
-            raise MemoryError()
-        try:
-            check(api, api.PJRT_Buffer_IncreaseExternalReferenceCount(&increase))
-        except BaseException:
-            free(e)
-            raise
-        e.api = api
-        e.buffer = buffer.ptr
-        e.owner = <PyObject*>buffer
-        e.exports = &buffer.exports
-        e.delete_state = &buffer.delete_state
-        Py_INCREF(buffer)
-        atomic_add(&buffer.exports, 1)
+        e = _new_export(buffer, 0)
     pin = _HostPin.__new__(_HostPin)
     pin.export = e
     descr, shape, address = form

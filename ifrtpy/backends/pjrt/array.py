@@ -200,7 +200,7 @@ class PjrtArray(ArrayCore, Array):
         return _interop.export_dlpack(self._single_buffer("__dlpack__()"), self, stream,
                                       max_version, dl_device, copy)
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """NumPy form of the array. A single-device array in memory the host can read is
         viewed without a copy (read-only, pinning the buffer) unless ``copy=True``; other
         arrays are gathered into a new array, and ``copy=False`` raises ValueError for them."""

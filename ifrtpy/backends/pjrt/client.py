@@ -225,7 +225,7 @@ class PjrtClient(Client):
     def make_error_arrays(self, error, specs):
         return _array.make_error_arrays(self, error, specs)
 
-    def from_dlpack(self, x, device=None, copy=None):
+    def from_dlpack(self, x: Any, device: Device | None = None, copy: bool | None = None) -> _array.PjrtArray:
         """A single-device array holding ``x``, any DLPack producer (NumPy, jax, torch,
         cupy, TensorFlow) or an unconsumed DLPack capsule.
 
