@@ -237,6 +237,33 @@ def test_releases_from_many_threads(client):
     assert buffer.exports == 0 and buffer.is_deleted()
 
 
+def test_views_racing_a_delete_are_whole_or_refused(client):
+    x = np.arange(4096, dtype=np.int32)
+    for _ in range(5):
+        a = _put(client, x)
+        (buffer,) = a.buffers
+        views, start = [], threading.Barrier(5)
+
+        def take():
+            start.wait()
+            for _ in range(200):
+                try:
+                    views.append(np.asarray(a))
+                except FailedPreconditionError:
+                    return
+
+        threads = [threading.Thread(target=take) for _ in range(4)]
+        for t in threads:
+            t.start()
+        start.wait()
+        a.delete()
+        for t in threads:
+            t.join()
+        assert all(v[-1] == x[-1] and v[0] == 0 for v in views)
+        views.clear()
+        assert buffer.exports == 0 and buffer.is_deleted()
+
+
 def test_live_views_and_capsules_at_interpreter_exit():
     assert_survives("""
         import threading, ifrtpy as ifrt

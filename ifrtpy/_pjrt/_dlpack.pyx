@@ -152,9 +152,17 @@ cdef Export* _new_export(BufferHandle buffer, size_t extra) except NULL:
     memset(&increase, 0, sizeof(increase))
     increase.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
     increase.buffer = buffer.ptr
+    # Counted first: a concurrent delete() then either defers, or finished before the
+    # count and is seen here.
+    atomic_add(&buffer.exports, 1)
     try:
+        if buffer._is_deleted():
+            raise _errors.FailedPreconditionError("the buffer has been deleted")
         check(api, api.PJRT_Buffer_IncreaseExternalReferenceCount(&increase))
     except BaseException:
+        if (atomic_add(&buffer.exports, -1) == 0
+                and atomic_cas(&buffer.delete_state, DELETE_DEFERRED, DELETE_DONE)):
+            delete_now(api, buffer.ptr)
         free(e)
         raise
     e.api = api
@@ -163,7 +171,6 @@ cdef Export* _new_export(BufferHandle buffer, size_t extra) except NULL:
     e.exports = &buffer.exports
     e.delete_state = &buffer.delete_state
     Py_INCREF(buffer)
-    atomic_add(&buffer.exports, 1)
     return e
 
 
