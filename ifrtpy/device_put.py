@@ -26,6 +26,7 @@ def device_put(x: Any, device_or_sharding: Any,
     """
     if _jax_bridge.is_jax_target(device_or_sharding):
         device_or_sharding = _jax_bridge.sharding_from_jax(device_or_sharding, None, np.ndim(x))
+    sharding: Sharding
     if isinstance(device_or_sharding, Device):
         sharding = SingleDeviceSharding(device_or_sharding)
     elif isinstance(device_or_sharding, Sharding):

@@ -200,7 +200,7 @@ def from_jax(x: Any, client: Client | None = None) -> Array:
     from ifrtpy.backends.pjrt import interop as pjrt_interop
     if pjrt_interop.is_pjrt_host_client(client):
         return pjrt_interop.assemble_from_dlpack(
-            client, x.shape, np.dtype(x.dtype), sharding, devices,
+            client, x.shape, np.dtype(x.dtype), sharding, list(devices),
             [_jax_capsule(shards[d.id]) for d in devices])
     pieces = [client.from_dlpack(shards[d.id], d) for d in devices]
     return client.assemble_array_from_single_device_arrays(
@@ -229,7 +229,8 @@ def to_jax(array: Array) -> Any:
     if pjrt_interop.is_pjrt_array(array):
         capsules = pjrt_interop.legacy_capsules(array)
     else:
-        capsules = [s.__dlpack__() for s in array.disassemble_into_single_device_arrays()]
+        # another backend's arrays: those that are DLPack producers
+        capsules = [getattr(s, "__dlpack__")() for s in array.disassemble_into_single_device_arrays()]
     arrays = [_capsule_to_jax(c, d) for c, d in zip(capsules, targets)]
     kind = array.sharding.memory_kind
     if kind and str(kind.canonicalize(array.sharding.devices[0])) != "device":

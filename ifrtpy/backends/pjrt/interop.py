@@ -24,7 +24,7 @@ _ACCELERATOR_TYPES = {"cuda": (KDLCUDA, KDLCUDAHOST), "rocm": (KDLROCM, KDLROCMH
 _ALIGNMENT = {"cpu": 64}
 _DEFAULT_ALIGNMENT = 256
 
-def dlpack_device(client, buffer) -> tuple[int, int]:
+def dlpack_device(client: Any, buffer: Any) -> tuple[int, int]:
     """``(DLDeviceType, device id)`` of ``buffer``: kDLCPU 0 for host memory, the
     accelerator's type and the device's local hardware id for device memory."""
     memory = buffer.memory
@@ -35,7 +35,7 @@ def dlpack_device(client, buffer) -> tuple[int, int]:
     return device
 
 
-def _dlpack_device(client, buffer, memory) -> tuple[int, int]:
+def _dlpack_device(client: Any, buffer: Any, memory: Any) -> tuple[int, int]:
     platform = client.platform_name
     if platform == "cpu" or memory.kind == "unpinned_host":
         return KDLCPU, 0
@@ -47,7 +47,8 @@ def _dlpack_device(client, buffer, memory) -> tuple[int, int]:
     return types[0], buffer.device.local_hardware_id
 
 
-def export_dlpack(buffer, array, stream: Any, max_version: Any, dl_device: Any, copy: bool | None) -> Any:
+def export_dlpack(buffer: Any, array: Any, stream: Any, max_version: Any, dl_device: Any,
+                  copy: bool | None) -> Any:
     """``array.__dlpack__`` for its one ``buffer`` (see PjrtArray.__dlpack__)."""
     device = dlpack_device(array._client, buffer)
     if stream is not None and device[0] == KDLCPU and stream != -1:
@@ -67,7 +68,7 @@ def export_dlpack(buffer, array, stream: Any, max_version: Any, dl_device: Any, 
 
 # -- import --------------------------------------------------------------------------------
 
-def from_dlpack(client, x: Any, device=None, copy: bool | None = None):
+def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = None) -> Any:
     """``client.from_dlpack``: a single-device array holding ``x`` (a DLPack producer, or a
     capsule), zero-copy where the plugin can alias its memory, else with one copy."""
     from ifrtpy.backends.pjrt.array import PjrtArray, _dtype_of
@@ -116,7 +117,7 @@ def _source_device(x: Any) -> tuple[int, int] | None:
     return None
 
 
-def _target_device(client, source, device):
+def _target_device(client: Any, source: tuple[int, int] | None, device: Any) -> Any:
     """The device of ``client`` a tensor on DLPack device ``source`` lands on: ``device``
     if given, else the accelerator with that local hardware id, else device 0."""
     if device is not None:
@@ -133,12 +134,12 @@ def _target_device(client, source, device):
     return devices[0]
 
 
-def _same_device(client, source, device) -> bool:
+def _same_device(client: Any, source: tuple[int, int] | None, device: Any) -> bool:
     types = _ACCELERATOR_TYPES.get(client.platform_name)
     return types is not None and source == (types[0], device.local_hardware_id)
 
 
-def _stream_of(source) -> int | None:
+def _stream_of(source: tuple[int, int] | None) -> int | None:
     """The stream argument for a producer on DLPack device ``source``: None for host
     memory, else the platform's default stream (1: CUDA's legacy stream, 0: ROCm's),
     which the view's ready event then follows."""
@@ -147,7 +148,7 @@ def _stream_of(source) -> int | None:
     return 1 if source[0] == KDLCUDA else 0
 
 
-def _capsule_of(x: Any, source) -> Any:
+def _capsule_of(x: Any, source: tuple[int, int] | None) -> Any:
     if not hasattr(x, "__dlpack__"):
         return x  # a capsule, checked by the Cython layer
     stream = _stream_of(source)
@@ -157,12 +158,13 @@ def _capsule_of(x: Any, source) -> Any:
         return x.__dlpack__() if stream is None else x.__dlpack__(stream=stream)
 
 
-def is_pjrt_host_client(client) -> bool:
+def is_pjrt_host_client(client: Any) -> bool:
     """Whether ``client`` is a PjRt client whose memories are all host RAM (the CPU plugin)."""
     return getattr(client, "_host_platform", False)
 
 
-def assemble_from_dlpack(client, shape, np_dtype, sharding, devices, capsules):
+def assemble_from_dlpack(client: Any, shape: Any, np_dtype: np.dtype, sharding: Any,
+                         devices: list, capsules: list) -> Any:
     """One array of ``sharding`` (``devices``: its addressable devices, in order) from one
     host-memory DLPack capsule per device: aliased where the plugin can, else copied."""
     from ifrtpy.backends.pjrt.array import PjrtArray, _dtype_of
@@ -182,12 +184,12 @@ def assemble_from_dlpack(client, shape, np_dtype, sharding, devices, capsules):
     return PjrtArray(client, _dtype_of(np_dtype), Shape(shape), sharding, tuple(buffers))
 
 
-def is_pjrt_array(array) -> bool:
+def is_pjrt_array(array: Any) -> bool:
     from ifrtpy.backends.pjrt.array import PjrtArray
     return isinstance(array, PjrtArray)
 
 
-def legacy_capsules(array) -> list:
+def legacy_capsules(array: Any) -> list:
     """A legacy DLPack capsule of each addressable shard of ``array`` (a PjrtArray), in
     device order: what jaxlib imports."""
     if array._error is not None:
