@@ -119,6 +119,19 @@ def main():
             return "np.asarray gathers; copy=False refused"
         raise AssertionError("np.array(copy=False) of device memory did not refuse")
 
+    @check("numpy-into-gpu-copies")
+    def _():
+        y = np.arange(4096, dtype=np.float32)  # host memory: never aliased as device memory
+        b = ifrt.from_dlpack(y, client)
+        assert b.sharding.devices[0] is client.devices()[0]
+        assert b.unsafe_buffer_pointer() != y.ctypes.data
+        np.testing.assert_array_equal(np.asarray(b), y)
+        try:
+            ifrt.from_dlpack(y, client, copy=False)
+        except ValueError:
+            return "one copy; copy=False refused"
+        raise AssertionError("from_dlpack(copy=False) of host memory into a GPU did not refuse")
+
     @check("pinned-host-view")
     def _():
         kinds = [str(m.kind) for m in device.memories()]

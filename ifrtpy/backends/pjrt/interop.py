@@ -80,10 +80,14 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
     source = _source_device(x)
     target = _target_device(client, source, device)
     memory = target.default_memory()
-    if source is not None and source[0] not in _host_types() and not _same_device(client, source, target):
+    on_host = source[0] in _host_types()
+    if not on_host and not _same_device(client, source, target):
         raise InvalidArgumentError(
             f"the tensor is on DLPack device {source}, which is not {target} of this client; "
             "move it there first")
+    # Host memory is aliased only by a plugin whose memories are host memory; device
+    # memory only on its own device (checked above).
+    view = copy is not True and (client._host_platform or not on_host)
     element_type = -1
     if isinstance(x, np.ndarray) and x.dtype.kind == "V":
         # NumPy exports no extension type (bfloat16, float8): its bytes, typed here
@@ -91,7 +95,7 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
         x = x.view(f"u{x.dtype.itemsize}")
     capsule = _capsule_of(x, source)
     buffer, host = _dlpack.import_capsule(
-        client._handle, capsule, memory._handle, target._handle, copy is not True,
+        client._handle, capsule, memory._handle, target._handle, view,
         _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT), _stream_of(source) or 0,
         element_type)
     sharding = SingleDeviceSharding(target)
@@ -110,14 +114,17 @@ def _host_types() -> tuple[int, ...]:
     return (KDLCPU, KDLCUDAHOST, KDLROCMHOST, KDLCUDAMANAGED)
 
 
-def _source_device(x: Any) -> tuple[int, int] | None:
+def _source_device(x: Any) -> tuple[int, int]:
+    """The DLPack device of a producer, or of a bare capsule (InvalidArgumentError for
+    anything else)."""
     if hasattr(x, "__dlpack_device__"):
         kind, index = x.__dlpack_device__()
         return int(kind), int(index)
-    return None
+    kind, index = _dlpack.capsule_info(x)[:2]
+    return int(kind), int(index)
 
 
-def _target_device(client: Any, source: tuple[int, int] | None, device: Any) -> Any:
+def _target_device(client: Any, source: tuple[int, int], device: Any) -> Any:
     """The device of ``client`` a tensor on DLPack device ``source`` lands on: ``device``
     if given, else the accelerator with that local hardware id, else device 0."""
     if device is not None:
@@ -125,7 +132,7 @@ def _target_device(client: Any, source: tuple[int, int] | None, device: Any) -> 
             raise InvalidArgumentError(f"device {device!r} is not a device of this client")
         return device
     devices = client.addressable_devices()
-    if source is not None and source[0] not in _host_types():
+    if source[0] not in _host_types():
         for d in devices:
             if _same_device(client, source, d):
                 return d
@@ -134,21 +141,21 @@ def _target_device(client: Any, source: tuple[int, int] | None, device: Any) -> 
     return devices[0]
 
 
-def _same_device(client: Any, source: tuple[int, int] | None, device: Any) -> bool:
+def _same_device(client: Any, source: tuple[int, int], device: Any) -> bool:
     types = _ACCELERATOR_TYPES.get(client.platform_name)
     return types is not None and source == (types[0], device.local_hardware_id)
 
 
-def _stream_of(source: tuple[int, int] | None) -> int | None:
+def _stream_of(source: tuple[int, int]) -> int | None:
     """The stream argument for a producer on DLPack device ``source``: None for host
     memory, else the platform's default stream (1: CUDA's legacy stream, 0: ROCm's),
     which the view's ready event then follows."""
-    if source is None or source[0] in _host_types():
+    if source[0] in _host_types():
         return None
     return 1 if source[0] == KDLCUDA else 0
 
 
-def _capsule_of(x: Any, source: tuple[int, int] | None) -> Any:
+def _capsule_of(x: Any, source: tuple[int, int]) -> Any:
     if not hasattr(x, "__dlpack__"):
         return x  # a capsule, checked by the Cython layer
     stream = _stream_of(source)
