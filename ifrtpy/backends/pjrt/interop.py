@@ -20,9 +20,10 @@ KDLCPU, KDLCUDA, KDLCUDAHOST, KDLROCM, KDLROCMHOST, KDLCUDAMANAGED = 1, 2, 3, 10
 #: Memory kinds a host can read directly, whatever the platform.
 HOST_MEMORY_KINDS = frozenset({"pinned_host", "unpinned_host"})
 _ACCELERATOR_TYPES = {"cuda": (KDLCUDA, KDLCUDAHOST), "rocm": (KDLROCM, KDLROCMHOST)}
-# The CPU plugin aliases host memory at a 64-byte boundary only (it refuses other memory).
+# The CPU plugin aliases host memory at a 64-byte boundary only (it refuses other memory);
+# XLA's GPU code assumes parameters aligned to 16 bytes.
 _ALIGNMENT = {"cpu": 64}
-_DEFAULT_ALIGNMENT = 256
+_DEFAULT_ALIGNMENT = 16
 
 def dlpack_device(client: Any, buffer: Any) -> tuple[int, int]:
     """``(DLDeviceType, device id)`` of ``buffer``: kDLCPU 0 for host memory, the
