@@ -90,7 +90,7 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
     # memory only on its own device (checked above).
     view = copy is not True and (client._host_platform or not on_host)
     element_type = -1
-    if isinstance(x, np.ndarray) and x.dtype.kind == "V":
+    if isinstance(x, np.ndarray) and x.dtype.num >= 256:  # a user-defined (ml_dtypes) type
         # NumPy exports no extension type (bfloat16, float8): its bytes, typed here
         element_type = _dtype_of(x.dtype).pjrt_buffer_type
         x = x.view(f"u{x.dtype.itemsize}")
