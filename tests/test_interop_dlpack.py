@@ -328,6 +328,22 @@ def test_import_keeps_the_producer_alive_until_the_buffer_goes(client):
     assert a.unsafe_buffer_pointer() == address
 
 
+def test_an_imported_tensor_goes_back_to_its_producer(client):
+    import time
+    a = _put(client, np.arange(64, dtype=np.float64))
+    (buffer,) = a.buffers
+    b = ifrt.from_dlpack(a, client)  # a view of a's buffer, holding a's capsule
+    assert b.unsafe_buffer_pointer() == a.unsafe_buffer_pointer() and buffer.exports == 1
+    a.delete()  # deferred: b reads it
+    np.testing.assert_array_equal(np.asarray(b), np.arange(64))
+    del b
+    gc.collect()
+    deadline = time.monotonic() + 10  # the plugin may call back from its own thread
+    while buffer.exports and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert buffer.exports == 0 and buffer.is_deleted()
+
+
 def test_import_refuses_a_needed_copy_when_told(client):
     x = aligned_empty((16,), np.float32, offset=4)  # off the plugin's 64-byte alignment
     with pytest.raises(ValueError, match="copy"):

@@ -37,7 +37,7 @@ from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
                                    DELETE_DEFERRED, DELETE_DONE)
 from ifrtpy import errors as _errors
-from ifrtpy.dtypes import NUMPY_OF_PJRT_BUFFER_TYPE
+from ifrtpy.dtypes import DLPACK_OF_PJRT_BUFFER_TYPE, NUMPY_OF_PJRT_BUFFER_TYPE
 
 cnp.import_array()
 
@@ -65,21 +65,8 @@ cdef extern from *:
     """
     int is_finalizing "ifrtpy_dlpack_finalizing"() nogil
 
-#: PJRT_Buffer_Type -> (DLPack type code, bits); sub-byte types are left out.
-DLPACK_OF_PJRT_TYPE = {
-    1: (6, 8),                                                    # PRED -> kDLBool
-    2: (0, 8), 3: (0, 16), 4: (0, 32), 5: (0, 64),                # S8..S64 -> kDLInt
-    6: (1, 8), 7: (1, 16), 8: (1, 32), 9: (1, 64),                # U8..U64 -> kDLUInt
-    10: (2, 16), 11: (2, 32), 12: (2, 64),                        # F16..F64 -> kDLFloat
-    13: (4, 16),                                                  # BF16 -> kDLBfloat
-    14: (5, 64), 15: (5, 128),                                    # C64, C128 -> kDLComplex
-    27: (7, 8), 26: (8, 8), 18: (9, 8), 17: (10, 8),              # F8E3M4, F8E4M3, F8E4M3B11FNUZ, F8E4M3FN
-    20: (11, 8), 16: (12, 8), 19: (13, 8), 28: (14, 8),           # F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0FNU
-}
-#: (DLPack type code, bits) -> PJRT_Buffer_Type.
-PJRT_TYPE_OF_DLPACK = {v: k for k, v in DLPACK_OF_PJRT_TYPE.items()}
-cdef dict _dlpack_of_pjrt = DLPACK_OF_PJRT_TYPE
-cdef dict _pjrt_of_dlpack = PJRT_TYPE_OF_DLPACK
+cdef dict _dlpack_of_pjrt = DLPACK_OF_PJRT_BUFFER_TYPE
+cdef dict _pjrt_of_dlpack = {v: k for k, v in DLPACK_OF_PJRT_BUFFER_TYPE.items()}
 cdef dict _numpy_of_pjrt = NUMPY_OF_PJRT_BUFFER_TYPE
 
 cdef const char* LEGACY = b"dltensor"
