@@ -156,6 +156,14 @@ def test_different_device_counts_name_the_missing_device():
         ij.sharding_to_jax(ifrt.SingleDeviceSharding(big.lookup_device(10)))
 
 
+def test_devices_of_another_platform_are_refused(client):
+    class GpuDevice:  # what jax reports for a CUDA device
+        platform, id = "gpu", 0
+
+    with pytest.raises(InvalidArgumentError, match="gpu device.*platform is cpu"):
+        ij._ifrt_device(client, GpuDevice())
+
+
 def test_unsupported_inputs_are_refused(client):
     with pytest.raises(InvalidArgumentError, match="jax.Array"):
         ij.from_jax(np.ones(3), client)

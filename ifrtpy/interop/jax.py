@@ -61,6 +61,11 @@ def is_jax_target(x: Any) -> bool:
 # -- devices -------------------------------------------------------------------------------
 
 def _ifrt_device(client: Client, jax_device: Any) -> Device:
+    platform = client.platform_name
+    if jax_device.platform != platform and not (jax_device.platform == "gpu" and platform in ("cuda", "rocm")):
+        raise InvalidArgumentError(
+            f"jax device {jax_device} is a {jax_device.platform} device; the ifrtpy client's "
+            f"platform is {platform}")
     try:
         return client.lookup_device(jax_device.id)
     except LookupError:

@@ -183,6 +183,9 @@ def assemble_from_dlpack(client: Any, shape: Any, np_dtype: np.dtype, sharding: 
     kind = sharding.memory_kind
     buffers = []
     for device, capsule in zip(devices, capsules):
+        source = _source_device(capsule)
+        if source[0] not in _host_types():
+            raise InvalidArgumentError(f"a tensor on DLPack device {source} is not host memory")
         memory = device.memory(kind)
         buffer, host = _dlpack.import_capsule(handle, capsule, memory._handle, device._handle,
                                               True, alignment, 0)
