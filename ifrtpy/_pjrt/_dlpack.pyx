@@ -276,15 +276,59 @@ def host_view(BufferHandle buffer):
 
 # -- import --------------------------------------------------------------------------------
 
+# The plugin's stream extension (PJRT_Extension_Type_Stream), declared from its published
+# layout: the core header does not carry it. A view of foreign device memory is ordered
+# after the producer's work through a stream that this extension hands out.
+DEF STREAM_EXTENSION_TYPE = 3  # PJRT_Extension_Type_Stream
+
+ctypedef struct GetStreamArgs:
+    size_t struct_size
+    PJRT_Device* device
+    intptr_t stream  # out
+
+ctypedef PJRT_Error* (*GetStreamFn)(GetStreamArgs*) noexcept nogil
+
+ctypedef struct StreamExtension:
+    PJRT_Extension_Base base
+    GetStreamFn get_stream
+    void* wait_stream
+
+
+def external_ready_stream(ClientHandle client, DeviceHandle device):
+    """The platform stream on which ``device`` tracks external buffers' readiness (the
+    stream to hand a DLPack producer and ``import_capsule``), or 0 where the plugin has
+    no stream extension."""
+    cdef const PJRT_Extension_Base* ext = client.api.extension_start
+    cdef GetStreamArgs args
+    while ext != NULL and ext.type != STREAM_EXTENSION_TYPE:
+        ext = ext.next
+    if ext == NULL or ext.struct_size < sizeof(StreamExtension) - sizeof(void*) \
+            or (<StreamExtension*>ext).get_stream == NULL:
+        return 0
+    memset(&args, 0, sizeof(args))
+    args.struct_size = sizeof(GetStreamArgs)
+    args.device = device.ptr
+    check(client.api, (<StreamExtension*>ext).get_stream(&args))
+    return args.stream
+
+
 ctypedef struct Imported:
     DLManagedTensor* legacy
     DLManagedTensorVersioned* versioned
+    int state  # CREATING until the view exists; FIRED_EARLY if the plugin let go before
+
+
+DEF CREATING = 0
+DEF CREATED = 1
+DEF FIRED_EARLY = 2
 
 
 cdef void _on_view_deleted(void* device_buffer_ptr, void* user_arg) noexcept nogil:
     # The plugin is done with the producer's memory: give the tensor back to its producer
     # (its deleter may run on any thread and takes the GIL itself where it needs it).
     # While finalizing, the producer may no longer be able to run: its memory is left.
+    # A plugin that fails to create the view may let go of the memory inside the failing
+    # call: the tensor is given back then too, and import_capsule frees the record.
     cdef Imported* imported = <Imported*>user_arg
     if not is_finalizing():
         if imported.versioned != NULL:
@@ -292,7 +336,8 @@ cdef void _on_view_deleted(void* device_buffer_ptr, void* user_arg) noexcept nog
                 imported.versioned.deleter(imported.versioned)
         elif imported.legacy.deleter != NULL:
             imported.legacy.deleter(imported.legacy)
-    free(imported)
+    if not atomic_cas(&imported.state, CREATING, FIRED_EARLY):
+        free(imported)
 
 
 def capsule_info(capsule):
@@ -411,11 +456,15 @@ def import_capsule(ClientHandle client, capsule, MemoryHandle memory, DeviceHand
         except BaseException:
             free(imported)
             raise
+        imported.state = CREATING
         with nogil:
             error = api.PJRT_Client_CreateViewOfDeviceBuffer(&args)
         if error != NULL:
+            if imported.state == FIRED_EARLY:  # the tensor went back to its producer
+                PyCapsule_SetName(capsule, USED_VERSIONED if versioned else USED_LEGACY)
             free(imported)
             check(api, error)
+        atomic_cas(&imported.state, CREATING, CREATED)
         # the plugin owns the tensor now: the capsule must not delete it
         PyCapsule_SetName(capsule, USED_VERSIONED if versioned else USED_LEGACY)
         return BufferHandle.wrap(client, args.buffer), None

@@ -94,10 +94,11 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
         # NumPy exports no extension type (bfloat16, float8): its bytes, typed here
         element_type = _dtype_of(x.dtype).pjrt_buffer_type
         x = x.view(f"u{x.dtype.itemsize}")
-    capsule = _capsule_of(x, source)
+    stream = _stream_for(client, target, source)
+    capsule = _capsule_of(x, stream)
     buffer, host = _dlpack.import_capsule(
         client._handle, capsule, memory._handle, target._handle, view,
-        _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT), _stream_of(source) or 0,
+        _ALIGNMENT.get(client.platform_name, _DEFAULT_ALIGNMENT), stream or 0,
         element_type)
     sharding = SingleDeviceSharding(target)
     if buffer is not None:
@@ -147,19 +148,25 @@ def _same_device(client: Any, source: tuple[int, int], device: Any) -> bool:
     return types is not None and source == (types[0], device.local_hardware_id)
 
 
-def _stream_of(source: tuple[int, int]) -> int | None:
+def _stream_for(client: Any, target: Any, source: tuple[int, int]) -> int | None:
     """The stream argument for a producer on DLPack device ``source``: None for host
-    memory, else the platform's default stream (1: CUDA's legacy stream, 0: ROCm's),
-    which the view's ready event then follows."""
+    memory; for device memory, the stream the plugin hands out for external buffers of
+    ``target`` (its stream extension), which the view's ready event then follows. The
+    plugin can only map its own streams, so without that extension nothing orders the
+    producer's work before the view: refused."""
     if source[0] in _host_types():
         return None
-    return 1 if source[0] == KDLCUDA else 0
+    stream = _dlpack.external_ready_stream(client._handle, target._handle)
+    if not stream:
+        raise UnimplementedError(
+            f"{client.platform_name} offers no stream for external buffers (PJRT's stream "
+            f"extension): a tensor in device memory (DLPack device {source}) cannot be imported")
+    return stream
 
 
-def _capsule_of(x: Any, source: tuple[int, int]) -> Any:
+def _capsule_of(x: Any, stream: int | None) -> Any:
     if not hasattr(x, "__dlpack__"):
         return x  # a capsule, checked by the Cython layer
-    stream = _stream_of(source)
     try:
         return x.__dlpack__(stream=stream, max_version=(1, 1))
     except TypeError:  # a producer of the DLPack 0.x protocol
