@@ -55,7 +55,7 @@ else:
     one = ifrt.SingleDeviceSharding(devices[0])
     sharded = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
     put = lambda x, s: client.make_array_from_host_buffer(x, s).block_until_ready()
-    get = lambda a: np.asarray(a)
+    get = lambda a: np.array(a)  # a copy: np.asarray of one device is a view
     memory = devices[0].memory(one.memory_kind)._handle
 
 if case in ("ifrtpy put", "jax put"):

@@ -60,5 +60,8 @@ from ifrtpy.sharding import SingleDeviceSharding as SingleDeviceSharding
 from ifrtpy.sharding import SingleDeviceShardSemantics as SingleDeviceShardSemantics
 from ifrtpy._log import set_log_level as set_log_level
 from ifrtpy.visualize import visualize_sharding as visualize_sharding
+from ifrtpy.interop import from_dlpack as from_dlpack
+from ifrtpy.interop.jax import from_jax as from_jax
+from ifrtpy.interop.jax import to_jax as to_jax
 
 __version__ = "0.1.0"

@@ -314,6 +314,21 @@ class Client(abc.ABC):
         """
         raise UnimplementedError(f"{type(self).__name__} does not implement make_error_arrays")
 
+    def from_dlpack(self, x: Any, device: Device | None = None, copy: bool | None = None) -> Array:
+        """A single-device array holding ``x``, a DLPack producer with host memory (or an
+        unconsumed capsule), on ``device`` (default: the first addressable device).
+
+        This default copies once (``copy=False`` raises ValueError); backends that can
+        alias the producer's memory override it (the PjRt backend does).
+        """
+        from ifrtpy.sharding import SingleDeviceSharding
+        if copy is False:
+            raise ValueError(f"{type(self).__name__}.from_dlpack always copies; copy=False forbids it")
+        if device is None:
+            device = self.addressable_devices()[0]
+        host = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.from_dlpack(_CapsuleHolder(x))
+        return self.make_array_from_host_buffer(host, SingleDeviceSharding(device))
+
     def get_ready_future(self, values: Sequence[Value]) -> Future[None]:
         """Ready once every value is; fails with one failing value's error. Never blocks."""
         return join_futures(v.ready_future() for v in values)
@@ -391,6 +406,19 @@ def registered_backends() -> list[str]:
     """The names :func:`get_client` accepts, sorted."""
     with _registry_lock:
         return sorted(_BACKENDS)
+
+
+class _CapsuleHolder:
+    """A bare DLPack capsule dressed as a producer on the host, for ``np.from_dlpack``."""
+
+    def __init__(self, capsule: Any):
+        self._capsule = capsule
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
 
 
 def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:

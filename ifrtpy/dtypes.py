@@ -1,12 +1,13 @@
 """Element types: IFRT's DType, and its mapping to NumPy/ml_dtypes and to PJRT.
 
 A :class:`DType` wraps a :class:`DType.Kind`, numbered as ``xla::PrimitiveType`` (and so
-as IFRT's ``DType::Kind``). Three tables are kept here and nowhere else:
+as IFRT's ``DType::Kind``). Four tables are kept here and nowhere else:
 
 * kind <-> NumPy dtype (bf16, f8, f4, int2/int4 from ml_dtypes; sub-byte kinds take one
   byte per element on the host, as PJRT expects),
 * kind <-> ``PJRT_Buffer_Type`` (the C API's own, different numbering),
-* kind -> bit size.
+* kind -> bit size,
+* kind <-> DLPack ``(type code, bits)`` for the kinds ifrtpy exchanges through DLPack.
 """
 
 from __future__ import annotations
@@ -104,6 +105,25 @@ PJRT_BUFFER_TYPE_OF_NUMPY: dict[np.dtype, int] = {
 #: NumPy dtype of each PJRT_Buffer_Type that has a host representation.
 NUMPY_OF_PJRT_BUFFER_TYPE: dict[int, np.dtype] = {
     pjrt: np_dtype for np_dtype, pjrt in PJRT_BUFFER_TYPE_OF_NUMPY.items()
+}
+
+# kind -> DLPack (DLDataTypeCode, bits), from the DLPack specification. Sub-byte kinds are
+# left out: the plugin packs them in its own way.
+_DLPACK: dict[_Kind, tuple[int, int]] = {
+    K.PRED: (6, 8),
+    K.S8: (0, 8), K.S16: (0, 16), K.S32: (0, 32), K.S64: (0, 64),
+    K.U8: (1, 8), K.U16: (1, 16), K.U32: (1, 32), K.U64: (1, 64),
+    K.F16: (2, 16), K.F32: (2, 32), K.F64: (2, 64),
+    K.BF16: (4, 16),
+    K.C64: (5, 64), K.C128: (5, 128),
+    K.F8E3M4: (7, 8), K.F8E4M3: (8, 8), K.F8E4M3B11FNUZ: (9, 8), K.F8E4M3FN: (10, 8),
+    K.F8E4M3FNUZ: (11, 8), K.F8E5M2: (12, 8), K.F8E5M2FNUZ: (13, 8), K.F8E8M0FNU: (14, 8),
+}
+
+#: DLPack (type code, bits) of each PJRT_Buffer_Type exchanged through DLPack; used by
+#: the Cython layer.
+DLPACK_OF_PJRT_BUFFER_TYPE: dict[int, tuple[int, int]] = {
+    pjrt: code_bits for kind, code_bits in _DLPACK.items() if (pjrt := _TABLE[kind][2]) is not None
 }
 
 

@@ -57,6 +57,16 @@ cdef object error_to_exception(const PJRT_Api* api, PJRT_Error* error):
     return _error_from_code(code, message)
 
 
+cdef void drop_error(const PJRT_Api* api, PJRT_Error* error) noexcept nogil:
+    """Destroy ``error`` (if any) unread: for paths with no one to report to, no GIL."""
+    cdef PJRT_Error_Destroy_Args args
+    if error != NULL:
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+        args.error = error
+        api.PJRT_Error_Destroy(&args)
+
+
 cdef int check(const PJRT_Api* api, PJRT_Error* error) except -1 nogil:
     if error == NULL:
         return 0

@@ -14,9 +14,32 @@ cdef class EventHandle:
     cdef EventHandle wrap(ClientHandle owner, const PJRT_Api* api, PJRT_Event* ptr)
 
 
+cdef extern from *:
+    """
+    #define ifrtpy_atomic_load(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+    #define ifrtpy_atomic_add(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+    static inline int ifrtpy_atomic_cas(int* p, int expected, int desired) {
+        return __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    """
+    int atomic_load "ifrtpy_atomic_load"(int* p) nogil
+    int atomic_add "ifrtpy_atomic_add"(int* p, int v) nogil
+    bint atomic_cas "ifrtpy_atomic_cas"(int* p, int expected, int desired) nogil
+
+
+# BufferHandle.delete_state
+cdef enum:
+    DELETE_NONE = 0       # not deleted
+    DELETE_DEFERRED = 1   # delete() while exported: done when the last export is released
+    DELETE_DONE = 2       # PJRT_Buffer_Delete was called
+
+
 cdef class BufferHandle:
     cdef PJRT_Buffer* ptr
     cdef readonly ClientHandle client
+    cdef int exports       # live DLPack exports and NumPy views (atomic)
+    cdef int delete_state  # DELETE_* (atomic)
+    cdef object view_form  # (NumPy dtype, dims, address) once the data was ready; see _dlpack
     cdef object __weakref__
     cdef bint _is_deleted(self) except -1
     cdef object ready_error(self)
@@ -26,3 +49,6 @@ cdef class BufferHandle:
 
 
 cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) except -1
+
+
+cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil

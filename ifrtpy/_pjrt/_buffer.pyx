@@ -29,7 +29,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport PluginHandle, check, require, error_to_exception
+from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, require, error_to_exception
 from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
@@ -64,13 +64,8 @@ cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept nogil:
     # it): then the error is dropped and the payload left to the process's end.
     cdef ifrtpy_callback* callback = <ifrtpy_callback*>user_arg
     cdef const PJRT_Api* api = <const PJRT_Api*>callback.api
-    cdef PJRT_Error_Destroy_Args destroy
     if ifrtpy_is_finalizing():
-        if error != NULL:
-            memset(&destroy, 0, sizeof(destroy))
-            destroy.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
-            destroy.error = error
-            api.PJRT_Error_Destroy(&destroy)
+        drop_error(api, error)
         free(callback)
         return
     with gil:
@@ -268,6 +263,16 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     return buffer, done
 
 
+cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
+    """PJRT_Buffer_Delete from any thread, without the GIL (an error is dropped)."""
+    cdef PJRT_Buffer_Delete_Args args
+    memset(&args, 0, sizeof(args))
+    args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
+    args.buffer = buffer
+    drop_error(api, api.PJRT_Buffer_Delete(&args))
+    return 0
+
+
 @cython.no_gc  # holds only its client: never part of a cycle
 cdef class BufferHandle:
     """Owns a ``PJRT_Buffer*``; keeps its client alive."""
@@ -350,15 +355,33 @@ cdef class BufferHandle:
 
     cdef bint _is_deleted(self) except -1:
         cdef PJRT_Buffer_IsDeleted_Args args
+        if atomic_load(&self.delete_state) != DELETE_NONE:
+            return True
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
         args.buffer = self.ptr
         check(self.client.api, self.client.api.PJRT_Buffer_IsDeleted(&args))
         return args.is_deleted
 
+    @property
+    def exports(self):
+        """The number of live DLPack exports and NumPy views of this buffer."""
+        return atomic_load(&self.exports)
+
     def delete(self):
-        """Free the device memory now; the handle stays, reporting is_deleted()."""
+        """Free the device memory now; the handle stays, reporting is_deleted().
+
+        While DLPack exports or NumPy views of the buffer are alive, the memory is freed
+        only when the last of them is released (never under a live view)."""
         cdef PJRT_Buffer_Delete_Args args
+        if atomic_load(&self.exports) > 0:
+            atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DEFERRED)
+            # the last export may have gone meanwhile: then delete here (once)
+            if atomic_load(&self.exports) > 0 or not atomic_cas(
+                    &self.delete_state, DELETE_DEFERRED, DELETE_DONE):
+                return
+        else:
+            atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DONE)
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
         args.buffer = self.ptr

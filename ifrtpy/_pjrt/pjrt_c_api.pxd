@@ -3,7 +3,7 @@
 # Cython lays out nothing itself: every field is accessed by name and the C compiler
 # uses the real header, so omitted fields are harmless.
 
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int64_t, intptr_t, uintptr_t
 
 cdef extern from "pjrt_c_api.h" nogil:
     enum: PJRT_API_MAJOR
@@ -548,6 +548,30 @@ cdef extern from "pjrt_c_api.h" nogil:
         uintptr_t buffer_pointer
     enum: PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
 
+    ctypedef struct PJRT_Buffer_IncreaseExternalReferenceCount_Args:
+        size_t struct_size
+        PJRT_Buffer* buffer
+    enum: PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
+    ctypedef struct PJRT_Buffer_DecreaseExternalReferenceCount_Args:
+        size_t struct_size
+        PJRT_Buffer* buffer
+    enum: PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE
+    ctypedef struct PJRT_Client_CreateViewOfDeviceBuffer_Args:
+        size_t struct_size
+        PJRT_Client* client
+        void* device_buffer_ptr
+        const int64_t* dims
+        size_t num_dims
+        PJRT_Buffer_Type element_type
+        PJRT_Buffer_MemoryLayout* layout
+        PJRT_Device* device
+        void (*on_delete_callback)(void* device_buffer_ptr, void* user_arg) noexcept nogil
+        void* on_delete_callback_arg
+        intptr_t stream
+        PJRT_Buffer* buffer
+        PJRT_Memory* memory
+    enum: PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE
+
     # --- the function table -------------------------------------------------------------
     ctypedef struct PJRT_Api:
         size_t struct_size
@@ -626,6 +650,9 @@ cdef extern from "pjrt_c_api.h" nogil:
         PJRT_Error* (*PJRT_Executable_Fingerprint)(PJRT_Executable_Fingerprint_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Executable_GetCompiledMemoryStats)(PJRT_Executable_GetCompiledMemoryStats_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Memory_Kind_Id)(PJRT_Memory_Kind_Id_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_Buffer_IncreaseExternalReferenceCount)(PJRT_Buffer_IncreaseExternalReferenceCount_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_Buffer_DecreaseExternalReferenceCount)(PJRT_Buffer_DecreaseExternalReferenceCount_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_Client_CreateViewOfDeviceBuffer)(PJRT_Client_CreateViewOfDeviceBuffer_Args*) noexcept nogil
 
 
 # The type of the one symbol a plugin exports.

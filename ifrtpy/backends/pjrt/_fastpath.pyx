@@ -236,6 +236,9 @@ cdef class ExecutableCore:
                         or (array._shape is not spec[1] and array._shape != spec[1])
                         or len(buffers) != num_devices):
                     return None
+                for d in range(num_devices):
+                    if (<BufferHandle?>buffers[d]).exports:  # exported: donation is checked there
+                        return None
                 Py_XINCREF(<PyObject*>buffers)
                 held[k] = <PyObject*>buffers
                 num_held = k + 1

@@ -17,11 +17,14 @@ import numpy as np
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, _then_value
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
+from ifrtpy._pjrt._dlpack import host_view as _host_view
+from ifrtpy.backends.pjrt import interop as _interop
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future, Promise, join_futures
+from ifrtpy.interop import jax as _jax_bridge
 from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
@@ -165,6 +168,60 @@ class PjrtArray(ArrayCore, Array):
         return _join_to(futures, out)
 
 
+    # -- zero-copy exchange (DLPack, NumPy views) -----------------------------------------
+
+    def _single_buffer(self, what: str):
+        """The one buffer of a single-device array, for ``what``; clear errors otherwise."""
+        if self._error is not None:
+            raise self._error
+        buffers = self._live_buffers()
+        if len(buffers) != 1 or len(self._sharding.devices) != 1:
+            raise InvalidArgumentError(
+                f"{what} needs a single-device array; this one is on "
+                f"{len(self._sharding.devices)} devices: export each shard of "
+                "disassemble_into_single_device_arrays() instead")
+        return buffers[0]
+
+    def unsafe_buffer_pointer(self) -> int:
+        """The address of a single-device array's data (device memory for accelerators).
+        Valid while the array is alive and not deleted; for debugging and aliasing checks."""
+        return self._single_buffer("unsafe_buffer_pointer()").unsafe_pointer
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(DLDeviceType, device id)`` of a single-device array, as the DLPack protocol asks."""
+        return _interop.dlpack_device(self._client, self._single_buffer("__dlpack_device__()"))
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule of a single-device array (array API standard): zero-copy unless
+        ``copy=True`` or ``dl_device`` names another device; versioned (read-only flag set)
+        where ``max_version`` allows DLPack 1.x, legacy otherwise. The buffer stays alive,
+        and its memory allocated, until the consumer releases the capsule."""
+        return _interop.export_dlpack(self._single_buffer("__dlpack__()"), self, stream,
+                                      max_version, dl_device, copy)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy form of the array. A single-device array in memory the host can read is
+        viewed without a copy (read-only, pinning the buffer) unless ``copy=True``; other
+        arrays are gathered into a new array, and ``copy=False`` raises ValueError for them."""
+        buffers = self._buffers
+        if (copy is not True and len(buffers) == 1 and self._error is None and not self._deleted
+                and (self._client._host_platform or buffers[0].memory.kind in _interop.HOST_MEMORY_KINDS)):
+            view = _host_view(buffers[0])
+            if view is not None:
+                if dtype is None or np.dtype(dtype) == view.dtype:
+                    return view
+                if copy is False:
+                    raise ValueError(f"viewing a {view.dtype} array as {np.dtype(dtype)} needs a copy")
+                return view.astype(dtype)
+        if copy is False:
+            raise ValueError(
+                f"np.array(copy=False) of {self.debug_string()} needs a copy: only single-device "
+                "arrays of whole-byte elements in host-readable memory are viewed without one")
+        out = self.copy_to_host_buffer().result()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
 # A put of a piece this large to a plugin whose memories are host RAM is staged in
 # NumPy-allocated memory (see _staged_copies): NumPy asks for transparent huge pages from
 # 4 MiB on, below that staging does not pay.
@@ -279,6 +336,8 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         return array
     if layout is not None:
         raise UnimplementedError("custom layouts are not supported by the PjRt backend")
+    if _jax_bridge.is_jax_target(sharding):
+        sharding = _jax_bridge.sharding_from_jax(sharding, client, np.ndim(data))
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from ifrtpy import _pjrt
 from ifrtpy.backends.pjrt import array as _array
 from ifrtpy.backends.pjrt import executable as _executable
+from ifrtpy.backends.pjrt import interop as _interop
 from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
@@ -144,6 +145,8 @@ class PjrtClient(Client):
         self._device_of_handle = {d.id: d for d in self._devices}
         self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
         self._memory_cache: dict = {}  # id(SingleDeviceSharding) -> (it, MemoryHandle), for fast puts
+        self._host_platform = handle.platform_name == "cpu"  # every memory is host RAM
+        self._dlpack_devices: dict = {}  # memory id -> (DLDeviceType, device id)
         self._compiler = _executable.PjrtCompiler(self)
 
     # -- topology -----------------------------------------------------------------------
@@ -221,6 +224,18 @@ class PjrtClient(Client):
 
     def make_error_arrays(self, error, specs):
         return _array.make_error_arrays(self, error, specs)
+
+    def from_dlpack(self, x: Any, device: Device | None = None, copy: bool | None = None) -> _array.PjrtArray:
+        """A single-device array holding ``x``, any DLPack producer (NumPy, jax, torch,
+        cupy, TensorFlow) or an unconsumed DLPack capsule.
+
+        Zero-copy where the plugin can alias the memory (dense, row-major, aligned: 64
+        bytes on the CPU plugin; the producer's memory is held until the array's buffer is
+        destroyed); else one copy, or ValueError where ``copy=False``. ``copy=True`` always
+        copies. The array lands on ``device`` if given, else on the device the tensor is on
+        (accelerators, by local hardware id) or the first device for host memory.
+        """
+        return _interop.from_dlpack(self, x, device, copy)
 
     # -- programs -----------------------------------------------------------------------
 

@@ -302,6 +302,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             shardings = self._parameter_shardings
             out_shardings = self._output_shardings
         self._check_arguments(args, shardings)
+        self._check_donations(args, non_donatable)
         outputs, events = self._handle.execute_by_argument(
             [a._buffers for a in args], options.launch_id, non_donatable,
             None if execute_device is None else execute_device._handle)
@@ -320,6 +321,15 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             self._check_argument(i, arg, param, sharding)
         if self._devices is not None:
             self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
+
+    def _check_donations(self, args: Sequence[Array], non_donatable) -> None:
+        """Refuse to donate a buffer that DLPack exports or NumPy views still read."""
+        for i in self._program.donated_inputs:
+            if i < len(args) and i not in non_donatable and any(b.exports for b in args[i]._buffers):
+                raise FailedPreconditionError(
+                    f"argument {i} of {self.name} is donated, but DLPack exports or NumPy views "
+                    "of it are alive: drop them first, or list the argument in "
+                    "ExecuteOptions.non_donatable_input_indices")
 
     def _portable_devices(self, devices):
         if devices is None or len(devices) != 1:

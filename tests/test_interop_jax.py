@@ -1,0 +1,176 @@
+"""The jax bridge as laws on 8 CPU devices: random meshes, device orders and partition
+specs; index domains equal jax's ``devices_indices_map`` both ways; arrays round-trip
+bit-exactly and shard by shard without a copy (equal addresses)."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+jax = pytest.importorskip("jax")
+
+import ifrtpy as ifrt  # noqa: E402
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError  # noqa: E402
+from ifrtpy.interop import jax as ij  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    return ij.default_client()
+
+
+def _bytes(x) -> bytes:
+    return np.ascontiguousarray(x).view(np.uint8).tobytes()
+
+
+@st.composite
+def jax_cases(draw):
+    """(jax NamedSharding, global shape) over a random subset and order of 8 devices."""
+    count = draw(st.sampled_from([1, 2, 4, 8]))
+    order = draw(st.permutations(range(8)))[:count]
+    sizes, left = [], count
+    while left > 1 and len(sizes) < 2:
+        size = draw(st.sampled_from([s for s in (2, 4, 8) if left % s == 0]))
+        sizes.append(size)
+        left //= size
+    sizes.append(left)
+    names = ("a", "b", "c")[:len(sizes)]
+    devices = {d.id: d for d in jax.devices()}
+    mesh = jax.sharding.Mesh(np.array([devices[i] for i in order]).reshape(sizes), names)
+    ndim = draw(st.integers(1, 3))
+    unused = list(names)
+    spec, shape = [], []
+    for _ in range(ndim):
+        axes = draw(st.lists(st.sampled_from(unused), unique=True, max_size=2)) if unused else []
+        unused = [a for a in unused if a not in axes]
+        spec.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+        shards = math.prod(mesh.shape[a] for a in axes)
+        shape.append(shards * draw(st.integers(1, 2)))
+    memory_kind = draw(st.sampled_from([None, "device", "pinned_host", "unpinned_host"]))
+    return NamedSharding(mesh, P(*spec), memory_kind=memory_kind), tuple(shape)
+
+
+def _jax_domains(sharding, shape):
+    """{device id: (origin, shape)} of a jax sharding."""
+    out = {}
+    for device, index in sharding.devices_indices_map(shape).items():
+        ranges = [s.indices(n)[:2] for s, n in zip(index, shape)]
+        out[device.id] = (tuple(a for a, _ in ranges), tuple(b - a for a, b in ranges))
+    return out
+
+
+def _ifrt_domains(sharding, shape):
+    domains = sharding.index_domains(ifrt.Shape(shape))
+    return {d.id: (tuple(dom.origin.elements), tuple(dom.shape.dims))
+            for d, dom in zip(sharding.devices, domains)}
+
+
+@given(case=jax_cases())
+def test_sharding_conversions_keep_index_domains(client, case):
+    js, shape = case
+    s = ij.sharding_from_jax(js, client)
+    assert isinstance(s, ifrt.NamedSharding)
+    assert str(s.memory_kind.canonicalize(s.devices[0])) == str(js.memory_kind or "device")
+    assert _ifrt_domains(s, shape) == _jax_domains(js, shape)
+    back = ij.sharding_to_jax(s)
+    assert _jax_domains(back, shape) == _jax_domains(js, shape)
+    assert back.is_equivalent_to(js, len(shape))
+    # GSPMD form: jax -> HloSharding -> jax
+    from jax._src.sharding_impls import GSPMDSharding
+    gs = GSPMDSharding(js._device_assignment, js._to_xla_hlo_sharding(len(shape)))
+    h = ij.sharding_from_jax(gs, client, len(shape))
+    assert isinstance(h, ifrt.HloSharding)
+    assert _ifrt_domains(h, shape) == _jax_domains(js, shape)
+    assert _jax_domains(ij.sharding_to_jax(h), shape) == _jax_domains(js, shape)
+
+
+@given(case=jax_cases(), dtype=st.sampled_from([np.float32, np.int8, np.bool_, np.complex64]),
+       data=st.data())
+def test_arrays_round_trip_bit_exactly_without_copies(client, case, dtype, data):
+    js, shape = case
+    x = data.draw(ifrt.testing.strategies.host_arrays(np.dtype(dtype), shape))
+    ja = jax.device_put(x, js)
+    ia = ij.from_jax(ja, client)
+    assert tuple(ia.shape.dims) == shape and ia.dtype == ifrt.DType.from_numpy(dtype)
+    assert _bytes(np.asarray(ia)) == _bytes(x)
+    assert _ifrt_domains(ia.sharding, shape) == _jax_domains(js, shape)
+    jax_ptrs = {s.device.id: s.data.unsafe_buffer_pointer() for s in ja.addressable_shards}
+    shards = ia.disassemble_into_single_device_arrays()
+    assert {s.sharding.devices[0].id: s.unsafe_buffer_pointer() for s in shards} == jax_ptrs
+    jb = ij.to_jax(ia)
+    assert jb.sharding.is_equivalent_to(js, len(shape))
+    assert _bytes(np.asarray(jb)) == _bytes(x)
+    if js.memory_kind in (None, "device"):  # jax imports DLPack into device memory only
+        assert {s.device.id: s.data.unsafe_buffer_pointer() for s in jb.addressable_shards} == jax_ptrs
+
+
+def test_single_device_both_ways(client):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    jd = jax.devices()[5]
+    ja = jax.device_put(x, jd)
+    ia = ifrt.from_jax(ja, client)
+    assert ia.sharding == ifrt.SingleDeviceSharding(client.lookup_device(5))
+    assert ia.unsafe_buffer_pointer() == ja.unsafe_buffer_pointer()
+    jb = ifrt.to_jax(ia)
+    assert jb.devices() == {jd} and jb.unsafe_buffer_pointer() == ja.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(jb, x)
+    assert ij.sharding_from_jax(jd, client) == ifrt.SingleDeviceSharding(client.lookup_device(5))
+
+
+def test_ifrt_arrays_outlive_their_jax_source_and_back(client):
+    x = np.arange(64, dtype=np.float64)
+    ia = ij.from_jax(jax.device_put(x, jax.devices()[1]), client)  # the jax array is gone
+    np.testing.assert_array_equal(np.asarray(ia), x)
+    jb = ij.to_jax(client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[2])))
+    np.testing.assert_array_equal(np.asarray(jb), x)  # the ifrtpy array is gone
+
+
+def test_device_put_and_puts_accept_jax_values(client):
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    js = NamedSharding(mesh, P("x", "y"))
+    x = np.arange(64, dtype=np.int32).reshape(8, 8)
+    ja = jax.device_put(x, js)
+    a = ifrt.device_put(ja, js)  # same sharding: taken without a copy
+    assert isinstance(a.sharding, ifrt.NamedSharding) and a.client is client
+    assert ({s.sharding.devices[0].id: s.unsafe_buffer_pointer() for s in a.disassemble_into_single_device_arrays()}
+            == {s.device.id: s.data.unsafe_buffer_pointer() for s in ja.addressable_shards})
+    b = ifrt.device_put(ja, NamedSharding(mesh, P("y")))  # another sharding: gathered
+    assert _ifrt_domains(b.sharding, (8, 8)) == _jax_domains(NamedSharding(mesh, P("y")), (8, 8))
+    np.testing.assert_array_equal(np.asarray(b), x)
+    c = ifrt.device_put(x, jax.devices()[3])
+    assert c.sharding.devices[0] is client.lookup_device(3)
+    d = client.make_array_from_host_buffer(ja, js)
+    np.testing.assert_array_equal(np.asarray(d), x)
+    assert _ifrt_domains(d.sharding, (8, 8)) == _jax_domains(js, (8, 8))
+
+
+def test_different_device_counts_name_the_missing_device():
+    small = ifrt.get_client("pjrt", device_count=2)
+    with pytest.raises(InvalidArgumentError, match="id 5"):
+        ij.sharding_from_jax(jax.devices()[5], small)
+    big = ifrt.get_client("pjrt", device_count=12)
+    with pytest.raises(InvalidArgumentError, match="ifrtpy device 10"):
+        ij.sharding_to_jax(ifrt.SingleDeviceSharding(big.lookup_device(10)))
+
+
+def test_devices_of_another_platform_are_refused(client):
+    class GpuDevice:  # what jax reports for a CUDA device
+        platform, id = "gpu", 0
+
+    with pytest.raises(InvalidArgumentError, match="gpu device.*platform is cpu"):
+        ij._ifrt_device(client, GpuDevice())
+
+
+def test_unsupported_inputs_are_refused(client):
+    with pytest.raises(InvalidArgumentError, match="jax.Array"):
+        ij.from_jax(np.ones(3), client)
+    with pytest.raises(InvalidArgumentError, match="ifrtpy Array"):
+        ij.to_jax(np.ones(3))
+    with pytest.raises(InvalidArgumentError, match="jax Sharding"):
+        ij.sharding_from_jax("x", client)
+    uneven = ifrt.ConcreteEvenSharding(client.devices()[:2], [4], [2], False)
+    with pytest.raises(UnimplementedError, match="ConcreteEvenSharding"):
+        ij.sharding_to_jax(uneven)
