@@ -28,7 +28,7 @@ def device_put(x: Any, device_or_sharding: Any,
         device_or_sharding = _jax_bridge.sharding_from_jax(device_or_sharding, None, np.ndim(x))
     sharding: Sharding
     if isinstance(device_or_sharding, Device):
-        sharding: Sharding = SingleDeviceSharding(device_or_sharding)
+        sharding = SingleDeviceSharding(device_or_sharding)
     elif isinstance(device_or_sharding, Sharding):
         sharding = device_or_sharding
     else:
