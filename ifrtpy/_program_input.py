@@ -46,6 +46,8 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 def stablehlo_text(program: Any) -> str:
     """StableHLO text of ``program`` (any input listed in the module docstring);
     InvalidArgumentError naming the input's type for anything else or for garbage."""
+    if isinstance(program, (str, bytes, bytearray, memoryview)) and len(program) == 0:
+        raise InvalidArgumentError("the program is empty")
     if isinstance(program, str):
         if program.lstrip().startswith("HloModule"):
             return convert_isolated(program.encode(), "hlo_text")
