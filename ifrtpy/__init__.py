@@ -5,6 +5,7 @@ The public names are re-exported here; backends are imported on first use
 """
 
 from ifrtpy import errors as errors
+from ifrtpy import config as config
 from ifrtpy.array import Array as Array
 from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics
 from ifrtpy.array import ArraySpec as ArraySpec

@@ -8,11 +8,14 @@ itself only compares byte sizes (it runs an s32 buffer as an f32 parameter).
 
 from __future__ import annotations
 
+import collections
+import threading
 from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy import _pjrt
+from ifrtpy import _pjrt, compilation_cache
+from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
@@ -79,8 +82,36 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
     compile_options = _xla_compile_options(options, program, devices)
     target = client.plugin.attributes.get("stablehlo_current_version")
     code, how = program.serialize_for(target)
+    cache = compilation_cache.cache_for(options.compilation_cache_dir)
+    if cache is None:
+        handle = _compile(client, code, how, compile_options, target)
+    else:
+        handle = _compile_through(cache, client, code, how, compile_options, target, devices)
+    return PjrtLoadedExecutable(client, handle, program, devices)
+
+
+def _compile_through(cache, client, code: bytes, how: str, compile_options: bytes, target,
+                     devices: DeviceList | None):
+    """The executable from the persistent ``cache``, else compiled and stored there."""
+    identity = _pjrt.plugin_identity(client._handle)
+    kinds = sorted({d.kind for d in devices}) if devices is not None else ["portable"]
+    key = compilation_cache.cache_key([
+        code, how.encode(), compile_options, identity, repr(kinds).encode(),
+        str(len(devices) if devices is not None else 0).encode()])
+    sealed = cache.load(key, lambda data: _seal.unseal(identity, data))
+    if sealed is not None:
+        try:
+            return _pjrt.deserialize_and_load(client._handle, sealed)
+        except IfrtError as e:
+            compilation_cache.warn(f"the plugin did not load cache entry {key}: {e}")
+    handle = _compile(client, code, how, compile_options, target)
+    cache.store(key, handle.serialize())
+    return handle
+
+
+def _compile(client, code: bytes, how: str, compile_options: bytes, target):
     try:
-        handle = _pjrt.compile(client._handle, code, compile_options)
+        return _pjrt.compile(client._handle, code, compile_options)
     except IfrtError as e:
         if "pars" in str(e).lower():
             producer = ".".join(map(str, stablehlo_version()))
@@ -88,7 +119,6 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
             raise type(e)(f"{e}\n(the program was sent as {how}; jaxlib writes StableHLO "
                           f"{producer}, this plugin reads StableHLO up to {consumer})") from None
         raise
-    return PjrtLoadedExecutable(client, handle, program, devices)
 
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None) -> PjrtLoadedExecutable:
@@ -105,13 +135,36 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
 
 
 class PjrtCompiler(Compiler):
-    """The PjRt client's compiler: HloPrograms (or anything HloProgram takes)."""
+    """The PjRt client's compiler: HloPrograms (or anything HloProgram takes).
+
+    Identical compiles (the same program text and options) return the same executable
+    while it is alive and not deleted: an in-process memo of the last ``MEMO_ENTRIES``.
+    """
+
+    MEMO_ENTRIES = 256
 
     def __init__(self, client):
         self._client = client
+        self._memo: collections.OrderedDict = collections.OrderedDict()
+        self._memo_lock = threading.Lock()
 
     def compile(self, program, options=None):
-        return compile_program(self._client, program, options)
+        if isinstance(program, HloProgram):
+            key = (program.text, options)
+            with self._memo_lock:
+                executable = self._memo.get(key)
+                if executable is not None and not executable._deleted:
+                    self._memo.move_to_end(key)
+                    return executable
+        else:
+            key = None
+        executable = compile_program(self._client, program, options)
+        if key is not None:
+            with self._memo_lock:
+                self._memo[key] = executable
+                if len(self._memo) > self.MEMO_ENTRIES:
+                    self._memo.popitem(last=False)
+        return executable
 
     def deserialize_loaded_executable(self, data, options=None):
         return deserialize_executable(self._client, data, options)
