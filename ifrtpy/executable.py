@@ -282,9 +282,16 @@ class LoadedExecutable(abc.ABC):
         """Cost estimates (e.g. ``"flops"``); UnimplementedError where unknown."""
         raise UnimplementedError(f"{type(self).__name__} has no cost analysis")
 
-    def program_text(self) -> str:
-        """The compiled program as human-readable text; UnimplementedError where unknown."""
+    def program_text(self, optimized: bool = False) -> str:
+        """The compiled program as human-readable text, or with ``optimized`` what the
+        compiler made of it; UnimplementedError where unknown."""
         raise UnimplementedError(f"{type(self).__name__} has no program text")
+
+    def hlo_modules(self) -> list[Any]:
+        """The optimized HLO modules the compiler produced (jaxlib ``HloModule`` objects:
+        ``to_string()``, ``as_serialized_hlo_module_proto()``); UnimplementedError where the
+        backend has none."""
+        raise UnimplementedError(f"{type(self).__name__} has no HLO modules")
 
     @abc.abstractmethod
     def execute(

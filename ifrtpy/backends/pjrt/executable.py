@@ -170,16 +170,24 @@ class PjrtCompiler(Compiler):
         return deserialize_executable(self._client, data, options)
 
 
-def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
-    """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
+def _optimized_module(handle):
+    """The compiled module the plugin returns (a jaxlib HloModule), or None for a format
+    other than HLO."""
     from jaxlib._hlo import HloModule
 
     fmt, code = handle.optimized_program()
     if fmt == "hlo_with_config":
         code = _proto_field(code, 1)  # HloModuleProtoWithConfig.hlo_module
     elif fmt != "hlo":
+        return None
+    return HloModule.from_serialized_hlo_module_proto(code)
+
+
+def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
+    """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
+    module = _optimized_module(handle)
+    if module is None:
         return None, None
-    module = HloModule.from_serialized_hlo_module_proto(code)
     params = module.spmd_parameters_shardings
     output = module.spmd_output_sharding
     if output is not None:
@@ -314,8 +322,24 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     def cost_analysis(self) -> dict[str, Any]:
         return self._handle.cost_analysis()
 
-    def program_text(self) -> str:
-        return self._program.text
+    def program_text(self, optimized: bool = False) -> str:
+        """The StableHLO program compiled, or with ``optimized`` the HLO the compiler made
+        of it (after its passes and SPMD partitioning: one device's program)."""
+        if not optimized:
+            return self._program.text
+        return "\n".join(module.to_string() for module in self.hlo_modules())
+
+    def hlo_modules(self) -> list:
+        """The optimized HLO modules (``jaxlib`` HloModule objects) the plugin compiled;
+        UnimplementedError where the plugin returns another format."""
+        if self._deleted:
+            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        module = _optimized_module(self._handle)
+        if module is None:
+            raise UnimplementedError(
+                f"the plugin returns its compiled program as {self._handle.optimized_program()[0]!r}, "
+                f"not HLO")
+        return [module]
 
     def output_memory_kinds(self) -> list[str]:
         """Memory kind of each output; UnimplementedError where the plugin cannot say."""
