@@ -32,7 +32,7 @@ from ifrtpy.errors import (
     NotFoundError,
     UnimplementedError,
 )
-from ifrtpy.executable import CompileOptions, LoadedExecutable
+from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
@@ -313,6 +313,15 @@ class Client(abc.ABC):
         UnimplementedError by default.
         """
         raise UnimplementedError(f"{type(self).__name__} does not implement make_error_arrays")
+
+    def cancel_execution(self, result: ExecuteResult, error: BaseException | None = None) -> bool:
+        """Best-effort cancellation of the execution that gave ``result`` (IFRT
+        ``CancelExecution``): True when it was cancelled (its status and outputs then fail
+        with ``error``, default CancelledError), False when it had already finished.
+        Calling it again is harmless. UnimplementedError, saying why, where the backend
+        cannot cancel executions.
+        """
+        raise UnimplementedError(f"{type(self).__name__} cannot cancel executions")
 
     def get_ready_future(self, values: Sequence[Value]) -> Future[None]:
         """Ready once every value is; fails with one failing value's error. Never blocks."""
