@@ -36,6 +36,8 @@ from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
+_DEFAULT_COMPILE_OPTIONS = CompileOptions()  # one object: its hash is computed once
+
 if TYPE_CHECKING:
     from ifrtpy.device import Device, DeviceList, MemoryKind
     from ifrtpy.dtypes import DType
@@ -345,7 +347,7 @@ class Client(abc.ABC):
     def compile(self, program: Any, options: CompileOptions | None = None) -> LoadedExecutable:
         """``default_compiler().compile(program, options or CompileOptions())``."""
         return self.default_compiler().compile(
-            program, CompileOptions() if options is None else options
+            program, _DEFAULT_COMPILE_OPTIONS if options is None else options
         )
 
     def deserialize_executable(

@@ -135,7 +135,11 @@ class CompileOptions:
                 )
 
     def __hash__(self) -> int:
-        return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+        cached = self.__dict__.get("_hash")
+        if cached is None:  # computed once: compiles look options up in a memo
+            cached = hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,16 +25,24 @@ _LENGTHS = struct.Struct("<I")
 _PAYLOAD = struct.Struct("<Q")
 
 
+_identities: dict[tuple, bytes] = {}
+
+
 def plugin_identity(plugin, platform_name: str, platform_version: str) -> bytes:
     """What distinguishes one plugin build from another: its file name and size, PJRT API
-    version, attributes and platform."""
+    version, attributes and platform (read once per loaded plugin)."""
+    known = _identities.get((plugin.path, platform_name, platform_version))
+    if known is not None:
+        return known
     try:
         size = os.stat(plugin.path).st_size
     except OSError:
         size = -1
     attributes = sorted((k, str(v)) for k, v in plugin.attributes.items())
-    return repr((os.path.basename(plugin.path), size, tuple(plugin.api_version), attributes,
-                 platform_name, platform_version)).encode()
+    identity = repr((os.path.basename(plugin.path), size, tuple(plugin.api_version), attributes,
+                     platform_name, platform_version)).encode()
+    _identities[(plugin.path, platform_name, platform_version)] = identity
+    return identity
 
 
 def _digest(identity: bytes, payload: bytes) -> bytes:

@@ -81,22 +81,26 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
         devices = DeviceList(available[:count])
     compile_options = _xla_compile_options(options, program, devices)
     target = client.plugin.attributes.get("stablehlo_current_version")
-    code, how = program.serialize_for(target)
     cache = compilation_cache.cache_for(options.compilation_cache_dir)
     if cache is None:
-        handle = _compile(client, code, how, compile_options, target)
+        handle = _compile(client, program, target, compile_options)
     else:
-        handle = _compile_through(cache, client, code, how, compile_options, target, devices)
+        handle = _compile_through(cache, client, program, target, compile_options, devices)
     return PjrtLoadedExecutable(client, handle, program, devices)
 
 
-def _compile_through(cache, client, code: bytes, how: str, compile_options: bytes, target,
+def _compile_through(cache, client, program: HloProgram, target, compile_options: bytes,
                      devices: DeviceList | None):
-    """The executable from the persistent ``cache``, else compiled and stored there."""
+    """The executable from the persistent ``cache``, else compiled and stored there. The
+    key holds what the code sent to the plugin is made of (the program text, the StableHLO
+    version targeted and jaxlib's), so a hit needs no serialization."""
+    import jaxlib
+
     identity = _pjrt.plugin_identity(client._handle)
     kinds = sorted({d.kind for d in devices}) if devices is not None else ["portable"]
     key = compilation_cache.cache_key([
-        code, how.encode(), compile_options, identity, repr(kinds).encode(),
+        program.text.encode(), repr((target, stablehlo_version(), jaxlib.__version__)).encode(),
+        compile_options, identity, repr(kinds).encode(),
         str(len(devices) if devices is not None else 0).encode()])
     sealed = cache.load(key, lambda data: _seal.unseal(identity, data))
     if sealed is not None:
@@ -104,12 +108,13 @@ def _compile_through(cache, client, code: bytes, how: str, compile_options: byte
             return _pjrt.deserialize_and_load(client._handle, sealed)
         except IfrtError as e:
             compilation_cache.warn(f"the plugin did not load cache entry {key}: {e}")
-    handle = _compile(client, code, how, compile_options, target)
+    handle = _compile(client, program, target, compile_options)
     cache.store(key, handle.serialize())
     return handle
 
 
-def _compile(client, code: bytes, how: str, compile_options: bytes, target):
+def _compile(client, program: HloProgram, target, compile_options: bytes):
+    code, how = program.serialize_for(target)
     try:
         return _pjrt.compile(client._handle, code, compile_options)
     except IfrtError as e:
