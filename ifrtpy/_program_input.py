@@ -29,9 +29,12 @@ import re
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ifrtpy.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ifrtpy.program import HloProgram
 
 __all__ = ["stablehlo_text", "from_tensorflow", "convert_isolated"]
 
@@ -98,7 +101,7 @@ def _computation_text(computation: Any) -> str:
     return str(_jax.mlir.xla_computation_to_mlir_module(computation))
 
 
-def from_tensorflow(function: Any, *args: Any, **kwargs: Any):
+def from_tensorflow(function: Any, *args: Any, **kwargs: Any) -> HloProgram:
     """An HloProgram of a ``tf.function(jit_compile=True)`` traced for ``args``, through
     TensorFlow's own compiler IR export (``experimental_get_compiler_ir``, stage
     ``hlo_serialized``). Needs TensorFlow; InvalidArgumentError for other functions."""
@@ -213,7 +216,7 @@ def _hlo_proto_text(data: bytes) -> str:
 
 
 def _hlo_text_to_stablehlo(text: str) -> str:
-    from jaxlib import _hlo
+    from jaxlib import _hlo  # type: ignore[attr-defined]
 
     try:
         module = _hlo.hlo_module_from_text(text)

@@ -31,7 +31,7 @@ import os
 import stat
 import tempfile
 import warnings
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ifrtpy import config
 
@@ -51,12 +51,11 @@ def cache_for(override: str | os.PathLike[str] | bool | None) -> CompilationCach
     if override is False:
         return None
     if override is None or override is True:
-        directory = config.compilation_cache_dir or os.environ.get("IFRTPY_COMPILATION_CACHE_DIR")
-        if not directory:
+        configured = config.compilation_cache_dir or os.environ.get("IFRTPY_COMPILATION_CACHE_DIR")
+        if not configured:
             return None
-    else:
-        directory = override
-    return CompilationCache(os.fspath(directory), config.compilation_cache_max_bytes)
+        return CompilationCache(configured, config.compilation_cache_max_bytes)
+    return CompilationCache(os.fspath(override), config.compilation_cache_max_bytes)
 
 
 def cache_key(parts: Iterable[bytes]) -> str:
@@ -85,7 +84,7 @@ def _unsafe(st: os.stat_result) -> str | None:
 class CompilationCache:
     """Entries in ``directory``, at most ``max_bytes`` in all."""
 
-    def __init__(self, directory: str, max_bytes: int):
+    def __init__(self, directory: str, max_bytes: int) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
 
@@ -112,7 +111,7 @@ class CompilationCache:
     def _path(self, key: str) -> str:
         return os.path.join(self.directory, key + _SUFFIX)
 
-    def load(self, key: str, unseal) -> bytes | None:
+    def load(self, key: str, unseal: Callable[[bytes], bytes]) -> bytes | None:
         """The sealed executable stored under ``key``, checked with ``unseal`` (which raises
         for bytes of another plugin or with a changed byte), or None. A bad entry is
         removed with a warning; an unsafe one is left alone with a warning."""

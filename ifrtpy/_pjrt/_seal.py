@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from typing import Any
 
 from ifrtpy.errors import InvalidArgumentError
 
@@ -25,10 +26,10 @@ _LENGTHS = struct.Struct("<I")
 _PAYLOAD = struct.Struct("<Q")
 
 
-_identities: dict[tuple, bytes] = {}
+_identities: dict[tuple[str, str, str], bytes] = {}
 
 
-def plugin_identity(plugin, platform_name: str, platform_version: str) -> bytes:
+def plugin_identity(plugin: Any, platform_name: str, platform_version: str) -> bytes:
     """What distinguishes one plugin build from another: its file name and size, PJRT API
     version, attributes and platform (read once per loaded plugin)."""
     known = _identities.get((plugin.path, platform_name, platform_version))
@@ -56,7 +57,7 @@ def seal(identity: bytes, payload: bytes) -> bytes:
                      _digest(identity, payload), payload])
 
 
-def unseal(identity: bytes, data: bytes) -> bytes:
+def unseal(identity: bytes, data: bytes | bytearray | memoryview) -> bytes:
     """The plugin's payload of what :func:`seal` wrote with ``identity``; InvalidArgumentError
     for bytes of another form, another plugin, or with any byte changed or missing."""
     if not isinstance(data, (bytes, bytearray, memoryview)):

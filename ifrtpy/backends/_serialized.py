@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from typing import Any
 
 from ifrtpy.errors import InvalidArgumentError
 
@@ -26,7 +27,7 @@ def pack(magic: bytes, program_text: str, device_ids: list[int] | None, payload:
     return magic + size + hashlib.sha256(size + header + payload).digest() + header + payload
 
 
-def unpack(magic: bytes, data, what: str) -> tuple[str, list[int] | None, bytes]:
+def unpack(magic: bytes, data: Any, what: str) -> tuple[str, list[int] | None, bytes]:
     """``(program_text, device_ids, payload)`` of what :func:`pack` wrote; InvalidArgumentError
     ("not a serialized <what>") for other bytes, "corrupt serialized executable" for bytes
     cut short, changed, or with a header that does not parse."""
