@@ -8,13 +8,9 @@ import pytest
 
 import ifrtpy as ifrt
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from pjrt_helpers import ADD_ONE_F32_4
 
-ADD_ONE = """
-func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %c = stablehlo.constant dense<1.0> : tensor<4xf32>
-  %y = stablehlo.add %x, %c : tensor<4xf32>
-  return %y : tensor<4xf32>
-}"""
+ADD_ONE = ADD_ONE_F32_4
 X = np.arange(4, dtype=np.float32)
 
 

@@ -17,13 +17,9 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy import compilation_cache
 from ifrtpy.compilation_cache import CompilationCacheWarning
+from pjrt_helpers import ADD_ONE_F32_4
 
-ADD_ONE = """
-func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %c = stablehlo.constant dense<1.0> : tensor<4xf32>
-  %y = stablehlo.add %x, %c : tensor<4xf32>
-  return %y : tensor<4xf32>
-}"""
+ADD_ONE = ADD_ONE_F32_4
 TIMES_THREE = ADD_ONE.replace("1.0", "3.0").replace("add", "multiply")
 X = np.array([1.0, 2.0, -3.0, 0.5], dtype=np.float32)
 

@@ -6,17 +6,14 @@ Each case runs in a subprocess: before the fix these inputs aborted the process
 
 from __future__ import annotations
 
-import base64
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 import ifrtpy as ifrt
 from ifrtpy._pjrt import _seal
 from ifrtpy.errors import InvalidArgumentError
+from pjrt_helpers import run_python
 
 HERE = os.path.dirname(__file__)
 
@@ -28,15 +25,9 @@ func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> {
 }"""
 
 
-def run_isolated(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=300, env=env)
-
-
 @pytest.mark.parametrize("position,value", [(200, 215), (52, 233)], ids=["abort", "heap"])
 def test_a_portable_artifact_with_a_changed_byte_is_refused(position, value):
-    done = run_isolated(f"""
+    done = run_python(f"""
         import ifrtpy as ifrt
         art, _ = ifrt.HloProgram({ADD_ONE!r}).serialize_for((1, 13, 3))
         b = bytearray(art)
@@ -61,7 +52,7 @@ def test_a_portable_artifact_with_a_changed_byte_is_refused(position, value):
 
 def test_the_corrupted_plugin_payload_is_refused_by_the_pjrt_layer():
     payload = os.path.join(HERE, "data", "corrupt_executable_payload.b64")
-    done = run_isolated(f"""
+    done = run_python(f"""
         import base64
         import ifrtpy as ifrt
         from ifrtpy import _pjrt
