@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -131,9 +132,12 @@ def convert_isolated(data: bytes, kind: str) -> str:
     if not data:
         raise InvalidArgumentError("the program is empty (0 bytes)")
     code = "from ifrtpy._program_input import _child_main; _child_main()"
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     try:
         done = subprocess.run([sys.executable, "-c", code, kind], input=data, capture_output=True,
-                              timeout=_CHILD_TIMEOUT_S)
+                              timeout=_CHILD_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         raise InvalidArgumentError(
             f"reading the program ({len(data)} bytes) took over {_CHILD_TIMEOUT_S} s; refused") from None
@@ -147,9 +151,11 @@ def convert_isolated(data: bytes, kind: str) -> str:
     what = "HLO text" if kind == "hlo_text" else f"program bytes ({len(data)} bytes, starting {data[:8]!r})"
     if done.returncode == 1 and done.stdout:
         raise InvalidArgumentError(f"not a valid program: {what}: {done.stdout.decode(errors='replace')}")
+    last = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
     raise InvalidArgumentError(
-        f"not a valid program: {what} made jaxlib's reader fail (exit status {done.returncode}, "
-        f"in a child process); refused before it reached this process")
+        f"not a valid program: {what} made jaxlib's reader fail in a child process (exit "
+        f"status {done.returncode}{': ' + last[0][:200] if last else ''}); refused before it "
+        f"reached this process")
 
 
 def _child_main() -> None:
