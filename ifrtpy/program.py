@@ -3,9 +3,10 @@
 An HloProgram is made from any front end :mod:`ifrtpy._program_input` lists (StableHLO
 or HLO text, MLIR bytecode or a portable artifact, a serialized HloModuleProto, a jaxlib
 MLIR module or XlaComputation, jax Lowered/Compiled/Exported stages, TensorFlow through
-:func:`from_tensorflow`); all become StableHLO text. It parses the module once, with jaxlib's MLIR bindings, to read the signature of ``main`` (global
-parameter and result types), the donated parameters (``jax.buffer_donor`` or
-``tf.aliasing_output``) and whether the module uses the Shardy dialect.
+:func:`from_tensorflow`); all become StableHLO text. It parses the module once, with
+jaxlib's MLIR bindings, to read the signature of ``main`` (global parameter and result
+types), the donated parameters (``jax.buffer_donor`` or ``tf.aliasing_output``) and
+whether the module uses the Shardy dialect.
 
 Version negotiation: :meth:`HloProgram.serialize_for` produces a portable artifact
 targeted at the consumer's StableHLO version, which an older compiler can read; modules
