@@ -30,6 +30,7 @@ import hashlib
 import os
 import stat
 import tempfile
+import time
 import warnings
 from typing import Callable, Iterable
 
@@ -39,6 +40,7 @@ __all__ = ["CompilationCache", "CompilationCacheWarning", "cache_for"]
 
 _MAGIC = b"IFRTPY-CACHE-ENTRY-1\n"
 _SUFFIX = ".exe"
+_STALE_TEMPORARY_S = 3600
 
 
 class CompilationCacheWarning(UserWarning):
@@ -181,13 +183,17 @@ class CompilationCache:
         except OSError:
             return []
         for name in names:
-            if name.endswith(_SUFFIX) and not name.startswith("."):
-                path = os.path.join(self.directory, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
+            if not name.endswith(_SUFFIX):
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not name.startswith("."):
                 out.append((st.st_mtime, st.st_size, path))
+            elif time.time() - st.st_mtime > _STALE_TEMPORARY_S:  # left by a process that died
+                self._remove(path)
         return sorted(out)
 
     def trim(self) -> None:

@@ -33,7 +33,7 @@ def compile_and_run(program: str, cache_dir, **options):
 
 
 def entry_files(directory) -> list[str]:
-    return sorted(n for n in os.listdir(directory) if n.endswith(".exe"))
+    return sorted(n for n in os.listdir(directory) if n.endswith(".exe") and not n.startswith("."))
 
 
 @pytest.fixture
@@ -223,3 +223,15 @@ def test_the_in_process_memo_returns_the_executable_until_deleted():
 def test_compilation_cache_dir_is_checked():
     with pytest.raises(ifrt.errors.InvalidArgumentError, match="compilation_cache_dir"):
         ifrt.CompileOptions(compilation_cache_dir=3)
+
+
+def test_temporary_files_of_dead_writers_are_removed_after_an_hour(cache_dir):
+    compile_and_run(ADD_ONE, cache_dir)
+    stale, fresh = (os.path.join(cache_dir, f".tmp-{n}.exe") for n in ("stale", "fresh"))
+    for path in (stale, fresh):
+        with open(path, "wb") as f:
+            f.write(b"half an entry")
+    os.utime(stale, (1000, 1000))
+    compile_and_run(ADD_ONE.replace("1.0", "5.0"), cache_dir)  # a store trims
+    assert not os.path.exists(stale) and os.path.exists(fresh)
+    assert len(entry_files(cache_dir)) == 2
