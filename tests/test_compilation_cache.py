@@ -235,3 +235,30 @@ def test_temporary_files_of_dead_writers_are_removed_after_an_hour(cache_dir):
     compile_and_run(ADD_ONE.replace("1.0", "5.0"), cache_dir)  # a store trims
     assert not os.path.exists(stale) and os.path.exists(fresh)
     assert len(entry_files(cache_dir)) == 2
+
+
+def test_a_hit_of_a_partitioned_program_has_the_compiled_shardings(cache_dir, monkeypatch):
+    program = ifrt.HloProgram("""
+    func.func @main(%a: tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"})
+        -> (tensor<8x4xf32> {mhlo.sharding = "{replicated}"}) {
+      %0 = stablehlo.add %a, %a : tensor<8x4xf32>
+      return %0 : tensor<8x4xf32>
+    }""")
+    options = ifrt.CompileOptions(num_partitions=4, compilation_cache_dir=cache_dir)
+    fresh = ifrt.get_client(device_count=4).compile(program, options)
+
+    def refuse(*args):
+        raise AssertionError("compiled although the entry was there")
+
+    from ifrtpy.backends.pjrt import executable
+    monkeypatch.setattr(executable, "_compile", refuse)
+    hit = ifrt.get_client(device_count=4).compile(program, options)
+    assert hit.fingerprint == fresh.fingerprint
+    assert hit.program_text(optimized=True) == fresh.program_text(optimized=True)
+    for mine, theirs in ((hit.parameter_shardings(), fresh.parameter_shardings()),
+                         (hit.output_shardings(), fresh.output_shardings())):
+        assert [list(s.index_domains((8, 4))) for s in mine] == [list(s.index_domains((8, 4))) for s in theirs]
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    client = hit.client
+    [y] = hit(client.make_array_from_host_buffer(x, hit.parameter_shardings()[0]))
+    np.testing.assert_array_equal(np.asarray(y), 2 * x)
