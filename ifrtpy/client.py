@@ -32,9 +32,11 @@ from ifrtpy.errors import (
     NotFoundError,
     UnimplementedError,
 )
-from ifrtpy.executable import CompileOptions, LoadedExecutable
+from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import SingleDeviceShardSemantics
+
+_DEFAULT_COMPILE_OPTIONS = CompileOptions()  # one object: its hash is computed once
 
 if TYPE_CHECKING:
     from ifrtpy.device import Device, DeviceList, MemoryKind
@@ -329,6 +331,15 @@ class Client(abc.ABC):
         host = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.from_dlpack(_CapsuleHolder(x))
         return self.make_array_from_host_buffer(host, SingleDeviceSharding(device))
 
+    def cancel_execution(self, result: ExecuteResult, error: BaseException | None = None) -> bool:
+        """Best-effort cancellation of the execution that gave ``result`` (IFRT
+        ``CancelExecution``): True when it was cancelled (its status and outputs then fail
+        with ``error``, default CancelledError), False when it had already finished.
+        Calling it again is harmless. UnimplementedError, saying why, where the backend
+        cannot cancel executions.
+        """
+        raise UnimplementedError(f"{type(self).__name__} cannot cancel executions")
+
     def get_ready_future(self, values: Sequence[Value]) -> Future[None]:
         """Ready once every value is; fails with one failing value's error. Never blocks."""
         return join_futures(v.ready_future() for v in values)
@@ -351,7 +362,7 @@ class Client(abc.ABC):
     def compile(self, program: Any, options: CompileOptions | None = None) -> LoadedExecutable:
         """``default_compiler().compile(program, options or CompileOptions())``."""
         return self.default_compiler().compile(
-            program, CompileOptions() if options is None else options
+            program, _DEFAULT_COMPILE_OPTIONS if options is None else options
         )
 
     def deserialize_executable(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
@@ -78,7 +79,9 @@ class CompileOptions:
     device at execute time. ``use_spmd_partitioning``/``use_shardy_partitioner`` None
     keep XLA's defaults. ``debug_options`` maps ``xla.DebugOptions`` field names to
     values; ``env_option_overrides`` maps XLA flag names (without ``--``) to
-    str/bool/int/float values.
+    str/bool/int/float values. ``compilation_cache_dir`` is this compile's persistent
+    compilation cache: a directory, False for none, None for the configured one (see
+    :mod:`ifrtpy.compilation_cache`); it does not change the executable.
     """
 
     devices: DeviceList | None = None
@@ -89,9 +92,14 @@ class CompileOptions:
     compile_portable_executable: bool = False
     debug_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env_option_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    compilation_cache_dir: str | os.PathLike[str] | bool | None = None
 
     def __post_init__(self) -> None:
         owner = "CompileOptions"
+        cache = self.compilation_cache_dir
+        if not (cache is None or cache is False or isinstance(cache, (str, os.PathLike))):
+            raise InvalidArgumentError(
+                f"{owner}.compilation_cache_dir must be a path, False or None, got {cache!r}")
         for name in ("num_replicas", "num_partitions"):
             value = getattr(self, name)
             _check_int(owner, name, value, *_INT64)
@@ -127,7 +135,11 @@ class CompileOptions:
                 )
 
     def __hash__(self) -> int:
-        return hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+        cached = self.__dict__.get("_hash")
+        if cached is None:  # computed once: compiles look options up in a memo
+            cached = hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,9 +286,16 @@ class LoadedExecutable(abc.ABC):
         """Cost estimates (e.g. ``"flops"``); UnimplementedError where unknown."""
         raise UnimplementedError(f"{type(self).__name__} has no cost analysis")
 
-    def program_text(self) -> str:
-        """The compiled program as human-readable text; UnimplementedError where unknown."""
+    def program_text(self, optimized: bool = False) -> str:
+        """The compiled program as human-readable text, or with ``optimized`` what the
+        compiler made of it; UnimplementedError where unknown."""
         raise UnimplementedError(f"{type(self).__name__} has no program text")
+
+    def hlo_modules(self) -> list[Any]:
+        """The optimized HLO modules the compiler produced (jaxlib ``HloModule`` objects:
+        ``to_string()``, ``as_serialized_hlo_module_proto()``); UnimplementedError where the
+        backend has none."""
+        raise UnimplementedError(f"{type(self).__name__} has no HLO modules")
 
     @abc.abstractmethod
     def execute(

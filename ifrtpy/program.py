@@ -1,11 +1,12 @@
 """Programs: ``HloProgram``, a StableHLO module, and what a backend needs to know of it.
 
-An HloProgram is made from StableHLO text, MLIR bytecode (plain or a StableHLO portable
-artifact), a ``jaxlib.mlir.ir.Module``, or a program lowered by jax (anything with an
-``as_text()`` returning StableHLO, such as ``jax.jit(f).lower(...)``). It parses the
-module once, with jaxlib's MLIR bindings, to read the signature of ``main`` (global
-parameter and result types), the donated parameters (``jax.buffer_donor`` or
-``tf.aliasing_output``) and whether the module uses the Shardy dialect.
+An HloProgram is made from any front end :mod:`ifrtpy._program_input` lists (StableHLO
+or HLO text, MLIR bytecode or a portable artifact, a serialized HloModuleProto, a jaxlib
+MLIR module or XlaComputation, jax Lowered/Compiled/Exported stages, TensorFlow through
+:func:`from_tensorflow`); all become StableHLO text. It parses the module once, with
+jaxlib's MLIR bindings, to read the signature of ``main`` (global parameter and result
+types), the donated parameters (``jax.buffer_donor`` or ``tf.aliasing_output``) and
+whether the module uses the Shardy dialect.
 
 Version negotiation: :meth:`HloProgram.serialize_for` produces a portable artifact
 targeted at the consumer's StableHLO version, which an older compiler can read; modules
@@ -18,11 +19,12 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
+from ifrtpy import _program_input
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
-__all__ = ["Program", "HloProgram", "TensorType", "stablehlo_version"]
+__all__ = ["Program", "HloProgram", "TensorType", "stablehlo_version", "from_tensorflow"]
 
 K = DType.Kind
 _ELEMENT_TYPES = {
@@ -45,6 +47,9 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}{list(self.shape)}"
+
+
+from_tensorflow = _program_input.from_tensorflow
 
 
 class Program:
@@ -76,18 +81,13 @@ def _context():
     return context
 
 
-def _parse(source) -> Any:
+def _parse(text: str) -> Any:
+    """The module of StableHLO ``text`` (the MLIR text parser fails cleanly on anything)."""
     from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo
 
     with _context():
-        if isinstance(source, bytes):
-            try:  # a StableHLO portable artifact (versioned bytecode)?
-                return ir.Module.parse(stablehlo.deserialize_portable_artifact_str(source))
-            except Exception:  # noqa: BLE001 - then plain MLIR bytecode or text
-                pass
         try:
-            return ir.Module.parse(source)
+            return ir.Module.parse(text)
         except Exception as e:  # noqa: BLE001 - MLIR raises its own error types
             raise InvalidArgumentError(f"not a StableHLO module: {e}") from None
 
@@ -103,18 +103,7 @@ class HloProgram(Program):
     def __init__(self, program: Any):
         if isinstance(program, HloProgram):
             program = program.text
-        elif hasattr(program, "as_text") and not isinstance(program, (str, bytes)):
-            program = program.as_text()  # a program lowered by jax
-        if isinstance(program, (bytes, bytearray, memoryview)):
-            module = _parse(bytes(program))
-        elif isinstance(program, str):
-            module = _parse(program)
-        elif type(program).__name__ == "Module" and hasattr(program, "operation"):
-            module = _parse(str(program.operation.get_asm(enable_debug_info=False)))
-        else:
-            raise InvalidArgumentError(
-                f"HloProgram takes StableHLO text, bytecode, an MLIR module or a jax-lowered "
-                f"program, not {type(program).__name__}")
+        module = _parse(_program_input.stablehlo_text(program))
         with _context():
             self._text = module.operation.get_asm(enable_debug_info=True)
             self._read(module)

@@ -181,6 +181,14 @@ def run1(executable, *arrays, device=None):
 
 # --------------------------------------------------------------------------- subprocesses
 
+#: x + 1 on f32[4], one device
+ADD_ONE_F32_4 = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %c = stablehlo.constant dense<1.0> : tensor<4xf32>
+  %y = stablehlo.add %x, %c : tensor<4xf32>
+  return %y : tensor<4xf32>
+}"""
+
 PRELUDE = """
 import gc, sys, numpy as np
 from ifrtpy import _pjrt, errors

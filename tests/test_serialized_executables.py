@@ -4,6 +4,7 @@ InvalidArgumentError on every backend."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
 import numpy as np
@@ -36,6 +37,15 @@ def test_other_bytes_are_not_one():
         _serialized.unpack(MAGIC, b"IFRTPY-OTHER-1\n" + bytes(16), "test executable")
 
 
+def test_any_changed_byte_is_refused():
+    data = _serialized.pack(MAGIC, PROGRAM, [0], b"payload")
+    for position in range(len(MAGIC), len(data)):
+        changed = bytearray(data)
+        changed[position] ^= 0x01
+        with pytest.raises(InvalidArgumentError, match="corrupt serialized executable"):
+            _serialized.unpack(MAGIC, bytes(changed), "test executable")
+
+
 def test_every_cut_into_the_header_is_refused():
     data = _serialized.pack(MAGIC, PROGRAM, [0], b"")
     for cut in range(len(MAGIC), len(data)):
@@ -45,8 +55,9 @@ def test_every_cut_into_the_header_is_refused():
 
 @pytest.mark.parametrize("header", [b"[1, 2]", b'{"devices": null}', b"\xff\xfe"])
 def test_a_header_of_the_wrong_form_is_refused(header):
-    data = MAGIC + struct.pack("<Q", len(header)) + header
-    with pytest.raises(InvalidArgumentError, match="corrupt serialized executable"):
+    size = struct.pack("<Q", len(header))
+    data = MAGIC + size + hashlib.sha256(size + header).digest() + header
+    with pytest.raises(InvalidArgumentError, match="corrupt serialized executable: (ValueError|KeyError|TypeError|UnicodeDecodeError|JSONDecodeError)"):
         _serialized.unpack(MAGIC, data, "test executable")
 
 

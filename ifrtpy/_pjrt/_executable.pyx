@@ -13,6 +13,9 @@ Differences from the C API:
   EventHandle per device; ``execute_by_argument`` is the same call with the buffers
   grouped by argument and output (how arrays hold them).
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
+* ``ExecutableHandle.serialize`` seals the plugin's bytes (``_seal``: the plugin's identity
+  and a SHA-256 checksum) and ``deserialize_and_load`` only hands sealed, intact bytes of
+  the same plugin to it: a plugin aborts on a corrupted serialized executable.
 """
 
 from cpython.object cimport PyObject
@@ -27,6 +30,7 @@ from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_valu
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
 from ifrtpy import errors as _errors
+from ifrtpy._pjrt import _seal
 
 DEF SMALL = 64
 
@@ -73,16 +77,23 @@ def compile(ClientHandle client, bytes code, bytes compile_options, str format="
     return ExecutableHandle._wrap(client, args.executable)
 
 
-def deserialize_and_load(ClientHandle client, bytes serialized):
-    """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin."""
+def plugin_identity(ClientHandle client):
+    """Bytes naming the client's plugin build (what a sealed executable must match)."""
+    return _seal.plugin_identity(client.plugin, client.platform_name, client.platform_version)
+
+
+def deserialize_and_load(ClientHandle client, serialized):
+    """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin;
+    InvalidArgumentError (and no plugin call) for other or corrupted bytes."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Executable_DeserializeAndLoad_Args args
     cdef PJRT_Error* error
+    cdef bytes payload = _seal.unseal(plugin_identity(client), serialized)
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
     args.client = client.ptr
-    args.serialized_executable = serialized
-    args.serialized_executable_size = len(serialized)
+    args.serialized_executable = payload
+    args.serialized_executable_size = len(payload)
     with nogil:
         error = api.PJRT_Executable_DeserializeAndLoad(&args)
     check(api, error)
@@ -457,7 +468,7 @@ cdef class ExecutableHandle:
         return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
 
     def serialize(self):
-        """The executable as bytes, loadable by ``deserialize_and_load`` with the same plugin."""
+        """The executable as sealed bytes, loadable by ``deserialize_and_load`` with the same plugin."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_Serialize_Args args
         memset(&args, 0, sizeof(args))
@@ -466,10 +477,11 @@ cdef class ExecutableHandle:
         with nogil:
             check(api, api.PJRT_Executable_Serialize(&args))
         try:
-            return args.serialized_bytes[:args.serialized_bytes_size]
+            payload = args.serialized_bytes[:args.serialized_bytes_size]
         finally:
             if args.serialized_executable_deleter != NULL:
                 args.serialized_executable_deleter(args.serialized_executable)
+        return _seal.seal(plugin_identity(self.client), payload)
 
     def compiled_memory_stats(self):
         cdef const PJRT_Api* api = self.client.api

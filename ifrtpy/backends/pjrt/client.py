@@ -13,7 +13,7 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -241,6 +241,15 @@ class PjrtClient(Client):
 
     def default_compiler(self) -> _executable.PjrtCompiler:
         return self._compiler
+
+    def cancel_execution(self, result, error=None) -> bool:
+        """UnimplementedError: the PJRT C API has no call that cancels a launched execution
+        (wait for ``result.status`` instead)."""
+        plugin = self.plugin
+        raise UnimplementedError(
+            f"the PJRT C API (plugin {self.platform_name}, PJRT {plugin.api_version[0]}."
+            f"{plugin.api_version[1]}) has no call to cancel a launched execution; wait for "
+            f"result.status instead")
 
     def __repr__(self) -> str:
         return (f"<PjrtClient {self.platform_name} PJRT {self.plugin.api_version[0]}."

@@ -8,11 +8,14 @@ itself only compares byte sizes (it runs an s32 buffer as an f32 parameter).
 
 from __future__ import annotations
 
+import collections
+import threading
 from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy import _pjrt
+from ifrtpy import _pjrt, compilation_cache
+from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
@@ -78,9 +81,42 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
         devices = DeviceList(available[:count])
     compile_options = _xla_compile_options(options, program, devices)
     target = client.plugin.attributes.get("stablehlo_current_version")
+    cache = compilation_cache.cache_for(options.compilation_cache_dir)
+    if cache is None:
+        handle = _compile(client, program, target, compile_options)
+    else:
+        handle = _compile_through(cache, client, program, target, compile_options, devices)
+    return PjrtLoadedExecutable(client, handle, program, devices)
+
+
+def _compile_through(cache, client, program: HloProgram, target, compile_options: bytes,
+                     devices: DeviceList | None):
+    """The executable from the persistent ``cache``, else compiled and stored there. The
+    key holds what the code sent to the plugin is made of (the program text, the StableHLO
+    version targeted and jaxlib's), so a hit needs no serialization."""
+    import jaxlib
+
+    identity = _pjrt.plugin_identity(client._handle)
+    kinds = sorted({d.kind for d in devices}) if devices is not None else ["portable"]
+    key = compilation_cache.cache_key([
+        program.text.encode(), repr((target, stablehlo_version(), jaxlib.__version__)).encode(),
+        compile_options, identity, repr(kinds).encode(),
+        str(len(devices) if devices is not None else 0).encode()])
+    sealed = cache.load(key, lambda data: _seal.unseal(identity, data))
+    if sealed is not None:
+        try:
+            return _pjrt.deserialize_and_load(client._handle, sealed)
+        except IfrtError as e:
+            compilation_cache.warn(f"the plugin did not load cache entry {key}: {e}")
+    handle = _compile(client, program, target, compile_options)
+    cache.store(key, handle.serialize())
+    return handle
+
+
+def _compile(client, program: HloProgram, target, compile_options: bytes):
     code, how = program.serialize_for(target)
     try:
-        handle = _pjrt.compile(client._handle, code, compile_options)
+        return _pjrt.compile(client._handle, code, compile_options)
     except IfrtError as e:
         if "pars" in str(e).lower():
             producer = ".".join(map(str, stablehlo_version()))
@@ -88,7 +124,6 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
             raise type(e)(f"{e}\n(the program was sent as {how}; jaxlib writes StableHLO "
                           f"{producer}, this plugin reads StableHLO up to {consumer})") from None
         raise
-    return PjrtLoadedExecutable(client, handle, program, devices)
 
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None) -> PjrtLoadedExecutable:
@@ -105,28 +140,59 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
 
 
 class PjrtCompiler(Compiler):
-    """The PjRt client's compiler: HloPrograms (or anything HloProgram takes)."""
+    """The PjRt client's compiler: HloPrograms (or anything HloProgram takes).
+
+    Identical compiles (the same program text and options) return the same executable
+    while it is alive and not deleted: an in-process memo of the last ``MEMO_ENTRIES``.
+    """
+
+    MEMO_ENTRIES = 256
 
     def __init__(self, client):
         self._client = client
+        self._memo: collections.OrderedDict = collections.OrderedDict()
+        self._memo_lock = threading.Lock()
 
     def compile(self, program, options=None):
-        return compile_program(self._client, program, options)
+        if isinstance(program, HloProgram):
+            key = (program.text, options)
+            with self._memo_lock:
+                executable = self._memo.get(key)
+                if executable is not None and not executable._deleted:
+                    self._memo.move_to_end(key)
+                    return executable
+        else:
+            key = None
+        executable = compile_program(self._client, program, options)
+        if key is not None:
+            with self._memo_lock:
+                self._memo[key] = executable
+                if len(self._memo) > self.MEMO_ENTRIES:
+                    self._memo.popitem(last=False)
+        return executable
 
     def deserialize_loaded_executable(self, data, options=None):
         return deserialize_executable(self._client, data, options)
 
 
-def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
-    """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
+def _optimized_module(handle):
+    """The compiled module the plugin returns (a jaxlib HloModule), or None for a format
+    other than HLO."""
     from jaxlib._hlo import HloModule
 
     fmt, code = handle.optimized_program()
     if fmt == "hlo_with_config":
         code = _proto_field(code, 1)  # HloModuleProtoWithConfig.hlo_module
     elif fmt != "hlo":
+        return None
+    return HloModule.from_serialized_hlo_module_proto(code)
+
+
+def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
+    """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
+    module = _optimized_module(handle)
+    if module is None:
         return None, None
-    module = HloModule.from_serialized_hlo_module_proto(code)
     params = module.spmd_parameters_shardings
     output = module.spmd_output_sharding
     if output is not None:
@@ -261,8 +327,24 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     def cost_analysis(self) -> dict[str, Any]:
         return self._handle.cost_analysis()
 
-    def program_text(self) -> str:
-        return self._program.text
+    def program_text(self, optimized: bool = False) -> str:
+        """The StableHLO program compiled, or with ``optimized`` the HLO the compiler made
+        of it (after its passes and SPMD partitioning: one device's program)."""
+        if not optimized:
+            return self._program.text
+        return "\n".join(module.to_string() for module in self.hlo_modules())
+
+    def hlo_modules(self) -> list:
+        """The optimized HLO modules (``jaxlib`` HloModule objects) the plugin compiled;
+        UnimplementedError where the plugin returns another format."""
+        if self._deleted:
+            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        module = _optimized_module(self._handle)
+        if module is None:
+            raise UnimplementedError(
+                f"the plugin returns its compiled program as {self._handle.optimized_program()[0]!r}, "
+                f"not HLO")
+        return [module]
 
     def output_memory_kinds(self) -> list[str]:
         """Memory kind of each output; UnimplementedError where the plugin cannot say."""

@@ -13,6 +13,7 @@ from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.backends.reference import array as _array
 from ifrtpy.backends.reference import executable as _executable
 from ifrtpy.client import Client
+from ifrtpy.executable import ExecuteResult
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError
 from ifrtpy.sharding import SingleDeviceShardSemantics
@@ -210,6 +211,14 @@ class ReferenceClient(Client):
 
     def default_compiler(self) -> _executable.ReferenceCompiler:
         return self._compiler
+
+    def cancel_execution(self, result, error=None) -> bool:
+        """False: the reference backend runs a program to its end within ``execute``, so
+        every execution has finished before it can be cancelled."""
+        if not isinstance(result, ExecuteResult):
+            raise InvalidArgumentError(
+                f"cancel_execution takes the ExecuteResult of an execution, got {type(result).__name__}")
+        return False
 
     def __repr__(self) -> str:
         return (f"<ReferenceClient {len(self._devices)} devices "

@@ -518,7 +518,9 @@ class ReferenceLoadedExecutable(LoadedExecutable):
                 "bytes accessed": float(_nbytes(self._program.parameters)
                                         + _nbytes(self._program.results))}
 
-    def program_text(self) -> str:
+    def program_text(self, optimized: bool = False) -> str:
+        """The StableHLO program; the interpreter runs it as it is, so the optimized
+        program is the same text."""
         return self._program.text
 
     def delete(self) -> Future[None]:

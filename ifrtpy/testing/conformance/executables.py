@@ -15,8 +15,7 @@ The programs are StableHLO text, written here. The common data is IFRT's: f32[2,
 holding 0..5 on addressable device 0.
 
 Not ported (no ifrtpy interface yet): user contexts (``CompileAndExecute`` only checks
-the outputs), ``GetHloModules`` and ``CancelExecution``; those cases skip with the
-reason. A backend's UnimplementedError turns into a skip carrying its message.
+the outputs); that case skips with the reason. A backend's UnimplementedError turns into a skip carrying its message.
 """
 
 from __future__ import annotations
@@ -184,7 +183,11 @@ def test_output_memory_kinds(client, serialize):
 
 @SERIALIZE
 def test_get_hlo_modules(client, serialize):
-    pytest.skip("not ported: ifrtpy's LoadedExecutable has no hlo_modules()")
+    executable = _compile(client, ADD_SUB, _devices(client, 2), serialize)
+    with _skip_if_unimplemented("hlo_modules"):
+        modules = executable.hlo_modules()
+    assert len(modules) == 1
+    assert "add" in modules[0].name
 
 
 @SERIALIZE
@@ -271,7 +274,19 @@ def test_compile_and_execute_portable(client, serialize):
 
 @SERIALIZE
 def test_cancel_execution(client, serialize):
-    pytest.skip("not ported: ifrtpy has no Client.cancel_execution / cancellation handles")
+    executable = _compile(client, ADD_ONE, _devices(client, 1), serialize)
+    result = executable.execute([_add_one_input(client)], ifrt.ExecuteOptions(fill_status=True))
+    with _skip_if_unimplemented("cancel_execution"):
+        first = client.cancel_execution(result)
+    second = client.cancel_execution(result)  # harmless
+    assert isinstance(first, bool) and isinstance(second, bool)
+    [out] = result.outputs
+    if first:  # cancelled: the status fails
+        with pytest.raises(IfrtError):
+            result.status.result(timeout=TIMEOUT_S)
+    else:  # it had finished: the outputs stand
+        result.status.result(timeout=TIMEOUT_S)
+        np.testing.assert_array_equal(_host(out), _iota() + 1)
 
 
 @SERIALIZE

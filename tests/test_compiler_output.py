@@ -1,0 +1,69 @@
+"""What the compiler did: the optimized HLO (``hlo_modules``, ``program_text(optimized=True)``),
+per-parameter and per-output shardings, memory stats and cost analysis."""
+
+from __future__ import annotations
+
+import pytest
+
+import ifrtpy as ifrt
+from ifrtpy.errors import FailedPreconditionError
+
+MATMUL = """
+func.func @main(%a: tensor<8x16xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"},
+                %b: tensor<16x4xf32> {mhlo.sharding = "{replicated}"})
+    -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}"""
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    client = ifrt.get_client(device_count=4)
+    return client.compile(ifrt.HloProgram(MATMUL), ifrt.CompileOptions(num_partitions=4))
+
+
+def test_the_optimized_program_is_the_partitioned_hlo(compiled):
+    [module] = compiled.hlo_modules()
+    text = compiled.program_text(optimized=True)
+    assert text == module.to_string()
+    assert text.startswith("HloModule")
+    entry = next(line for line in text.splitlines() if line.startswith("ENTRY"))
+    # one device's program: its parameters and result are the shards
+    assert "f32[2,16]" in entry and "f32[16,4]" in entry and "f32[2,4]" in entry
+    assert "tensor<8x16xf32>" in compiled.program_text()
+
+
+def test_shardings_per_parameter_and_output_follow_the_program(compiled):
+    a, b = compiled.parameter_shardings()
+    [out] = compiled.output_shardings()
+    assert a.shard_shape((8, 16)) == (2, 16) and not a.is_fully_replicated
+    assert b.is_fully_replicated
+    assert out.shard_shape((8, 4)) == (2, 4)
+
+
+def test_memory_stats_and_cost_analysis_are_present(compiled):
+    stats = compiled.compiled_memory_stats()
+    assert stats.argument_size_in_bytes == 4 * (2 * 16 + 16 * 4)  # one device's shards
+    assert stats.output_size_in_bytes == 4 * 2 * 4
+    cost = compiled.cost_analysis()
+    assert cost["flops"] == 2 * 2 * 16 * 4  # one device's matmul
+
+
+def test_a_deleted_executable_has_no_modules():
+    client = ifrt.get_client(device_count=1)
+    exe = client.compile(ifrt.HloProgram(MATMUL.replace('{mhlo.sharding = "{devices=[4,1]<=[4]}"}', "")
+                                          .replace('{mhlo.sharding = "{replicated}"}', "")),
+                         ifrt.CompileOptions(compilation_cache_dir=False))
+    assert "dot" in exe.program_text(optimized=True)
+    exe.delete()
+    with pytest.raises(FailedPreconditionError, match="deleted"):
+        exe.hlo_modules()
+
+
+def test_the_reference_backend_runs_the_program_as_it_is():
+    client = ifrt.get_client("reference", device_count=4)
+    exe = client.compile(ifrt.HloProgram(MATMUL), ifrt.CompileOptions(num_partitions=4))
+    assert exe.program_text(optimized=True) == exe.program_text()
+    with pytest.raises(ifrt.errors.UnimplementedError):
+        exe.hlo_modules()
