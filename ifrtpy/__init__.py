@@ -35,6 +35,8 @@ from ifrtpy.hlo_sharding import HloSharding as HloSharding
 from ifrtpy.mesh import Mesh as Mesh
 from ifrtpy.mesh import NamedSharding as NamedSharding
 from ifrtpy.mesh import PartitionSpec as PartitionSpec
+from ifrtpy.plugins import PluginInfo as PluginInfo
+from ifrtpy.plugins import available_plugins as available_plugins
 from ifrtpy.program import HloProgram as HloProgram
 from ifrtpy.program import Program as Program
 from ifrtpy.remap import Interval as Interval

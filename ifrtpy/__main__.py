@@ -38,6 +38,8 @@ def info(client) -> None:
         memories = ", ".join(
             f"{m.kind}{' (default)' if m is default else ''}" for m in device.memories())
         print(f"  {device.id}: {device.to_string()} kind={device.kind!r} memories: {memories}")
+    from ifrtpy.plugins import plugins_report
+    print(plugins_report())
 
 
 def demo(client) -> None:

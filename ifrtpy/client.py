@@ -394,17 +394,19 @@ def registered_backends() -> list[str]:
 
 
 def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
-    """A new client of the named backend; ``kwargs`` go to its factory.
+    """A new client of the named backend or PJRT plugin; ``kwargs`` go to its factory.
 
-    NotFoundError (listing the registered names) for an unknown backend. Importing a
+    A name that is not a registered backend is a PJRT plugin name (``"cpu"``,
+    ``"cuda"``, ...) found by :func:`ifrtpy.plugins.find_plugin` (or at ``plugin=``, a
+    path); the other ``kwargs`` are its create options, typed and checked before the
+    call (:mod:`ifrtpy.plugin_options`). NotFoundError listing the registered backends,
+    the plugins found and where ifrtpy looked for a name found nowhere. Importing a
     backend's module may raise ImportError (e.g. the Cython extension is not built).
     """
     with _registry_lock:
         factory = _BACKENDS.get(backend)
     if factory is None:
-        raise NotFoundError(
-            f"unknown ifrtpy backend {backend!r}; registered: {', '.join(registered_backends())}"
-        )
+        return _plugin_client(backend, kwargs)
     if isinstance(factory, str):
         module_name, _, attr = factory.partition(":")
         module = importlib.import_module(module_name)
@@ -414,7 +416,29 @@ def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
             raise NotFoundError(
                 f"backend {backend!r}: module {module_name!r} has no {attr!r}"
             ) from None
-    client = factory(**kwargs)
+    return _checked(backend, factory(**kwargs))
+
+
+def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
+    """A PjRt-backend client of the plugin called ``name``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
+    from ifrtpy.backends.pjrt import create_client
+    from ifrtpy.plugins import find_plugin
+
+    plugin = kwargs.pop("plugin", None)
+    if plugin is None:
+        try:
+            plugin = find_plugin(name).path
+        except NotFoundError as e:
+            raise NotFoundError(
+                f"unknown ifrtpy backend {name!r} (registered: "
+                f"{', '.join(registered_backends())}), and {e.message}"
+            ) from None
+    return _checked(name, create_client(plugin, name=name, **kwargs))
+
+
+def _checked(backend: str, client: Any) -> Client:
     if not isinstance(client, Client):
         raise InvalidArgumentError(
             f"backend {backend!r} factory returned {type(client).__name__}, not a Client"

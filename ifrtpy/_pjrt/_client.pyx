@@ -4,8 +4,10 @@
 Differences from the C API:
 
 * ``create_client`` type-checks every option value before the call: the CPU plugin
-  aborts the process on a ``cpu_device_count`` that is not an int64, and gives a client
-  with no devices for a count below 1; both are refused here.
+  aborts the process on a ``cpu_device_count`` that is not an int64, gives a client
+  with no devices for a count below 1, and takes time quadratic in the count (10**6
+  never returns); all three are refused here (the cap is
+  ``ifrtpy.plugin_options.MAX_CPU_DEVICE_COUNT``).
 * A ClientHandle builds one DeviceHandle per device and one MemoryHandle per addressable
   memory at creation, so lookups return the same objects. Device and memory handles
   borrow their C pointers and keep the client alive.
@@ -19,6 +21,7 @@ cimport cython
 
 from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
 from ifrtpy import errors as _errors
+from ifrtpy.plugin_options import MAX_CPU_DEVICE_COUNT, _WHY_DEVICE_LIMIT
 
 #: Options whose type the plugin trusts blindly (a mismatch aborts the process).
 _OPTION_TYPES = {"cpu_device_count": int}
@@ -41,8 +44,10 @@ def create_client(PluginHandle plugin, options=None):
                 raise _errors.InvalidArgumentError(
                     f"client option {name!r}: {v} does not fit in an int64")
     count = opts.get("cpu_device_count")
-    if count is not None and not 1 <= count < 2**31:
-        raise _errors.InvalidArgumentError(f"cpu_device_count must be at least 1, got {count}")
+    if count is not None and not 1 <= count <= MAX_CPU_DEVICE_COUNT:
+        raise _errors.InvalidArgumentError(
+            f"client option 'cpu_device_count' must be in [1, {MAX_CPU_DEVICE_COUNT}] "
+            f"({_WHY_DEVICE_LIMIT}), got {count}")
     cdef ClientHandle client = ClientHandle.__new__(ClientHandle)
     client.plugin = plugin
     client.api = plugin.api

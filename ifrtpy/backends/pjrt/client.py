@@ -3,6 +3,7 @@ plugin. Array operations live in :mod:`ifrtpy.backends.pjrt.array`."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from ifrtpy import _pjrt
@@ -13,20 +14,42 @@ from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.plugin_options import check_options
+from ifrtpy.plugins import find_plugin
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
 def create_client(plugin: str | None = None, device_count: int | None = None,
-                  options: Mapping[str, Any] | None = None) -> PjrtClient:
-    """A PjrtClient of the plugin at ``plugin`` (default: xla-cpu-pjrt's CPU plugin).
+                  options: Mapping[str, Any] | None = None, *, name: str | None = None,
+                  **named_options: Any) -> PjrtClient:
+    """A PjrtClient of a PJRT plugin.
 
-    ``device_count`` sets the CPU plugin's ``cpu_device_count`` option; ``options`` are
-    passed to the plugin as they are (type-checked first).
+    ``plugin`` is a library path or a plugin name (see :mod:`ifrtpy.plugins`); ``name``
+    names the plugin whose option table applies (default: ``plugin`` when it is a name).
+    Neither given: xla-cpu-pjrt's CPU plugin. ``device_count`` sets ``cpu_device_count``.
+    ``options`` and ``named_options`` are the plugin's create options, checked against
+    its table in :mod:`ifrtpy.plugin_options` where ifrtpy knows the plugin.
     """
-    opts = dict(options or {})
+    opts = {**(options or {}), **named_options}
     if device_count is not None:
         opts["cpu_device_count"] = device_count
-    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(plugin), opts))
+    if plugin is None and name is None:
+        path, name = _pjrt.default_plugin_path(), "cpu"
+    elif plugin is None or not _is_path(plugin):
+        name = name if plugin is None else (name or plugin)
+        path = find_plugin(plugin or name).path
+    else:
+        path = plugin
+    if name is not None:
+        opts = check_options(name, opts)
+    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts))
+
+
+def _is_path(plugin: Any) -> bool:
+    """Whether ``plugin`` names a file (a path-like, or a str with a separator or ``.so``)."""
+    if not isinstance(plugin, str):
+        return True
+    return os.sep in plugin or plugin.endswith(".so") or os.path.isfile(plugin)
 
 
 class PjrtMemory(Memory):

@@ -1,0 +1,215 @@
+"""Finding PJRT plugins by name.
+
+A PJRT plugin is a shared library exporting ``GetPjrtApi``. :func:`find_plugin` turns a
+name such as ``"cpu"`` or ``"cuda"`` into the library's path, looking in this order (the
+first source that has the name wins):
+
+1. ``PJRT_NAMES_AND_LIBRARY_PATHS``: ``name:path,name:path`` (jax's convention);
+2. jax plugin packages: modules of the ``jax_plugins`` namespace package and the
+   ``jax_plugins`` entry-point group (``jax-cuda12-pjrt`` / ``jax-cuda13-pjrt`` ship
+   ``jax_plugins/xla_cuda13/xla_cuda_plugin.so``, named ``"cuda"``);
+3. ``xla_plugins`` packages (``xla-cpu-pjrt`` ships ``xla_plugins/xla_cpu_pjrt``, named
+   ``"cpu"``);
+4. the ``ifrtpy.pjrt_plugins`` entry-point group, for third parties: the entry point's
+   name is the plugin name and its object is the library path (str or path-like) or a
+   function returning it.
+
+An explicit path (``get_client("cuda", plugin="/path/to/plugin.so")``) comes before all of
+these. Nothing is imported or loaded while looking, except the objects of
+``ifrtpy.pjrt_plugins`` entry points (third-party code that asked to be called).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.metadata
+import importlib.util
+import os
+import re
+from typing import Any, Callable, Iterator
+
+from ifrtpy.errors import NotFoundError
+
+__all__ = [
+    "PluginInfo", "available_plugins", "find_plugin", "plugins_report", "ENV_VAR",
+    "ENTRY_POINT_GROUP",
+]
+
+#: The environment variable jax reads: ``name:path,name:path``.
+ENV_VAR = "PJRT_NAMES_AND_LIBRARY_PATHS"
+#: ifrtpy's own entry-point group for third-party plugins.
+ENTRY_POINT_GROUP = "ifrtpy.pjrt_plugins"
+
+#: Where :func:`find_plugin` looks, in order (for error messages and docs).
+SEARCH_ORDER = (
+    f"the environment variable {ENV_VAR}",
+    "the jax_plugins namespace package",
+    "the jax_plugins entry-point group",
+    "the xla_plugins namespace package",
+    f"the {ENTRY_POINT_GROUP} entry-point group",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """A plugin found on this machine.
+
+    ``name`` is what :func:`ifrtpy.get_client` takes; ``path`` the library; ``source``
+    where it was found (e.g. ``"jax_plugins:xla_cuda13"``); ``api_version`` the PJRT C API
+    version ``(major, minor)`` once the library is loaded in this process, else None.
+    """
+
+    name: str
+    path: str
+    source: str
+    api_version: tuple[int, int] | None = None
+
+
+def _plugin_name(module_name: str) -> str:
+    """``xla_cuda13`` -> ``cuda``, ``xla_cpu_pjrt`` -> ``cpu``: the platform a package holds."""
+    name = module_name.rsplit(".", 1)[-1]
+    name = re.sub(r"^(xla|pjrt)_", "", name)
+    name = re.sub(r"_(pjrt|plugin)$", "", name)
+    return re.sub(r"\d+$", "", name) or module_name
+
+
+def _library_in(directory: str) -> str | None:
+    """The PJRT library in a plugin package's directory: the one ``.so`` that is not a
+    Python extension module, preferring names with ``plugin`` or ``pjrt``."""
+    libraries = sorted(
+        p for p in glob.glob(os.path.join(directory, "*.so"))
+        if ".cpython-" not in p and not p.endswith(".abi3.so") and os.path.isfile(p)
+    )
+    preferred = [p for p in libraries if re.search(r"plugin|pjrt", os.path.basename(p))]
+    return (preferred or libraries or [None])[0]
+
+
+def _package_dirs(package: str) -> list[str]:
+    """The directories of a (namespace) package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or spec.submodule_search_locations is None:
+        return []
+    return list(spec.submodule_search_locations)
+
+
+def _from_env() -> Iterator[PluginInfo]:
+    for item in os.environ.get(ENV_VAR, "").split(","):
+        name, sep, path = item.strip().partition(":")
+        if sep and name and path:
+            yield PluginInfo(name.strip(), path.strip(), f"env:{ENV_VAR}")
+
+
+def _from_namespace(package: str) -> Iterator[PluginInfo]:
+    for directory in _package_dirs(package):
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            sub = os.path.join(directory, entry)
+            if entry.startswith(("_", ".")) or not os.path.isdir(sub):
+                continue
+            library = _library_in(sub)
+            if library is not None:
+                yield PluginInfo(_plugin_name(entry), library, f"{package}:{entry}")
+
+
+def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    try:
+        return sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name)
+    except Exception:  # a broken distribution's metadata must not break discovery
+        return []
+
+
+def _from_jax_entry_points() -> Iterator[PluginInfo]:
+    # jax's convention: the entry point's value is the plugin's module ("jax_plugins.xla_cuda13").
+    for ep in _entry_points("jax_plugins"):
+        module = ep.value.split(":")[0].strip()
+        parent, _, leaf = module.rpartition(".")
+        for directory in _package_dirs(parent) if parent else []:
+            library = _library_in(os.path.join(directory, leaf))
+            if library is not None:
+                yield PluginInfo(_plugin_name(ep.name), library, f"entry point jax_plugins:{ep.name}")
+                break
+
+
+def _from_ifrtpy_entry_points() -> Iterator[PluginInfo]:
+    for ep in _entry_points(ENTRY_POINT_GROUP):
+        try:
+            obj: Any = ep.load()
+            path = obj() if callable(obj) else obj
+            path = os.fspath(path)
+        except Exception:  # a broken third-party entry point is skipped, not fatal
+            continue
+        yield PluginInfo(ep.name, path, f"entry point {ENTRY_POINT_GROUP}:{ep.name}")
+
+
+_SOURCES: tuple[Callable[[], Iterator[PluginInfo]], ...] = (
+    _from_env,
+    lambda: _from_namespace("jax_plugins"),
+    _from_jax_entry_points,
+    lambda: _from_namespace("xla_plugins"),
+    _from_ifrtpy_entry_points,
+)
+
+
+def _loaded_version(path: str) -> tuple[int, int] | None:
+    """The API version of the library at ``path`` if this process has loaded it."""
+    import sys
+
+    base = sys.modules.get("ifrtpy._pjrt")
+    if base is None:
+        return None
+    handle = base.loaded_plugins().get(os.path.realpath(path))
+    return None if handle is None else tuple(handle.api_version)
+
+
+def available_plugins(*, load: bool = False) -> list[PluginInfo]:
+    """Every plugin found, in search order; a name found twice is listed at each place,
+    the first one being what :func:`find_plugin` picks.
+
+    ``api_version`` is set for libraries this process has loaded; with ``load=True`` each
+    library is loaded first (a library that fails to load keeps ``api_version=None``).
+    """
+    found = [info for source in _SOURCES for info in source()]
+    if load:
+        from ifrtpy import _pjrt
+
+        for info in found:
+            try:
+                _pjrt.load_plugin(info.path)
+            except Exception:
+                pass
+    return [dataclasses.replace(i, api_version=_loaded_version(i.path)) for i in found]
+
+
+def find_plugin(name: str) -> PluginInfo:
+    """The first plugin called ``name`` in search order.
+
+    NotFoundError listing the plugins found and where ifrtpy looked.
+    """
+    found = available_plugins()
+    for info in found:
+        if info.name == name:
+            return info
+    listing = ", ".join(f"{i.name!r} ({i.path}, from {i.source})" for i in found) or "none"
+    raise NotFoundError(
+        f"no PJRT plugin named {name!r}. Found: {listing}. Looked in "
+        f"{'; '.join(SEARCH_ORDER)}. Give a path with plugin='/path/to/plugin.so', or "
+        f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda')"
+    )
+
+
+def plugins_report() -> str:
+    """Lines for ``python -m ifrtpy info``: each plugin found, with where and its version."""
+    lines = ["plugins  (by name: ifrtpy.get_client(name))"]
+    for info in available_plugins():
+        version = "not loaded" if info.api_version is None else "PJRT API %d.%d" % info.api_version
+        lines.append(f"  {info.name}: {info.path} (from {info.source}, {version})")
+    if len(lines) == 1:
+        lines.append(f"  none found; looked in {'; '.join(SEARCH_ORDER)}")
+    return "\n".join(lines)
