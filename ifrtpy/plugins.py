@@ -27,12 +27,14 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import sys
 from typing import Any, Callable, Iterator
 
 from ifrtpy.errors import NotFoundError
 
 __all__ = [
-    "PluginInfo", "available_plugins", "find_plugin", "plugins_report", "ENV_VAR",
+    "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
+    "preload_nvidia_libraries", "ENV_VAR",
     "ENTRY_POINT_GROUP",
 ]
 
@@ -159,13 +161,38 @@ _SOURCES: tuple[Callable[[], Iterator[PluginInfo]], ...] = (
 
 def _loaded_version(path: str) -> tuple[int, int] | None:
     """The API version of the library at ``path`` if this process has loaded it."""
-    import sys
-
     base = sys.modules.get("ifrtpy._pjrt")
     if base is None:
         return None
     handle = base.loaded_plugins().get(os.path.realpath(path))
     return None if handle is None else tuple(handle.api_version)
+
+
+#: The last search: (its key, what it found). See :func:`_search_key`.
+_last_search: tuple[tuple[Any, ...], list[PluginInfo]] | None = None
+
+
+def _search_key() -> tuple[Any, ...]:
+    """What a search depends on: the environment variable, ``sys.path`` and the
+    modification times of its directories (installing a package changes one)."""
+    times = []
+    for entry in sys.path:
+        try:
+            times.append(os.stat(entry or ".").st_mtime_ns)
+        except OSError:
+            times.append(None)
+    return (os.environ.get(ENV_VAR), tuple(sys.path), tuple(times))
+
+
+def _search() -> list[PluginInfo]:
+    global _last_search
+    key = _search_key()
+    last = _last_search
+    if last is not None and last[0] == key:
+        return last[1]
+    found = [info for source in _SOURCES for info in source()]
+    _last_search = (key, found)
+    return found
 
 
 def available_plugins(*, load: bool = False) -> list[PluginInfo]:
@@ -174,8 +201,10 @@ def available_plugins(*, load: bool = False) -> list[PluginInfo]:
 
     ``api_version`` is set for libraries this process has loaded; with ``load=True`` each
     library is loaded first (a library that fails to load keeps ``api_version=None``).
+    The search is repeated only when ``PJRT_NAMES_AND_LIBRARY_PATHS``, ``sys.path`` or
+    a directory on it has changed since the last one.
     """
-    found = [info for source in _SOURCES for info in source()]
+    found = _search()
     if load:
         from ifrtpy import _pjrt
 
@@ -192,16 +221,43 @@ def find_plugin(name: str) -> PluginInfo:
 
     NotFoundError listing the plugins found and where ifrtpy looked.
     """
-    found = available_plugins()
-    for info in found:
+    for info in _search():
         if info.name == name:
-            return info
+            return dataclasses.replace(info, api_version=_loaded_version(info.path))
+    found = available_plugins()
     listing = ", ".join(f"{i.name!r} ({i.path}, from {i.source})" for i in found) or "none"
     raise NotFoundError(
         f"no PJRT plugin named {name!r}. Found: {listing}. Looked in "
         f"{'; '.join(SEARCH_ORDER)}. Give a path with plugin='/path/to/plugin.so', or "
         f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda')"
     )
+
+
+#: Libraries of the ``nvidia-*`` wheels the CUDA plugin links against, loaded (in this
+#: order) before the plugin so the dynamic linker finds them by soname, as jax does.
+_NVIDIA_LIBRARIES = ("libcudart", "libnvrtc", "libcublasLt", "libcublas", "libcupti",
+                     "libcusparse", "libcusolver", "libcufft", "libnccl", "libnvshmem_host",
+                     "libcudnn")
+
+
+def preload_nvidia_libraries() -> list[str]:
+    """Load the CUDA libraries of installed ``nvidia-*`` wheels; the paths loaded.
+
+    Nothing happens where no such wheel is installed; a library that fails to load is
+    skipped (the plugin then reports what it misses when it is loaded).
+    """
+    import ctypes
+
+    loaded = []
+    for directory in _package_dirs("nvidia"):
+        for prefix in _NVIDIA_LIBRARIES:
+            for path in sorted(glob.glob(os.path.join(directory, "*", "lib", prefix + ".so*"))):
+                try:
+                    ctypes.CDLL(path)
+                except OSError:
+                    continue
+                loaded.append(path)
+    return loaded
 
 
 def plugins_report() -> str:

@@ -15,7 +15,7 @@ from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError
 from ifrtpy.plugin_options import check_options
-from ifrtpy.plugins import find_plugin
+from ifrtpy.plugins import find_plugin, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -42,6 +42,8 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         path = plugin
     if name is not None:
         opts = check_options(name, opts)
+    if name in ("cuda", "gpu"):
+        preload_nvidia_libraries()
     return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts))
 
 
