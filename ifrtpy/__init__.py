@@ -32,6 +32,7 @@ from ifrtpy.future import Future as Future
 from ifrtpy.future import Promise as Promise
 from ifrtpy.future import join_futures as join_futures
 from ifrtpy.hlo_sharding import HloSharding as HloSharding
+from ifrtpy.layout import Layout as Layout
 from ifrtpy.mesh import Mesh as Mesh
 from ifrtpy.mesh import NamedSharding as NamedSharding
 from ifrtpy.mesh import PartitionSpec as PartitionSpec

@@ -39,6 +39,7 @@ from ifrtpy.sharding import SingleDeviceShardSemantics
 if TYPE_CHECKING:
     from ifrtpy.device import Device, DeviceList, MemoryKind
     from ifrtpy.dtypes import DType
+    from ifrtpy.layout import Layout
     from ifrtpy.shape import Shape
     from ifrtpy.sharding import Sharding
 
@@ -158,6 +159,18 @@ class Client(abc.ABC):
 
         return DeviceList(devices)
 
+    def get_default_layout(
+        self, dtype: DType, dims: Sequence[int], device: Device,
+        memory_kind: MemoryKind | str | None = None,
+    ) -> Layout:
+        """The device layout an array of ``dtype`` and ``dims`` gets by default on
+        ``device`` in ``memory_kind`` (IFRT ``GetDefaultLayout``). The base answer is the
+        dense row-major layout, which is what the CPU plugin and the reference backend use.
+        """
+        from ifrtpy.layout import Layout
+
+        return Layout.row_major(len(dims))
+
     # -- arrays -----------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -235,7 +248,8 @@ class Client(abc.ABC):
         arrays = []
         for spec, plan in zip(specs, plans):  # everything checked: now transfer
             aspec = spec.array_spec
-            shards = [self.make_array_from_host_buffer(d, sh, semantics) for d, sh in plan]
+            shards = [self.make_array_from_host_buffer(d, sh, semantics, layout=aspec.layout)
+                      for d, sh in plan]
             arrays.append(
                 self.assemble_array_from_single_device_arrays(
                     aspec.shape, aspec.sharding, shards, ArrayCopySemantics.DONATE_INPUT,

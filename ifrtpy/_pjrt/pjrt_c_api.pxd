@@ -189,7 +189,10 @@ cdef extern from "pjrt_c_api.h" nogil:
         size_t struct_size
         const int64_t* minor_to_major
         size_t minor_to_major_size
+        const int64_t* tile_dims
+        const size_t* tile_dim_sizes
         size_t num_tiles
+    enum: PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE
     ctypedef struct PJRT_Buffer_MemoryLayout:
         size_t struct_size
         PJRT_Buffer_MemoryLayout_Tiled tiled

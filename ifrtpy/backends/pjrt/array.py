@@ -22,6 +22,7 @@ from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future, Promise, join_futures
+from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
@@ -66,8 +67,12 @@ class PjrtArray(ArrayCore, Array):
         return self._sharding
 
     @property
-    def layout(self):
-        return None  # the default (dense, major-to-minor) layout
+    def layout(self) -> Layout | None:
+        """The device layout the plugin reports for the first shard (PJRT_Buffer_GetMemoryLayout);
+        None for an error array or one with no addressable shard."""
+        if self._error is not None or not self._buffers:
+            return None
+        return Layout(*self._live_buffers()[0].memory_layout)
 
     @property
     def buffers(self) -> tuple:
@@ -277,11 +282,10 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         array._shape = shape
         array._sharding = sharding
         return array
-    if layout is not None:
-        raise UnimplementedError("custom layouts are not supported by the PjRt backend")
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    device_layout = _device_layout(client, layout, data.ndim)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
     semantics = HostBufferSemantics(semantics)
@@ -302,9 +306,11 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     buffers, done = [], []
     for piece, memory, copy in zip(pieces, memories, staged):
         if copy is not None:  # copied already: nothing for on_done to wait for
-            buffers.append(_pjrt.buffer_from_host_buffer(handle, copy, None, memory._handle, 2)[0])
+            buffers.append(_pjrt.buffer_from_host_buffer(handle, copy, None, memory._handle, 2,
+                                                         device_layout)[0])
             continue
-        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, None, memory._handle, mode)
+        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, None, memory._handle, mode,
+                                                      device_layout)
         buffers.append(buffer)
         if event is not None:
             done.append(event)
@@ -319,6 +325,30 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         else:
             on_done()
     return array
+
+
+def _device_layout(client, layout, rank: int) -> tuple | None:
+    """``layout`` as the Cython layer's ``(minor_to_major, tiles)``; None for the default.
+
+    InvalidArgumentError for a layout of another rank; UnimplementedError on the CPU
+    plugin for any layout but the row-major default: it reports a requested column-major
+    layout back but keeps the elements in row-major order (measured on PJRT 0.81), so the
+    layout would be a false statement about the memory.
+    """
+    if layout is None:
+        return None
+    if not isinstance(layout, Layout):
+        raise InvalidArgumentError(f"layout must be an ifrtpy.Layout or None, got {layout!r}")
+    if layout.rank != rank:
+        raise InvalidArgumentError(f"layout {layout} has rank {layout.rank}, the data rank {rank}")
+    if layout == Layout.row_major(rank):
+        return None
+    if client.platform_name == "cpu":
+        raise UnimplementedError(
+            f"the CPU PJRT plugin cannot place an array in device layout {layout}: it reports "
+            f"the layout back but keeps the elements in row-major order. Read a column-major "
+            f"host copy with copy_to_host_buffer(out=np.empty(shape, dtype, order='F')) instead")
+    return layout.minor_to_major, layout.tiles
 
 
 _SHAPES: dict = {}  # dims -> Shape, for fast puts
