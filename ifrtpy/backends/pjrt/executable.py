@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy import _pjrt
+from ifrtpy import _jaxlib, _pjrt
 from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
@@ -36,7 +36,7 @@ _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: DeviceList | None) -> bytes:
     """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
-    from jaxlib import xla_client
+    xla_client = _jaxlib.xla_client()
 
     proto = xla_client.CompileOptions()
     build = proto.executable_build_options
@@ -119,7 +119,7 @@ class PjrtCompiler(Compiler):
 
 def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
     """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
-    from jaxlib._hlo import HloModule
+    HloModule = _jaxlib.hlo_module_class()
 
     fmt, code = handle.optimized_program()
     if fmt == "hlo_with_config":
