@@ -153,6 +153,22 @@ class Client(abc.ABC):
     def lookup_device(self, device_id: int) -> Device:
         """The device with this id (the same object each time); NotFoundError if none."""
 
+    def default_device_assignment(self, num_replicas: int, num_partitions: int) -> np.ndarray:
+        """Device ids for a computation of ``num_replicas`` x ``num_partitions``, as an int
+        array of that shape (IFRT ``GetDefaultDeviceAssignment``). The default takes the
+        addressable devices in id order, replica-major; InvalidArgumentError for counts
+        below 1 or more than there are addressable devices."""
+        for name, value in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        devices = self.addressable_devices()
+        if num_replicas * num_partitions > len(devices):
+            raise InvalidArgumentError(
+                f"a {num_replicas} x {num_partitions} assignment needs "
+                f"{num_replicas * num_partitions} devices; the client has {len(devices)} addressable")
+        ids = [d.id for d in devices[: num_replicas * num_partitions]]
+        return np.array(ids, dtype=np.int64).reshape(num_replicas, num_partitions)
+
     def make_device_list(self, devices: Sequence[Device]) -> DeviceList:
         """An ordered DeviceList over ``devices`` (repeats allowed)."""
         from ifrtpy.device import DeviceList
@@ -320,6 +336,19 @@ class Client(abc.ABC):
         REUSE_INPUT is not allowed (InvalidArgumentError). UnimplementedError by default.
         """
         raise UnimplementedError(f"{type(self).__name__} does not implement reshard_arrays")
+
+    def bitcast_arrays(
+        self,
+        arrays: Sequence[Array],
+        specs: Sequence[ArraySpec],
+        semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
+    ) -> list[Array]:
+        """Each array's shard bytes read as the matching spec (IFRT ``BitcastArrays``):
+        same addressable devices and memory kind, same bytes per shard, no conversion; see
+        :mod:`ifrtpy.bitcast`. The result's sharding is the spec's. DONATE_INPUT deletes
+        the inputs. InvalidArgumentError for a mismatch; UnimplementedError by default.
+        """
+        raise UnimplementedError(f"{type(self).__name__} does not implement bitcast_arrays")
 
     def make_error_arrays(self, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
         """Arrays of the given specs whose ready futures fail with ``error``.

@@ -217,6 +217,31 @@ cdef class ClientHandle:
         check(self.api, self.api.PJRT_Client_LookupDevice(&args))
         return self.device_of(args.device)
 
+    def default_device_assignment(self, int num_replicas, int num_partitions):
+        """Device ids, replica-major: ``num_replicas * num_partitions`` ints from
+        PJRT_Client_DefaultDeviceAssignment. Both counts must be at least 1."""
+        cdef const PJRT_Api* api = self.api
+        cdef PJRT_Client_DefaultDeviceAssignment_Args args
+        if num_replicas < 1 or num_partitions < 1:
+            raise _errors.InvalidArgumentError(
+                f"num_replicas and num_partitions must be at least 1, got {num_replicas} and "
+                f"{num_partitions}")
+        cdef size_t n = <size_t>num_replicas * <size_t>num_partitions
+        import numpy
+        ids = numpy.zeros(n, dtype=numpy.intc)
+        cdef int[::1] view = ids
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Client_DefaultDeviceAssignment_Args_STRUCT_SIZE
+        args.client = self.ptr
+        args.num_replicas = num_replicas
+        args.num_partitions = num_partitions
+        args.default_assignment_size = n
+        args.default_assignment = &view[0]
+        require(api, &api.PJRT_Client_DefaultDeviceAssignment, "PJRT_Client_DefaultDeviceAssignment")
+        with nogil:
+            check(api, api.PJRT_Client_DefaultDeviceAssignment(&args))
+        return [int(i) for i in ids]
+
     def __repr__(self):
         return f"<ClientHandle {self.platform_name} with {len(self.devices)} devices>"
 

@@ -165,6 +165,14 @@ cdef extern from "pjrt_c_api.h" nogil:
         int id
         PJRT_Device* device
     enum: PJRT_Client_LookupDevice_Args_STRUCT_SIZE
+    ctypedef struct PJRT_Client_DefaultDeviceAssignment_Args:
+        size_t struct_size
+        PJRT_Client* client
+        int num_replicas
+        int num_partitions
+        size_t default_assignment_size
+        int* default_assignment
+    enum: PJRT_Client_DefaultDeviceAssignment_Args_STRUCT_SIZE
     ctypedef struct PJRT_Program:
         size_t struct_size
         char* code
@@ -574,6 +582,7 @@ cdef extern from "pjrt_c_api.h" nogil:
         PJRT_Error* (*PJRT_Client_Devices)(PJRT_Client_Devices_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_AddressableDevices)(PJRT_Client_AddressableDevices_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_LookupDevice)(PJRT_Client_LookupDevice_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_Client_DefaultDeviceAssignment)(PJRT_Client_DefaultDeviceAssignment_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_Compile)(PJRT_Client_Compile_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_BufferFromHostBuffer)(PJRT_Client_BufferFromHostBuffer_Args*) noexcept nogil
         PJRT_Error* (*PJRT_DeviceDescription_Id)(PJRT_DeviceDescription_Id_Args*) noexcept nogil

@@ -526,6 +526,71 @@ def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_se
     return PjrtArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
 
 
+def bitcast_arrays(client, arrays, specs, semantics) -> list[PjrtArray]:
+    """Each shard reinterpreted on its device by a small compiled program (reshape and
+    ``bitcast_convert``: PJRT has no buffer bitcast), compiled once per shard signature
+    and device. The inputs are deleted after the outputs are ready under DONATE_INPUT."""
+    from ifrtpy.bitcast import plan_bitcast
+
+    plans = plan_bitcast(client, arrays, specs, semantics)
+    for i, plan in enumerate(plans):
+        for dtype in (plan.array.dtype, plan.spec.dtype):
+            if dtype.to_numpy().kind == "c":
+                raise UnimplementedError(
+                    f"bitcast_arrays: array {i} involves {dtype}; StableHLO's bitcast_convert, "
+                    "which the PjRt backend runs, does not take complex types")
+        sharding = plan.array.sharding
+        for device in sharding.devices.addressable_device_list():
+            if device.memory(sharding.memory_kind) is not device.default_memory():
+                raise UnimplementedError(
+                    f"bitcast_arrays: array {i} is in memory kind {sharding.memory_kind}; the "
+                    "PjRt backend bitcasts arrays in the devices' default memory only")
+        if plan.array._error is None:
+            plan.array._live_buffers()
+    out = []
+    for plan in plans:
+        spec, array = plan.spec, plan.array
+        if array._error is not None:
+            out.extend(make_error_arrays(client, array._error, [spec]))
+        else:
+            pieces = array.disassemble_into_single_device_arrays(ArrayCopySemantics.REUSE_INPUT)
+            buffers = []
+            for piece, old, new in zip(pieces, plan.old_shards, plan.new_shards):
+                device = piece.sharding.devices[0]
+                exe = _bitcast_executable(client, array.dtype, old, spec.dtype, new, device)
+                buffers.extend(exe(piece)[0]._take_buffers())
+            out.append(PjrtArray(client, spec.dtype, Shape(spec.shape), spec.sharding,
+                                 tuple(buffers)))
+        if ArrayCopySemantics(semantics) == ArrayCopySemantics.DONATE_INPUT:
+            out[-1].ready_future().exception()
+            array.delete()
+    return out
+
+
+def _bitcast_executable(client, old_dtype, old_dims, new_dtype, new_dims, device):
+    """The compiled reinterpretation of one shard signature on ``device`` (cached)."""
+    import math
+
+    from ifrtpy.builder import Builder
+    from ifrtpy.executable import CompileOptions
+
+    cache = client.__dict__.setdefault("_bitcast_executables", {})
+    key = (old_dtype, old_dims, new_dtype, new_dims, device.id)
+    exe = cache.get(key)
+    if exe is None:
+        b = Builder("bitcast")
+        x = b.parameter(old_dims, old_dtype, name="x")
+        flat = b.reshape(x, (math.prod(old_dims),))
+        ratio_old, ratio_new = old_dtype.bit_size, new_dtype.bit_size
+        if ratio_old < ratio_new:  # narrower elements: group them first
+            flat = b.reshape(flat, (flat.shape.dims[0] * ratio_old // ratio_new,
+                                    ratio_new // ratio_old))
+        y = b.bitcast_convert(flat, new_dtype)
+        exe = client.compile(b.build(b.reshape(y, new_dims)), CompileOptions(devices=[device]))
+        cache[key] = exe
+    return exe
+
+
 def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[PjrtArray]:
     arrays = list(arrays)
     if not arrays:

@@ -221,6 +221,15 @@ class PjrtClient(Client):
             )
         return device
 
+    def default_device_assignment(self, num_replicas: int, num_partitions: int):
+        """The plugin's own assignment (PJRT_Client_DefaultDeviceAssignment), after the
+        base class's checks of the counts."""
+        import numpy as np
+
+        super().default_device_assignment(num_replicas, num_partitions)
+        ids = self._handle.default_device_assignment(num_replicas, num_partitions)
+        return np.array(ids, dtype=np.int64).reshape(num_replicas, num_partitions)
+
     def default_memory_kinds(self) -> dict[int, MemoryKind]:
         """The default memory kind of each addressable device, by device id."""
         return {d.id: d.default_memory().kind for d in self._addressable}
@@ -243,6 +252,9 @@ class PjrtClient(Client):
 
     def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _reshard.reshard_arrays(self, arrays, specs, semantics)
+
+    def bitcast_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _array.bitcast_arrays(self, arrays, specs, semantics)
 
     def make_error_arrays(self, error, specs):
         return _array.make_error_arrays(self, error, specs)

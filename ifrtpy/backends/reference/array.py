@@ -366,6 +366,30 @@ def assemble(client, shape, sharding: Sharding, arrays, copy_semantics, shard_se
     return ReferenceArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
 
 
+def bitcast_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
+    """Each shard's bytes viewed as the spec's dtype and shard shape (NumPy ``view``)."""
+    from ifrtpy.bitcast import plan_bitcast
+
+    plans = plan_bitcast(client, arrays, specs, semantics)
+    for i, plan in enumerate(plans):
+        _check_array(client, plan.array, i)
+        if plan.array.error is None:
+            plan.array._live_shards()
+    out = []
+    for plan in plans:
+        spec = plan.spec
+        shards = plan.array._take(ArrayCopySemantics(semantics))
+        if plan.array.error is not None:
+            out.append(ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, (),
+                                      plan.array.error))
+            continue
+        np_dtype = spec.dtype.to_numpy()
+        new = tuple(_frozen(np.ascontiguousarray(s).reshape(-1).view(np_dtype).reshape(dims))
+                    for s, dims in zip(shards, plan.new_shards))
+        out.append(ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, new))
+    return out
+
+
 def copy_arrays(client, arrays, devices, memory_kind, semantics) -> list[ReferenceArray]:
     arrays = list(arrays)
     if not arrays:

@@ -10,8 +10,8 @@ Import the tests into a backend's test module and provide a ``client`` fixture::
         return ifrt.get_client("pjrt", device_count=8)
 
 The common data is IFRT's: f32[2,3] holding 0..5 on addressable device 0 in the
-default memory kind. Not ported (no ifrtpy interface yet): user contexts, ``BitcastArrays``
-and string arrays; those cases skip with the reason. The custom-layout cases use a
+default memory kind. Not ported (no ifrtpy interface yet): user contexts and string
+arrays; those cases skip with the reason. The custom-layout cases use a
 column-major ``ifrtpy.Layout`` and skip where the backend raises UnimplementedError.
 """
 
@@ -478,9 +478,27 @@ def test_copy_to_same_devices(client):
 
 
 def test_bitcast_arrays(client):
-    bitcast = getattr(client, "bitcast_arrays", None)
-    if bitcast is None:
-        pytest.skip("not ported: ifrtpy Client has no bitcast_arrays yet")
+    devices = _devices(client, 2)
+    scalar = client.make_array_from_host_buffer(
+        np.float32(3), _replicated(devices, Shape([])), ONLY_DURING_CALL)
+    split = ShardingParamSharding(ShardingParam([2], [0], [2]), devices)
+    spec = ArraySpec(F32, Shape([2]), split)
+    with _skip_if_unimplemented("bitcast_arrays"):
+        (array,) = client.bitcast_arrays([scalar], [spec], ALWAYS_COPY)
+    assert array.sharding is split
+    assert array.layout in (None, client.get_default_layout(F32, [1], devices[0]))
+    for shard in array.disassemble_into_single_device_arrays(REUSE_INPUT, ADDRESSABLE):
+        np.testing.assert_array_equal(_host(shard), np.array([3], np.float32))
+    np.testing.assert_array_equal(_host(array), np.array([3, 3], np.float32))
+
+
+def test_bitcast_arrays_refuses_a_different_byte_count(client):
+    device = client.addressable_devices()[0]
+    array = _make(client, sharding=SingleDeviceSharding(device))
+    spec = ArraySpec(F32, Shape([7]), SingleDeviceSharding(device))
+    with _skip_if_unimplemented("bitcast_arrays"), pytest.raises(InvalidArgumentError, match="bytes"):
+        client.bitcast_arrays([array], [spec], ALWAYS_COPY)
+    assert not array.is_deleted()
 
 
 def _replicated_by_assembly(client, devices, sharding):
