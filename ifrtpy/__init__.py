@@ -4,6 +4,7 @@ The public names are re-exported here; backends are imported on first use
 (``get_client("pjrt")`` loads the Cython layer).
 """
 
+from ifrtpy import distributed as distributed
 from ifrtpy import errors as errors
 from ifrtpy.array import Array as Array
 from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics

@@ -19,6 +19,7 @@ from ifrtpy.errors import UnimplementedError
 
 __all__ = [
     "SUPPORTED", "version", "xla_client", "hlo_module_class", "register_jax_dialects",
+    "distributed_runtime_service", "distributed_runtime_client",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -32,6 +33,9 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "HloModule": [((0, 10), "jaxlib._hlo:HloModule")],
     # register_dialects(DialectRegistry): func and the other upstream dialects.
     "register_dialects": [((0, 10), "jaxlib.mlir._mlir_libs._jax_mlir_ext:register_dialects")],
+    # The coordination service and its client (ifrtpy.distributed).
+    "distributed_service": [((0, 10), "jaxlib._jax:get_distributed_runtime_service")],
+    "distributed_client": [((0, 10), "jaxlib._jax:get_distributed_runtime_client")],
 }
 
 
@@ -77,3 +81,13 @@ def hlo_module_class() -> Any:
 def register_jax_dialects(registry: Any) -> None:
     """Add jaxlib's upstream MLIR dialects (func, ...) to an ``ir.DialectRegistry``."""
     _lookup("register_dialects")(registry)
+
+
+def distributed_runtime_service(address: str, num_nodes: int, **timeouts: int) -> Any:
+    """jaxlib's coordination service, listening at ``address`` (timeouts in seconds)."""
+    return _lookup("distributed_service")(address, num_nodes, **timeouts)
+
+
+def distributed_runtime_client(address: str, node_id: int, **options: Any) -> Any:
+    """jaxlib's coordination client of the service at ``address`` (not yet connected)."""
+    return _lookup("distributed_client")(address, node_id, **options)

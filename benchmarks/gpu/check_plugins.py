@@ -250,8 +250,9 @@ def _kv_path():
         x = np.arange(10, dtype=np.int32)
         a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]))
         np.testing.assert_array_equal(np.asarray(a), x)
-        text = (f"{client}, process_index {client.process_index()}, "
-                f"kv keys written {distributed.kv_keys_written()}")
+        assert client._handle.kv_callbacks is not None
+        text = (f"{client}, process_index {client.process_index()}, plugin calls of the "
+                f"KV store: {distributed.key_value_store().counts}")
         del client, a
         gc.collect()
         return text

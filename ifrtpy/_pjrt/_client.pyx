@@ -27,9 +27,11 @@ from ifrtpy.plugin_options import MAX_CPU_DEVICE_COUNT, _WHY_DEVICE_LIMIT
 _OPTION_TYPES = {"cpu_device_count": int}
 
 
-def create_client(PluginHandle plugin, options=None):
+def create_client(PluginHandle plugin, options=None, KeyValueCallbacks kv_callbacks=None):
     """A new client of ``plugin`` with named ``options`` (str -> str, int, float, bool or
-    list of int). Raises InvalidArgumentError for a value the plugin cannot take."""
+    list of int) and, if given, the key-value store callbacks (``_kv.KeyValueCallbacks``,
+    kept alive by the client). Raises InvalidArgumentError for a value the plugin cannot
+    take."""
     cdef dict opts = dict(options or {})
     for name, value in opts.items():
         if not isinstance(name, str):
@@ -51,7 +53,8 @@ def create_client(PluginHandle plugin, options=None):
     cdef ClientHandle client = ClientHandle.__new__(ClientHandle)
     client.plugin = plugin
     client.api = plugin.api
-    client._create(opts)
+    client.kv_callbacks = kv_callbacks
+    client._create(opts, kv_callbacks)
     return client
 
 
@@ -66,7 +69,7 @@ cdef class ClientHandle:
     def __init__(self, *args, **kwargs):
         raise TypeError("use ifrtpy._pjrt.create_client(plugin, options)")
 
-    cdef _create(self, dict opts):
+    cdef _create(self, dict opts, KeyValueCallbacks kv):
         cdef const PJRT_Api* api = self.api
         cdef size_t n = len(opts), i = 0
         cdef PJRT_NamedValue* values = <PJRT_NamedValue*>malloc(max(n, 1) * sizeof(PJRT_NamedValue))
@@ -120,6 +123,8 @@ cdef class ClientHandle:
             args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE
             args.create_options = values
             args.num_options = n
+            if kv is not None:
+                kv.fill(&args)
             require(api, &api.PJRT_Client_Create, "PJRT_Client_Create")
             with nogil:
                 check(api, api.PJRT_Client_Create(&args))

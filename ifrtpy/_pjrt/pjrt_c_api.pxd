@@ -120,10 +120,54 @@ cdef extern from "pjrt_c_api.h" nogil:
     enum: PJRT_Event_OnReady_Args_STRUCT_SIZE
 
     # --- client -------------------------------------------------------------------------
+    ctypedef PJRT_Error* (*PJRT_CallbackError)(PJRT_Error_Code code, const char* message,
+                                               size_t message_size) noexcept nogil
+    ctypedef void (*PJRT_KeyValueGetCallback_ValueDeleter)(char* value) noexcept nogil
+    ctypedef void (*PJRT_KeyValueTryGetCallback_ValueDeleter)(char* value) noexcept nogil
+    ctypedef struct PJRT_KeyValueGetCallback_Args:
+        size_t struct_size
+        const char* key
+        size_t key_size
+        int timeout_in_ms
+        PJRT_CallbackError* callback_error
+        void* user_arg
+        char* value
+        size_t value_size
+        PJRT_KeyValueGetCallback_ValueDeleter value_deleter_callback
+    enum: PJRT_KeyValueGetCallback_Args_STRUCT_SIZE
+    ctypedef struct PJRT_KeyValueTryGetCallback_Args:
+        size_t struct_size
+        const char* key
+        size_t key_size
+        PJRT_CallbackError* callback_error
+        void* user_arg
+        char* value
+        size_t value_size
+        PJRT_KeyValueTryGetCallback_ValueDeleter value_deleter_callback
+    enum: PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE
+    ctypedef struct PJRT_KeyValuePutCallback_Args:
+        size_t struct_size
+        const char* key
+        size_t key_size
+        const char* value
+        size_t value_size
+        PJRT_CallbackError* callback_error
+        void* user_arg
+    enum: PJRT_KeyValuePutCallback_Args_STRUCT_SIZE
+    ctypedef PJRT_Error* (*PJRT_KeyValueGetCallback)(PJRT_KeyValueGetCallback_Args* args) noexcept nogil
+    ctypedef PJRT_Error* (*PJRT_KeyValueTryGetCallback)(PJRT_KeyValueTryGetCallback_Args* args) noexcept nogil
+    ctypedef PJRT_Error* (*PJRT_KeyValuePutCallback)(PJRT_KeyValuePutCallback_Args* args) noexcept nogil
+
     ctypedef struct PJRT_Client_Create_Args:
         size_t struct_size
         const PJRT_NamedValue* create_options
         size_t num_options
+        PJRT_KeyValueGetCallback kv_get_callback
+        void* kv_get_user_arg
+        PJRT_KeyValuePutCallback kv_put_callback
+        void* kv_put_user_arg
+        PJRT_KeyValueTryGetCallback kv_try_get_callback
+        void* kv_try_get_user_arg
         PJRT_Client* client
     enum: PJRT_Client_Create_Args_STRUCT_SIZE
     ctypedef struct PJRT_Client_Destroy_Args:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from ifrtpy import _pjrt
+from ifrtpy import _pjrt, distributed
 from ifrtpy.backends.pjrt import array as _array
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import reshard as _reshard
@@ -14,7 +14,7 @@ from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError
-from ifrtpy.plugin_options import check_options
+from ifrtpy.plugin_options import check_options, known_options
 from ifrtpy.plugins import find_plugin, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
@@ -28,7 +28,9 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     names the plugin whose option table applies (default: ``plugin`` when it is a name).
     Neither given: xla-cpu-pjrt's CPU plugin. ``device_count`` sets ``cpu_device_count``.
     ``options`` and ``named_options`` are the plugin's create options, checked against
-    its table in :mod:`ifrtpy.plugin_options` where ifrtpy knows the plugin.
+    its table in :mod:`ifrtpy.plugin_options` where ifrtpy knows the plugin. After
+    :func:`ifrtpy.distributed.initialize`, the client gets the job's key-value store
+    callbacks, and ``node_id`` / ``num_nodes`` where the plugin's table has them.
     """
     opts = {**(options or {}), **named_options}
     if device_count is not None:
@@ -40,11 +42,18 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         path = find_plugin(plugin or name).path
     else:
         path = plugin
+    kv_callbacks = None
+    if distributed.is_initialized():  # a multi-process job: node ids and the KV store
+        table = known_options(name) if name is not None else None
+        if table is not None and "num_nodes" in table:
+            opts.setdefault("node_id", distributed.process_id())
+            opts.setdefault("num_nodes", distributed.num_processes())
+        kv_callbacks = distributed._client_kv_callbacks(name or os.path.basename(path))
     if name is not None:
         opts = check_options(name, opts)
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
-    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts))
+    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
 
 
 def _is_path(plugin: Any) -> bool:
