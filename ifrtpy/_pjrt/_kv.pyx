@@ -129,67 +129,67 @@ cdef object _raise_call_error(PJRT_Error* error):
     raise _errors.error_from_code(code, message)
 
 
+ctypedef void (*_Deleter)(char* value) noexcept nogil
+
+
+cdef bytes _take_value(PJRT_Error* error, char* value, size_t size, _Deleter deleter):
+    """The value a get returned (freed with its deleter), or the error it made, raised."""
+    if error != NULL:
+        _raise_call_error(error)
+    out = value[:size]
+    deleter(value)
+    return out
+
+
+cdef PJRT_Client_Create_Args _filled(KeyValueCallbacks callbacks):
+    cdef PJRT_Client_Create_Args create
+    memset(&create, 0, sizeof(create))
+    callbacks.fill(&create)
+    return create
+
+
 def call_get(KeyValueCallbacks callbacks, str key, int timeout_ms):
     """Call the get callback through its function pointer; the value, or the error raised."""
-    cdef PJRT_Client_Create_Args create
+    cdef PJRT_Client_Create_Args create = _filled(callbacks)
     cdef PJRT_KeyValueGetCallback_Args args
     cdef PJRT_Error* error
     cdef bytes k = key.encode()
-    memset(&create, 0, sizeof(create))
-    callbacks.fill(&create)
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE
-    args.key = k
-    args.key_size = len(k)
-    args.timeout_in_ms = timeout_ms
+    args.key, args.key_size, args.timeout_in_ms = k, len(k), timeout_ms
     args.callback_error = &_call_error
     args.user_arg = create.kv_get_user_arg
     with nogil:
         error = create.kv_get_callback(&args)
-    if error != NULL:
-        _raise_call_error(error)
-    value = args.value[:args.value_size]
-    args.value_deleter_callback(args.value)
-    return value
+    return _take_value(error, args.value, args.value_size, <_Deleter>args.value_deleter_callback)
 
 
 def call_try_get(KeyValueCallbacks callbacks, str key):
     """Call the try-get callback through its function pointer."""
-    cdef PJRT_Client_Create_Args create
+    cdef PJRT_Client_Create_Args create = _filled(callbacks)
     cdef PJRT_KeyValueTryGetCallback_Args args
     cdef PJRT_Error* error
     cdef bytes k = key.encode()
-    memset(&create, 0, sizeof(create))
-    callbacks.fill(&create)
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE
-    args.key = k
-    args.key_size = len(k)
+    args.key, args.key_size = k, len(k)
     args.callback_error = &_call_error
     args.user_arg = create.kv_try_get_user_arg
     with nogil:
         error = create.kv_try_get_callback(&args)
-    if error != NULL:
-        _raise_call_error(error)
-    value = args.value[:args.value_size]
-    args.value_deleter_callback(args.value)
-    return value
+    return _take_value(error, args.value, args.value_size, <_Deleter>args.value_deleter_callback)
 
 
 def call_put(KeyValueCallbacks callbacks, str key, bytes value):
     """Call the put callback through its function pointer."""
-    cdef PJRT_Client_Create_Args create
+    cdef PJRT_Client_Create_Args create = _filled(callbacks)
     cdef PJRT_KeyValuePutCallback_Args args
     cdef PJRT_Error* error
     cdef bytes k = key.encode()
-    memset(&create, 0, sizeof(create))
-    callbacks.fill(&create)
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE
-    args.key = k
-    args.key_size = len(k)
-    args.value = value
-    args.value_size = len(value)
+    args.key, args.key_size = k, len(k)
+    args.value, args.value_size = value, len(value)
     args.callback_error = &_call_error
     args.user_arg = create.kv_put_user_arg
     with nogil:
