@@ -84,7 +84,8 @@ def _library_in(directory: str) -> str | None:
         if ".cpython-" not in p and not p.endswith(".abi3.so") and os.path.isfile(p)
     )
     preferred = [p for p in libraries if re.search(r"plugin|pjrt", os.path.basename(p))]
-    return (preferred or libraries or [None])[0]
+    candidates = preferred or libraries
+    return candidates[0] if candidates else None
 
 
 def _package_dirs(package: str) -> list[str]:
@@ -175,7 +176,7 @@ _last_search: tuple[tuple[Any, ...], list[PluginInfo]] | None = None
 def _search_key() -> tuple[Any, ...]:
     """What a search depends on: the environment variable, ``sys.path`` and the
     modification times of its directories (installing a package changes one)."""
-    times = []
+    times: list[int | None] = []
     for entry in sys.path:
         try:
             times.append(os.stat(entry or ".").st_mtime_ns)
