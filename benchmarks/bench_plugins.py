@@ -1,16 +1,18 @@
 """Client creation by plugin name next to creation by path, and the bare plugin call.
 
-Three ways to a 4-device CPU client, measured taking turns (so load on the machine falls
+Three ways to a 4-device CPU client, one of each in turn (so load on the machine falls
 on all three alike): the Cython layer's ``_pjrt.create_client`` on the loaded plugin
 (the floor: the plugin's PJRT_Client_Create plus ifrtpy's device handles),
 ``get_client("pjrt", plugin=PATH)`` and ``get_client("cpu")`` (discovery included).
-Each figure is the median over ``--repeats`` rounds of ``--number`` creations. The
-run fails (exit status 1) when by-name costs more than 10% over by-path.
+Each figure is the median of ``--repeats`` x ``--number`` single creations; the clients
+are freed every ``--number`` rounds, untimed. The run fails (exit status 1) when by-name
+costs more than 10% over by-path.
 
     cd benchmarks && PYTHONPATH=.. python bench_plugins.py [--repeats 15] [--number 20]
 """
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -38,12 +40,17 @@ def main() -> int:
     times: dict[str, list[float]] = {name: [] for name in ways}
     for fn in ways.values():
         fn()  # warm up: loads the plugin, fills the discovery cache
-    for _ in range(args.repeats):
-        for name, fn in ways.items():
-            start = time.perf_counter()
-            for _ in range(args.number):
+    gc.disable()  # clients and their device handles form cycles: freed below, untimed
+    try:
+        for i in range(args.repeats * args.number):
+            for name, fn in ways.items():  # one of each in turn: load falls on all alike
+                start = time.perf_counter()
                 fn()
-            times[name].append((time.perf_counter() - start) / args.number)
+                times[name].append(time.perf_counter() - start)
+            if i % args.number == args.number - 1:
+                gc.collect()
+    finally:
+        gc.enable()
     medians = {name: statistics.median(t) for name, t in times.items()}
     floor = medians["floor (_pjrt.create_client)"]
     for name, t in medians.items():

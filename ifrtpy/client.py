@@ -467,12 +467,12 @@ def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
     from ifrtpy.backends.pjrt import create_client
-    from ifrtpy.plugins import find_plugin
+    from ifrtpy.plugins import _first_named
 
     plugin = kwargs.pop("plugin", None)
     if plugin is None:
         try:
-            plugin = find_plugin(name).path
+            plugin = _first_named(name).path
         except NotFoundError as e:
             raise NotFoundError(
                 f"unknown ifrtpy backend {name!r} (registered: "

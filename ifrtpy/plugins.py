@@ -22,6 +22,7 @@ these. Nothing is imported or loaded while looking, except the objects of
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import importlib.metadata
 import importlib.util
@@ -173,16 +174,22 @@ def _loaded_version(path: str) -> tuple[int, int] | None:
 _last_search: tuple[tuple[Any, ...], list[PluginInfo]] | None = None
 
 
+@functools.lru_cache(maxsize=8)
+def _directories(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of ``sys.path`` that are directories."""
+    return tuple(e or "." for e in path if os.path.isdir(e or "."))
+
+
 def _search_key() -> tuple[Any, ...]:
     """What a search depends on: the environment variable, ``sys.path`` and the
     modification times of its directories (installing a package changes one)."""
-    times: list[int | None] = []
-    for entry in sys.path:
-        try:
-            times.append(os.stat(entry or ".").st_mtime_ns)
-        except OSError:
-            times.append(None)
-    return (os.environ.get(ENV_VAR), tuple(sys.path), tuple(times))
+    path = tuple(sys.path)
+    try:
+        times = tuple(os.stat(d).st_mtime_ns for d in _directories(path))
+    except OSError:  # a directory went away: search again
+        _directories.cache_clear()
+        times = None
+    return (os.environ.get(ENV_VAR), path, times)
 
 
 def _search() -> list[PluginInfo]:
@@ -222,9 +229,15 @@ def find_plugin(name: str) -> PluginInfo:
 
     NotFoundError listing the plugins found and where ifrtpy looked.
     """
+    info = _first_named(name)
+    return dataclasses.replace(info, api_version=_loaded_version(info.path))
+
+
+def _first_named(name: str) -> PluginInfo:
+    """:func:`find_plugin` without the API version (what creating a client needs)."""
     for info in _search():
         if info.name == name:
-            return dataclasses.replace(info, api_version=_loaded_version(info.path))
+            return info
     found = available_plugins()
     listing = ", ".join(f"{i.name!r} ({i.path}, from {i.source})" for i in found) or "none"
     raise NotFoundError(

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -178,3 +179,14 @@ def test_device_count_over_the_limit_is_refused_quickly():
 def test_device_count_limit_also_guards_the_cython_layer():
     with pytest.raises(errors.InvalidArgumentError, match=f"quadratic.*got {MAX_CPU_DEVICE_COUNT + 1}"):
         _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": MAX_CPU_DEVICE_COUNT + 1})
+
+
+def test_a_package_installed_later_is_found(clean_env, tmp_path):
+    clean_env.syspath_prepend(str(tmp_path))
+    with pytest.raises(errors.NotFoundError):
+        plugins.find_plugin("latechip")          # searched (and cached) without it
+    time.sleep(0.05)                              # a later modification time on any file system
+    package = tmp_path / "xla_plugins" / "xla_latechip_pjrt"
+    package.mkdir(parents=True)
+    (package / "xla_latechip_pjrt.so").symlink_to(CPU_SO)
+    assert plugins.find_plugin("latechip").source == "xla_plugins:xla_latechip_pjrt"
