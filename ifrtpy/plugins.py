@@ -15,8 +15,9 @@ first source that has the name wins):
    function returning it.
 
 An explicit path (``get_client("cuda", plugin="/path/to/plugin.so")``) comes before all of
-these. Nothing is imported or loaded while looking, except the objects of
-``ifrtpy.pjrt_plugins`` entry points (third-party code that asked to be called).
+these. Nothing is imported or loaded while looking (package directories are found on
+``sys.path``), except the objects of ``ifrtpy.pjrt_plugins`` entry points (third-party
+code that asked to be called).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import dataclasses
 import functools
 import glob
 import importlib.metadata
-import importlib.util
 import os
 import re
 import sys
@@ -90,14 +90,15 @@ def _library_in(directory: str) -> str | None:
 
 
 def _package_dirs(package: str) -> list[str]:
-    """The directories of a (namespace) package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return []
-    if spec is None or spec.submodule_search_locations is None:
-        return []
-    return list(spec.submodule_search_locations)
+    """The directories of a (namespace) package on ``sys.path``, in order, found without
+    importing it (nor trusting the import system's caches of directory listings)."""
+    parts = package.split(".")
+    dirs: list[str] = []
+    for entry in sys.path:
+        candidate = os.path.join(entry or ".", *parts)
+        if candidate not in dirs and os.path.isdir(candidate):
+            dirs.append(candidate)
+    return dirs
 
 
 def _from_env() -> Iterator[PluginInfo]:
