@@ -9,6 +9,7 @@ from ifrtpy import _log
 
 _log._apply_environment()
 
+from ifrtpy import distributed as distributed  # noqa: E402
 from ifrtpy import errors as errors  # noqa: E402  (after the log threshold is set)
 from ifrtpy import config as config  # noqa: E402
 from ifrtpy.array import Array as Array
@@ -38,9 +39,12 @@ from ifrtpy.future import Future as Future
 from ifrtpy.future import Promise as Promise
 from ifrtpy.future import join_futures as join_futures
 from ifrtpy.hlo_sharding import HloSharding as HloSharding
+from ifrtpy.layout import Layout as Layout
 from ifrtpy.mesh import Mesh as Mesh
 from ifrtpy.mesh import NamedSharding as NamedSharding
 from ifrtpy.mesh import PartitionSpec as PartitionSpec
+from ifrtpy.plugins import PluginInfo as PluginInfo
+from ifrtpy.plugins import available_plugins as available_plugins
 from ifrtpy.program import HloProgram as HloProgram
 from ifrtpy.program import Program as Program
 from ifrtpy.remap import Interval as Interval

@@ -60,6 +60,8 @@ def print_devices(client: Any) -> None:
         memories = ", ".join(
             f"{m.kind}{' (default)' if m is default else ''}" for m in device.memories())
         print(f"  {device.id}: {device.to_string()} kind={device.kind!r} memories: {memories}")
+    from ifrtpy.plugins import plugins_report
+    print(plugins_report())
 
 
 #: What ``info`` prints, in order: each takes the client and prints its lines.

@@ -41,6 +41,7 @@ _DEFAULT_COMPILE_OPTIONS = CompileOptions()  # one object: its hash is computed 
 if TYPE_CHECKING:
     from ifrtpy.device import Device, DeviceList, MemoryKind
     from ifrtpy.dtypes import DType
+    from ifrtpy.layout import Layout
     from ifrtpy.shape import Shape
     from ifrtpy.sharding import Sharding
 
@@ -154,11 +155,39 @@ class Client(abc.ABC):
     def lookup_device(self, device_id: int) -> Device:
         """The device with this id (the same object each time); NotFoundError if none."""
 
+    def default_device_assignment(self, num_replicas: int, num_partitions: int) -> np.ndarray:
+        """Device ids for a computation of ``num_replicas`` x ``num_partitions``, as an int
+        array of that shape (IFRT ``GetDefaultDeviceAssignment``). The default takes the
+        addressable devices in id order, replica-major; InvalidArgumentError for counts
+        below 1 or more than there are addressable devices."""
+        for name, value in (("num_replicas", num_replicas), ("num_partitions", num_partitions)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        devices = self.addressable_devices()
+        if num_replicas * num_partitions > len(devices):
+            raise InvalidArgumentError(
+                f"a {num_replicas} x {num_partitions} assignment needs "
+                f"{num_replicas * num_partitions} devices; the client has {len(devices)} addressable")
+        ids = [d.id for d in devices[: num_replicas * num_partitions]]
+        return np.array(ids, dtype=np.int64).reshape(num_replicas, num_partitions)
+
     def make_device_list(self, devices: Sequence[Device]) -> DeviceList:
         """An ordered DeviceList over ``devices`` (repeats allowed)."""
         from ifrtpy.device import DeviceList
 
         return DeviceList(devices)
+
+    def get_default_layout(
+        self, dtype: DType, dims: Sequence[int], device: Device,
+        memory_kind: MemoryKind | str | None = None,
+    ) -> Layout:
+        """The device layout an array of ``dtype`` and ``dims`` gets by default on
+        ``device`` in ``memory_kind`` (IFRT ``GetDefaultLayout``). The base answer is the
+        dense row-major layout, which is what the CPU plugin and the reference backend use.
+        """
+        from ifrtpy.layout import Layout
+
+        return Layout.row_major(len(dims))
 
     # -- arrays -----------------------------------------------------------------------------
 
@@ -237,7 +266,8 @@ class Client(abc.ABC):
         arrays = []
         for spec, plan in zip(specs, plans):  # everything checked: now transfer
             aspec = spec.array_spec
-            shards = [self.make_array_from_host_buffer(d, sh, semantics) for d, sh in plan]
+            shards = [self.make_array_from_host_buffer(d, sh, semantics, layout=aspec.layout)
+                      for d, sh in plan]
             arrays.append(
                 self.assemble_array_from_single_device_arrays(
                     aspec.shape, aspec.sharding, shards, ArrayCopySemantics.DONATE_INPUT,
@@ -308,6 +338,19 @@ class Client(abc.ABC):
         REUSE_INPUT is not allowed (InvalidArgumentError). UnimplementedError by default.
         """
         raise UnimplementedError(f"{type(self).__name__} does not implement reshard_arrays")
+
+    def bitcast_arrays(
+        self,
+        arrays: Sequence[Array],
+        specs: Sequence[ArraySpec],
+        semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
+    ) -> list[Array]:
+        """Each array's shard bytes read as the matching spec (IFRT ``BitcastArrays``):
+        same addressable devices and memory kind, same bytes per shard, no conversion; see
+        :mod:`ifrtpy.bitcast`. The result's sharding is the spec's. DONATE_INPUT deletes
+        the inputs. InvalidArgumentError for a mismatch; UnimplementedError by default.
+        """
+        raise UnimplementedError(f"{type(self).__name__} does not implement bitcast_arrays")
 
     def make_error_arrays(self, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
         """Arrays of the given specs whose ready futures fail with ``error``.
@@ -433,17 +476,19 @@ class _CapsuleHolder:
 
 
 def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
-    """A new client of the named backend; ``kwargs`` go to its factory.
+    """A new client of the named backend or PJRT plugin; ``kwargs`` go to its factory.
 
-    NotFoundError (listing the registered names) for an unknown backend. Importing a
+    A name that is not a registered backend is a PJRT plugin name (``"cpu"``,
+    ``"cuda"``, ...) found by :func:`ifrtpy.plugins.find_plugin` (or at ``plugin=``, a
+    path); the other ``kwargs`` are its create options, typed and checked before the
+    call (:mod:`ifrtpy.plugin_options`). NotFoundError listing the registered backends,
+    the plugins found and where ifrtpy looked for a name found nowhere. Importing a
     backend's module may raise ImportError (e.g. the Cython extension is not built).
     """
     with _registry_lock:
         factory = _BACKENDS.get(backend)
     if factory is None:
-        raise NotFoundError(
-            f"unknown ifrtpy backend {backend!r}; registered: {', '.join(registered_backends())}"
-        )
+        return _plugin_client(backend, kwargs)
     if isinstance(factory, str):
         module_name, _, attr = factory.partition(":")
         module = importlib.import_module(module_name)
@@ -453,7 +498,29 @@ def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
             raise NotFoundError(
                 f"backend {backend!r}: module {module_name!r} has no {attr!r}"
             ) from None
-    client = factory(**kwargs)
+    return _checked(backend, factory(**kwargs))
+
+
+def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
+    """A PjRt-backend client of the plugin called ``name``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
+    from ifrtpy.backends.pjrt import create_client
+    from ifrtpy.plugins import _first_named
+
+    plugin = kwargs.pop("plugin", None)
+    if plugin is None:
+        try:
+            plugin = _first_named(name).path
+        except NotFoundError as e:
+            raise NotFoundError(
+                f"unknown ifrtpy backend {name!r} (registered: "
+                f"{', '.join(registered_backends())}), and {e.message}"
+            ) from None
+    return _checked(name, create_client(plugin, name=name, **kwargs))
+
+
+def _checked(backend: str, client: Any) -> Client:
     if not isinstance(client, Client):
         raise InvalidArgumentError(
             f"backend {backend!r} factory returned {type(client).__name__}, not a Client"

@@ -35,8 +35,8 @@ _TYPE_NAMES = {_REPLICATED: "replicated", _MAXIMAL: "maximal", _MANUAL: "manual"
 
 
 def _xla_client():
-    from jaxlib import xla_client  # deferred: jaxlib is only needed for HloSharding
-    return xla_client
+    from ifrtpy._jaxlib import xla_client  # deferred: jaxlib is only needed for HloSharding
+    return xla_client()
 
 
 def _as_xla_hlo_sharding(value: Any):

@@ -66,12 +66,12 @@ def stablehlo_version() -> tuple[int, ...]:
 @functools.lru_cache(maxsize=None)
 def _context():
     from jaxlib.mlir import ir
-    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    from ifrtpy._jaxlib import register_jax_dialects
     from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
 
     context = ir.Context()
     registry = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(registry)  # func and the other upstream dialects
+    register_jax_dialects(registry)  # func and the other upstream dialects
     context.append_dialect_registry(registry)
     context.load_all_available_dialects()
     stablehlo.register_dialect(context)

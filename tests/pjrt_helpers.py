@@ -219,3 +219,14 @@ def assert_survives(code: str, *expected_lines: str, timeout: float = 120) -> li
     for line in expected_lines:
         assert line in lines, describe(proc)
     return lines
+
+
+def too_new_for_the_plugin(program_text: str) -> bool:
+    """Whether jax wrote StableHLO the 0.81 CPU plugin cannot read: jax >= 0.11 lowers a
+    Shardy collective with replica groups named by mesh axes
+    (``#stablehlo.replica_group_mesh_axes``, after StableHLO 1.13). ifrtpy must then refuse
+    the program naming the producer and consumer versions (``REFUSED_AS_TOO_NEW``)."""
+    return "replica_group_mesh_axes" in program_text
+
+
+REFUSED_AS_TOO_NEW = r"jaxlib writes StableHLO .*, this plugin reads StableHLO up to"

@@ -117,6 +117,11 @@ def default_plugin_path():
     return os.path.join(os.path.dirname(package.__file__), "xla_cpu_pjrt.so")
 
 
+def loaded_plugins():
+    """The plugins this process has loaded: a dict from real path to PluginHandle."""
+    return dict(_plugins)
+
+
 def load_plugin(path=None):
     """The PluginHandle of the plugin at ``path`` (default: :func:`default_plugin_path`).
 

@@ -187,12 +187,14 @@ cdef class EventHandle:
 
 
 def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle device=None,
-                            MemoryHandle memory=None, int semantics=0):
+                            MemoryHandle memory=None, int semantics=0, layout=None):
     """Copy (or alias) ``data`` into a new buffer on ``device`` or in ``memory``.
 
-    ``semantics`` is a PJRT_HostBufferSemantics value (0..3). Returns ``(buffer, event)``:
-    the done-with-host-buffer event, or None for kImmutableOnlyDuringCall, where the
-    call copies before returning.
+    ``semantics`` is a PJRT_HostBufferSemantics value (0..3). ``layout`` is None (the
+    plugin's default) or a device layout ``(minor_to_major, tiles)`` (a permutation of
+    the dimensions, and a tuple of tile shapes), passed as ``device_layout``. Returns
+    ``(buffer, event)``: the done-with-host-buffer event, or None for
+    kImmutableOnlyDuringCall, where the call copies before returning.
     """
     cdef const PJRT_Api* api = client.api
     cdef int rank = cnp.PyArray_NDIM(data)
@@ -218,6 +220,9 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
             "kMutableZeroCopy lets the runtime write into the host array, which is read-only")
     if (device is None) == (memory is None):
         raise _errors.InvalidArgumentError("give exactly one of device and memory")
+    cdef TiledLayout device_layout = None
+    if layout is not None:
+        device_layout = TiledLayout(layout[0], layout[1], rank)
     target_client = device.client if device is not None else memory.client
     if target_client is not client:
         raise _errors.InvalidArgumentError("the target device or memory belongs to another client")
@@ -244,6 +249,8 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
         args.byte_strides = strides
         args.num_byte_strides = rank
     args.host_buffer_semantics = <PJRT_HostBufferSemantics>semantics
+    if device_layout is not None:
+        args.device_layout = &device_layout.c
     if device is not None:
         args.device = device.ptr
     else:
@@ -271,6 +278,40 @@ cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     args.buffer = buffer
     drop_error(api, api.PJRT_Buffer_Delete(&args))
     return 0
+
+
+cdef class TiledLayout:
+    """A ``PJRT_Buffer_MemoryLayout`` of type Tiled and the memory its arrays point to.
+
+    ``minor_to_major`` must be a permutation of ``range(rank)``; ``tiles`` a sequence of
+    tile shapes (sequences of positive int). InvalidArgumentError otherwise.
+    """
+
+    cdef PJRT_Buffer_MemoryLayout c
+    cdef object _minor_to_major, _tile_dims, _tile_sizes
+
+    def __cinit__(self, minor_to_major, tiles, int rank):
+        minor_to_major = tuple(minor_to_major)
+        if sorted(minor_to_major) != list(range(rank)):
+            raise _errors.InvalidArgumentError(
+                f"layout minor_to_major {minor_to_major} is not a permutation of the "
+                f"{rank} dimensions")
+        tiles = tuple(tuple(t) for t in tiles)
+        if any(len(t) == 0 or any(d < 1 for d in t) for t in tiles):
+            raise _errors.InvalidArgumentError(f"layout tiles {tiles} must be non-empty and positive")
+        self._minor_to_major = np.ascontiguousarray(minor_to_major, dtype=np.int64).reshape(-1)
+        self._tile_dims = np.ascontiguousarray([d for t in tiles for d in t], dtype=np.int64).reshape(-1)
+        self._tile_sizes = np.ascontiguousarray([len(t) for t in tiles], dtype=np.uintp).reshape(-1)
+        memset(&self.c, 0, sizeof(self.c))
+        self.c.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE
+        self.c.type = PJRT_Buffer_MemoryLayout_Type_Tiled
+        self.c.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE
+        self.c.tiled.minor_to_major = <const int64_t*>cnp.PyArray_DATA(self._minor_to_major)
+        self.c.tiled.minor_to_major_size = rank
+        if tiles:
+            self.c.tiled.tile_dims = <const int64_t*>cnp.PyArray_DATA(self._tile_dims)
+            self.c.tiled.tile_dim_sizes = <const size_t*>cnp.PyArray_DATA(self._tile_sizes)
+        self.c.tiled.num_tiles = len(tiles)
 
 
 @cython.no_gc  # holds only its client: never part of a cycle
@@ -443,6 +484,32 @@ cdef class BufferHandle:
         args.buffer = self.ptr
         check(self.client.api, self.client.api.PJRT_Buffer_UnsafePointer(&args))
         return <uintptr_t>args.buffer_pointer
+
+    @property
+    def memory_layout(self):
+        """The device layout as ``(minor_to_major, tiles)``, from PJRT_Buffer_GetMemoryLayout.
+
+        UnimplementedError where the plugin lacks the call or reports a strided layout.
+        """
+        cdef const PJRT_Api* api = self.client.api
+        cdef PJRT_Buffer_GetMemoryLayout_Args args
+        cdef size_t i, j, k = 0
+        cdef PJRT_Buffer_MemoryLayout_Tiled* tiled
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE
+        args.buffer = self.ptr
+        require(api, &api.PJRT_Buffer_GetMemoryLayout, "PJRT_Buffer_GetMemoryLayout")
+        check(api, api.PJRT_Buffer_GetMemoryLayout(&args))
+        if args.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled:
+            raise _errors.UnimplementedError(
+                "the plugin reports a strided device layout; ifrtpy reads tiled layouts only")
+        tiled = &args.layout.tiled
+        minor_to_major = tuple(tiled.minor_to_major[i] for i in range(tiled.minor_to_major_size))
+        tiles = []
+        for i in range(tiled.num_tiles):
+            tiles.append(tuple(tiled.tile_dims[k + j] for j in range(tiled.tile_dim_sizes[i])))
+            k += tiled.tile_dim_sizes[i]
+        return minor_to_major, tuple(tiles)
 
     def to_host_buffer(self, out=None):
         """Start copying the buffer into ``out`` (a new array if None).

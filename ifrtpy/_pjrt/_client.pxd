@@ -1,18 +1,20 @@
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle
+from ifrtpy._pjrt._kv cimport KeyValueCallbacks
 
 
 cdef class ClientHandle:
     cdef PJRT_Client* ptr
     cdef const PJRT_Api* api
     cdef readonly PluginHandle plugin
+    cdef readonly KeyValueCallbacks kv_callbacks
     cdef readonly tuple devices
     cdef readonly tuple addressable_devices
     cdef dict _device_of_ptr
     cdef dict _memory_of_ptr
     cdef DeviceHandle device_of(self, PJRT_Device* ptr)
     cdef MemoryHandle memory_of(self, PJRT_Memory* ptr)
-    cdef _create(self, dict opts)
+    cdef _create(self, dict opts, KeyValueCallbacks kv)
     cdef _load_topology(self)
 
 

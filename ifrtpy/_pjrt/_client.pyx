@@ -4,8 +4,10 @@
 Differences from the C API:
 
 * ``create_client`` type-checks every option value before the call: the CPU plugin
-  aborts the process on a ``cpu_device_count`` that is not an int64, and gives a client
-  with no devices for a count below 1; both are refused here.
+  aborts the process on a ``cpu_device_count`` that is not an int64, gives a client
+  with no devices for a count below 1, and takes time quadratic in the count (10**6
+  never returns); all three are refused here (the cap is
+  ``ifrtpy.plugin_options.MAX_CPU_DEVICE_COUNT``).
 * A ClientHandle builds one DeviceHandle per device and one MemoryHandle per addressable
   memory at creation, so lookups return the same objects. Device and memory handles
   borrow their C pointers and keep the client alive.
@@ -19,14 +21,17 @@ cimport cython
 
 from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
 from ifrtpy import errors as _errors
+from ifrtpy.plugin_options import MAX_CPU_DEVICE_COUNT, _WHY_DEVICE_LIMIT
 
 #: Options whose type the plugin trusts blindly (a mismatch aborts the process).
 _OPTION_TYPES = {"cpu_device_count": int}
 
 
-def create_client(PluginHandle plugin, options=None):
+def create_client(PluginHandle plugin, options=None, KeyValueCallbacks kv_callbacks=None):
     """A new client of ``plugin`` with named ``options`` (str -> str, int, float, bool or
-    list of int). Raises InvalidArgumentError for a value the plugin cannot take."""
+    list of int) and, if given, the key-value store callbacks (``_kv.KeyValueCallbacks``,
+    kept alive by the client). Raises InvalidArgumentError for a value the plugin cannot
+    take."""
     cdef dict opts = dict(options or {})
     for name, value in opts.items():
         if not isinstance(name, str):
@@ -41,12 +46,15 @@ def create_client(PluginHandle plugin, options=None):
                 raise _errors.InvalidArgumentError(
                     f"client option {name!r}: {v} does not fit in an int64")
     count = opts.get("cpu_device_count")
-    if count is not None and not 1 <= count < 2**31:
-        raise _errors.InvalidArgumentError(f"cpu_device_count must be at least 1, got {count}")
+    if count is not None and not 1 <= count <= MAX_CPU_DEVICE_COUNT:
+        raise _errors.InvalidArgumentError(
+            f"client option 'cpu_device_count' must be in [1, {MAX_CPU_DEVICE_COUNT}] "
+            f"({_WHY_DEVICE_LIMIT}), got {count}")
     cdef ClientHandle client = ClientHandle.__new__(ClientHandle)
     client.plugin = plugin
     client.api = plugin.api
-    client._create(opts)
+    client.kv_callbacks = kv_callbacks
+    client._create(opts, kv_callbacks)
     return client
 
 
@@ -61,7 +69,7 @@ cdef class ClientHandle:
     def __init__(self, *args, **kwargs):
         raise TypeError("use ifrtpy._pjrt.create_client(plugin, options)")
 
-    cdef _create(self, dict opts):
+    cdef _create(self, dict opts, KeyValueCallbacks kv):
         cdef const PJRT_Api* api = self.api
         cdef size_t n = len(opts), i = 0
         cdef PJRT_NamedValue* values = <PJRT_NamedValue*>malloc(max(n, 1) * sizeof(PJRT_NamedValue))
@@ -115,6 +123,8 @@ cdef class ClientHandle:
             args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE
             args.create_options = values
             args.num_options = n
+            if kv is not None:
+                kv.fill(&args)
             require(api, &api.PJRT_Client_Create, "PJRT_Client_Create")
             with nogil:
                 check(api, api.PJRT_Client_Create(&args))
@@ -211,6 +221,31 @@ cdef class ClientHandle:
         args.id = device_id
         check(self.api, self.api.PJRT_Client_LookupDevice(&args))
         return self.device_of(args.device)
+
+    def default_device_assignment(self, int num_replicas, int num_partitions):
+        """Device ids, replica-major: ``num_replicas * num_partitions`` ints from
+        PJRT_Client_DefaultDeviceAssignment. Both counts must be at least 1."""
+        cdef const PJRT_Api* api = self.api
+        cdef PJRT_Client_DefaultDeviceAssignment_Args args
+        if num_replicas < 1 or num_partitions < 1:
+            raise _errors.InvalidArgumentError(
+                f"num_replicas and num_partitions must be at least 1, got {num_replicas} and "
+                f"{num_partitions}")
+        cdef size_t n = <size_t>num_replicas * <size_t>num_partitions
+        import numpy
+        ids = numpy.zeros(n, dtype=numpy.intc)
+        cdef int[::1] view = ids
+        memset(&args, 0, sizeof(args))
+        args.struct_size = PJRT_Client_DefaultDeviceAssignment_Args_STRUCT_SIZE
+        args.client = self.ptr
+        args.num_replicas = num_replicas
+        args.num_partitions = num_partitions
+        args.default_assignment_size = n
+        args.default_assignment = &view[0]
+        require(api, &api.PJRT_Client_DefaultDeviceAssignment, "PJRT_Client_DefaultDeviceAssignment")
+        with nogil:
+            check(api, api.PJRT_Client_DefaultDeviceAssignment(&args))
+        return [int(i) for i in ids]
 
     def __repr__(self):
         return f"<ClientHandle {self.platform_name} with {len(self.devices)} devices>"

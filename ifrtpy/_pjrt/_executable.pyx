@@ -41,7 +41,8 @@ def _check_compile_options(bytes options):
             "compile options are empty; pass a serialized xla CompileOptionsProto "
             "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())"
         )
-    from jaxlib import xla_client
+    from ifrtpy import _jaxlib
+    xla_client = _jaxlib.xla_client()
     build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
     if build.num_replicas < 1 or build.num_partitions < 1:
         raise _errors.InvalidArgumentError(

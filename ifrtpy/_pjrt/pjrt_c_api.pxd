@@ -120,10 +120,54 @@ cdef extern from "pjrt_c_api.h" nogil:
     enum: PJRT_Event_OnReady_Args_STRUCT_SIZE
 
     # --- client -------------------------------------------------------------------------
+    ctypedef PJRT_Error* (*PJRT_CallbackError)(PJRT_Error_Code code, const char* message,
+                                               size_t message_size) noexcept nogil
+    ctypedef void (*PJRT_KeyValueGetCallback_ValueDeleter)(char* value) noexcept nogil
+    ctypedef void (*PJRT_KeyValueTryGetCallback_ValueDeleter)(char* value) noexcept nogil
+    ctypedef struct PJRT_KeyValueGetCallback_Args:
+        size_t struct_size
+        const char* key
+        size_t key_size
+        int timeout_in_ms
+        PJRT_CallbackError* callback_error
+        void* user_arg
+        char* value
+        size_t value_size
+        PJRT_KeyValueGetCallback_ValueDeleter value_deleter_callback
+    enum: PJRT_KeyValueGetCallback_Args_STRUCT_SIZE
+    ctypedef struct PJRT_KeyValueTryGetCallback_Args:
+        size_t struct_size
+        const char* key
+        size_t key_size
+        PJRT_CallbackError* callback_error
+        void* user_arg
+        char* value
+        size_t value_size
+        PJRT_KeyValueTryGetCallback_ValueDeleter value_deleter_callback
+    enum: PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE
+    ctypedef struct PJRT_KeyValuePutCallback_Args:
+        size_t struct_size
+        const char* key
+        size_t key_size
+        const char* value
+        size_t value_size
+        PJRT_CallbackError* callback_error
+        void* user_arg
+    enum: PJRT_KeyValuePutCallback_Args_STRUCT_SIZE
+    ctypedef PJRT_Error* (*PJRT_KeyValueGetCallback)(PJRT_KeyValueGetCallback_Args* args) noexcept nogil
+    ctypedef PJRT_Error* (*PJRT_KeyValueTryGetCallback)(PJRT_KeyValueTryGetCallback_Args* args) noexcept nogil
+    ctypedef PJRT_Error* (*PJRT_KeyValuePutCallback)(PJRT_KeyValuePutCallback_Args* args) noexcept nogil
+
     ctypedef struct PJRT_Client_Create_Args:
         size_t struct_size
         const PJRT_NamedValue* create_options
         size_t num_options
+        PJRT_KeyValueGetCallback kv_get_callback
+        void* kv_get_user_arg
+        PJRT_KeyValuePutCallback kv_put_callback
+        void* kv_put_user_arg
+        PJRT_KeyValueTryGetCallback kv_try_get_callback
+        void* kv_try_get_user_arg
         PJRT_Client* client
     enum: PJRT_Client_Create_Args_STRUCT_SIZE
     ctypedef struct PJRT_Client_Destroy_Args:
@@ -165,6 +209,14 @@ cdef extern from "pjrt_c_api.h" nogil:
         int id
         PJRT_Device* device
     enum: PJRT_Client_LookupDevice_Args_STRUCT_SIZE
+    ctypedef struct PJRT_Client_DefaultDeviceAssignment_Args:
+        size_t struct_size
+        PJRT_Client* client
+        int num_replicas
+        int num_partitions
+        size_t default_assignment_size
+        int* default_assignment
+    enum: PJRT_Client_DefaultDeviceAssignment_Args_STRUCT_SIZE
     ctypedef struct PJRT_Program:
         size_t struct_size
         char* code
@@ -189,7 +241,10 @@ cdef extern from "pjrt_c_api.h" nogil:
         size_t struct_size
         const int64_t* minor_to_major
         size_t minor_to_major_size
+        const int64_t* tile_dims
+        const size_t* tile_dim_sizes
         size_t num_tiles
+    enum: PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE
     ctypedef struct PJRT_Buffer_MemoryLayout:
         size_t struct_size
         PJRT_Buffer_MemoryLayout_Tiled tiled
@@ -595,6 +650,7 @@ cdef extern from "pjrt_c_api.h" nogil:
         PJRT_Error* (*PJRT_Client_Devices)(PJRT_Client_Devices_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_AddressableDevices)(PJRT_Client_AddressableDevices_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_LookupDevice)(PJRT_Client_LookupDevice_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_Client_DefaultDeviceAssignment)(PJRT_Client_DefaultDeviceAssignment_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_Compile)(PJRT_Client_Compile_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_BufferFromHostBuffer)(PJRT_Client_BufferFromHostBuffer_Args*) noexcept nogil
         PJRT_Error* (*PJRT_DeviceDescription_Id)(PJRT_DeviceDescription_Id_Args*) noexcept nogil

@@ -44,9 +44,10 @@ def hlo_sharding_string(sharding: Any, rank: int, devices: Optional[Sequence] = 
     from ifrtpy.sharding import ShardingParamSharding, SingleDeviceSharding
 
     if isinstance(sharding, str):
-        from jaxlib import xla_client
+        from ifrtpy import _jaxlib
+
         try:
-            xla_client.HloSharding.from_string(sharding)
+            _jaxlib.xla_client().HloSharding.from_string(sharding)
         except Exception as e:  # noqa: BLE001 - XLA's parser raises its own errors
             raise InvalidArgumentError(f"not an HLO sharding: {sharding!r} ({e})") from None
         return sharding

@@ -25,6 +25,7 @@ from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.interop import jax as _jax_bridge
+from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
@@ -69,8 +70,12 @@ class PjrtArray(ArrayCore, Array):
         return self._sharding
 
     @property
-    def layout(self):
-        return None  # the default (dense, major-to-minor) layout
+    def layout(self) -> Layout | None:
+        """The device layout the plugin reports for the first shard (PJRT_Buffer_GetMemoryLayout);
+        None for an error array or one with no addressable shard."""
+        if self._error is not None or not self._buffers:
+            return None
+        return Layout(*self._live_buffers()[0].memory_layout)
 
     @property
     def buffers(self) -> tuple:
@@ -334,13 +339,12 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         array._shape = shape
         array._sharding = sharding
         return array
-    if layout is not None:
-        raise UnimplementedError("custom layouts are not supported by the PjRt backend")
     if _jax_bridge.is_jax_target(sharding):
         sharding = _jax_bridge.sharding_from_jax(sharding, client, np.ndim(data))
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    device_layout = _device_layout(client, layout, data.ndim)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
     semantics = HostBufferSemantics(semantics)
@@ -361,9 +365,11 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     buffers, done = [], []
     for piece, memory, copy in zip(pieces, memories, staged):
         if copy is not None:  # copied already: nothing for on_done to wait for
-            buffers.append(_pjrt.buffer_from_host_buffer(handle, copy, None, memory._handle, 2)[0])
+            buffers.append(_pjrt.buffer_from_host_buffer(handle, copy, None, memory._handle, 2,
+                                                         device_layout)[0])
             continue
-        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, None, memory._handle, mode)
+        buffer, event = _pjrt.buffer_from_host_buffer(handle, piece, None, memory._handle, mode,
+                                                      device_layout)
         buffers.append(buffer)
         if event is not None:
             done.append(event)
@@ -378,6 +384,30 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         else:
             on_done()
     return array
+
+
+def _device_layout(client, layout, rank: int) -> tuple | None:
+    """``layout`` as the Cython layer's ``(minor_to_major, tiles)``; None for the default.
+
+    InvalidArgumentError for a layout of another rank; UnimplementedError on the CPU
+    plugin for any layout but the row-major default: it reports a requested column-major
+    layout back but keeps the elements in row-major order (measured on PJRT 0.81), so the
+    layout would be a false statement about the memory.
+    """
+    if layout is None:
+        return None
+    if not isinstance(layout, Layout):
+        raise InvalidArgumentError(f"layout must be an ifrtpy.Layout or None, got {layout!r}")
+    if layout.rank != rank:
+        raise InvalidArgumentError(f"layout {layout} has rank {layout.rank}, the data rank {rank}")
+    if layout == Layout.row_major(rank):
+        return None
+    if client.platform_name == "cpu":
+        raise UnimplementedError(
+            f"the CPU PJRT plugin cannot place an array in device layout {layout}: it reports "
+            f"the layout back but keeps the elements in row-major order. Read a column-major "
+            f"host copy with copy_to_host_buffer(out=np.empty(shape, dtype, order='F')) instead")
+    return layout.minor_to_major, layout.tiles
 
 
 _SHAPES: dict = {}  # dims -> Shape, for fast puts
@@ -553,6 +583,71 @@ def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_se
     if error is not None:  # the result fails as its first failing input does
         return PjrtArray(client, dtype, shape, sharding, (), error=error)
     return PjrtArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
+
+
+def bitcast_arrays(client, arrays, specs, semantics) -> list[PjrtArray]:
+    """Each shard reinterpreted on its device by a small compiled program (reshape and
+    ``bitcast_convert``: PJRT has no buffer bitcast), compiled once per shard signature
+    and device. The inputs are deleted after the outputs are ready under DONATE_INPUT."""
+    from ifrtpy.bitcast import plan_bitcast
+
+    plans = plan_bitcast(client, arrays, specs, semantics)
+    for i, plan in enumerate(plans):
+        for dtype in (plan.array.dtype, plan.spec.dtype):
+            if dtype.to_numpy().kind == "c":
+                raise UnimplementedError(
+                    f"bitcast_arrays: array {i} involves {dtype}; StableHLO's bitcast_convert, "
+                    "which the PjRt backend runs, does not take complex types")
+        sharding = plan.array.sharding
+        for device in sharding.devices.addressable_device_list():
+            if device.memory(sharding.memory_kind) is not device.default_memory():
+                raise UnimplementedError(
+                    f"bitcast_arrays: array {i} is in memory kind {sharding.memory_kind}; the "
+                    "PjRt backend bitcasts arrays in the devices' default memory only")
+        if plan.array._error is None:
+            plan.array._live_buffers()
+    out = []
+    for plan in plans:
+        spec, array = plan.spec, plan.array
+        if array._error is not None:
+            out.extend(make_error_arrays(client, array._error, [spec]))
+        else:
+            pieces = array.disassemble_into_single_device_arrays(ArrayCopySemantics.REUSE_INPUT)
+            buffers = []
+            for piece, old, new in zip(pieces, plan.old_shards, plan.new_shards):
+                device = piece.sharding.devices[0]
+                exe = _bitcast_executable(client, array.dtype, old, spec.dtype, new, device)
+                buffers.extend(exe(piece)[0]._take_buffers())
+            out.append(PjrtArray(client, spec.dtype, Shape(spec.shape), spec.sharding,
+                                 tuple(buffers)))
+        if ArrayCopySemantics(semantics) == ArrayCopySemantics.DONATE_INPUT:
+            out[-1].ready_future().exception()
+            array.delete()
+    return out
+
+
+def _bitcast_executable(client, old_dtype, old_dims, new_dtype, new_dims, device):
+    """The compiled reinterpretation of one shard signature on ``device`` (cached)."""
+    import math
+
+    from ifrtpy.builder import Builder
+    from ifrtpy.executable import CompileOptions
+
+    cache = client.__dict__.setdefault("_bitcast_executables", {})
+    key = (old_dtype, old_dims, new_dtype, new_dims, device.id)
+    exe = cache.get(key)
+    if exe is None:
+        b = Builder("bitcast")
+        x = b.parameter(old_dims, old_dtype, name="x")
+        flat = b.reshape(x, (math.prod(old_dims),))
+        ratio_old, ratio_new = old_dtype.bit_size, new_dtype.bit_size
+        if ratio_old < ratio_new:  # narrower elements: group them first
+            flat = b.reshape(flat, (flat.shape.dims[0] * ratio_old // ratio_new,
+                                    ratio_new // ratio_old))
+        y = b.bitcast_convert(flat, new_dtype)
+        exe = client.compile(b.build(b.reshape(y, new_dims)), CompileOptions(devices=[device]))
+        cache[key] = exe
+    return exe
 
 
 def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[PjrtArray]:

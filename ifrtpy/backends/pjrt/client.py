@@ -3,9 +3,10 @@ plugin. Array operations live in :mod:`ifrtpy.backends.pjrt.array`."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
-from ifrtpy import _pjrt
+from ifrtpy import _pjrt, distributed
 from ifrtpy.backends.pjrt import array as _array
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import interop as _interop
@@ -14,20 +15,53 @@ from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from ifrtpy.plugin_options import check_options, known_options
+from ifrtpy.plugins import find_plugin, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
 def create_client(plugin: str | None = None, device_count: int | None = None,
-                  options: Mapping[str, Any] | None = None) -> PjrtClient:
-    """A PjrtClient of the plugin at ``plugin`` (default: xla-cpu-pjrt's CPU plugin).
+                  options: Mapping[str, Any] | None = None, *, name: str | None = None,
+                  **named_options: Any) -> PjrtClient:
+    """A PjrtClient of a PJRT plugin.
 
-    ``device_count`` sets the CPU plugin's ``cpu_device_count`` option; ``options`` are
-    passed to the plugin as they are (type-checked first).
+    ``plugin`` is a library path or a plugin name (see :mod:`ifrtpy.plugins`); ``name``
+    names the plugin whose option table applies (default: ``plugin`` when it is a name).
+    Neither given: xla-cpu-pjrt's CPU plugin. ``device_count`` sets ``cpu_device_count``.
+    ``options`` and ``named_options`` are the plugin's create options, checked against
+    its table in :mod:`ifrtpy.plugin_options` where ifrtpy knows the plugin. After
+    :func:`ifrtpy.distributed.initialize`, the client gets the job's key-value store
+    callbacks, and ``node_id`` / ``num_nodes`` where the plugin's table has them.
     """
-    opts = dict(options or {})
+    opts = {**(options or {}), **named_options}
     if device_count is not None:
         opts["cpu_device_count"] = device_count
-    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(plugin), opts))
+    if plugin is None and name is None:
+        path, name = _pjrt.default_plugin_path(), "cpu"
+    elif plugin is None or not _is_path(plugin):
+        name = name if plugin is None else (name or plugin)
+        path = find_plugin(plugin or name).path
+    else:
+        path = plugin
+    kv_callbacks = None
+    if distributed.is_initialized():  # a multi-process job: node ids and the KV store
+        table = known_options(name) if name is not None else None
+        if table is not None and "num_nodes" in table:
+            opts.setdefault("node_id", distributed.process_id())
+            opts.setdefault("num_nodes", distributed.num_processes())
+        kv_callbacks = distributed._client_kv_callbacks(name or os.path.basename(path))
+    if name is not None:
+        opts = check_options(name, opts)
+    if name in ("cuda", "gpu"):
+        preload_nvidia_libraries()
+    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
+
+
+def _is_path(plugin: Any) -> bool:
+    """Whether ``plugin`` names a file (a path-like, or a str with a separator or ``.so``)."""
+    if not isinstance(plugin, str):
+        return True
+    return os.sep in plugin or plugin.endswith(".so") or os.path.isfile(plugin)
 
 
 class PjrtMemory(Memory):
@@ -199,6 +233,15 @@ class PjrtClient(Client):
             )
         return device
 
+    def default_device_assignment(self, num_replicas: int, num_partitions: int):
+        """The plugin's own assignment (PJRT_Client_DefaultDeviceAssignment), after the
+        base class's checks of the counts."""
+        import numpy as np
+
+        super().default_device_assignment(num_replicas, num_partitions)
+        ids = self._handle.default_device_assignment(num_replicas, num_partitions)
+        return np.array(ids, dtype=np.int64).reshape(num_replicas, num_partitions)
+
     def default_memory_kinds(self) -> dict[int, MemoryKind]:
         """The default memory kind of each addressable device, by device id."""
         return {d.id: d.default_memory().kind for d in self._addressable}
@@ -221,6 +264,9 @@ class PjrtClient(Client):
 
     def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _reshard.reshard_arrays(self, arrays, specs, semantics)
+
+    def bitcast_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _array.bitcast_arrays(self, arrays, specs, semantics)
 
     def make_error_arrays(self, error, specs):
         return _array.make_error_arrays(self, error, specs)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy import _pjrt, compilation_cache
+from ifrtpy import _jaxlib, _pjrt, compilation_cache
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
@@ -39,7 +39,7 @@ _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: DeviceList | None) -> bytes:
     """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
-    from jaxlib import xla_client
+    xla_client = _jaxlib.xla_client()
 
     proto = xla_client.CompileOptions()
     build = proto.executable_build_options
@@ -178,7 +178,7 @@ class PjrtCompiler(Compiler):
 def _optimized_module(handle):
     """The compiled module the plugin returns (a jaxlib HloModule), or None for a format
     other than HLO."""
-    from jaxlib._hlo import HloModule
+    HloModule = _jaxlib.hlo_module_class()
 
     fmt, code = handle.optimized_program()
     if fmt == "hlo_with_config":

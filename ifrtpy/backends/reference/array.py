@@ -19,6 +19,7 @@ from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future
+from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape
 from ifrtpy.sharding import (
     OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
@@ -64,6 +65,14 @@ class ReferenceArray(Array):
     @property
     def sharding(self) -> Sharding:
         return self._sharding
+
+    @property
+    def layout(self) -> Layout | None:
+        """The memory order of the shards' data as a dense Layout (row-major unless made
+        with another one); None for an error array or one with no addressable shard."""
+        if self._error is not None or not self._shards:
+            return None
+        return _layout_of(self._live_shards()[0])
 
     @property
     def error(self) -> BaseException | None:
@@ -112,7 +121,7 @@ class ReferenceArray(Array):
             return ()
         shards = self._live_shards()
         if semantics == ALWAYS_COPY:
-            return tuple(_frozen(s.copy()) for s in shards)
+            return tuple(_frozen(s.copy(order="K")) for s in shards)
         return shards
 
     # -- shards ---------------------------------------------------------------------------
@@ -211,6 +220,36 @@ def split(data: np.ndarray, sharding: Sharding, shape: Shape) -> tuple:
                  for d in domains)
 
 
+# -- layouts: the memory order of a shard's NumPy data ----------------------------------------
+
+def _check_layout(layout, rank: int) -> None:
+    if layout is None:
+        return
+    if not isinstance(layout, Layout):
+        raise InvalidArgumentError(f"layout must be an ifrtpy.Layout or None, got {layout!r}")
+    if layout.rank != rank:
+        raise InvalidArgumentError(f"layout {layout} has rank {layout.rank}, the data rank {rank}")
+    if layout.tiles:
+        raise UnimplementedError(f"the reference backend has no tiled layouts, got {layout}")
+
+
+def _in_layout(data: np.ndarray, layout: Layout) -> np.ndarray:
+    """A copy of ``data`` whose memory holds the elements in ``layout``'s order."""
+    major_to_minor = layout.minor_to_major[::-1]
+    base = np.empty([data.shape[d] for d in major_to_minor], data.dtype)
+    view = base.transpose(np.argsort(major_to_minor))
+    view[...] = data
+    return view
+
+
+def _layout_of(data: np.ndarray) -> Layout:
+    """The dense layout of ``data``'s memory order. Where strides do not tell (dimensions
+    of size 1 order nothing) the answer is row-major, the same memory order."""
+    if data.flags.c_contiguous:
+        return Layout.row_major(data.ndim)
+    return Layout(sorted(range(data.ndim), key=lambda d: (data.strides[d], -d)))
+
+
 # -- validation helpers --------------------------------------------------------------------
 
 def _check_devices(client, sharding: Sharding) -> None:
@@ -238,20 +277,21 @@ def make_array_from_host_buffer(client, data, sharding, semantics, on_done, layo
     """Each addressable device of ``sharding`` receives a copy of its own shard of
     ``data`` (the whole of it where the sharding replicates). The data is always copied
     before the call returns, so ``on_done`` runs before it returns too."""
-    if layout is not None:
-        raise UnimplementedError("custom layouts are not supported by the reference backend")
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     HostBufferSemantics(semantics)  # validates
     if on_done is not None and not callable(on_done):
         raise InvalidArgumentError(f"on_done must be callable, got {on_done!r}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    _check_layout(layout, data.ndim)
     dtype = DType.from_numpy(data.dtype)
     shape = Shape(data.shape)
     _check_devices(client, sharding)
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
     shards = split(data, sharding, shape)
+    if layout is not None:
+        shards = tuple(_frozen(_in_layout(shard, layout)) for shard in shards)
     array = ReferenceArray(client, dtype, shape, sharding, shards)
     if on_done is not None:
         on_done()
@@ -324,6 +364,30 @@ def assemble(client, shape, sharding: Sharding, arrays, copy_semantics, shard_se
     if error is not None:  # the result fails as its first failing input does
         return ReferenceArray(client, dtype, shape, sharding, (), error)
     return ReferenceArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
+
+
+def bitcast_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
+    """Each shard's bytes viewed as the spec's dtype and shard shape (NumPy ``view``)."""
+    from ifrtpy.bitcast import plan_bitcast
+
+    plans = plan_bitcast(client, arrays, specs, semantics)
+    for i, plan in enumerate(plans):
+        _check_array(client, plan.array, i)
+        if plan.array.error is None:
+            plan.array._live_shards()
+    out = []
+    for plan in plans:
+        spec = plan.spec
+        shards = plan.array._take(ArrayCopySemantics(semantics))
+        if plan.array.error is not None:
+            out.append(ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, (),
+                                      plan.array.error))
+            continue
+        np_dtype = spec.dtype.to_numpy()
+        new = tuple(_frozen(np.ascontiguousarray(s).reshape(-1).view(np_dtype).reshape(dims))
+                    for s, dims in zip(shards, plan.new_shards))
+        out.append(ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, new))
+    return out
 
 
 def copy_arrays(client, arrays, devices, memory_kind, semantics) -> list[ReferenceArray]:

@@ -197,6 +197,9 @@ class ReferenceClient(Client):
         return _array.assemble(self, shape, sharding, arrays, copy_semantics,
                                single_device_shard_semantics, dtype)
 
+    def bitcast_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
+        return _array.bitcast_arrays(self, arrays, specs, semantics)
+
     def copy_arrays(self, arrays, devices=None, memory_kind=None,
                     semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)

@@ -10,9 +10,9 @@ Import the tests into a backend's test module and provide a ``client`` fixture::
         return ifrt.get_client("pjrt", device_count=8)
 
 The common data is IFRT's: f32[2,3] holding 0..5 on addressable device 0 in the
-default memory kind. Not ported (no ifrtpy interface yet): user contexts, custom layouts
-(``...WithCustomLayout``, ``...ShardsWithLayout``), ``BitcastArrays`` and string arrays;
-those cases skip with the reason.
+default memory kind. Not ported (no ifrtpy interface yet): user contexts and string
+arrays; those cases skip with the reason. The custom-layout cases use a
+column-major ``ifrtpy.Layout`` and skip where the backend raises UnimplementedError.
 """
 
 from __future__ import annotations
@@ -136,7 +136,15 @@ def test_make_array_from_host_buffer(client):
 
 
 def test_make_array_from_host_buffer_with_custom_layout(client):
-    pytest.skip("not ported: ifrtpy has no Client.get_default_layout / custom layouts yet")
+    data = _iota()
+    layout = ifrt.Layout.column_major(2)
+    sharding = SingleDeviceSharding(client.addressable_devices()[0])
+    with _skip_if_unimplemented("column-major device layout"):
+        array = client.make_array_from_host_buffer(data, sharding, ONLY_DURING_CALL, layout=layout)
+    assert array.layout == layout
+    np.testing.assert_array_equal(_host(array), data)
+    (copy,) = client.copy_arrays([array], None, None, ALWAYS_COPY)
+    np.testing.assert_array_equal(_host(copy), data)
 
 
 def test_make_array_from_host_buffer_with_addressable_and_non_addressable_device(client):
@@ -330,7 +338,16 @@ def test_make_arrays_from_host_buffer_shards_with_different_memory_kinds(client)
 
 
 def test_make_arrays_from_host_buffer_shards_with_layout(client):
-    pytest.skip("not ported: ifrtpy has no PjRtLayout / custom layouts yet")
+    devices = _devices(client, 2)
+    data = _iota((2, 3))
+    layout = ifrt.Layout.column_major(2)
+    spec = HostBufferShards([([0], data), ([1], data + 6)],
+                            ArraySpec(F32, Shape([4, 3]), _two_way_split(devices), layout))
+    with _skip_if_unimplemented("column-major device layout"):
+        (array,) = client.make_arrays_from_host_buffer_shards([spec], ONLY_DURING_CALL)
+    assert array.layout == layout
+    assert [s.layout for s in array.disassemble_into_single_device_arrays()] == [layout] * 2
+    np.testing.assert_array_equal(_host(array), _iota((4, 3)))
 
 
 # -- strings, memory kinds, sub-byte types --------------------------------------------------
@@ -461,9 +478,27 @@ def test_copy_to_same_devices(client):
 
 
 def test_bitcast_arrays(client):
-    bitcast = getattr(client, "bitcast_arrays", None)
-    if bitcast is None:
-        pytest.skip("not ported: ifrtpy Client has no bitcast_arrays yet")
+    devices = _devices(client, 2)
+    scalar = client.make_array_from_host_buffer(
+        np.float32(3), _replicated(devices, Shape([])), ONLY_DURING_CALL)
+    split = ShardingParamSharding(ShardingParam([2], [0], [2]), devices)
+    spec = ArraySpec(F32, Shape([2]), split)
+    with _skip_if_unimplemented("bitcast_arrays"):
+        (array,) = client.bitcast_arrays([scalar], [spec], ALWAYS_COPY)
+    assert array.sharding is split
+    assert array.layout in (None, client.get_default_layout(F32, [1], devices[0]))
+    for shard in array.disassemble_into_single_device_arrays(REUSE_INPUT, ADDRESSABLE):
+        np.testing.assert_array_equal(_host(shard), np.array([3], np.float32))
+    np.testing.assert_array_equal(_host(array), np.array([3, 3], np.float32))
+
+
+def test_bitcast_arrays_refuses_a_different_byte_count(client):
+    device = client.addressable_devices()[0]
+    array = _make(client, sharding=SingleDeviceSharding(device))
+    spec = ArraySpec(F32, Shape([7]), SingleDeviceSharding(device))
+    with _skip_if_unimplemented("bitcast_arrays"), pytest.raises(InvalidArgumentError, match="bytes"):
+        client.bitcast_arrays([array], [spec], ALWAYS_COPY)
+    assert not array.is_deleted()
 
 
 def _replicated_by_assembly(client, devices, sharding):
@@ -513,7 +548,8 @@ def test_copy_preserves_default_layouts(client):
         with _skip_if_unimplemented():
             (copy,) = client.copy_arrays([array], None, dst, ALWAYS_COPY)
         # None is the default layout of the array's own memory.
-        assert array.layout is None and copy.layout is None, (src, dst)
+        assert array.layout in (None, ifrt.Layout.row_major(2)), src
+        assert copy.layout == array.layout, (src, dst)
 
 
 def test_make_and_copy_zero_sized_buffers(client):

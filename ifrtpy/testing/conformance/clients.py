@@ -66,15 +66,13 @@ def test_default_compiler(client):
 
 @pytest.mark.parametrize("replicas_partitions", [("n", 1), (1, "n")], ids=["n_by_1", "1_by_n"])
 def test_default_device_assignment(client, replicas_partitions):
-    assign = getattr(client, "default_device_assignment", None)
-    if assign is None:
-        pytest.skip("not ported: ifrtpy's Client has no default_device_assignment")
     n = client.addressable_device_count()
     replicas, partitions = (n if v == "n" else v for v in replicas_partitions)
-    assignment = np.asarray(assign(replicas, partitions))
+    assignment = np.asarray(client.default_device_assignment(replicas, partitions))
     assert assignment.shape == (replicas, partitions)
     for device_id in assignment.reshape(-1):
         client.lookup_device(int(device_id))
+    assert len(set(assignment.reshape(-1).tolist())) == n
 
 
 # -- devices and memories ---------------------------------------------------------------------

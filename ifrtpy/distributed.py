@@ -1,0 +1,206 @@
+"""Several processes, one job: the coordination service and the plugins' key-value store.
+
+``initialize(coordinator_address, num_processes, process_id)`` works as
+``jax.distributed.initialize``: process 0 starts jaxlib's coordination service at
+``coordinator_address``, and every process connects to it as one of ``num_processes``.
+PJRT clients created afterwards get ``node_id`` / ``num_nodes`` (for plugins whose create
+options have them: CUDA, ROCm) and the key-value callbacks of ``PJRT_Client_Create``, which
+read and write the service's key-value store; a multi-process plugin exchanges its
+topology there, and the devices of other processes appear as non-addressable devices with
+their ``process_index``.
+
+The service has no authentication (as jax's): it listens exactly at the address given,
+and anyone who can reach it can join the job or read and write its keys. Use a loopback
+or private-network address.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+from ifrtpy import _jaxlib
+from ifrtpy.errors import (
+    Code, FailedPreconditionError, InvalidArgumentError, UnknownError, error_from_code,
+)
+
+__all__ = [
+    "initialize", "shutdown", "is_initialized", "process_id", "num_processes",
+    "key_value_store", "CoordinationStore",
+]
+
+
+class CoordinationStore:
+    """The coordination service's key-value store, under a key prefix, with the methods
+    the PJRT callbacks call: ``get(key, timeout_ms)``, ``try_get(key)`` and ``put(key,
+    value)``. Values are bytes. Errors are ``ifrtpy.errors`` classes (a get that times out
+    raises DeadlineExceededError, a missing key in ``try_get`` NotFoundError).
+    ``counts`` says how many calls of each kind went through."""
+
+    def __init__(self, client: Any, prefix: str = "", counts: dict[str, int] | None = None):
+        self._client = client
+        self._prefix = prefix
+        self.counts = {"get": 0, "try_get": 0, "put": 0} if counts is None else counts
+
+    def with_prefix(self, prefix: str) -> CoordinationStore:
+        """The same store under a longer prefix (sharing ``counts``)."""
+        return CoordinationStore(self._client, self._prefix + prefix, self.counts)
+
+    def get(self, key: str, timeout_ms: int) -> bytes:
+        self.counts["get"] += 1
+        return _call(self._client.blocking_key_value_get_bytes, self._prefix + key,
+                     max(int(timeout_ms), 0))
+
+    def try_get(self, key: str) -> bytes:
+        self.counts["try_get"] += 1
+        return _call(self._client.key_value_try_get_bytes, self._prefix + key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self.counts["put"] += 1
+        _call(self._client.key_value_set_bytes, self._prefix + key, bytes(value))
+
+
+def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` with jaxlib's "CODE: message" errors as ifrtpy errors."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error type
+        raise _as_ifrt_error(e) from None
+
+
+def _as_ifrt_error(e: BaseException) -> BaseException:
+    text = str(e)
+    name, sep, _ = text.partition(":")
+    if sep and name.strip() in Code.__members__:
+        return error_from_code(Code[name.strip()], text)
+    return UnknownError(f"{type(e).__name__}: {text}")
+
+
+class _State:
+    def __init__(self, service: Any, client: Any, num_processes: int, process_id: int):
+        self.service = service
+        self.client = client
+        self.num_processes = num_processes
+        self.process_id = process_id
+        self.store = CoordinationStore(client)
+
+
+#: The service runs in jaxlib's "recoverable" mode: a process that stops sending
+#: heartbeats is not reported to the others as a fatal error (jaxlib's client would then
+#: terminate them); they see their gets time out instead.
+RECOVERABLE = True
+_lock = threading.Lock()
+_state: _State | None = None
+
+
+def _seconds(name: str, value: float) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
+    return max(1, math.ceil(value))
+
+
+def _check_address(address: Any) -> str:
+    if not isinstance(address, str):
+        raise InvalidArgumentError(f"coordinator_address must be a str 'host:port', got {address!r}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgumentError(
+            f"coordinator_address must be 'host:port' with a port in 1..65535, got {address!r}")
+    return address
+
+
+def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
+               initialization_timeout: float = 300, heartbeat_timeout: float = 100,
+               shutdown_timeout: float = 300) -> None:
+    """Join the job: process 0 starts the coordination service at ``coordinator_address``
+    (``host:port``, bound exactly there), every process connects to it.
+
+    Blocks until all ``num_processes`` processes have connected, at most
+    ``initialization_timeout`` seconds (then DeadlineExceededError). A process that dies
+    does not take the others down (the service is started recoverable, unlike jax's): their
+    key-value gets end with DeadlineExceededError at their timeout, and :func:`shutdown`
+    returns within ``shutdown_timeout``. Raises InvalidArgumentError for bad arguments and
+    FailedPreconditionError when already initialized.
+    """
+    global _state
+    address = _check_address(coordinator_address)
+    for name, value in (("num_processes", num_processes), ("process_id", process_id)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentError(f"{name} must be an int, got {value!r}")
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+        raise InvalidArgumentError(
+            f"need num_processes >= 1 and 0 <= process_id < num_processes, got "
+            f"num_processes={num_processes}, process_id={process_id}")
+    init_s = _seconds("initialization_timeout", initialization_timeout)
+    heartbeat_s = _seconds("heartbeat_timeout", heartbeat_timeout)
+    shutdown_s = _seconds("shutdown_timeout", shutdown_timeout)
+    with _lock:
+        if _state is not None:
+            raise FailedPreconditionError(
+                "ifrtpy.distributed is already initialized; call shutdown() first")
+        service = None
+        if process_id == 0:
+            service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
+                            heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
+                            shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
+        client = _call(_jaxlib.distributed_runtime_client, address, process_id,
+                       init_timeout=init_s, heartbeat_timeout=heartbeat_s,
+                       shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
+        state = _State(service, client, num_processes, process_id)
+        try:
+            _call(client.connect)
+        except BaseException:
+            if service is not None:
+                service.shutdown()
+            raise
+        _state = state
+
+
+def shutdown() -> None:
+    """Leave the job (process 0 also stops the service). Waits for the other processes at
+    most ``shutdown_timeout`` seconds. Nothing happens when not initialized."""
+    global _state
+    with _lock:
+        state, _state = _state, None
+    if state is None:
+        return
+    try:
+        _call(state.client.shutdown)
+    finally:
+        if state.service is not None:
+            state.service.shutdown()
+
+
+def is_initialized() -> bool:
+    return _state is not None
+
+
+def _current() -> _State:
+    state = _state
+    if state is None:
+        raise FailedPreconditionError("ifrtpy.distributed is not initialized")
+    return state
+
+
+def process_id() -> int:
+    """This process's index in the job. FailedPreconditionError when not initialized."""
+    return _current().process_id
+
+
+def num_processes() -> int:
+    """The number of processes in the job. FailedPreconditionError when not initialized."""
+    return _current().num_processes
+
+
+def key_value_store() -> CoordinationStore:
+    """The job's key-value store. FailedPreconditionError when not initialized."""
+    return _current().store
+
+
+def _client_kv_callbacks(plugin_name: str) -> Any:
+    """The PJRT key-value callbacks for a client of ``plugin_name``: the store under the
+    prefix ``ifrtpy:<plugin_name>:`` (so clients of other plugins, and jax's, do not mix)."""
+    from ifrtpy._pjrt._kv import KeyValueCallbacks
+
+    return KeyValueCallbacks(_current().store.with_prefix(f"ifrtpy:{plugin_name}:"))

@@ -1,0 +1,286 @@
+"""Finding PJRT plugins by name.
+
+A PJRT plugin is a shared library exporting ``GetPjrtApi``. :func:`find_plugin` turns a
+name such as ``"cpu"`` or ``"cuda"`` into the library's path, looking in this order (the
+first source that has the name wins):
+
+1. ``PJRT_NAMES_AND_LIBRARY_PATHS``: ``name:path,name:path`` (jax's convention);
+2. jax plugin packages: modules of the ``jax_plugins`` namespace package and the
+   ``jax_plugins`` entry-point group (``jax-cuda12-pjrt`` / ``jax-cuda13-pjrt`` ship
+   ``jax_plugins/xla_cuda13/xla_cuda_plugin.so``, named ``"cuda"``);
+3. ``xla_plugins`` packages (``xla-cpu-pjrt`` ships ``xla_plugins/xla_cpu_pjrt``, named
+   ``"cpu"``);
+4. the ``ifrtpy.pjrt_plugins`` entry-point group, for third parties: the entry point's
+   name is the plugin name and its object is the library path (str or path-like) or a
+   function returning it.
+
+An explicit path (``get_client("cuda", plugin="/path/to/plugin.so")``) comes before all of
+these. Nothing is imported or loaded while looking (package directories are found on
+``sys.path``), except the objects of ``ifrtpy.pjrt_plugins`` entry points (third-party
+code that asked to be called).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import importlib.metadata
+import os
+import re
+import sys
+from typing import Any, Callable, Iterator
+
+from ifrtpy.errors import NotFoundError
+
+__all__ = [
+    "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
+    "preload_nvidia_libraries", "ENV_VAR",
+    "ENTRY_POINT_GROUP",
+]
+
+#: The environment variable jax reads: ``name:path,name:path``.
+ENV_VAR = "PJRT_NAMES_AND_LIBRARY_PATHS"
+#: ifrtpy's own entry-point group for third-party plugins.
+ENTRY_POINT_GROUP = "ifrtpy.pjrt_plugins"
+
+#: Where :func:`find_plugin` looks, in order (for error messages and docs).
+SEARCH_ORDER = (
+    f"the environment variable {ENV_VAR}",
+    "the jax_plugins namespace package",
+    "the jax_plugins entry-point group",
+    "the xla_plugins namespace package",
+    f"the {ENTRY_POINT_GROUP} entry-point group",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """A plugin found on this machine.
+
+    ``name`` is what :func:`ifrtpy.get_client` takes; ``path`` the library; ``source``
+    where it was found (e.g. ``"jax_plugins:xla_cuda13"``); ``api_version`` the PJRT C API
+    version ``(major, minor)`` once the library is loaded in this process, else None.
+    """
+
+    name: str
+    path: str
+    source: str
+    api_version: tuple[int, int] | None = None
+
+
+def _plugin_name(module_name: str) -> str:
+    """``xla_cuda13`` -> ``cuda``, ``xla_cpu_pjrt`` -> ``cpu``: the platform a package holds."""
+    name = module_name.rsplit(".", 1)[-1]
+    name = re.sub(r"^(xla|pjrt)_", "", name)
+    name = re.sub(r"_(pjrt|plugin)$", "", name)
+    return re.sub(r"\d+$", "", name) or module_name
+
+
+def _library_in(directory: str) -> str | None:
+    """The PJRT library in a plugin package's directory: the one ``.so`` that is not a
+    Python extension module, preferring names with ``plugin`` or ``pjrt``."""
+    libraries = sorted(
+        p for p in glob.glob(os.path.join(directory, "*.so"))
+        if ".cpython-" not in p and not p.endswith(".abi3.so") and os.path.isfile(p)
+    )
+    preferred = [p for p in libraries if re.search(r"plugin|pjrt", os.path.basename(p))]
+    candidates = preferred or libraries
+    return candidates[0] if candidates else None
+
+
+def _package_dirs(package: str) -> list[str]:
+    """The directories of a (namespace) package on ``sys.path``, in order, found without
+    importing it (nor trusting the import system's caches of directory listings)."""
+    parts = package.split(".")
+    dirs: list[str] = []
+    for entry in sys.path:
+        candidate = os.path.join(entry or ".", *parts)
+        if candidate not in dirs and os.path.isdir(candidate):
+            dirs.append(candidate)
+    return dirs
+
+
+def _from_env() -> Iterator[PluginInfo]:
+    for item in os.environ.get(ENV_VAR, "").split(","):
+        name, sep, path = item.strip().partition(":")
+        if sep and name and path:
+            yield PluginInfo(name.strip(), path.strip(), f"env:{ENV_VAR}")
+
+
+def _from_namespace(package: str) -> Iterator[PluginInfo]:
+    for directory in _package_dirs(package):
+        try:
+            entries = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            sub = os.path.join(directory, entry)
+            if entry.startswith(("_", ".")) or not os.path.isdir(sub):
+                continue
+            library = _library_in(sub)
+            if library is not None:
+                yield PluginInfo(_plugin_name(entry), library, f"{package}:{entry}")
+
+
+def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    try:
+        return sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name)
+    except Exception:  # a broken distribution's metadata must not break discovery
+        return []
+
+
+def _from_jax_entry_points() -> Iterator[PluginInfo]:
+    # jax's convention: the entry point's value is the plugin's module ("jax_plugins.xla_cuda13").
+    for ep in _entry_points("jax_plugins"):
+        module = ep.value.split(":")[0].strip()
+        parent, _, leaf = module.rpartition(".")
+        for directory in _package_dirs(parent) if parent else []:
+            library = _library_in(os.path.join(directory, leaf))
+            if library is not None:
+                yield PluginInfo(_plugin_name(ep.name), library, f"entry point jax_plugins:{ep.name}")
+                break
+
+
+def _from_ifrtpy_entry_points() -> Iterator[PluginInfo]:
+    for ep in _entry_points(ENTRY_POINT_GROUP):
+        try:
+            obj: Any = ep.load()
+            path = obj() if callable(obj) else obj
+            path = os.fspath(path)
+        except Exception:  # a broken third-party entry point is skipped, not fatal
+            continue
+        yield PluginInfo(ep.name, path, f"entry point {ENTRY_POINT_GROUP}:{ep.name}")
+
+
+_SOURCES: tuple[Callable[[], Iterator[PluginInfo]], ...] = (
+    _from_env,
+    lambda: _from_namespace("jax_plugins"),
+    _from_jax_entry_points,
+    lambda: _from_namespace("xla_plugins"),
+    _from_ifrtpy_entry_points,
+)
+
+
+def _loaded_version(path: str) -> tuple[int, int] | None:
+    """The API version of the library at ``path`` if this process has loaded it."""
+    base = sys.modules.get("ifrtpy._pjrt")
+    if base is None:
+        return None
+    handle = base.loaded_plugins().get(os.path.realpath(path))
+    return None if handle is None else tuple(handle.api_version)
+
+
+#: The last search: (its key, what it found). See :func:`_search_key`.
+_last_search: tuple[tuple[Any, ...], list[PluginInfo]] | None = None
+
+
+@functools.lru_cache(maxsize=8)
+def _directories(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of ``sys.path`` that are directories."""
+    return tuple(e or "." for e in path if os.path.isdir(e or "."))
+
+
+def _search_key() -> tuple[Any, ...]:
+    """What a search depends on: the environment variable, ``sys.path`` and the
+    modification times of its directories (installing a package changes one)."""
+    path = tuple(sys.path)
+    try:
+        times = tuple(os.stat(d).st_mtime_ns for d in _directories(path))
+    except OSError:  # a directory went away: search again
+        _directories.cache_clear()
+        times = None
+    return (os.environ.get(ENV_VAR), path, times)
+
+
+def _search() -> list[PluginInfo]:
+    global _last_search
+    key = _search_key()
+    last = _last_search
+    if last is not None and last[0] == key:
+        return last[1]
+    found = [info for source in _SOURCES for info in source()]
+    _last_search = (key, found)
+    return found
+
+
+def available_plugins(*, load: bool = False) -> list[PluginInfo]:
+    """Every plugin found, in search order; a name found twice is listed at each place,
+    the first one being what :func:`find_plugin` picks.
+
+    ``api_version`` is set for libraries this process has loaded; with ``load=True`` each
+    library is loaded first (a library that fails to load keeps ``api_version=None``).
+    The search is repeated only when ``PJRT_NAMES_AND_LIBRARY_PATHS``, ``sys.path`` or
+    a directory on it has changed since the last one.
+    """
+    found = _search()
+    if load:
+        from ifrtpy import _pjrt
+
+        for info in found:
+            try:
+                _pjrt.load_plugin(info.path)
+            except Exception:
+                pass
+    return [dataclasses.replace(i, api_version=_loaded_version(i.path)) for i in found]
+
+
+def find_plugin(name: str) -> PluginInfo:
+    """The first plugin called ``name`` in search order.
+
+    NotFoundError listing the plugins found and where ifrtpy looked.
+    """
+    info = _first_named(name)
+    return dataclasses.replace(info, api_version=_loaded_version(info.path))
+
+
+def _first_named(name: str) -> PluginInfo:
+    """:func:`find_plugin` without the API version (what creating a client needs)."""
+    for info in _search():
+        if info.name == name:
+            return info
+    found = available_plugins()
+    listing = ", ".join(f"{i.name!r} ({i.path}, from {i.source})" for i in found) or "none"
+    raise NotFoundError(
+        f"no PJRT plugin named {name!r}. Found: {listing}. Looked in "
+        f"{'; '.join(SEARCH_ORDER)}. Give a path with plugin='/path/to/plugin.so', or "
+        f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda')"
+    )
+
+
+#: Libraries of the ``nvidia-*`` wheels the CUDA plugin links against, loaded (in this
+#: order) before the plugin so the dynamic linker finds them by soname, as jax does.
+_NVIDIA_LIBRARIES = ("libcudart", "libnvrtc", "libcublasLt", "libcublas", "libcupti",
+                     "libcusparse", "libcusolver", "libcufft", "libnccl", "libnvshmem_host",
+                     "libcudnn")
+
+
+def preload_nvidia_libraries() -> list[str]:
+    """Load the CUDA libraries of installed ``nvidia-*`` wheels; the paths loaded.
+
+    Nothing happens where no such wheel is installed; a library that fails to load is
+    skipped (the plugin then reports what it misses when it is loaded).
+    """
+    import ctypes
+
+    loaded = []
+    for directory in _package_dirs("nvidia"):
+        for prefix in _NVIDIA_LIBRARIES:
+            for path in sorted(glob.glob(os.path.join(directory, "*", "lib", prefix + ".so*"))):
+                try:
+                    ctypes.CDLL(path)
+                except OSError:
+                    continue
+                loaded.append(path)
+    return loaded
+
+
+def plugins_report() -> str:
+    """Lines for ``python -m ifrtpy info``: each plugin found, with where and its version."""
+    lines = ["plugins  (by name: ifrtpy.get_client(name))"]
+    for info in available_plugins():
+        version = "not loaded" if info.api_version is None else "PJRT API %d.%d" % info.api_version
+        lines.append(f"  {info.name}: {info.path} (from {info.source}, {version})")
+    if len(lines) == 1:
+        lines.append(f"  none found; looked in {'; '.join(SEARCH_ORDER)}")
+    return "\n".join(lines)
