@@ -17,13 +17,15 @@ its caller's file and line as an MLIR location. See docs/builder.md.
 """
 
 from ifrtpy.builder._core import BuilderCore
-from ifrtpy.builder._ops import ConvDimensionNumbers, OpsMixin, conv_dimension_numbers
+from ifrtpy.builder._ops import (
+    ConvDimensionNumbers, OpsMixin, ResultAccuracy, conv_dimension_numbers,
+)
 from ifrtpy.builder._regions import REDUCTIONS, RegionOpsMixin
 from ifrtpy.builder._shardings import hlo_sharding_string
 from ifrtpy.builder._value import Value
 
 __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
-           "hlo_sharding_string", "REDUCTIONS"]
+           "hlo_sharding_string", "REDUCTIONS", "ResultAccuracy"]
 
 
 class Builder(OpsMixin, RegionOpsMixin, BuilderCore):

@@ -60,22 +60,28 @@ def check_axes(op: str, operands, axes: Sequence[int], rank: int, what: str,
 # -- elementwise ------------------------------------------------------------------------------
 
 NUMERIC = INTEGER | FLOAT | COMPLEX
+_FC = (FLOAT | COMPLEX, "floating-point or complex")
+_F = (FLOAT, "floating-point")
+_I = (INTEGER, "integer")
+_SFC = (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex")
+_LOGICAL = (PRED | INTEGER, "pred or integer")
 UNARY_CLASSES = {
     "neg": (INTEGER | FLOAT | COMPLEX, "integer, floating-point or complex"),
-    "abs": (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex"),
-    "sign": (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex"),
-    "exp": (FLOAT | COMPLEX, "floating-point or complex"),
-    "log": (FLOAT | COMPLEX, "floating-point or complex"),
-    "tanh": (FLOAT | COMPLEX, "floating-point or complex"),
-    "logistic": (FLOAT | COMPLEX, "floating-point or complex"),
-    "sqrt": (FLOAT | COMPLEX, "floating-point or complex"),
-    "rsqrt": (FLOAT | COMPLEX, "floating-point or complex"),
-    "floor": (FLOAT, "floating-point"),
-    "ceil": (FLOAT, "floating-point"),
-    "round": (FLOAT, "floating-point"),
-    "round_nearest_even": (FLOAT, "floating-point"),
-    "not": (PRED | INTEGER, "pred or integer"),
+    "abs": _SFC, "sign": _SFC,
+    "exp": _FC, "expm1": _FC, "log": _FC, "log1p": _FC, "logistic": _FC,
+    "sqrt": _FC, "rsqrt": _FC, "cbrt": _F, "square": _FC,
+    "sin": _FC, "cos": _FC, "tan": _FC, "tanh": _FC, "sinh": _FC, "cosh": _FC,
+    "asin": _FC, "acos": _FC, "atan": _FC, "asinh": _FC, "acosh": _FC, "atanh": _FC,
+    "erf": _F, "erfc": _F, "erf_inv": _F, "lgamma": _F, "digamma": _F, "bessel_i1e": _F,
+    "floor": _F, "ceil": _F, "round": _F, "round_nearest_even": _F,
+    "is_finite": _F, "is_inf": _F, "is_pos_inf": _F, "is_neg_inf": _F,
+    "real": _FC, "imag": _FC, "conj": (COMPLEX, "complex"),
+    "not": _LOGICAL, "popcnt": _I, "clz": _I,
 }
+#: Unary ops whose result dtype is not the operand's.
+_TO_PRED = frozenset({"is_finite", "is_inf", "is_pos_inf", "is_neg_inf"})
+_TO_REAL = frozenset({"abs", "real", "imag"})
+
 BINARY_CLASSES = {
     "add": (PRED | NUMERIC, "pred or numeric"),
     "sub": (NUMERIC, "integer, floating-point or complex"),
@@ -85,23 +91,55 @@ BINARY_CLASSES = {
     "max": (PRED | INTEGER | FLOAT, "pred, integer or floating-point"),
     "min": (PRED | INTEGER | FLOAT, "pred, integer or floating-point"),
     "pow": (NUMERIC, "integer, floating-point or complex"),
-    "and": (PRED | INTEGER, "pred or integer"),
-    "or": (PRED | INTEGER, "pred or integer"),
-    "xor": (PRED | INTEGER, "pred or integer"),
+    "and": _LOGICAL, "or": _LOGICAL, "xor": _LOGICAL,
+    "shift_left": _I, "shift_right_arithmetic": _I, "shift_right_logical": _I,
+    "atan2": _FC, "next_after": _F, "polygamma": _F, "zeta": _F,
+    "complex": (frozenset({DType.Kind.F32, DType.Kind.F64}), "f32 or f64"),
 }
 
 
 def unary(op: str, x) -> Result:
     allowed, what = UNARY_CLASSES[op]
     check_class(op, [x], allowed, what)
-    return x.shape, (real_part(x.dtype) if op == "abs" else x.dtype)
+    if op in _TO_PRED:
+        return x.shape, DType(DType.Kind.PRED)
+    return x.shape, (real_part(x.dtype) if op in _TO_REAL else x.dtype)
 
 
 def binary(op: str, x, y) -> Result:
     same_types(op, [x, y])
     allowed, what = BINARY_CLASSES[op]
     check_class(op, [x, y], allowed, what)
+    if op == "complex":
+        return x.shape, DType(DType.Kind.C64 if x.dtype.kind == DType.Kind.F32 else DType.Kind.C128)
     return x.shape, x.dtype
+
+
+#: ResultAccuracy modes (StableHLO's); TOLERANCE goes with atol, rtol and ulps.
+ACCURACY_MODES = ("DEFAULT", "HIGHEST", "TOLERANCE")
+
+
+def result_accuracy(op: str, x, value) -> tuple[float, float, int, str]:
+    """``(atol, rtol, ulps, mode)`` from a mode name or a ResultAccuracy-like object."""
+    if isinstance(value, str):
+        atol, rtol, ulps, mode = 0.0, 0.0, 0, value.upper()
+    else:
+        try:
+            atol, rtol, ulps, mode = (float(value.atol), float(value.rtol), int(value.ulps),
+                                      str(value.mode).upper())
+        except (AttributeError, TypeError, ValueError):
+            raise fail(op, [x], f"result_accuracy must be a mode name or a ResultAccuracy, "
+                                f"got {value!r}") from None
+    if mode not in ACCURACY_MODES:
+        raise fail(op, [x], f"result_accuracy mode must be one of {', '.join(ACCURACY_MODES)}, "
+                            f"got {mode!r}")
+    if min(atol, rtol, ulps) < 0 or not all(math.isfinite(v) for v in (atol, rtol)):
+        raise fail(op, [x], f"result_accuracy tolerances must be finite and non-negative, got "
+                            f"atol={atol}, rtol={rtol}, ulps={ulps}")
+    if mode != "TOLERANCE" and (atol or rtol or ulps):
+        raise fail(op, [x], f"result_accuracy mode {mode} takes no tolerances (atol, rtol, ulps "
+                            f"go with mode TOLERANCE)")
+    return atol, rtol, ulps, mode
 
 
 DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")

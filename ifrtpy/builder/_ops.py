@@ -11,19 +11,123 @@ from ifrtpy.builder import _infer
 from ifrtpy.builder._types import as_dims, as_dtype
 from ifrtpy.builder._value import Value
 
+#: Unary elementwise ops: method name -> (StableHLO or CHLO op, docstring). The dtype
+#: classes each accepts, and result types, are in ``_infer.UNARY_CLASSES``.
 _UNARY = {
-    "neg": "stablehlo.negate", "abs": "stablehlo.abs", "sign": "stablehlo.sign",
-    "exp": "stablehlo.exponential", "log": "stablehlo.log", "tanh": "stablehlo.tanh",
-    "logistic": "stablehlo.logistic", "sqrt": "stablehlo.sqrt", "rsqrt": "stablehlo.rsqrt",
-    "floor": "stablehlo.floor", "ceil": "stablehlo.ceil", "round": "stablehlo.round_nearest_afz",
-    "round_nearest_even": "stablehlo.round_nearest_even", "not": "stablehlo.not",
+    "neg": ("stablehlo.negate", "``-x``."),
+    "abs": ("stablehlo.abs", "Absolute value (the magnitude, as a real, for complex)."),
+    "sign": ("stablehlo.sign", "-1, 0 or 1 (NaN stays NaN; ``x / |x|`` for complex)."),
+    "exp": ("stablehlo.exponential", "``e ** x``."),
+    "expm1": ("stablehlo.exponential_minus_one", "``e ** x - 1``, accurate near 0."),
+    "log": ("stablehlo.log", "Natural logarithm."),
+    "log1p": ("stablehlo.log_plus_one", "``log(1 + x)``, accurate near 0."),
+    "logistic": ("stablehlo.logistic", "``1 / (1 + e ** -x)``."),
+    "sqrt": ("stablehlo.sqrt", "Square root."),
+    "rsqrt": ("stablehlo.rsqrt", "``1 / sqrt(x)``."),
+    "cbrt": ("stablehlo.cbrt", "Cube root (``np.cbrt``)."),
+    "square": ("chlo.square", "``x * x``."),
+    "sin": ("stablehlo.sine", "Sine."),
+    "cos": ("stablehlo.cosine", "Cosine."),
+    "tan": ("stablehlo.tan", "Tangent."),
+    "tanh": ("stablehlo.tanh", "Hyperbolic tangent."),
+    "sinh": ("chlo.sinh", "Hyperbolic sine."),
+    "cosh": ("chlo.cosh", "Hyperbolic cosine."),
+    "asin": ("chlo.asin", "Inverse sine."),
+    "acos": ("chlo.acos", "Inverse cosine."),
+    "atan": ("chlo.atan", "Inverse tangent."),
+    "asinh": ("chlo.asinh", "Inverse hyperbolic sine."),
+    "acosh": ("chlo.acosh", "Inverse hyperbolic cosine."),
+    "atanh": ("chlo.atanh", "Inverse hyperbolic tangent."),
+    "erf": ("chlo.erf", "The error function."),
+    "erfc": ("chlo.erfc", "``1 - erf(x)``."),
+    "erf_inv": ("chlo.erf_inv", "The inverse of erf."),
+    "lgamma": ("chlo.lgamma", "``log(|gamma(x)|)``."),
+    "digamma": ("chlo.digamma", "The derivative of lgamma."),
+    "bessel_i1e": ("chlo.bessel_i1e", "The exponentially scaled modified Bessel function of order 1."),
+    "floor": ("stablehlo.floor", "Round toward -inf."),
+    "ceil": ("stablehlo.ceil", "Round toward +inf."),
+    "round": ("stablehlo.round_nearest_afz", "Round half away from zero (XLA's Round)."),
+    "round_nearest_even": ("stablehlo.round_nearest_even", "Round half to even (``np.round``)."),
+    "is_finite": ("stablehlo.is_finite", "pred: neither infinite nor NaN."),
+    "is_inf": ("chlo.is_inf", "pred: +inf or -inf."),
+    "is_pos_inf": ("chlo.is_pos_inf", "pred: +inf."),
+    "is_neg_inf": ("chlo.is_neg_inf", "pred: -inf."),
+    "real": ("stablehlo.real", "The real part (x itself for a real x)."),
+    "imag": ("stablehlo.imag", "The imaginary part (zeros for a real x)."),
+    "conj": ("chlo.conj", "The complex conjugate."),
+    "not": ("stablehlo.not", "Logical not for pred, bitwise not for integers."),
+    "popcnt": ("stablehlo.popcnt", "The number of set bits."),
+    "clz": ("stablehlo.count_leading_zeros", "The number of leading zero bits."),
 }
+#: Ops that take a ``result_accuracy`` (StableHLO's transcendental ops).
+_ACCURATE = frozenset({"exp", "expm1", "log", "log1p", "logistic", "sqrt", "rsqrt", "cbrt",
+                       "sin", "cos", "tan", "tanh"})
+#: Binary elementwise ops: method name -> (StableHLO or CHLO op, docstring).
 _BINARY = {
-    "add": "stablehlo.add", "sub": "stablehlo.subtract", "mul": "stablehlo.multiply",
-    "div": "stablehlo.divide", "rem": "stablehlo.remainder", "max": "stablehlo.maximum",
-    "min": "stablehlo.minimum", "pow": "stablehlo.power", "and": "stablehlo.and",
-    "or": "stablehlo.or", "xor": "stablehlo.xor",
+    "add": ("stablehlo.add", "``x + y`` (or for pred)."),
+    "sub": ("stablehlo.subtract", "``x - y``."),
+    "mul": ("stablehlo.multiply", "``x * y`` (and for pred)."),
+    "div": ("stablehlo.divide", "Division; integers round toward zero."),
+    "rem": ("stablehlo.remainder", "Remainder with the dividend's sign (C's fmod, ``np.fmod``)."),
+    "max": ("stablehlo.maximum", "Elementwise maximum (NaN if either is NaN)."),
+    "min": ("stablehlo.minimum", "Elementwise minimum (NaN if either is NaN)."),
+    "pow": ("stablehlo.power", "``x ** y``."),
+    "and": ("stablehlo.and", "Logical and for pred, bitwise and for integers."),
+    "or": ("stablehlo.or", "Logical or for pred, bitwise or for integers."),
+    "xor": ("stablehlo.xor", "Logical xor for pred, bitwise xor for integers."),
+    "shift_left": ("stablehlo.shift_left", "``x << y``; 0 where y is negative or at least the bit width."),
+    "shift_right_arithmetic": ("stablehlo.shift_right_arithmetic",
+                               "``x >> y`` filling with the sign bit (all sign bits where y is "
+                               "negative or at least the bit width)."),
+    "shift_right_logical": ("stablehlo.shift_right_logical",
+                            "``x >> y`` filling with zeros; 0 where y is negative or at least "
+                            "the bit width."),
+    "atan2": ("stablehlo.atan2", "``arctan(x / y)`` in the quadrant of (y, x) (``np.arctan2``)."),
+    "next_after": ("chlo.next_after", "The next representable value after x toward y."),
+    "polygamma": ("chlo.polygamma", "The polygamma function of order x (an integer value) at y."),
+    "zeta": ("chlo.zeta", "The Hurwitz zeta function of x at q=y."),
+    "complex": ("stablehlo.complex", "``x + 1j * y`` from f32 (c64) or f64 (c128) parts."),
 }
+
+
+def _method_name(op: str) -> str:
+    return op + "_" if op in ("not", "and", "or") else op
+
+
+def _unary_method(op: str):
+    mlir_name, doc = _UNARY[op]
+    if op in _ACCURATE:
+        def method(self, x: Any, result_accuracy: Any = None) -> Value:
+            return self._unary(op, x, result_accuracy)
+        doc += (" ``result_accuracy``: a mode (\"DEFAULT\", \"HIGHEST\") or a "
+                ":class:`ResultAccuracy` tolerance.")
+    else:
+        def method(self, x: Any) -> Value:
+            return self._unary(op, x)
+    method.__name__ = method.__qualname__ = _method_name(op)
+    method.__doc__ = f"{doc} (``{mlir_name}``)"
+    return method
+
+
+def _binary_method(op: str):
+    mlir_name, doc = _BINARY[op]
+
+    def method(self, x: Any, y: Any) -> Value:
+        return self._binary(op, x, y)
+    method.__name__ = method.__qualname__ = _method_name(op)
+    method.__doc__ = f"{doc} (``{mlir_name}``)"
+    return method
+
+
+class ResultAccuracy(NamedTuple):
+    """How accurate a transcendental op's result must be, as StableHLO's
+    ``#stablehlo.result_accuracy``: a ``mode`` ("DEFAULT", "HIGHEST") or, with mode
+    "TOLERANCE", the absolute, relative and units-in-the-last-place tolerances."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+    ulps: int = 0
+    mode: str = "TOLERANCE"
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -94,57 +198,94 @@ class OpsMixin:
 
     # -- elementwise -----------------------------------------------------------------------------
 
-    def _unary(self, op: str, x) -> Value:
+    def _unary(self, op: str, x: Any, result_accuracy: Any = None) -> Value:
         x = self._operand(x, op)
         shape, dtype = _infer.unary(op, x)
-        return self._op1(_UNARY[op], [x], shape, dtype)
+        attrs = None
+        if result_accuracy is not None:
+            atol, rtol, ulps, mode = _infer.result_accuracy(op, x, result_accuracy)
+            from jaxlib.mlir.dialects import stablehlo
+            with self._ctx:
+                attrs = {"result_accuracy": stablehlo.ResultAccuracyAttr.get(atol, rtol, ulps, mode)}
+        return self._op1(_UNARY[op][0], [x], shape, dtype, attrs)
 
-    def _binary(self, op: str, x, y) -> Value:
+    def _binary(self, op: str, x: Any, y: Any) -> Value:
         if not isinstance(x, Value) and isinstance(y, Value):
             x = self._operand(x, op, like=y)
         x = self._operand(x, op)
         y = self._operand(y, op, like=x)
         shape, dtype = _infer.binary(op, x, y)
-        return self._op1(_BINARY[op], [x, y], shape, dtype)
+        return self._op1(_BINARY[op][0], [x, y], shape, dtype)
 
-    def add(self, x, y) -> Value: return self._binary("add", x, y)  # noqa: E704
-    def sub(self, x, y) -> Value: return self._binary("sub", x, y)  # noqa: E704
-    def mul(self, x, y) -> Value: return self._binary("mul", x, y)  # noqa: E704
-    def div(self, x, y) -> Value:  # noqa: E704
-        """Division; integers round toward zero."""
-        return self._binary("div", x, y)
-    def rem(self, x, y) -> Value:  # noqa: E704
-        """Remainder with the dividend's sign (C's fmod, ``np.fmod``)."""
-        return self._binary("rem", x, y)
-    def max(self, x, y) -> Value: return self._binary("max", x, y)  # noqa: E704
-    def min(self, x, y) -> Value: return self._binary("min", x, y)  # noqa: E704
-    def pow(self, x, y) -> Value: return self._binary("pow", x, y)  # noqa: E704
-    def and_(self, x, y) -> Value: return self._binary("and", x, y)  # noqa: E704
-    def or_(self, x, y) -> Value: return self._binary("or", x, y)  # noqa: E704
-    def xor(self, x, y) -> Value: return self._binary("xor", x, y)  # noqa: E704
+    # One method per table entry (b.sin(x), b.atan2(y, x), b.not_(p), ...).
+    neg = _unary_method("neg")
+    abs = _unary_method("abs")
+    sign = _unary_method("sign")
+    exp = _unary_method("exp")
+    expm1 = _unary_method("expm1")
+    log = _unary_method("log")
+    log1p = _unary_method("log1p")
+    logistic = _unary_method("logistic")
+    sqrt = _unary_method("sqrt")
+    rsqrt = _unary_method("rsqrt")
+    cbrt = _unary_method("cbrt")
+    square = _unary_method("square")
+    sin = _unary_method("sin")
+    cos = _unary_method("cos")
+    tan = _unary_method("tan")
+    tanh = _unary_method("tanh")
+    sinh = _unary_method("sinh")
+    cosh = _unary_method("cosh")
+    asin = _unary_method("asin")
+    acos = _unary_method("acos")
+    atan = _unary_method("atan")
+    asinh = _unary_method("asinh")
+    acosh = _unary_method("acosh")
+    atanh = _unary_method("atanh")
+    erf = _unary_method("erf")
+    erfc = _unary_method("erfc")
+    erf_inv = _unary_method("erf_inv")
+    lgamma = _unary_method("lgamma")
+    digamma = _unary_method("digamma")
+    bessel_i1e = _unary_method("bessel_i1e")
+    floor = _unary_method("floor")
+    ceil = _unary_method("ceil")
+    round = _unary_method("round")
+    round_nearest_even = _unary_method("round_nearest_even")
+    is_finite = _unary_method("is_finite")
+    is_inf = _unary_method("is_inf")
+    is_pos_inf = _unary_method("is_pos_inf")
+    is_neg_inf = _unary_method("is_neg_inf")
+    real = _unary_method("real")
+    imag = _unary_method("imag")
+    conj = _unary_method("conj")
+    not_ = _unary_method("not")
+    popcnt = _unary_method("popcnt")
+    clz = _unary_method("clz")
+    add = _binary_method("add")
+    sub = _binary_method("sub")
+    mul = _binary_method("mul")
+    div = _binary_method("div")
+    rem = _binary_method("rem")
+    max = _binary_method("max")
+    min = _binary_method("min")
+    pow = _binary_method("pow")
+    and_ = _binary_method("and")
+    or_ = _binary_method("or")
+    xor = _binary_method("xor")
+    shift_left = _binary_method("shift_left")
+    shift_right_arithmetic = _binary_method("shift_right_arithmetic")
+    shift_right_logical = _binary_method("shift_right_logical")
+    atan2 = _binary_method("atan2")
+    next_after = _binary_method("next_after")
+    polygamma = _binary_method("polygamma")
+    zeta = _binary_method("zeta")
+    complex = _binary_method("complex")
 
-    def neg(self, x) -> Value: return self._unary("neg", x)  # noqa: E704
-    def abs(self, x) -> Value:  # noqa: E704
-        """Absolute value (the magnitude, as a real, for complex)."""
-        return self._unary("abs", x)
-    def sign(self, x) -> Value: return self._unary("sign", x)  # noqa: E704
-    def exp(self, x) -> Value: return self._unary("exp", x)  # noqa: E704
-    def log(self, x) -> Value: return self._unary("log", x)  # noqa: E704
-    def tanh(self, x) -> Value: return self._unary("tanh", x)  # noqa: E704
-    def logistic(self, x) -> Value: return self._unary("logistic", x)  # noqa: E704
-    def sqrt(self, x) -> Value: return self._unary("sqrt", x)  # noqa: E704
-    def rsqrt(self, x) -> Value: return self._unary("rsqrt", x)  # noqa: E704
-    def floor(self, x) -> Value: return self._unary("floor", x)  # noqa: E704
-    def ceil(self, x) -> Value: return self._unary("ceil", x)  # noqa: E704
-    def round(self, x) -> Value:  # noqa: E704
-        """Round half away from zero (XLA's Round)."""
-        return self._unary("round", x)
-    def round_nearest_even(self, x) -> Value:  # noqa: E704
-        """Round half to even (``np.round``)."""
-        return self._unary("round_nearest_even", x)
-    def not_(self, x) -> Value:  # noqa: E704
-        """Logical not for pred, bitwise not for integers."""
-        return self._unary("not", x)
+    def reciprocal(self, x: Any) -> Value:
+        """``1 / x``."""
+        x = self._operand(x, "reciprocal")
+        return self.div(1, x)
 
     def compare(self, x, y, direction: str) -> Value:
         """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred."""
