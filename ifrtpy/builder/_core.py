@@ -13,7 +13,7 @@ import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.program import HloProgram, _context
+from ifrtpy.program import HloProgram, TensorType, _context
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder._shardings import hlo_sharding_string
@@ -47,6 +47,30 @@ def _caller_location(ir):
         except (IndexError, TypeError):
             pass
     return ir.Location.file(frame.f_code.co_filename, line or 0, col)
+
+
+def _as_array(value: Any, dtype: Any, who: str) -> np.ndarray:
+    """``np.asarray(value, dtype)``, refusing what has no element type (ragged nesting,
+    strings, objects) with InvalidArgumentError."""
+    np_dtype = None if dtype is None else as_dtype(dtype, who).to_numpy()
+    try:
+        arr = np.asarray(value, dtype=np_dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"{who}: cannot make an array of {value!r}: {e}") from None
+    if arr.dtype.kind in "OSUV":
+        raise InvalidArgumentError(f"{who}: {value!r} is not numeric (NumPy makes dtype {arr.dtype})")
+    return arr
+
+
+def shape_from_pyval(pyval: Any) -> Any:
+    """The TensorType (dtype and shape) of a Python or NumPy value, as XLA's
+    ``shape_from_pyval``: NumPy's dtype for it (a Python int is s64, a float f64) and its
+    shape; a tuple of values gives a tuple of TensorTypes (nested alike). Pass a
+    TensorType to :meth:`Builder.parameter`."""
+    if isinstance(pyval, tuple):
+        return tuple(shape_from_pyval(v) for v in pyval)
+    arr = _as_array(pyval, None, "shape_from_pyval")
+    return TensorType(as_dtype(arr.dtype, "shape_from_pyval"), Shape(arr.shape))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,14 +342,21 @@ class BuilderCore:
 
     # -- parameters and constants ------------------------------------------------------------
 
-    def parameter(self, shape: Sequence[int], dtype: Any, sharding: Any = None,
+    def parameter(self, shape: Any, dtype: Any = None, sharding: Any = None,
                   name: Optional[str] = None) -> Value:
-        """A new parameter of main, of ``shape`` and ``dtype``; ``sharding`` (an HLO sharding
+        """A new parameter of main, of ``shape`` and ``dtype`` (or of a TensorType, as
+        :func:`shape_from_pyval` gives, with no dtype); ``sharding`` (an HLO sharding
         string, HloSharding, NamedSharding, ShardingParamSharding or SingleDeviceSharding)
         annotates it as ``mhlo.sharding``; ``name`` labels its location."""
         if self._scope is not self._root:
             raise InvalidArgumentError("parameter: parameters can only be added to main, not "
                                        f"inside {self._scope.what}")
+        if isinstance(shape, TensorType):
+            if dtype is not None:
+                raise InvalidArgumentError("parameter: give a TensorType or a shape and dtype, not both")
+            shape, dtype = shape.shape, shape.dtype
+        elif dtype is None:
+            raise InvalidArgumentError("parameter: a shape needs a dtype")
         shape = Shape(as_dims(shape, "parameter", "shape"))
         dtype = as_dtype(dtype, "parameter")
         text = None if sharding is None else hlo_sharding_string(sharding, len(shape), self._devices)
@@ -342,9 +373,9 @@ class BuilderCore:
         return value
 
     def constant(self, value: Any, dtype: Any = None) -> Value:
-        """A constant holding ``np.asarray(value, dtype)`` (NumPy's dtype when none given)."""
-        np_dtype = None if dtype is None else as_dtype(dtype, "constant").to_numpy()
-        arr = np.asarray(value, dtype=np_dtype)
+        """A constant holding ``np.asarray(value, dtype)``: a NumPy array or scalar, a
+        Python number, or nested lists/tuples of them (NumPy's dtype when none given)."""
+        arr = _as_array(value, dtype, "constant")
         dt = as_dtype(arr.dtype, "constant")
         shape = Shape(arr.shape)
         ir = self._ir
