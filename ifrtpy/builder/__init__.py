@@ -16,6 +16,7 @@ scalars are turned into constants of the other operand's dtype and shape. Each o
 its caller's file and line as an MLIR location. See docs/builder.md.
 """
 
+from ifrtpy.builder._collectives import CollectiveOpsMixin
 from ifrtpy.builder._core import BuilderCore, OpMetadata, shape_from_pyval, source_metadata
 from ifrtpy.builder._ops import (
     ConvDimensionNumbers, OpsMixin, ResultAccuracy, conv_dimension_numbers,
@@ -29,7 +30,7 @@ __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
            "shape_from_pyval"]
 
 
-class Builder(OpsMixin, RegionOpsMixin, BuilderCore):
+class Builder(OpsMixin, RegionOpsMixin, CollectiveOpsMixin, BuilderCore):
     """A program under construction: ``parameter``, ``constant``, the op methods, then
     ``build(*results)``.
 

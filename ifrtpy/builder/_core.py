@@ -50,15 +50,13 @@ def _caller_location(ir):
 
 
 def _as_array(value: Any, dtype: Any, who: str) -> np.ndarray:
-    """``np.asarray(value, dtype)``, refusing what has no element type (ragged nesting,
-    strings, objects) with InvalidArgumentError."""
+    """``np.asarray(value, dtype)``, refusing ragged nesting with InvalidArgumentError
+    (what has no element type is refused by ``as_dtype`` after)."""
     np_dtype = None if dtype is None else as_dtype(dtype, who).to_numpy()
     try:
         arr = np.asarray(value, dtype=np_dtype)
     except (TypeError, ValueError, OverflowError) as e:
         raise InvalidArgumentError(f"{who}: cannot make an array of {value!r}: {e}") from None
-    if arr.dtype.kind in "OSUV":
-        raise InvalidArgumentError(f"{who}: {value!r} is not numeric (NumPy makes dtype {arr.dtype})")
     return arr
 
 

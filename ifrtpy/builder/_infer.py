@@ -581,3 +581,180 @@ def scatter(op: str, x, indices, updates, update_window_dims, inserted, scatter_
             raise fail(op, operands, f"update window dimension {w} (size {updates.shape[w]}) "
                                      f"exceeds the operand's {bound}")
     return x.shape, x.dtype
+
+
+# -- linear algebra, FFT, top_k, random bits --------------------------------------------------
+
+def _matrices(op: str, operands, a, what: str = "a") -> None:
+    if len(a.shape) < 2 or a.shape[-1] != a.shape[-2]:
+        raise fail(op, operands, f"{what} must be (a batch of) square matrices")
+    check_class(op, operands, FLOAT | COMPLEX, "floating-point or complex")
+
+
+def cholesky(op: str, a) -> Result:
+    _matrices(op, [a], a)
+    return a.shape, a.dtype
+
+
+def triangular_solve(op: str, a, b, left_side: bool) -> Result:
+    operands = [a, b]
+    _matrices(op, operands, a)
+    if a.dtype != b.dtype or len(b.shape) != len(a.shape) or b.shape[:-2] != a.shape[:-2]:
+        raise fail(op, operands, "b must have a's dtype, rank and batch dimensions")
+    side = b.shape[-2] if left_side else b.shape[-1]
+    if side != a.shape[-1]:
+        raise fail(op, operands, f"a ({a.shape[-1]}x{a.shape[-1]}) does not match b's "
+                                 f"{'rows' if left_side else 'columns'} ({side})")
+    return b.shape, b.dtype
+
+
+FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
+
+
+def fft(op: str, x, fft_type: str, lengths: Sequence[int]) -> Result:
+    if fft_type not in FFT_TYPES:
+        raise fail(op, [x], f"fft_type must be one of {', '.join(FFT_TYPES)}, got {fft_type!r}")
+    n = len(lengths)
+    if not 1 <= n <= min(3, len(x.shape)) or any(v < 1 for v in lengths):
+        raise fail(op, [x], f"fft_length {list(lengths)} must be 1 to 3 positive lengths, no "
+                            f"more than the rank")
+    lead, tail = list(x.shape[:-n]), list(x.shape[-n:])
+    real = fft_type == "RFFT"
+    check_class(op, [x], frozenset({DType.Kind.F32, DType.Kind.F64}) if real else COMPLEX,
+                "f32 or f64" if real else "complex")
+    expected = list(lengths)
+    if fft_type == "IRFFT":
+        expected[-1] = lengths[-1] // 2 + 1
+    if tail != expected:
+        raise fail(op, [x], f"{fft_type} of lengths {list(lengths)} needs trailing dimensions "
+                            f"{expected}, got {tail}")
+    if fft_type == "RFFT":
+        k = DType.Kind.C64 if x.dtype.kind == DType.Kind.F32 else DType.Kind.C128
+        return Shape(lead + tail[:-1] + [lengths[-1] // 2 + 1]), DType(k)
+    if fft_type == "IRFFT":
+        return Shape(lead + list(lengths)), real_part(x.dtype)
+    return x.shape, x.dtype
+
+
+def top_k(op: str, x, k: int) -> list[Result]:
+    if not x.shape:
+        raise fail(op, [x], "needs rank 1 or more")
+    check_class(op, [x], INTEGER | FLOAT, "integer or floating-point")
+    if not 0 <= k <= x.shape[-1]:
+        raise fail(op, [x], f"k ({k}) must be in [0, {x.shape[-1]}] (the last dimension)")
+    shape = Shape(tuple(x.shape[:-1]) + (k,))
+    return [(shape, x.dtype), (shape, DType(DType.Kind.S32))]
+
+
+RNG_ALGORITHMS = {"DEFAULT": None, "THREE_FRY": (2,), "PHILOX": (2, 3)}
+
+
+def rng_bit_generator(op: str, state, algorithm: str, shape: Sequence[int], dtype: DType) -> list[Result]:
+    if algorithm not in RNG_ALGORITHMS:
+        raise fail(op, [state], f"algorithm must be one of {', '.join(RNG_ALGORITHMS)}, got {algorithm!r}")
+    sizes = RNG_ALGORITHMS[algorithm]
+    if state.dtype.kind != DType.Kind.U64 or len(state.shape) != 1 or (
+            sizes is not None and state.shape[0] not in sizes):
+        need = "u64[2]" if sizes == (2,) else "u64[2] or u64[3]" if sizes else "a u64 vector"
+        raise fail(op, [state], f"the {algorithm} state must be {need}")
+    if dtype.kind not in (DType.Kind.U8, DType.Kind.U16, DType.Kind.U32, DType.Kind.U64):
+        raise fail(op, [state], f"random bits come as u8, u16, u32 or u64, not {dtype}")
+    return [(state.shape, state.dtype), (Shape(shape), dtype)]
+
+
+def reduce_precision(op: str, x, exponent_bits: int, mantissa_bits: int) -> Result:
+    check_class(op, [x], FLOAT, "floating-point")
+    if exponent_bits < 1 or mantissa_bits < 0:
+        raise fail(op, [x], f"needs exponent_bits >= 1 and mantissa_bits >= 0, got "
+                            f"{exponent_bits} and {mantissa_bits}")
+    return x.shape, x.dtype
+
+
+def batch_norm(op: str, x, vectors, feature_index: int) -> Result:
+    """Checks for the batch_norm ops: ``vectors`` (scale, offset, mean, ...) are rank 1 of
+    the feature dimension's size, x's dtype. Returns the vectors' type."""
+    operands = [x, *vectors]
+    check_class(op, operands, FLOAT, "floating-point")
+    if not 0 <= feature_index < len(x.shape):
+        raise fail(op, operands, f"feature_index {feature_index} is out of range for rank {len(x.shape)}")
+    features = x.shape[feature_index]
+    for v in vectors:
+        if v.dtype != x.dtype or tuple(v.shape) != (features,):
+            raise fail(op, operands, f"scale, offset, mean and variance must be {fmt((features,), x.dtype)}")
+    return Shape((features,)), x.dtype
+
+
+def same_shapes(op: str, operands, what: str = "operands") -> None:
+    for o in operands[1:]:
+        if o.shape != operands[0].shape:
+            raise fail(op, operands, f"{what} must have the same shape")
+
+
+def select_and_scatter(op: str, x, source, init, window, strides, padding) -> Result:
+    operands = [x, source, init]
+    if source.dtype != x.dtype or init.dtype != x.dtype or init.shape != ():
+        raise fail(op, operands, "source and the init value (a scalar) must have the operand's dtype")
+    [(shape, _)] = reduce_window(op, [x], [init], window, strides, [1] * len(x.shape),
+                                 [1] * len(x.shape), padding)
+    if shape != source.shape:
+        raise fail(op, operands, f"source must have the windowed shape {list(shape)}")
+    return x.shape, x.dtype
+
+
+# -- collectives --------------------------------------------------------------------------------
+
+def replica_groups(op: str, operands, groups, count: int) -> list[list[int]]:
+    """Groups of device ids (positions among ``count``): equal sizes, each id at most once."""
+    try:
+        groups = [[int(i) for i in g] for g in groups]
+    except TypeError:
+        raise fail(op, operands, f"replica_groups must be lists of device ids, got {groups!r}") from None
+    flat = [i for g in groups for i in g]
+    if not groups or not groups[0] or any(len(g) != len(groups[0]) for g in groups):
+        raise fail(op, operands, f"replica_groups {groups} must be non-empty groups of one size")
+    if len(set(flat)) != len(flat) or any(not 0 <= i < count for i in flat):
+        raise fail(op, operands, f"replica_groups {groups} must name distinct devices in [0, {count})")
+    return groups
+
+
+def all_gather(op: str, x, dimension: int, group_size: int) -> Result:
+    if not 0 <= dimension < len(x.shape):
+        raise fail(op, [x], f"dimension {dimension} is out of range for rank {len(x.shape)}")
+    shape = list(x.shape)
+    shape[dimension] *= group_size
+    return Shape(shape), x.dtype
+
+
+def reduce_scatter(op: str, x, dimension: int, group_size: int) -> Result:
+    if not 0 <= dimension < len(x.shape):
+        raise fail(op, [x], f"dimension {dimension} is out of range for rank {len(x.shape)}")
+    if x.shape[dimension] % group_size:
+        raise fail(op, [x], f"dimension {dimension} (size {x.shape[dimension]}) must divide by "
+                            f"the group size {group_size}")
+    shape = list(x.shape)
+    shape[dimension] //= group_size
+    return Shape(shape), x.dtype
+
+
+def all_to_all(op: str, x, split_dimension: int, concat_dimension: int, group_size: int) -> Result:
+    rank = len(x.shape)
+    for name, d in (("split_dimension", split_dimension), ("concat_dimension", concat_dimension)):
+        if not 0 <= d < rank:
+            raise fail(op, [x], f"{name} {d} is out of range for rank {rank}")
+    shape = list(reduce_scatter(op, x, split_dimension, group_size)[0])
+    shape[concat_dimension] *= group_size
+    return Shape(shape), x.dtype
+
+
+def source_target_pairs(op: str, x, pairs, count: int) -> list[tuple[int, int]]:
+    try:
+        pairs = [(int(s), int(t)) for s, t in pairs]
+    except (TypeError, ValueError):
+        raise fail(op, [x], f"source_target_pairs must be (source, target) pairs, got {pairs!r}") from None
+    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
+        raise fail(op, [x], f"source_target_pairs {pairs}: each device is a source at most once "
+                            f"and a target at most once")
+    if any(not 0 <= i < count for i in sources + targets):
+        raise fail(op, [x], f"source_target_pairs {pairs} must name devices in [0, {count})")
+    return pairs

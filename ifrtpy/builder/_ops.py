@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Sequence, Union
 
+import numpy as np
+
+from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
@@ -530,6 +533,226 @@ class OpsMixin:
                 "precision_config": self._precision(op, [lhs, rhs], precision),
             }
         return self._op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
+
+    # -- linear algebra, FFT, top_k --------------------------------------------------------------
+
+    def cholesky(self, a: Any, lower: bool = True) -> Value:
+        """The Cholesky factor of (a batch of) Hermitian positive-definite matrices: L with
+        ``a = L @ L^H`` (``lower``) or U with ``a = U^H @ U``; the other triangle is
+        unspecified (take ``np.tril``/``np.triu`` of the result)."""
+        a = self._operand(a, "cholesky")
+        shape, dtype = _infer.cholesky("cholesky", a)
+        with self._ctx:
+            attrs = {"lower": self._bool(lower)}
+        return self._op1("stablehlo.cholesky", [a], shape, dtype, attrs)
+
+    def triangular_solve(self, a: Any, b: Any, left_side: bool = True, lower: bool = True,
+                         unit_diagonal: bool = False, transpose_a: str = "NO_TRANSPOSE") -> Value:
+        """x with ``op(a) @ x = b`` (``left_side``) or ``x @ op(a) = b``, a triangular
+        (its ``lower`` or upper triangle is read; ``unit_diagonal`` takes the diagonal as
+        ones); ``op`` is ``transpose_a``: "NO_TRANSPOSE", "TRANSPOSE" or "ADJOINT"."""
+        op = "triangular_solve"
+        a, b = self._operand(a, op), self._operand(b, op)
+        if transpose_a not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+            raise _infer.fail(op, [a, b], f"transpose_a must be NO_TRANSPOSE, TRANSPOSE or "
+                                          f"ADJOINT, got {transpose_a!r}")
+        shape, dtype = _infer.triangular_solve(op, a, b, bool(left_side))
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"left_side": self._bool(left_side), "lower": self._bool(lower),
+                     "unit_diagonal": self._bool(unit_diagonal),
+                     "transpose_a": stablehlo.TransposeAttr.get(transpose_a)}
+        return self._op1("stablehlo.triangular_solve", [a, b], shape, dtype, attrs)
+
+    def fft(self, x: Any, fft_type: str, fft_length: Sequence[int]) -> Value:
+        """The FFT over the trailing ``len(fft_length)`` (1 to 3) dimensions: "FFT" and
+        "IFFT" (complex, ``np.fft.fftn``/``ifftn``), "RFFT" (real to complex, the last
+        dimension becomes ``n // 2 + 1``: ``np.fft.rfftn``) and "IRFFT" (its inverse,
+        ``np.fft.irfftn(x, fft_length)``)."""
+        x = self._operand(x, "fft")
+        lengths = as_dims(fft_length, "fft", "fft_length")
+        fft_type = str(fft_type).upper()
+        shape, dtype = _infer.fft("fft", x, fft_type, lengths)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"fft_type": stablehlo.FftTypeAttr.get(fft_type), "fft_length": self._i64s(lengths)}
+        return self._op1("stablehlo.fft", [x], shape, dtype, attrs)
+
+    def top_k(self, x: Any, k: int) -> tuple[Value, Value]:
+        """The ``k`` largest entries along the last dimension, in descending order, and
+        their indices (s32; of equal entries the lower index comes first)."""
+        x = self._operand(x, "top_k")
+        types = _infer.top_k("top_k", x, int(k))
+        with self._ctx:
+            attrs = {"k": self._i64(k)}
+        values, indices = self._op("chlo.top_k", [x], types, attrs)
+        return values, indices
+
+    # -- random numbers ----------------------------------------------------------------------
+
+    def rng_bit_generator(self, state: Any, shape: Sequence[int], dtype: Any = "ui32",
+                          algorithm: str = "THREE_FRY") -> tuple[Value, Value]:
+        """``(new_state, bits)``: random bits of ``shape`` and ``dtype`` (u8, u16, u32 or
+        u64) from the u64 ``state`` (2 words for "THREE_FRY", 2 or 3 for "PHILOX"; any
+        for "DEFAULT", the backend's choice), and the state to use next."""
+        op = "rng_bit_generator"
+        state = self._operand(state, op)
+        shape = as_dims(shape, op, "shape")
+        algorithm = str(algorithm).upper()
+        types = _infer.rng_bit_generator(op, state, algorithm, shape, as_dtype(dtype, op))
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"rng_algorithm": stablehlo.RngAlgorithmAttr.get(algorithm)}
+        new_state, bits = self._op("stablehlo.rng_bit_generator", [state], types, attrs)
+        return new_state, bits
+
+    def random_uniform(self, key: Any, shape: Sequence[int], dtype: Any = "f32",
+                       minval: float = 0.0, maxval: float = 1.0,
+                       algorithm: str = "THREE_FRY") -> tuple[Value, Value]:
+        """``(new_key, values)``: values uniform in ``[minval, maxval)`` (f32 or f64) from
+        the u64 ``key`` (as :meth:`rng_bit_generator`'s state)."""
+        op = "random_uniform"
+        dtype = as_dtype(dtype, op)
+        if dtype.kind not in (DType.Kind.F32, DType.Kind.F64):
+            raise InvalidArgumentError(f"{op}: dtype must be f32 or f64, got {dtype}")
+        if not minval < maxval:
+            raise InvalidArgumentError(f"{op}: needs minval < maxval, got {minval} and {maxval}")
+        wide = dtype.kind == DType.Kind.F64
+        bits_type, mantissa, one = ("ui64", 52, 0x3FF0000000000000) if wide else ("ui32", 23, 0x3F800000)
+        new_key, bits = self.rng_bit_generator(key, shape, bits_type, algorithm)
+        bits = self.or_(self.shift_right_logical(bits, 64 - mantissa if wide else 32 - mantissa), one)
+        unit = self.sub(self.bitcast_convert(bits, dtype), 1.0)  # [0, 1)
+        values = self.add(self.mul(unit, float(maxval) - float(minval)), float(minval))
+        return new_key, self.max(values, float(minval))
+
+    def random_normal(self, key: Any, shape: Sequence[int], dtype: Any = "f32",
+                      algorithm: str = "THREE_FRY") -> tuple[Value, Value]:
+        """``(new_key, values)``: standard normal values (f32 or f64) from the u64 ``key``
+        (``sqrt(2) * erf_inv(u)`` of u uniform in (-1, 1))."""
+        dtype = as_dtype(dtype, "random_normal")
+        low = float(np.nextafter(np.asarray(-1.0, dtype.to_numpy()), 0)) if dtype.kind in (
+            DType.Kind.F32, DType.Kind.F64) else -1.0
+        new_key, u = self.random_uniform(key, shape, dtype, low, 1.0, algorithm)
+        return new_key, self.mul(self.erf_inv(u), float(np.sqrt(2)))
+
+    # -- other ops -----------------------------------------------------------------------------
+
+    def reduce_precision(self, x: Any, exponent_bits: int, mantissa_bits: int) -> Value:
+        """x rounded (to nearest even) to a float format with ``exponent_bits`` and
+        ``mantissa_bits`` (values out of its range become inf), kept in x's dtype."""
+        op = "reduce_precision"
+        x = self._operand(x, op)
+        shape, dtype = _infer.reduce_precision(op, x, int(exponent_bits), int(mantissa_bits))
+        with self._ctx:
+            i32 = self._ir.IntegerType.get_signless(32)
+            attrs = {"exponent_bits": self._ir.IntegerAttr.get(i32, int(exponent_bits)),
+                     "mantissa_bits": self._ir.IntegerAttr.get(i32, int(mantissa_bits))}
+        return self._op1("stablehlo.reduce_precision", [x], shape, dtype, attrs)
+
+    def optimization_barrier(self, *values: Any) -> tuple[Value, ...]:
+        """The values themselves; the compiler may not move computation across the barrier
+        (XLA's OptimizationBarrier)."""
+        xs = [self._operand(v, "optimization_barrier") for v in values]
+        return tuple(self._op("stablehlo.optimization_barrier", xs, [(x.shape, x.dtype) for x in xs]))
+
+    def custom_call(self, call_target_name: str, operands: Sequence[Any], result_types: Any,
+                    backend_config: Any = "", api_version: int = 4,
+                    has_side_effect: bool = False) -> Any:
+        """A call of the backend's ``call_target_name``: ``result_types`` is one (shape,
+        dtype) pair (one Value returned) or a list of them (a tuple returned).
+        ``api_version`` 1 to 3 take a string ``backend_config`` (the opaque bytes); 4,
+        XLA's typed FFI, a dict of attributes (ints, floats, strings)."""
+        op = "custom_call"
+        xs = [self._operand(x, op) for x in operands]
+        many = isinstance(result_types, list)
+        pairs = result_types if many else [result_types]
+        try:
+            types = [(Shape(as_dims(s, op, "result shape")), as_dtype(d, op)) for s, d in pairs]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{op}: result_types must be a (shape, dtype) pair or a "
+                                       f"list of them, got {result_types!r}") from None
+        if api_version not in (1, 2, 3, 4):
+            raise InvalidArgumentError(f"{op}: api_version must be 1, 2, 3 or 4, got {api_version!r}")
+        ir = self._ir
+        with self._ctx:
+            attrs = {"call_target_name": ir.StringAttr.get(str(call_target_name)),
+                     "has_side_effect": self._bool(has_side_effect),
+                     "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), api_version),
+                     "backend_config": self._backend_config(op, backend_config, api_version)}
+        values = self._op("stablehlo.custom_call", xs, types, attrs)
+        return tuple(values) if many else values[0]
+
+    def _backend_config(self, op: str, config: Any, api_version: int):
+        ir = self._ir
+        if api_version < 4:
+            if isinstance(config, bytes):
+                config = config.decode("latin-1")
+            if not isinstance(config, str):
+                raise InvalidArgumentError(f"{op}: api_version {api_version} takes a str backend_config, "
+                                           f"got {type(config).__name__}")
+            return ir.StringAttr.get(config)
+        if config == "":
+            config = {}
+        if not isinstance(config, dict):
+            raise InvalidArgumentError(f"{op}: api_version 4 takes a dict backend_config, got "
+                                       f"{type(config).__name__}")
+        entries = {}
+        for key, v in config.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                raise InvalidArgumentError(f"{op}: backend_config[{key!r}] must be an int, float or "
+                                           f"str, got {v!r}")
+            entries[str(key)] = (ir.StringAttr.get(v) if isinstance(v, str) else self._i64(v)
+                                 if isinstance(v, int) else ir.FloatAttr.get_f64(v))
+        return ir.DictAttr.get(entries)
+
+    def _batch_norm(self, name: str, x, vectors, epsilon: float, feature_index: int, types_of,
+                    grad_output=None):
+        """Emit batch_norm op ``name`` on x, the per-feature ``vectors`` (and grad_output);
+        ``types_of(x type, vector type)`` gives the result types."""
+        op = name.split(".")[-1]
+        x = self._operand(x, op)
+        vs = [self._operand(v, op) for v in vectors]
+        vec = _infer.batch_norm(op, x, vs, int(feature_index))
+        tail = []
+        if grad_output is not None:
+            tail = [self._operand(grad_output, op)]
+            if tail[0].shape != x.shape or tail[0].dtype != x.dtype:
+                raise _infer.fail(op, [x, *tail], "grad_output must have x's shape and dtype")
+        with self._ctx:
+            attrs = {"epsilon": self._ir.FloatAttr.get(self._ir.F32Type.get(), float(epsilon)),
+                     "feature_index": self._i64(feature_index)}
+        return self._op(name, [x, *vs, *tail], types_of((x.shape, x.dtype), vec), attrs)
+
+    def batch_norm_training(self, x: Any, scale: Any, offset: Any, epsilon: float,
+                            feature_index: int) -> tuple[Value, Value, Value]:
+        """``(normalized, mean, variance)`` over all dimensions but ``feature_index``:
+        ``(x - mean) / sqrt(variance + epsilon) * scale + offset``."""
+        out, mean, var = self._batch_norm("stablehlo.batch_norm_training", x, [scale, offset],
+                                          epsilon, feature_index, lambda t, v: [t, v, v])
+        return out, mean, var
+
+    def batch_norm_inference(self, x: Any, scale: Any, offset: Any, mean: Any, variance: Any,
+                             epsilon: float, feature_index: int) -> Value:
+        """``(x - mean) / sqrt(variance + epsilon) * scale + offset`` per feature."""
+        return self._batch_norm("stablehlo.batch_norm_inference", x,
+                                [scale, offset, mean, variance], epsilon, feature_index,
+                                lambda t, v: [t])[0]
+
+    def batch_norm_grad(self, x: Any, scale: Any, mean: Any, variance: Any, grad_output: Any,
+                        epsilon: float, feature_index: int) -> tuple[Value, Value, Value]:
+        """The gradients ``(grad_x, grad_scale, grad_offset)`` of batch_norm_training's
+        output given ``grad_output`` (x's shape) and the batch's mean and variance."""
+        gx, gs, go = self._batch_norm("stablehlo.batch_norm_grad", x, [scale, mean, variance],
+                                      epsilon, feature_index, lambda t, v: [t, v, v], grad_output)
+        return gx, gs, go
+
+    def partition_id(self) -> Value:
+        """This device's partition (u32 scalar): its position in an SPMD program's devices."""
+        return self._op1("stablehlo.partition_id", [], Shape(()), DType(DType.Kind.U32))
+
+    def replica_id(self) -> Value:
+        """This device's replica (u32 scalar)."""
+        return self._op1("stablehlo.replica_id", [], Shape(()), DType(DType.Kind.U32))
 
 
 class _ScalarLike:

@@ -14,7 +14,7 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
-from ifrtpy.builder._ops import _window_padding
+from ifrtpy.builder._ops import _ScalarLike, _window_padding
 from ifrtpy.builder._types import COMPLEX, FLOAT, INTEGER, PRED, as_dims
 from ifrtpy.builder._value import Value
 
@@ -291,29 +291,33 @@ class RegionOpsMixin:
         results = self._wrap(operation, types)
         return tuple(results) if many else results[0]
 
-    def _branches(self, op: str, name: str, selector: Value, fns: Sequence[Callable]):
-        """Emit an op with one region per function (no arguments); the first function's
-        results give the types the others must match. The regions are built in a detached
-        scratch op first (the result types are known only then), then moved."""
+    def _branches(self, op: str, name: str, operands: Sequence[Value], fns: Sequence[Callable],
+                  arg_types: Sequence = (), isolated: bool = False, what: str = "branch {i}",
+                  types_of: Optional[Callable] = None, attrs: Optional[dict] = None):
+        """Emit an op with one region per function (taking ``arg_types`` arguments);
+        the first function's results give the types the others must match, and the op's
+        result types (or ``types_of(those types)`` does). The regions are built in a
+        detached scratch op first (the result types are known only then), then moved."""
         ir = self._ir
         from ifrtpy.builder._core import _caller_location
         with self._ctx:
             scratch = ir.Operation.create(name, results=[], operands=[], regions=len(fns),
                                           loc=_caller_location(ir))
         try:
-            got = [self._region(scratch, i, [], fn, f"branch {i} of {op}", isolated=False)
-                   for i, fn in enumerate(fns)]
+            got = [self._region(scratch, i, list(arg_types), fn, f"{what.format(i=i)} of {op}",
+                                isolated=isolated) for i, fn in enumerate(fns)]
             types = got[0]
             for i, g in enumerate(got[1:], 1):
-                _infer.region_results(op, f"branch {i}", g, types)
-            operation = self._emit(name, [selector], types, regions=len(fns))
+                _infer.region_results(op, what.format(i=i), g, types)
+            result_types = types if types_of is None else types_of(types)
+            operation = self._emit(name, list(operands), result_types, attrs, regions=len(fns))
             with self._ctx:
                 for i in range(len(fns)):
                     scratch.regions[i].blocks[0].append_to(operation.regions[i])
         finally:
             with self._ctx:
                 scratch.erase()
-        return self._wrap(operation, types), got[0].many
+        return self._wrap(operation, result_types), got[0].many
 
     def cond(self, pred, true_fn: Callable, false_fn: Callable):
         """``true_fn()`` if the pred scalar holds, else ``false_fn()``: both return the same
@@ -321,7 +325,7 @@ class RegionOpsMixin:
         pred = self._operand(pred, "cond")
         if pred.shape != () or pred.dtype.kind not in PRED:
             raise _infer.fail("cond", [pred], "the predicate must be a pred scalar")
-        results, many = self._branches("cond", "stablehlo.if", pred, [true_fn, false_fn])
+        results, many = self._branches("cond", "stablehlo.if", [pred], [true_fn, false_fn])
         return tuple(results) if many else results[0]
 
     def case(self, index, branches: Sequence[Callable]):
@@ -332,5 +336,72 @@ class RegionOpsMixin:
             raise _infer.fail("case", [index], "the index must be an s32 scalar")
         if not branches:
             raise _infer.fail("case", [index], "needs at least one branch")
-        results, many = self._branches("case", "stablehlo.case", index, list(branches))
+        results, many = self._branches("case", "stablehlo.case", [index], list(branches))
         return tuple(results) if many else results[0]
+
+    # -- map and select_and_scatter ------------------------------------------------------------
+
+    def map(self, operands: Any, computation: Callable) -> Value:
+        """``computation`` applied elementwise: a function of one scalar per operand
+        (operands of one shape) returning a scalar; the result has the operands' shape and
+        the scalar's dtype (XLA's Map over all dimensions)."""
+        op = "map"
+        xs, _ = _as_list(operands)
+        xs = [self._operand(x, op) for x in xs]
+        if not xs:
+            raise InvalidArgumentError(f"{op}: needs at least one operand")
+        _infer.same_shapes(op, xs)
+        shape = xs[0].shape
+
+        def types_of(got):
+            if len(got) != 1 or got[0][0] != ():
+                raise InvalidArgumentError(f"{op}: the computation must return one scalar")
+            return [(shape, got[0][1])]
+
+        with self._ctx:
+            attrs = {"dimensions": self._i64s(range(len(shape)))}
+        values, _ = self._branches(op, "stablehlo.map", xs, [computation],
+                                   arg_types=[(Shape(()), x.dtype) for x in xs], isolated=True,
+                                   what="the computation", types_of=types_of, attrs=attrs)
+        return values[0]
+
+    def select_and_scatter(self, operand: Any, source: Any, init_value: Any = 0,
+                           select: Union[str, Callable] = "ge",
+                           scatter: Union[str, Callable] = "add",
+                           window_dimensions: Sequence[int] = (), window_strides=None,
+                           padding: Any = "VALID") -> Value:
+        """For each window of ``operand``, the element ``select`` picks ("ge": the first
+        maximum, "le": the first minimum, or a function (a, b) -> pred: keep a) receives the
+        window's ``source`` value, combined by ``scatter`` ("add", ... or a function) into
+        a result filled with ``init_value``: the gradient of a max pool."""
+        op = "select_and_scatter"
+        x = self._operand(operand, op)
+        src = self._operand(source, op)
+        init = self._operand(init_value, op, like=_ScalarLike(x))
+        window = as_dims(window_dimensions, op, "window_dimensions")
+        rank = x.rank
+        strides = window if window_strides is None else as_dims(window_strides, op, "window_strides")
+        ones = (1,) * rank
+        if len(window) == len(strides) == rank:
+            pads = _window_padding(padding, x.shape, window, strides, ones, ones, op)
+        else:
+            pads = [] if isinstance(padding, str) else _window_padding(padding, [], [], [], [], [], op)
+        shape, dtype = _infer.select_and_scatter(op, x, src, init, window, strides, pads)
+        if isinstance(select, str):
+            if select not in ("ge", "le", "gt", "lt"):
+                raise InvalidArgumentError(f"{op}: select must be 'ge', 'le', 'gt', 'lt' or a "
+                                           f"function, got {select!r}")
+            select_fn = getattr(self, select)
+        else:
+            select_fn = select
+        with self._ctx:
+            attrs = {"window_dimensions": self._i64s(window), "window_strides": self._i64s(strides),
+                     "padding": self._pairs(pads)}
+        operation = self._emit("stablehlo.select_and_scatter", [x, src, init], [(shape, dtype)],
+                               attrs, regions=2)
+        scalar = (Shape(()), dtype)
+        got = self._region(operation, 0, [scalar, scalar], select_fn, f"the select of {op}", isolated=True)
+        _infer.region_results(op, "select", got, [(Shape(()), DType(DType.Kind.PRED))])
+        got = self._fill_computation(op, operation, 1, [dtype], self._computation(op, scatter, 1), "scatter")
+        _infer.region_results(op, "scatter", got, [scalar])
+        return self._wrap(operation, [(shape, dtype)])[0]
