@@ -719,7 +719,7 @@ class OpsMixin:
             if tail[0].shape != x.shape or tail[0].dtype != x.dtype:
                 raise _infer.fail(op, [x, *tail], "grad_output must have x's shape and dtype")
         with self._ctx:
-            attrs = {"epsilon": self._ir.FloatAttr.get(self._ir.F32Type.get(), float(epsilon)),
+            attrs = {"epsilon": self._ir.FloatAttr.get_f32(float(epsilon)),
                      "feature_index": self._i64(feature_index)}
         return self._op(name, [x, *vs, *tail], types_of((x.shape, x.dtype), vec), attrs)
 
