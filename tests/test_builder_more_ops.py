@@ -290,3 +290,41 @@ def test_reference_backend_refuses_at_compile_time(name):
     program = b.build(build(b, x))
     with pytest.raises(UnimplementedError, match=message):
         ifrt.get_client("reference").compile(program, ifrt.CompileOptions())
+
+
+@FEW
+@given(data=st.data(), batch=st.integers(1, 3), n=st.integers(1, 5), k=st.integers(1, 4))
+def test_batched_gather_and_multi_operand_scatter(client, data, batch, n, k):
+    """take_along_axis as a gather with batching dims; np.add.at and np.maximum.at per
+    batch as one scatter of two operands."""
+    x = array(data, (batch, n), F32)
+    idx = array(data, (batch, k, 1), np.int32, 0, n - 1)
+    u = array(data, (batch, k), F32)
+    b = Builder()
+    px, pi, pu = b.parameter(x.shape, F32), b.parameter(idx.shape, np.int32), b.parameter(u.shape, F32)
+    taken = b.gather(px, pi, offset_dims=[], collapsed_slice_dims=[1], start_index_map=[1],
+                     slice_sizes=[1, 1], operand_batching_dims=[0], start_indices_batching_dims=[0])
+    added, maxed = b.scatter([px, px * 2], pi, [pu, pu],
+                             lambda a1, a2, v1, v2: (a1 + v1, b.max(a2, v2)),
+                             update_window_dims=[], inserted_window_dims=[1],
+                             scatter_dims_to_operand_dims=[1], input_batching_dims=[0],
+                             scatter_indices_batching_dims=[0])
+    got_t, got_a, got_m = run(client, b.build(taken, added, maxed), x, idx, u)
+    want_a, want_m = x.copy(), x * 2
+    for i in range(batch):
+        np.add.at(want_a[i], idx[i, :, 0], u[i])
+        np.maximum.at(want_m[i], idx[i, :, 0], u[i])
+    np.testing.assert_array_equal(got_t, np.take_along_axis(x, idx[..., 0], 1))
+    np.testing.assert_allclose(got_a, want_a, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got_m, want_m)
+
+
+def test_batching_dims_errors():
+    b = Builder()
+    x, i = b.parameter((3, 5), F32), b.parameter((2, 4, 1), np.int32)
+    with pytest.raises(InvalidArgumentError, match=r"batching dims 0 \(size 3\) and 0 \(size 2\) differ"):
+        b.gather(x, i, offset_dims=[], collapsed_slice_dims=[1], start_index_map=[1], slice_sizes=[1, 1],
+                 operand_batching_dims=[0], start_indices_batching_dims=[0])
+    with pytest.raises(InvalidArgumentError, match="needs as many updates as operands"):
+        b.scatter([x, x], i, [b.parameter((2, 4), F32)], update_window_dims=[], inserted_window_dims=[1],
+                  scatter_dims_to_operand_dims=[1], input_batching_dims=[0], scatter_indices_batching_dims=[0])

@@ -521,24 +521,48 @@ def index_map(op: str, operands, indices, index_vector_dim: int, mapping: Sequen
     check_axes(op, operands, mapping, rank, what)
 
 
+def batching(op: str, operands, x, indices, operand_dims, indices_dims, index_vector_dim,
+             what: tuple[str, str]) -> None:
+    """Check batching dims: operand dim ``operand_dims[i]`` pairs with indices dim
+    ``indices_dims[i]`` (equal sizes; never the index vector dim)."""
+    check_axes(op, operands, operand_dims, len(x.shape), what[0])
+    check_axes(op, operands, indices_dims, len(indices.shape), what[1])
+    if len(operand_dims) != len(indices_dims):
+        raise fail(op, operands, f"{what[0]} {list(operand_dims)} and {what[1]} "
+                                 f"{list(indices_dims)} must pair up")
+    for a, b in zip(operand_dims, indices_dims):
+        if b == index_vector_dim:
+            raise fail(op, operands, f"{what[1]} {list(indices_dims)} has the index_vector_dim {b}")
+        if x.shape[a] != indices.shape[b]:
+            raise fail(op, operands, f"batching dims {a} (size {x.shape[a]}) and {b} (size "
+                                     f"{indices.shape[b]}) differ")
+
+
 def gather(op: str, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim,
-           slice_sizes) -> Result:
+           slice_sizes, operand_batching=(), indices_batching=()) -> Result:
     operands = [x, indices]
     rank = len(x.shape)
     if indices.dtype.kind not in INTEGER:
         raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
     index_map(op, operands, indices, index_vector_dim, start_index_map, rank, "start_index_map")
     check_axes(op, operands, collapsed, rank, "collapsed_slice_dims")
+    batching(op, operands, x, indices, operand_batching, indices_batching, index_vector_dim,
+             ("operand_batching_dims", "start_indices_batching_dims"))
+    if set(operand_batching) & (set(collapsed) | set(start_index_map)):
+        raise fail(op, operands, "operand_batching_dims must not be collapsed_slice_dims or in "
+                                 "start_index_map")
     if len(slice_sizes) != rank:
         raise fail(op, operands, f"slice_sizes {list(slice_sizes)} need one entry per operand "
                                  f"dimension ({rank})")
     for i, (s, d) in enumerate(zip(slice_sizes, x.shape)):
         if not 0 <= s <= d:
             raise fail(op, operands, f"slice size {s} of dimension {i} is outside [0, {d}]")
-    for c in collapsed:
-        if slice_sizes[c] > 1:
-            raise fail(op, operands, f"collapsed dimension {c} has slice size {slice_sizes[c]}, not 0 or 1")
-    offsets = [s for i, s in enumerate(slice_sizes) if i not in collapsed]
+    for what, dims in (("collapsed", collapsed), ("batching", operand_batching)):
+        for c in dims:
+            if slice_sizes[c] > 1:
+                raise fail(op, operands, f"{what} dimension {c} has slice size {slice_sizes[c]}, "
+                                         f"not 0 or 1")
+    offsets = [s for i, s in enumerate(slice_sizes) if i not in collapsed and i not in operand_batching]
     batch = [d for i, d in enumerate(indices.shape) if i != index_vector_dim]
     out_rank = len(batch) + len(offsets)
     if len(offset_dims) != len(offsets):
@@ -552,35 +576,48 @@ def gather(op: str, x, indices, offset_dims, collapsed, start_index_map, index_v
     return Shape(out), x.dtype
 
 
-def scatter(op: str, x, indices, updates, update_window_dims, inserted, scatter_dims_to_operand,
-            index_vector_dim) -> Result:
-    operands = [x, indices, updates]
+def scatter(op: str, xs, indices, all_updates, update_window_dims, inserted,
+            scatter_dims_to_operand, index_vector_dim, input_batching=(), indices_batching=()
+            ) -> list[Result]:
+    """Scatter's result types (one per operand; updates pair with operands)."""
+    operands = [*xs, indices, *all_updates]
+    if not xs or len(xs) != len(all_updates):
+        raise fail(op, operands, "needs as many updates as operands (at least one)")
+    same_shapes(op, xs)
+    same_shapes(op, all_updates, "updates")
+    for x, u in zip(xs, all_updates):
+        if u.dtype != x.dtype:
+            raise fail(op, operands, "updates must have the operand's dtype")
+    x, updates = xs[0], all_updates[0]
     rank = len(x.shape)
     if indices.dtype.kind not in INTEGER:
         raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
-    if updates.dtype != x.dtype:
-        raise fail(op, operands, "updates must have the operand's dtype")
     index_map(op, operands, indices, index_vector_dim, scatter_dims_to_operand, rank,
               "scatter_dims_to_operand_dims")
     check_axes(op, operands, inserted, rank, "inserted_window_dims")
+    batching(op, operands, x, indices, input_batching, indices_batching, index_vector_dim,
+             ("input_batching_dims", "scatter_indices_batching_dims"))
+    if set(input_batching) & (set(inserted) | set(scatter_dims_to_operand)):
+        raise fail(op, operands, "input_batching_dims must not be inserted_window_dims or in "
+                                 "scatter_dims_to_operand_dims")
     check_axes(op, operands, update_window_dims, len(updates.shape), "update_window_dims")
     if list(update_window_dims) != sorted(update_window_dims):
         raise fail(op, operands, f"update_window_dims {list(update_window_dims)} must be sorted")
-    if len(update_window_dims) + len(inserted) != rank:
-        raise fail(op, operands, f"update_window_dims ({len(update_window_dims)}) and "
-                                 f"inserted_window_dims ({len(inserted)}) must cover the operand "
-                                 f"rank ({rank})")
+    if len(update_window_dims) + len(inserted) + len(input_batching) != rank:
+        raise fail(op, operands, f"update_window_dims ({len(update_window_dims)}), "
+                                 f"inserted_window_dims ({len(inserted)}) and input_batching_dims "
+                                 f"({len(input_batching)}) must cover the operand rank ({rank})")
     scatter_dims = [d for i, d in enumerate(indices.shape) if i != index_vector_dim]
     update_scatter = [d for i, d in enumerate(updates.shape) if i not in update_window_dims]
     if update_scatter != scatter_dims:
         raise fail(op, operands, f"the update scatter dims {update_scatter} must match the index "
                                  f"batch dims {scatter_dims}")
-    window_bounds = [d for i, d in enumerate(x.shape) if i not in inserted]
+    window_bounds = [d for i, d in enumerate(x.shape) if i not in inserted and i not in input_batching]
     for w, bound in zip(update_window_dims, window_bounds):
         if updates.shape[w] > bound:
             raise fail(op, operands, f"update window dimension {w} (size {updates.shape[w]}) "
                                      f"exceeds the operand's {bound}")
-    return x.shape, x.dtype
+    return [(o.shape, o.dtype) for o in xs]
 
 
 # -- linear algebra, FFT, top_k, random bits --------------------------------------------------

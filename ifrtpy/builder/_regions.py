@@ -195,10 +195,13 @@ class RegionOpsMixin:
     def gather(self, operand, start_indices, *, offset_dims: Sequence[int],
                collapsed_slice_dims: Sequence[int], start_index_map: Sequence[int],
                slice_sizes: Sequence[int], index_vector_dim: Optional[int] = None,
-               indices_are_sorted: bool = False) -> Value:
-        """StableHLO gather (without batching dims): slices of ``slice_sizes`` at the
-        positions ``start_indices`` gives (clamped into range). ``index_vector_dim``
-        defaults to the last dimension of the indices."""
+               indices_are_sorted: bool = False, operand_batching_dims: Sequence[int] = (),
+               start_indices_batching_dims: Sequence[int] = ()) -> Value:
+        """StableHLO gather: slices of ``slice_sizes`` at the positions ``start_indices``
+        gives (clamped into range). ``index_vector_dim`` defaults to the last dimension of
+        the indices; ``operand_batching_dims[i]`` of the operand goes with
+        ``start_indices_batching_dims[i]`` of the indices (a batch of independent
+        gathers, as ``jnp.take_along_axis`` makes)."""
         op = "gather"
         x = self._operand(operand, op)
         idx = self._operand(start_indices, op)
@@ -207,11 +210,13 @@ class RegionOpsMixin:
         collapsed = as_dims(collapsed_slice_dims, op, "collapsed_slice_dims")
         smap = as_dims(start_index_map, op, "start_index_map")
         sizes = as_dims(slice_sizes, op, "slice_sizes")
-        shape, dtype = _infer.gather(op, x, idx, offset, collapsed, smap, ivd, sizes)
+        obatch = as_dims(operand_batching_dims, op, "operand_batching_dims")
+        ibatch = as_dims(start_indices_batching_dims, op, "start_indices_batching_dims")
+        shape, dtype = _infer.gather(op, x, idx, offset, collapsed, smap, ivd, sizes, obatch, ibatch)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {"dimension_numbers": stablehlo.GatherDimensionNumbers.get(
-                         offset, collapsed, [], [], smap, ivd),
+                         offset, collapsed, obatch, ibatch, smap, ivd),
                      "slice_sizes": self._i64s(sizes),
                      "indices_are_sorted": self._bool(indices_are_sorted)}
         return self._op1("stablehlo.gather", [x, idx], shape, dtype, attrs)
@@ -226,31 +231,45 @@ class RegionOpsMixin:
     def scatter(self, operand, scatter_indices, updates, computation: Union[str, Callable] = "set",
                 *, update_window_dims: Sequence[int], inserted_window_dims: Sequence[int],
                 scatter_dims_to_operand_dims: Sequence[int], index_vector_dim: Optional[int] = None,
-                indices_are_sorted: bool = False, unique_indices: bool = False) -> Value:
-        """StableHLO scatter (one operand, no batching dims): combine ``updates`` into the
-        operand at ``scatter_indices`` with ``computation``: "set" (replace), "add", "mul",
-        "max", "min", or a function (current, update) -> new. Out-of-range updates are
-        dropped."""
+                indices_are_sorted: bool = False, unique_indices: bool = False,
+                input_batching_dims: Sequence[int] = (),
+                scatter_indices_batching_dims: Sequence[int] = ()):
+        """StableHLO scatter: combine ``updates`` into the operand at ``scatter_indices``
+        with ``computation``: "set" (replace), "add", "mul", "max", "min", or a function
+        (current, update) -> new. Out-of-range updates are dropped. Lists of operands and
+        of updates (one each) scatter together, with a function of ``2n`` scalars (n
+        currents, then n updates) returning n; a tuple is returned. Batching dims pair as
+        in :meth:`gather`."""
         op = "scatter"
-        x = self._operand(operand, op)
+        xs, many = _as_list(operand)
+        ups, _ = _as_list(updates)
+        xs = [self._operand(x, op) for x in xs]
+        ups = [self._operand(u, op) for u in ups]
         idx = self._operand(scatter_indices, op)
-        upd = self._operand(updates, op)
         ivd = idx.rank - 1 if index_vector_dim is None else int(index_vector_dim)
         window = as_dims(update_window_dims, op, "update_window_dims")
         inserted = as_dims(inserted_window_dims, op, "inserted_window_dims")
         sdims = as_dims(scatter_dims_to_operand_dims, op, "scatter_dims_to_operand_dims")
-        shape, dtype = _infer.scatter(op, x, idx, upd, window, inserted, sdims, ivd)
-        fn = (lambda current, new: new) if computation == "set" else self._computation(op, computation, 1)
+        ibatch = as_dims(input_batching_dims, op, "input_batching_dims")
+        sbatch = as_dims(scatter_indices_batching_dims, op, "scatter_indices_batching_dims")
+        types = _infer.scatter(op, xs, idx, ups, window, inserted, sdims, ivd, ibatch, sbatch)
+        n = len(xs)
+        if computation == "set":
+            fn = (lambda *args: args[n:] if n > 1 else args[1])
+        else:
+            fn = self._computation(op, computation, n)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {"scatter_dimension_numbers": stablehlo.ScatterDimensionNumbers.get(
-                         window, inserted, [], [], sdims, ivd),
+                         window, inserted, ibatch, sbatch, sdims, ivd),
                      "indices_are_sorted": self._bool(indices_are_sorted),
                      "unique_indices": self._bool(unique_indices)}
-        operation = self._emit("stablehlo.scatter", [x, idx, upd], [(shape, dtype)], attrs, regions=1)
-        got = self._fill_computation(op, operation, 0, [dtype], fn, "computation")
-        _infer.region_results(op, "the computation", got, [(Shape(()), dtype)])
-        return self._wrap(operation, [(shape, dtype)])[0]
+        operation = self._emit("stablehlo.scatter", [*xs, idx, *ups], types, attrs, regions=1)
+        dtypes = [t[1] for t in types]
+        got = self._fill_computation(op, operation, 0, dtypes, fn, "computation")
+        _infer.region_results(op, "the computation", got, [(Shape(()), d) for d in dtypes])
+        values = self._wrap(operation, types)
+        return tuple(values) if many else values[0]
 
     def scatter_along(self, x, indices, updates, axis: int = 0,
                       computation: Union[str, Callable] = "add") -> Value:
