@@ -62,9 +62,6 @@ _UNARY = {
     "popcnt": ("stablehlo.popcnt", "The number of set bits."),
     "clz": ("stablehlo.count_leading_zeros", "The number of leading zero bits."),
 }
-#: Ops that take a ``result_accuracy`` (StableHLO's transcendental ops).
-_ACCURATE = frozenset({"exp", "expm1", "log", "log1p", "logistic", "sqrt", "rsqrt", "cbrt",
-                       "sin", "cos", "tan", "tanh"})
 #: Binary elementwise ops: method name -> (StableHLO or CHLO op, docstring).
 _BINARY = {
     "add": ("stablehlo.add", "``x + y`` (or for pred)."),
@@ -97,29 +94,30 @@ def _method_name(op: str) -> str:
     return op + "_" if op in ("not", "and", "or") else op
 
 
-def _unary_method(op: str):
-    mlir_name, doc = _UNARY[op]
-    if op in _ACCURATE:
-        def method(self, x: Any, result_accuracy: Any = None) -> Value:
-            return self._unary(op, x, result_accuracy)
-        doc += (" ``result_accuracy``: a mode (\"DEFAULT\", \"HIGHEST\") or a "
-                ":class:`ResultAccuracy` tolerance.")
-    else:
-        def method(self, x: Any) -> Value:
-            return self._unary(op, x)
+def _named(method, op: str, doc: str):
     method.__name__ = method.__qualname__ = _method_name(op)
-    method.__doc__ = f"{doc} (``{mlir_name}``)"
+    method.__doc__ = f"{doc} (``{_UNARY.get(op, _BINARY.get(op))[0]}``)"
     return method
+
+
+def _unary_method(op: str):
+    def method(self, x: Any) -> Value:
+        return self._unary(op, x)
+    return _named(method, op, _UNARY[op][1])
+
+
+def _accurate_method(op: str):
+    def method(self, x: Any, result_accuracy: Any = None) -> Value:
+        return self._unary(op, x, result_accuracy)
+    return _named(method, op, _UNARY[op][1] + (
+        " ``result_accuracy``: a mode (\"DEFAULT\", \"HIGHEST\") or a :class:`ResultAccuracy` "
+        "tolerance."))
 
 
 def _binary_method(op: str):
-    mlir_name, doc = _BINARY[op]
-
     def method(self, x: Any, y: Any) -> Value:
         return self._binary(op, x, y)
-    method.__name__ = method.__qualname__ = _method_name(op)
-    method.__doc__ = f"{doc} (``{mlir_name}``)"
-    return method
+    return _named(method, op, _BINARY[op][1])
 
 
 class ResultAccuracy(NamedTuple):
@@ -220,23 +218,24 @@ class OpsMixin:
         shape, dtype = _infer.binary(op, x, y)
         return self._op1(_BINARY[op][0], [x, y], shape, dtype)
 
-    # One method per table entry (b.sin(x), b.atan2(y, x), b.not_(p), ...).
+    # One method per table entry (b.sin(x), b.atan2(y, x), b.not_(p), ...); the
+    # transcendental ops (_accurate_method) take a result_accuracy, as StableHLO's do.
     neg = _unary_method("neg")
     abs = _unary_method("abs")
     sign = _unary_method("sign")
-    exp = _unary_method("exp")
-    expm1 = _unary_method("expm1")
-    log = _unary_method("log")
-    log1p = _unary_method("log1p")
-    logistic = _unary_method("logistic")
-    sqrt = _unary_method("sqrt")
-    rsqrt = _unary_method("rsqrt")
-    cbrt = _unary_method("cbrt")
+    exp = _accurate_method("exp")
+    expm1 = _accurate_method("expm1")
+    log = _accurate_method("log")
+    log1p = _accurate_method("log1p")
+    logistic = _accurate_method("logistic")
+    sqrt = _accurate_method("sqrt")
+    rsqrt = _accurate_method("rsqrt")
+    cbrt = _accurate_method("cbrt")
     square = _unary_method("square")
-    sin = _unary_method("sin")
-    cos = _unary_method("cos")
-    tan = _unary_method("tan")
-    tanh = _unary_method("tanh")
+    sin = _accurate_method("sin")
+    cos = _accurate_method("cos")
+    tan = _accurate_method("tan")
+    tanh = _accurate_method("tanh")
     sinh = _unary_method("sinh")
     cosh = _unary_method("cosh")
     asin = _unary_method("asin")
