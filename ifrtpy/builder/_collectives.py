@@ -38,7 +38,7 @@ class CollectiveOpsMixin:
     """shard_map and the collectives of :class:`~ifrtpy.builder.Builder`."""
 
     def _spmd_count(self, op: str) -> int:
-        count = getattr(self, "_manual_devices", None)
+        count = self._manual_devices
         if count is None:
             raise InvalidArgumentError(f"{op}: collectives run on each device's shard: call it "
                                        f"inside shard_map")
@@ -47,8 +47,8 @@ class CollectiveOpsMixin:
     def _channel(self, channel_id: Optional[int]):
         from jaxlib.mlir.dialects import stablehlo
         if channel_id is None:
-            self._next_channel = getattr(self, "_next_channel", 0) + 1
-            channel_id = self._next_channel
+            self._last_channel += 1
+            channel_id = self._last_channel
         elif isinstance(channel_id, bool) or not isinstance(channel_id, int) or channel_id < 1:
             raise InvalidArgumentError(f"channel_id must be a positive int, got {channel_id!r}")
         with self._ctx:
@@ -67,6 +67,8 @@ class CollectiveOpsMixin:
                     "use_global_device_ids": self._ir.UnitAttr.get()}
 
     def _annotated(self, target: str, x: Value, text: str, shape) -> Value:
+        """A custom call ``target`` of x annotated with sharding ``text`` (x need not be
+        visible in the current scope: this crosses into and out of shard_map bodies)."""
         ir = self._ir
         with self._ctx:
             attrs = {"call_target_name": ir.StringAttr.get(target),
@@ -86,7 +88,7 @@ class CollectiveOpsMixin:
         xs = [self._operand(a, op) for a in args]
         if len(in_shardings) != len(xs):
             raise InvalidArgumentError(f"{op}: {len(in_shardings)} in_shardings for {len(xs)} args")
-        if getattr(self, "_manual_devices", None) is not None:
+        if self._manual_devices is not None:
             raise InvalidArgumentError(f"{op}: shard_map cannot nest")
         texts = [hlo_sharding_string(s, x.rank, self._devices) for x, s in zip(xs, in_shardings)]
         counts = {xla_count(t) for t in texts} - {None}
@@ -97,41 +99,32 @@ class CollectiveOpsMixin:
                 f"{op}: cannot tell the number of devices from shardings {texts}: give "
                 f"Builder(devices=...) and shardings over those devices")
         count = counts.pop()
-        local = []
+        shards = []
         for x, text in zip(xs, texts):
             tiles = _tiles(text, x.rank)
             if any(d % t for d, t in zip(x.shape, tiles)):
                 raise _infer.fail(op, [x], f"sharding {text} does not divide the shape evenly")
-            shape = [d // t for d, t in zip(x.shape, tiles)]
-            local.append(self._annotated("SPMDFullToShardShape", self.with_sharding(x, text),
-                                         _MANUAL, shape))
+            shards.append((self.with_sharding(x, text), [d // t for d, t in zip(x.shape, tiles)]))
+        # The body is built in an isolated scope over the same block: it sees only its
+        # arguments, and what it makes is not visible after (ops made while a scope is
+        # current belong to it).
         saved = self._scope
-        scope = _Scope(saved.block, saved, True, "the body of shard_map")
-        self._scope, self._manual_devices = scope, count
+        self._scope = _Scope(saved.block, saved, True, "the body of shard_map")
+        self._manual_devices = count
         try:
-            for v in local:
-                v._scope = scope
+            local = [self._annotated("SPMDFullToShardShape", x, _MANUAL, shape) for x, shape in shards]
             out = fn(*local)
             many = isinstance(out, (tuple, list))
             outs = [self._operand(o, op) for o in (out if many else [out])]
+            if len(out_shardings) != len(outs):
+                raise InvalidArgumentError(f"{op}: {len(out_shardings)} out_shardings for {len(outs)} results")
+            texts = [hlo_sharding_string(s, o.rank, self._devices) for o, s in zip(outs, out_shardings)]
+            manual = [self._annotated("Sharding", o, _MANUAL, o.shape) for o in outs]
         finally:
             self._scope, self._manual_devices = saved, None
-        if len(out_shardings) != len(outs):
-            raise InvalidArgumentError(f"{op}: {len(out_shardings)} out_shardings for {len(outs)} results")
-        results = []
-        for o, s in zip(outs, out_shardings):
-            text = hlo_sharding_string(s, o.rank, self._devices)
-            tiles = _tiles(text, o.rank)
-            manual = self._annotated("Sharding", o, _MANUAL, o.shape)
-            manual._scope = scope
-            self._scope = scope
-            try:
-                full = self._annotated("SPMDShardToFullShape", manual, text,
-                                       [d * t for d, t in zip(o.shape, tiles)])
-            finally:
-                self._scope = saved
-            full._scope = saved
-            results.append(full)
+        results = [self._annotated("SPMDShardToFullShape", m, text,
+                                   [d * t for d, t in zip(m.shape, _tiles(text, m.rank))])
+                   for m, text in zip(manual, texts)]
         return tuple(results) if many else results[0]
 
     # -- collectives -----------------------------------------------------------------------

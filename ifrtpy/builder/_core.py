@@ -150,6 +150,8 @@ class BuilderCore:
         self._root = self._scope
         self._name_stack: list[str] = []
         self._metadata = OpMetadata()
+        self._manual_devices: Optional[int] = None  # inside shard_map: the device count
+        self._last_channel = 0  # the last channel id given to a collective
 
     # -- introspection -----------------------------------------------------------------------
 
