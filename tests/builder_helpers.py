@@ -16,6 +16,7 @@ import ifrtpy as ifrt
 from ifrtpy.errors import UnimplementedError
 
 FEW = settings(max_examples=8, deadline=None)
+SOME = settings(max_examples=4, deadline=None)  # tests that compile a large program per example
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.dtype(t) for t in (np.float32, np.float64, np.float16)] + [BF16]
 SIGNED = [np.dtype(t) for t in (np.int8, np.int32, np.int64)]

@@ -21,7 +21,7 @@ from ifrtpy.builder import Builder, ResultAccuracy
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
 from builder_helpers import (  # noqa: F401  (client is a fixture)
-    FEW, array, client, optimized_hlo, pjrt_client, run, shapes,
+    FEW, SOME, array, client, optimized_hlo, pjrt_client, run, shapes,
 )
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -72,7 +72,7 @@ def _unary_inputs(ops, shape, dtype, data):
     return [array(data, shape, dtype, lo, hi) for _, (lo, hi) in ops.values()]
 
 
-@FEW
+@SOME
 @given(data=st.data(), shape=shapes(max_rank=2), dtype=st.sampled_from([F32, F64]))
 def test_stablehlo_unary_math(client, data, shape, dtype):
     inputs = _unary_inputs(STABLEHLO_UNARY, shape, dtype, data)
@@ -115,7 +115,7 @@ def test_reference_backend_refuses_chlo_at_compile_time():
         ifrt.get_client("reference").compile(b.build(b.erf(x)), ifrt.CompileOptions())
 
 
-@FEW
+@SOME
 @given(data=st.data(), shape=shapes(max_rank=2), dtype=st.sampled_from([np.dtype(np.complex64), np.dtype(np.complex128)]))
 def test_complex_math(client, data, shape, dtype):
     part = np.float32 if dtype == np.complex64 else np.float64

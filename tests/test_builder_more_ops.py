@@ -15,7 +15,7 @@ from ifrtpy.builder import Builder
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 
 from builder_helpers import (  # noqa: F401  (client is a fixture)
-    FEW, array, client, pjrt_client, run, shapes,
+    FEW, SOME, array, client, pjrt_client, run, shapes,
 )
 
 F32, F64, C64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64)
@@ -30,7 +30,7 @@ def _spd(data, batch, n, dtype):
     return (m @ np.swapaxes(m, -1, -2) + n * np.eye(n)).astype(dtype)
 
 
-@FEW
+@SOME
 @given(data=st.data(), batch=st.sampled_from([(), (2,)]), n=st.integers(1, 4),
        dtype=st.sampled_from([F32, F64]))
 def test_cholesky(data, batch, n, dtype):
@@ -104,7 +104,7 @@ def test_top_k(data, batch, n, dtype):
     np.testing.assert_array_equal(got_v, np.take_along_axis(x, want_i, -1))
 
 
-@FEW
+@SOME
 @given(data=st.data(), shape=shapes(max_rank=2))
 def test_reduce_precision_and_optimization_barrier(client, data, shape):
     x = array(data, shape, F32, -1000, 1000)
@@ -176,7 +176,7 @@ def test_map(client, data, shape):
     np.testing.assert_array_equal(flags, x > y)
 
 
-@FEW
+@SOME
 @given(data=st.data(), n=st.integers(2, 6), m=st.integers(2, 6), window=st.integers(1, 3),
        stride=st.integers(1, 3))
 def test_select_and_scatter_is_the_max_pool_gradient(client, data, n, m, window, stride):
@@ -262,6 +262,7 @@ def test_custom_call_errors(kwargs, message):
     (lambda b, x: b.rng_bit_generator(x, (2,)), (3,), np.uint64, "the THREE_FRY state must be u64"),
     (lambda b, x: b.rng_bit_generator(x, (2,), np.float32), (2,), np.uint64, "random bits come as"),
     (lambda b, x: b.random_uniform(x, (2,), minval=1, maxval=1), (2,), np.uint64, "needs minval < maxval"),
+    (lambda b, x: b.random_normal(x, (2,), np.float16), (2,), np.uint64, "dtype must be f32 or f64, got f16"),
 ])
 def test_op_errors(op, shape, dtype, message):
     b = Builder()
@@ -292,7 +293,7 @@ def test_reference_backend_refuses_at_compile_time(name):
         ifrt.get_client("reference").compile(program, ifrt.CompileOptions())
 
 
-@FEW
+@SOME
 @given(data=st.data(), batch=st.integers(1, 3), n=st.integers(1, 5), k=st.integers(1, 4))
 def test_batched_gather_and_multi_operand_scatter(client, data, batch, n, k):
     """take_along_axis as a gather with batching dims; np.add.at and np.maximum.at per

@@ -629,8 +629,9 @@ class OpsMixin:
         """``(new_key, values)``: standard normal values (f32 or f64) from the u64 ``key``
         (``sqrt(2) * erf_inv(u)`` of u uniform in (-1, 1))."""
         dtype = as_dtype(dtype, "random_normal")
-        low = float(np.nextafter(np.asarray(-1.0, dtype.to_numpy()), 0)) if dtype.kind in (
-            DType.Kind.F32, DType.Kind.F64) else -1.0
+        if dtype.kind not in (DType.Kind.F32, DType.Kind.F64):
+            raise InvalidArgumentError(f"random_normal: dtype must be f32 or f64, got {dtype}")
+        low = float(np.nextafter(np.asarray(-1.0, dtype.to_numpy()), 0))  # erf_inv(-1) is -inf
         new_key, u = self.random_uniform(key, shape, dtype, low, 1.0, algorithm)
         return new_key, self.mul(self.erf_inv(u), float(np.sqrt(2)))
 
