@@ -30,7 +30,7 @@ __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
            "shape_from_pyval"]
 
 
-class Builder(OpsMixin, RegionOpsMixin, CollectiveOpsMixin, BuilderCore):
+class Builder(CollectiveOpsMixin, RegionOpsMixin, OpsMixin, BuilderCore):
     """A program under construction: ``parameter``, ``constant``, the op methods, then
     ``build(*results)``.
 

@@ -11,7 +11,7 @@ global device ids over partitions, each with its own channel id.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
@@ -19,6 +19,11 @@ from ifrtpy.shape import Shape
 from ifrtpy.builder import _infer
 from ifrtpy.builder._shardings import hlo_sharding_string
 from ifrtpy.builder._value import Value
+
+if TYPE_CHECKING:  # the mixins see the whole builder when type-checked
+    from ifrtpy.builder._regions import RegionOpsMixin as _Base
+else:
+    _Base = object
 
 _MANUAL = "{manual}"
 
@@ -34,7 +39,7 @@ def _tiles(text: str, rank: int) -> list[int]:
     return list(sharding.tile_assignment_dimensions())[:rank]
 
 
-class CollectiveOpsMixin:
+class CollectiveOpsMixin(_Base):
     """shard_map and the collectives of :class:`~ifrtpy.builder.Builder`."""
 
     def _spmd_count(self, op: str) -> int:

@@ -188,7 +188,7 @@ class BuilderCore:
                 f"only their arguments")
         return value
 
-    def _operand(self, x: Any, op: str, like: Optional[Value] = None) -> Value:
+    def _operand(self, x: Any, op: str, like: Any = None) -> Value:
         """A Value: ``x`` itself, or a constant made from a scalar in ``like``'s dtype and
         shape (or from an array, in its own dtype)."""
         if isinstance(x, Value):
@@ -312,7 +312,7 @@ class BuilderCore:
     # -- regions -----------------------------------------------------------------------------
 
     def _region(self, op, index: int, arg_types, fn: Callable, what: str, isolated: bool,
-                result_like: Optional[Sequence[DType]] = None) -> list[tuple[Shape, DType]]:
+                result_like: Optional[Sequence[DType]] = None) -> _Types:
         """Fill region ``index`` of ``op``: one block with ``arg_types`` arguments; run
         ``fn`` on them and return its results. Returns the result types."""
         ir = self._ir

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -13,6 +13,11 @@ from ifrtpy.shape import Shape
 from ifrtpy.builder import _infer
 from ifrtpy.builder._types import as_dims, as_dtype
 from ifrtpy.builder._value import Value
+
+if TYPE_CHECKING:  # the mixins see the whole builder when type-checked
+    from ifrtpy.builder._core import BuilderCore as _Base
+else:
+    _Base = object
 
 #: Unary elementwise ops: method name -> (StableHLO or CHLO op, docstring). The dtype
 #: classes each accepts, and result types, are in ``_infer.UNARY_CLASSES``.
@@ -96,7 +101,7 @@ def _method_name(op: str) -> str:
 
 def _named(method, op: str, doc: str):
     method.__name__ = method.__qualname__ = _method_name(op)
-    method.__doc__ = f"{doc} (``{_UNARY.get(op, _BINARY.get(op))[0]}``)"
+    method.__doc__ = f"{doc} (``{(_UNARY[op] if op in _UNARY else _BINARY[op])[0]}``)"
     return method
 
 
@@ -194,7 +199,7 @@ def _window_padding(padding, sizes, windows, strides, base_dil, win_dil, who):
     return pads
 
 
-class OpsMixin:
+class OpsMixin(_Base):
     """Elementwise, shape and contraction ops of :class:`~ifrtpy.builder.Builder`."""
 
     # -- elementwise -----------------------------------------------------------------------------

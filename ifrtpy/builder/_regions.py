@@ -4,7 +4,7 @@ nested regions."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import ml_dtypes
 import numpy as np
@@ -17,6 +17,11 @@ from ifrtpy.builder import _infer
 from ifrtpy.builder._ops import _ScalarLike, _window_padding
 from ifrtpy.builder._types import COMPLEX, FLOAT, INTEGER, PRED, as_dims
 from ifrtpy.builder._value import Value
+
+if TYPE_CHECKING:  # the mixins see the whole builder when type-checked
+    from ifrtpy.builder._ops import OpsMixin as _Base
+else:
+    _Base = object
 
 #: Named reductions: the binary op, and the identity (init value) as a function of the dtype.
 REDUCTIONS = ("sum", "prod", "max", "min", "and", "or")
@@ -55,7 +60,7 @@ def _as_list(x) -> tuple[list, bool]:
     return [x], False
 
 
-class RegionOpsMixin:
+class RegionOpsMixin(_Base):
     """Region-carrying ops of :class:`~ifrtpy.builder.Builder`."""
 
     def _computation(self, op: str, computation: Union[str, Callable], n: int) -> Callable:
