@@ -188,17 +188,27 @@ def _uses_shardy(operation) -> bool:
     arguments or results, constraints in the body); names in strings do not count."""
     from jaxlib.mlir import ir
 
+    def get(container, key):
+        # jaxlib's bindings cannot convert some attributes (a dense complex constant): a
+        # TypeError when looked up by key (NamedAttribute.attr would abort the process).
+        # Such an attribute is not a Shardy one.
+        try:
+            return container[key]
+        except TypeError:
+            return None
+
     def shardy_attribute(attribute) -> bool:
         if isinstance(attribute, ir.ArrayAttr):
-            return any(shardy_attribute(a) for a in attribute)
+            return any(shardy_attribute(get(attribute, i)) for i in range(len(attribute)))
         if isinstance(attribute, ir.DictAttr):
-            return any(a.name.startswith("sdy.") or shardy_attribute(a.attr) for a in attribute)
-        return str(attribute).startswith("#sdy.")
+            names = [attribute[i].name for i in range(len(attribute))]
+            return any(n.startswith("sdy.") or shardy_attribute(get(attribute, n)) for n in names)
+        return attribute is not None and str(attribute).startswith("#sdy.")
 
     if operation.name.startswith("sdy."):
         return True
     attributes = operation.attributes
-    if any(name.startswith("sdy.") or shardy_attribute(attributes[name]) for name in attributes):
+    if any(name.startswith("sdy.") or shardy_attribute(get(attributes, name)) for name in attributes):
         return True
     return any(_uses_shardy(op.operation)
                for region in operation.regions for block in region for op in block)

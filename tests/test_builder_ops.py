@@ -15,100 +15,16 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import ifrtpy as ifrt
 from ifrtpy.builder import Builder
-from ifrtpy.errors import UnimplementedError
 
-FEW = settings(max_examples=8, deadline=None)
-BF16 = np.dtype(ml_dtypes.bfloat16)
-FLOATS = [np.dtype(t) for t in (np.float32, np.float64, np.float16)] + [BF16]
-SIGNED = [np.dtype(t) for t in (np.int8, np.int32, np.int64)]
-UNSIGNED = [np.dtype(t) for t in (np.uint8, np.uint32)]
-INTS = SIGNED + UNSIGNED
-NUMERIC = FLOATS + INTS
-PRED = np.dtype(np.bool_)
-
-
-def isfloat(dtype) -> bool:
-    return np.dtype(dtype) in FLOATS
-
-
-def _backends():
-    params = [pytest.param("pjrt", id="pjrt")]
-    try:
-        import ifrtpy.backends.reference  # noqa: F401
-        params.append(pytest.param("reference", id="reference"))
-    except ImportError:
-        pass
-    return params
-
-
-@pytest.fixture(scope="module", params=_backends())
-def client(request):
-    try:
-        return ifrt.get_client(request.param, device_count=8)
-    except (ImportError, UnimplementedError, NotImplementedError) as e:  # pragma: no cover
-        pytest.skip(f"backend {request.param} unavailable: {e}")
-
-
-def run(client, program, *inputs):
-    """Compile ``program`` for one device, run it on ``inputs``, return NumPy results."""
-    try:
-        exe = client.compile(program, ifrt.CompileOptions())
-        device = client.devices()[0]
-        outs = exe(*[ifrt.device_put(np.asarray(x), device) for x in inputs])
-    except (UnimplementedError, NotImplementedError) as e:
-        if client.__class__.__module__.startswith("ifrtpy.backends.reference"):
-            pytest.skip(f"the reference backend lacks this: {e}")
-        raise
-    return [np.asarray(o) for o in outs]
-
-
-def tolerance(dtype):
-    dtype = np.dtype(dtype)
-    if dtype == BF16:
-        return dict(rtol=2e-2, atol=2e-2)
-    if dtype == np.float16:
-        return dict(rtol=2e-3, atol=2e-3)
-    if dtype == np.float32:
-        return dict(rtol=2e-5, atol=1e-5)
-    if dtype == np.float64:
-        return dict(rtol=1e-10, atol=1e-12)
-    return dict(rtol=0, atol=0)
-
-
-def assert_close(actual, expected, dtype=None):
-    expected = np.asarray(expected)
-    dtype = np.dtype(dtype or expected.dtype)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    assert actual.dtype == dtype, (actual.dtype, dtype)
-    if dtype.kind in "biu":
-        np.testing.assert_array_equal(actual, expected.astype(dtype))
-    else:
-        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
-                                   **tolerance(dtype))
-
-
-# -- strategies --------------------------------------------------------------------------------
-
-def shapes(min_rank=0, max_rank=3, min_side=1, max_side=4):
-    return st.lists(st.integers(min_side, max_side), min_size=min_rank, max_size=max_rank).map(tuple)
-
-
-def array(data, shape, dtype, lo=-3.0, hi=3.0):
-    """Random values of ``dtype`` in [lo, hi] (integers: that range clipped to the dtype)."""
-    dtype = np.dtype(dtype)
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
-    if dtype == PRED:
-        return rng.random(shape) < 0.5
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(max(int(lo), info.min), min(int(hi), info.max) + 1, size=shape).astype(dtype)
-    return rng.uniform(lo, hi, size=shape).astype(dtype)
-
+from builder_helpers import (  # noqa: F401  (client is a fixture)
+    BF16, FEW, FLOATS, INTS, NUMERIC, PRED, SIGNED, array, assert_close, client, isfloat, run,
+    shapes,
+)
 
 # -- elementwise -------------------------------------------------------------------------------
 
@@ -832,10 +748,13 @@ def test_locations_reach_compiler_diagnostics():
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "builder.md"
 
 
-def test_docs_builder_example_runs():
+def test_docs_builder_examples_run():
+    """Every python block of docs/builder.md, in order, in one namespace (as the doc
+    test runs them); the examples check themselves (the MLP training loop against NumPy)."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    assert blocks, "docs/builder.md has no python example"
+    assert len(blocks) >= 6, "docs/builder.md lost its python examples"
     namespace: dict = {"__name__": "docs_builder_example"}
-    exec(compile(blocks[0], str(DOC), "exec"), namespace)  # noqa: S102 - the doc's own code
-    assert "out" in namespace and "expected" in namespace
+    for block in blocks:
+        exec(compile(block, str(DOC), "exec"), namespace)  # noqa: S102 - the doc's own code
     np.testing.assert_allclose(namespace["out"], namespace["expected"], rtol=1e-5, atol=1e-5)
+    assert namespace["loss_after"] < namespace["loss_before"] / 2

@@ -16,17 +16,21 @@ scalars are turned into constants of the other operand's dtype and shape. Each o
 its caller's file and line as an MLIR location. See docs/builder.md.
 """
 
-from ifrtpy.builder._core import BuilderCore
-from ifrtpy.builder._ops import ConvDimensionNumbers, OpsMixin, conv_dimension_numbers
+from ifrtpy.builder._collectives import CollectiveOpsMixin
+from ifrtpy.builder._core import BuilderCore, OpMetadata, shape_from_pyval, source_metadata
+from ifrtpy.builder._ops import (
+    ConvDimensionNumbers, OpsMixin, ResultAccuracy, conv_dimension_numbers,
+)
 from ifrtpy.builder._regions import REDUCTIONS, RegionOpsMixin
 from ifrtpy.builder._shardings import hlo_sharding_string
 from ifrtpy.builder._value import Value
 
 __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
-           "hlo_sharding_string", "REDUCTIONS"]
+           "hlo_sharding_string", "REDUCTIONS", "ResultAccuracy", "OpMetadata", "source_metadata",
+           "shape_from_pyval"]
 
 
-class Builder(OpsMixin, RegionOpsMixin, BuilderCore):
+class Builder(CollectiveOpsMixin, RegionOpsMixin, OpsMixin, BuilderCore):
     """A program under construction: ``parameter``, ``constant``, the op methods, then
     ``build(*results)``.
 

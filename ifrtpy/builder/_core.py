@@ -3,15 +3,17 @@ source locations, nested regions, sharding annotations, and ``build``."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.program import HloProgram, _context
+from ifrtpy.program import HloProgram, TensorType, _context
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder._shardings import hlo_sharding_string
@@ -23,11 +25,16 @@ from ifrtpy.builder._value import Value
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _caller_location(ir):
-    """An MLIR file location for the innermost frame outside this package."""
-    frame = sys._getframe(1)
+def _user_frame(frame):
+    """The innermost frame from ``frame`` outwards that is outside this package."""
     while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
         frame = frame.f_back
+    return frame
+
+
+def _caller_location(ir):
+    """An MLIR file location for the innermost frame outside this package."""
+    frame = _user_frame(sys._getframe(1))
     if frame is None:
         return ir.Location.unknown()
     line, col = frame.f_lineno, 0
@@ -40,6 +47,63 @@ def _caller_location(ir):
         except (IndexError, TypeError):
             pass
     return ir.Location.file(frame.f_code.co_filename, line or 0, col)
+
+
+def _as_array(value: Any, dtype: Any, who: str) -> np.ndarray:
+    """``np.asarray(value, dtype)``, refusing ragged nesting with InvalidArgumentError
+    (what has no element type is refused by ``as_dtype`` after)."""
+    np_dtype = None if dtype is None else as_dtype(dtype, who).to_numpy()
+    try:
+        arr = np.asarray(value, dtype=np_dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"{who}: cannot make an array of {value!r}: {e}") from None
+    return arr
+
+
+def shape_from_pyval(pyval: Any) -> Any:
+    """The TensorType (dtype and shape) of a Python or NumPy value, as XLA's
+    ``shape_from_pyval``: NumPy's dtype for it (a Python int is s64, a float f64) and its
+    shape; a tuple of values gives a tuple of TensorTypes (nested alike). Pass a
+    TensorType to :meth:`Builder.parameter`."""
+    if isinstance(pyval, tuple):
+        return tuple(shape_from_pyval(v) for v in pyval)
+    arr = _as_array(pyval, None, "shape_from_pyval")
+    return TensorType(as_dtype(arr.dtype, "shape_from_pyval"), Shape(arr.shape))
+
+
+@dataclasses.dataclass(frozen=True)
+class OpMetadata:
+    """What XLA records of an op (its ``metadata={...}`` in HLO): ``op_type`` (the kind of
+    operation, as "Dense"), ``op_name`` (its name; name scopes are prefixed), and the
+    ``source_file`` and ``source_line`` it came from. A field left None keeps the builder's
+    own (the caller's file and line, the op's StableHLO name inside a name scope)."""
+
+    op_type: Optional[str] = None
+    op_name: Optional[str] = None
+    source_file: Optional[str] = None
+    source_line: Optional[int] = None
+
+    def merged(self, other: OpMetadata) -> OpMetadata:
+        """This metadata with the fields ``other`` sets replaced."""
+        return dataclasses.replace(self, **{f.name: getattr(other, f.name)
+                                            for f in dataclasses.fields(other)
+                                            if getattr(other, f.name) is not None})
+
+
+def source_metadata(op_type: Optional[str] = None, op_name: Optional[str] = None,
+                    skip_frames: int = 1) -> OpMetadata:
+    """OpMetadata naming the caller's file and line (``skip_frames`` frames up: 1 is the
+    function calling this one), as XLA's ``current_source_info_metadata``; give it to
+    :meth:`Builder.op_metadata` to attribute ops built deeper down (in a helper library)
+    to the user's line."""
+    if skip_frames < 1:
+        raise InvalidArgumentError(f"source_metadata: skip_frames must be at least 1, got {skip_frames}")
+    frame = sys._getframe(1)
+    for _ in range(skip_frames - 1):
+        if frame.f_back is None:
+            break
+        frame = frame.f_back
+    return OpMetadata(op_type, op_name, frame.f_code.co_filename, frame.f_lineno)
 
 
 class _Types(list):
@@ -84,6 +148,10 @@ class BuilderCore:
         self._param_shardings: list[Optional[str]] = []
         self._scope = _Scope(entry, None, False, "main")
         self._root = self._scope
+        self._name_stack: list[str] = []
+        self._metadata = OpMetadata()
+        self._manual_devices: Optional[int] = None  # inside shard_map: the device count
+        self._last_channel = 0  # the last channel id given to a collective
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -120,7 +188,7 @@ class BuilderCore:
                 f"only their arguments")
         return value
 
-    def _operand(self, x: Any, op: str, like: Optional[Value] = None) -> Value:
+    def _operand(self, x: Any, op: str, like: Any = None) -> Value:
         """A Value: ``x`` itself, or a constant made from a scalar in ``like``'s dtype and
         shape (or from an array, in its own dtype)."""
         if isinstance(x, Value):
@@ -155,7 +223,7 @@ class BuilderCore:
         """Append op ``name`` to the current block, at the caller's source location."""
         ir = self._ir
         with self._ctx:
-            loc = _caller_location(ir)
+            loc = self._location(name)
             with loc, ir.InsertionPoint(self._scope.block):
                 op = ir.Operation.create(
                     name, results=[mlir_tensor_type(s, d) for s, d in types],
@@ -168,6 +236,64 @@ class BuilderCore:
 
     def _op1(self, name, operands, shape, dtype, attributes=None) -> Value:
         return self._op(name, operands, [(shape, dtype)], attributes)[0]
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def name_scope(self, name: str) -> Iterator[None]:
+        """Ops built inside are named ``name/<op>`` (XLA's op_name metadata; scopes nest:
+        ``outer/inner/<op>``), where ``<op>`` is the op's StableHLO name or the op_name
+        of :meth:`op_metadata`."""
+        name = str(name)
+        if not name or "/" in name:
+            raise InvalidArgumentError(f"name_scope: a scope name must be non-empty, without '/', got {name!r}")
+        self._name_stack.append(name)
+        try:
+            yield
+        finally:
+            self._name_stack.pop()
+
+    @contextlib.contextmanager
+    def op_metadata(self, metadata: Optional[OpMetadata] = None, *, op_type: Optional[str] = None,
+                    op_name: Optional[str] = None, source_file: Optional[str] = None,
+                    source_line: Optional[int] = None) -> Iterator[None]:
+        """Ops built inside carry this metadata (XLA's ``set_op_metadata``): the fields of
+        ``metadata`` (an :class:`OpMetadata`, such as :func:`source_metadata` makes), then
+        the keywords, override what is in force; the rest stays automatic."""
+        if metadata is not None and not isinstance(metadata, OpMetadata):
+            raise InvalidArgumentError(f"op_metadata: expected an OpMetadata, got {type(metadata).__name__}")
+        if source_line is not None and (isinstance(source_line, bool) or not isinstance(source_line, int)):
+            raise InvalidArgumentError(f"op_metadata: source_line must be an int, got {source_line!r}")
+        for what, value in (("op_type", op_type), ("op_name", op_name), ("source_file", source_file)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgumentError(f"op_metadata: {what} must be a str, got {value!r}")
+        saved = self._metadata
+        self._metadata = saved.merged(metadata or OpMetadata()).merged(
+            OpMetadata(op_type, op_name, source_file, source_line))
+        try:
+            yield
+        finally:
+            self._metadata = saved
+
+    def _location(self, op: str):
+        """The location of a new op ``op`` (its StableHLO name): the source position (the
+        caller's, or the metadata's), wrapped in name locations for op_name and op_type
+        (``loc("op_type:"("scope/op_name"(file:line:col)))``, which XLA turns into
+        metadata)."""
+        ir = self._ir
+        md = self._metadata
+        if md.source_file is not None:
+            loc = ir.Location.file(md.source_file, md.source_line or 0, 0)
+        else:
+            loc = _caller_location(ir)
+            if md.source_line is not None:
+                loc = ir.Location.file(_user_frame(sys._getframe(1)).f_code.co_filename, md.source_line, 0)
+        if self._name_stack or md.op_name is not None:
+            leaf = md.op_name if md.op_name is not None else op.split(".", 1)[-1]
+            loc = ir.Location.name("/".join([*self._name_stack, leaf]), childLoc=loc)
+        if md.op_type is not None:
+            loc = ir.Location.name(md.op_type + ":", childLoc=loc)
+        return loc
 
     # attribute helpers (call inside self._ctx)
     def _i64s(self, values):
@@ -186,7 +312,7 @@ class BuilderCore:
     # -- regions -----------------------------------------------------------------------------
 
     def _region(self, op, index: int, arg_types, fn: Callable, what: str, isolated: bool,
-                result_like: Optional[Sequence[DType]] = None) -> list[tuple[Shape, DType]]:
+                result_like: Optional[Sequence[DType]] = None) -> _Types:
         """Fill region ``index`` of ``op``: one block with ``arg_types`` arguments; run
         ``fn`` on them and return its results. Returns the result types."""
         ir = self._ir
@@ -216,14 +342,21 @@ class BuilderCore:
 
     # -- parameters and constants ------------------------------------------------------------
 
-    def parameter(self, shape: Sequence[int], dtype: Any, sharding: Any = None,
+    def parameter(self, shape: Any, dtype: Any = None, sharding: Any = None,
                   name: Optional[str] = None) -> Value:
-        """A new parameter of main, of ``shape`` and ``dtype``; ``sharding`` (an HLO sharding
+        """A new parameter of main, of ``shape`` and ``dtype`` (or of a TensorType, as
+        :func:`shape_from_pyval` gives, with no dtype); ``sharding`` (an HLO sharding
         string, HloSharding, NamedSharding, ShardingParamSharding or SingleDeviceSharding)
         annotates it as ``mhlo.sharding``; ``name`` labels its location."""
         if self._scope is not self._root:
             raise InvalidArgumentError("parameter: parameters can only be added to main, not "
                                        f"inside {self._scope.what}")
+        if isinstance(shape, TensorType):
+            if dtype is not None:
+                raise InvalidArgumentError("parameter: give a TensorType or a shape and dtype, not both")
+            shape, dtype = shape.shape, shape.dtype
+        elif dtype is None:
+            raise InvalidArgumentError("parameter: a shape needs a dtype")
         shape = Shape(as_dims(shape, "parameter", "shape"))
         dtype = as_dtype(dtype, "parameter")
         text = None if sharding is None else hlo_sharding_string(sharding, len(shape), self._devices)
@@ -240,9 +373,9 @@ class BuilderCore:
         return value
 
     def constant(self, value: Any, dtype: Any = None) -> Value:
-        """A constant holding ``np.asarray(value, dtype)`` (NumPy's dtype when none given)."""
-        np_dtype = None if dtype is None else as_dtype(dtype, "constant").to_numpy()
-        arr = np.asarray(value, dtype=np_dtype)
+        """A constant holding ``np.asarray(value, dtype)``: a NumPy array or scalar, a
+        Python number, or nested lists/tuples of them (NumPy's dtype when none given)."""
+        arr = _as_array(value, dtype, "constant")
         dt = as_dtype(arr.dtype, "constant")
         shape = Shape(arr.shape)
         ir = self._ir

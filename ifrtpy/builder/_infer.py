@@ -60,22 +60,28 @@ def check_axes(op: str, operands, axes: Sequence[int], rank: int, what: str,
 # -- elementwise ------------------------------------------------------------------------------
 
 NUMERIC = INTEGER | FLOAT | COMPLEX
+_FC = (FLOAT | COMPLEX, "floating-point or complex")
+_F = (FLOAT, "floating-point")
+_I = (INTEGER, "integer")
+_SFC = (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex")
+_LOGICAL = (PRED | INTEGER, "pred or integer")
 UNARY_CLASSES = {
     "neg": (INTEGER | FLOAT | COMPLEX, "integer, floating-point or complex"),
-    "abs": (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex"),
-    "sign": (SIGNED | FLOAT | COMPLEX, "signed integer, floating-point or complex"),
-    "exp": (FLOAT | COMPLEX, "floating-point or complex"),
-    "log": (FLOAT | COMPLEX, "floating-point or complex"),
-    "tanh": (FLOAT | COMPLEX, "floating-point or complex"),
-    "logistic": (FLOAT | COMPLEX, "floating-point or complex"),
-    "sqrt": (FLOAT | COMPLEX, "floating-point or complex"),
-    "rsqrt": (FLOAT | COMPLEX, "floating-point or complex"),
-    "floor": (FLOAT, "floating-point"),
-    "ceil": (FLOAT, "floating-point"),
-    "round": (FLOAT, "floating-point"),
-    "round_nearest_even": (FLOAT, "floating-point"),
-    "not": (PRED | INTEGER, "pred or integer"),
+    "abs": _SFC, "sign": _SFC,
+    "exp": _FC, "expm1": _FC, "log": _FC, "log1p": _FC, "logistic": _FC,
+    "sqrt": _FC, "rsqrt": _FC, "cbrt": _F, "square": _FC,
+    "sin": _FC, "cos": _FC, "tan": _FC, "tanh": _FC, "sinh": _FC, "cosh": _FC,
+    "asin": _FC, "acos": _FC, "atan": _FC, "asinh": _FC, "acosh": _FC, "atanh": _FC,
+    "erf": _F, "erfc": _F, "erf_inv": _F, "lgamma": _F, "digamma": _F, "bessel_i1e": _F,
+    "floor": _F, "ceil": _F, "round": _F, "round_nearest_even": _F,
+    "is_finite": _F, "is_inf": _F, "is_pos_inf": _F, "is_neg_inf": _F,
+    "real": _FC, "imag": _FC, "conj": (COMPLEX, "complex"),
+    "not": _LOGICAL, "popcnt": _I, "clz": _I,
 }
+#: Unary ops whose result dtype is not the operand's.
+_TO_PRED = frozenset({"is_finite", "is_inf", "is_pos_inf", "is_neg_inf"})
+_TO_REAL = frozenset({"abs", "real", "imag"})
+
 BINARY_CLASSES = {
     "add": (PRED | NUMERIC, "pred or numeric"),
     "sub": (NUMERIC, "integer, floating-point or complex"),
@@ -85,23 +91,55 @@ BINARY_CLASSES = {
     "max": (PRED | INTEGER | FLOAT, "pred, integer or floating-point"),
     "min": (PRED | INTEGER | FLOAT, "pred, integer or floating-point"),
     "pow": (NUMERIC, "integer, floating-point or complex"),
-    "and": (PRED | INTEGER, "pred or integer"),
-    "or": (PRED | INTEGER, "pred or integer"),
-    "xor": (PRED | INTEGER, "pred or integer"),
+    "and": _LOGICAL, "or": _LOGICAL, "xor": _LOGICAL,
+    "shift_left": _I, "shift_right_arithmetic": _I, "shift_right_logical": _I,
+    "atan2": _FC, "next_after": _F, "polygamma": _F, "zeta": _F,
+    "complex": (frozenset({DType.Kind.F32, DType.Kind.F64}), "f32 or f64"),
 }
 
 
 def unary(op: str, x) -> Result:
     allowed, what = UNARY_CLASSES[op]
     check_class(op, [x], allowed, what)
-    return x.shape, (real_part(x.dtype) if op == "abs" else x.dtype)
+    if op in _TO_PRED:
+        return x.shape, DType(DType.Kind.PRED)
+    return x.shape, (real_part(x.dtype) if op in _TO_REAL else x.dtype)
 
 
 def binary(op: str, x, y) -> Result:
     same_types(op, [x, y])
     allowed, what = BINARY_CLASSES[op]
     check_class(op, [x, y], allowed, what)
+    if op == "complex":
+        return x.shape, DType(DType.Kind.C64 if x.dtype.kind == DType.Kind.F32 else DType.Kind.C128)
     return x.shape, x.dtype
+
+
+#: ResultAccuracy modes (StableHLO's); TOLERANCE goes with atol, rtol and ulps.
+ACCURACY_MODES = ("DEFAULT", "HIGHEST", "TOLERANCE")
+
+
+def result_accuracy(op: str, x, value) -> tuple[float, float, int, str]:
+    """``(atol, rtol, ulps, mode)`` from a mode name or a ResultAccuracy-like object."""
+    if isinstance(value, str):
+        atol, rtol, ulps, mode = 0.0, 0.0, 0, value.upper()
+    else:
+        try:
+            atol, rtol, ulps, mode = (float(value.atol), float(value.rtol), int(value.ulps),
+                                      str(value.mode).upper())
+        except (AttributeError, TypeError, ValueError):
+            raise fail(op, [x], f"result_accuracy must be a mode name or a ResultAccuracy, "
+                                f"got {value!r}") from None
+    if mode not in ACCURACY_MODES:
+        raise fail(op, [x], f"result_accuracy mode must be one of {', '.join(ACCURACY_MODES)}, "
+                            f"got {mode!r}")
+    if min(atol, rtol, ulps) < 0 or not all(math.isfinite(v) for v in (atol, rtol)):
+        raise fail(op, [x], f"result_accuracy tolerances must be finite and non-negative, got "
+                            f"atol={atol}, rtol={rtol}, ulps={ulps}")
+    if mode != "TOLERANCE" and (atol or rtol or ulps):
+        raise fail(op, [x], f"result_accuracy mode {mode} takes no tolerances (atol, rtol, ulps "
+                            f"go with mode TOLERANCE)")
+    return atol, rtol, ulps, mode
 
 
 DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
@@ -483,24 +521,48 @@ def index_map(op: str, operands, indices, index_vector_dim: int, mapping: Sequen
     check_axes(op, operands, mapping, rank, what)
 
 
+def batching(op: str, operands, x, indices, operand_dims, indices_dims, index_vector_dim,
+             what: tuple[str, str]) -> None:
+    """Check batching dims: operand dim ``operand_dims[i]`` pairs with indices dim
+    ``indices_dims[i]`` (equal sizes; never the index vector dim)."""
+    check_axes(op, operands, operand_dims, len(x.shape), what[0])
+    check_axes(op, operands, indices_dims, len(indices.shape), what[1])
+    if len(operand_dims) != len(indices_dims):
+        raise fail(op, operands, f"{what[0]} {list(operand_dims)} and {what[1]} "
+                                 f"{list(indices_dims)} must pair up")
+    for a, b in zip(operand_dims, indices_dims):
+        if b == index_vector_dim:
+            raise fail(op, operands, f"{what[1]} {list(indices_dims)} has the index_vector_dim {b}")
+        if x.shape[a] != indices.shape[b]:
+            raise fail(op, operands, f"batching dims {a} (size {x.shape[a]}) and {b} (size "
+                                     f"{indices.shape[b]}) differ")
+
+
 def gather(op: str, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim,
-           slice_sizes) -> Result:
+           slice_sizes, operand_batching=(), indices_batching=()) -> Result:
     operands = [x, indices]
     rank = len(x.shape)
     if indices.dtype.kind not in INTEGER:
         raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
     index_map(op, operands, indices, index_vector_dim, start_index_map, rank, "start_index_map")
     check_axes(op, operands, collapsed, rank, "collapsed_slice_dims")
+    batching(op, operands, x, indices, operand_batching, indices_batching, index_vector_dim,
+             ("operand_batching_dims", "start_indices_batching_dims"))
+    if set(operand_batching) & (set(collapsed) | set(start_index_map)):
+        raise fail(op, operands, "operand_batching_dims must not be collapsed_slice_dims or in "
+                                 "start_index_map")
     if len(slice_sizes) != rank:
         raise fail(op, operands, f"slice_sizes {list(slice_sizes)} need one entry per operand "
                                  f"dimension ({rank})")
     for i, (s, d) in enumerate(zip(slice_sizes, x.shape)):
         if not 0 <= s <= d:
             raise fail(op, operands, f"slice size {s} of dimension {i} is outside [0, {d}]")
-    for c in collapsed:
-        if slice_sizes[c] > 1:
-            raise fail(op, operands, f"collapsed dimension {c} has slice size {slice_sizes[c]}, not 0 or 1")
-    offsets = [s for i, s in enumerate(slice_sizes) if i not in collapsed]
+    for what, dims in (("collapsed", collapsed), ("batching", operand_batching)):
+        for c in dims:
+            if slice_sizes[c] > 1:
+                raise fail(op, operands, f"{what} dimension {c} has slice size {slice_sizes[c]}, "
+                                         f"not 0 or 1")
+    offsets = [s for i, s in enumerate(slice_sizes) if i not in collapsed and i not in operand_batching]
     batch = [d for i, d in enumerate(indices.shape) if i != index_vector_dim]
     out_rank = len(batch) + len(offsets)
     if len(offset_dims) != len(offsets):
@@ -514,32 +576,222 @@ def gather(op: str, x, indices, offset_dims, collapsed, start_index_map, index_v
     return Shape(out), x.dtype
 
 
-def scatter(op: str, x, indices, updates, update_window_dims, inserted, scatter_dims_to_operand,
-            index_vector_dim) -> Result:
-    operands = [x, indices, updates]
+def scatter(op: str, xs, indices, all_updates, update_window_dims, inserted,
+            scatter_dims_to_operand, index_vector_dim, input_batching=(), indices_batching=()
+            ) -> list[Result]:
+    """Scatter's result types (one per operand; updates pair with operands)."""
+    operands = [*xs, indices, *all_updates]
+    if not xs or len(xs) != len(all_updates):
+        raise fail(op, operands, "needs as many updates as operands (at least one)")
+    same_shapes(op, xs)
+    same_shapes(op, all_updates, "updates")
+    for x, u in zip(xs, all_updates):
+        if u.dtype != x.dtype:
+            raise fail(op, operands, "updates must have the operand's dtype")
+    x, updates = xs[0], all_updates[0]
     rank = len(x.shape)
     if indices.dtype.kind not in INTEGER:
         raise fail(op, operands, f"indices must be integers, got {indices.dtype}")
-    if updates.dtype != x.dtype:
-        raise fail(op, operands, "updates must have the operand's dtype")
     index_map(op, operands, indices, index_vector_dim, scatter_dims_to_operand, rank,
               "scatter_dims_to_operand_dims")
     check_axes(op, operands, inserted, rank, "inserted_window_dims")
+    batching(op, operands, x, indices, input_batching, indices_batching, index_vector_dim,
+             ("input_batching_dims", "scatter_indices_batching_dims"))
+    if set(input_batching) & (set(inserted) | set(scatter_dims_to_operand)):
+        raise fail(op, operands, "input_batching_dims must not be inserted_window_dims or in "
+                                 "scatter_dims_to_operand_dims")
     check_axes(op, operands, update_window_dims, len(updates.shape), "update_window_dims")
     if list(update_window_dims) != sorted(update_window_dims):
         raise fail(op, operands, f"update_window_dims {list(update_window_dims)} must be sorted")
-    if len(update_window_dims) + len(inserted) != rank:
-        raise fail(op, operands, f"update_window_dims ({len(update_window_dims)}) and "
-                                 f"inserted_window_dims ({len(inserted)}) must cover the operand "
-                                 f"rank ({rank})")
+    if len(update_window_dims) + len(inserted) + len(input_batching) != rank:
+        raise fail(op, operands, f"update_window_dims ({len(update_window_dims)}), "
+                                 f"inserted_window_dims ({len(inserted)}) and input_batching_dims "
+                                 f"({len(input_batching)}) must cover the operand rank ({rank})")
     scatter_dims = [d for i, d in enumerate(indices.shape) if i != index_vector_dim]
     update_scatter = [d for i, d in enumerate(updates.shape) if i not in update_window_dims]
     if update_scatter != scatter_dims:
         raise fail(op, operands, f"the update scatter dims {update_scatter} must match the index "
                                  f"batch dims {scatter_dims}")
-    window_bounds = [d for i, d in enumerate(x.shape) if i not in inserted]
+    window_bounds = [d for i, d in enumerate(x.shape) if i not in inserted and i not in input_batching]
     for w, bound in zip(update_window_dims, window_bounds):
         if updates.shape[w] > bound:
             raise fail(op, operands, f"update window dimension {w} (size {updates.shape[w]}) "
                                      f"exceeds the operand's {bound}")
+    return [(o.shape, o.dtype) for o in xs]
+
+
+# -- linear algebra, FFT, top_k, random bits --------------------------------------------------
+
+def _matrices(op: str, operands, a, what: str = "a") -> None:
+    if len(a.shape) < 2 or a.shape[-1] != a.shape[-2]:
+        raise fail(op, operands, f"{what} must be (a batch of) square matrices")
+    check_class(op, operands, FLOAT | COMPLEX, "floating-point or complex")
+
+
+def cholesky(op: str, a) -> Result:
+    _matrices(op, [a], a)
+    return a.shape, a.dtype
+
+
+def triangular_solve(op: str, a, b, left_side: bool) -> Result:
+    operands = [a, b]
+    _matrices(op, operands, a)
+    if a.dtype != b.dtype or len(b.shape) != len(a.shape) or b.shape[:-2] != a.shape[:-2]:
+        raise fail(op, operands, "b must have a's dtype, rank and batch dimensions")
+    side = b.shape[-2] if left_side else b.shape[-1]
+    if side != a.shape[-1]:
+        raise fail(op, operands, f"a ({a.shape[-1]}x{a.shape[-1]}) does not match b's "
+                                 f"{'rows' if left_side else 'columns'} ({side})")
+    return b.shape, b.dtype
+
+
+FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
+
+
+def fft(op: str, x, fft_type: str, lengths: Sequence[int]) -> Result:
+    if fft_type not in FFT_TYPES:
+        raise fail(op, [x], f"fft_type must be one of {', '.join(FFT_TYPES)}, got {fft_type!r}")
+    n = len(lengths)
+    if not 1 <= n <= min(3, len(x.shape)) or any(v < 1 for v in lengths):
+        raise fail(op, [x], f"fft_length {list(lengths)} must be 1 to 3 positive lengths, no "
+                            f"more than the rank")
+    lead, tail = list(x.shape[:-n]), list(x.shape[-n:])
+    real = fft_type == "RFFT"
+    check_class(op, [x], frozenset({DType.Kind.F32, DType.Kind.F64}) if real else COMPLEX,
+                "f32 or f64" if real else "complex")
+    expected = list(lengths)
+    if fft_type == "IRFFT":
+        expected[-1] = lengths[-1] // 2 + 1
+    if tail != expected:
+        raise fail(op, [x], f"{fft_type} of lengths {list(lengths)} needs trailing dimensions "
+                            f"{expected}, got {tail}")
+    if fft_type == "RFFT":
+        k = DType.Kind.C64 if x.dtype.kind == DType.Kind.F32 else DType.Kind.C128
+        return Shape(lead + tail[:-1] + [lengths[-1] // 2 + 1]), DType(k)
+    if fft_type == "IRFFT":
+        return Shape(lead + list(lengths)), real_part(x.dtype)
     return x.shape, x.dtype
+
+
+def top_k(op: str, x, k: int) -> list[Result]:
+    if not x.shape:
+        raise fail(op, [x], "needs rank 1 or more")
+    check_class(op, [x], INTEGER | FLOAT, "integer or floating-point")
+    if not 0 <= k <= x.shape[-1]:
+        raise fail(op, [x], f"k ({k}) must be in [0, {x.shape[-1]}] (the last dimension)")
+    shape = Shape(tuple(x.shape[:-1]) + (k,))
+    return [(shape, x.dtype), (shape, DType(DType.Kind.S32))]
+
+
+RNG_ALGORITHMS = {"DEFAULT": None, "THREE_FRY": (2,), "PHILOX": (2, 3)}
+
+
+def rng_bit_generator(op: str, state, algorithm: str, shape: Sequence[int], dtype: DType) -> list[Result]:
+    if algorithm not in RNG_ALGORITHMS:
+        raise fail(op, [state], f"algorithm must be one of {', '.join(RNG_ALGORITHMS)}, got {algorithm!r}")
+    sizes = RNG_ALGORITHMS[algorithm]
+    if state.dtype.kind != DType.Kind.U64 or len(state.shape) != 1 or (
+            sizes is not None and state.shape[0] not in sizes):
+        need = "u64[2]" if sizes == (2,) else "u64[2] or u64[3]" if sizes else "a u64 vector"
+        raise fail(op, [state], f"the {algorithm} state must be {need}")
+    if dtype.kind not in (DType.Kind.U8, DType.Kind.U16, DType.Kind.U32, DType.Kind.U64):
+        raise fail(op, [state], f"random bits come as u8, u16, u32 or u64, not {dtype}")
+    return [(state.shape, state.dtype), (Shape(shape), dtype)]
+
+
+def reduce_precision(op: str, x, exponent_bits: int, mantissa_bits: int) -> Result:
+    check_class(op, [x], FLOAT, "floating-point")
+    if exponent_bits < 1 or mantissa_bits < 0:
+        raise fail(op, [x], f"needs exponent_bits >= 1 and mantissa_bits >= 0, got "
+                            f"{exponent_bits} and {mantissa_bits}")
+    return x.shape, x.dtype
+
+
+def batch_norm(op: str, x, vectors, feature_index: int) -> Result:
+    """Checks for the batch_norm ops: ``vectors`` (scale, offset, mean, ...) are rank 1 of
+    the feature dimension's size, x's dtype. Returns the vectors' type."""
+    operands = [x, *vectors]
+    check_class(op, operands, FLOAT, "floating-point")
+    if not 0 <= feature_index < len(x.shape):
+        raise fail(op, operands, f"feature_index {feature_index} is out of range for rank {len(x.shape)}")
+    features = x.shape[feature_index]
+    for v in vectors:
+        if v.dtype != x.dtype or tuple(v.shape) != (features,):
+            raise fail(op, operands, f"scale, offset, mean and variance must be {fmt((features,), x.dtype)}")
+    return Shape((features,)), x.dtype
+
+
+def same_shapes(op: str, operands, what: str = "operands") -> None:
+    for o in operands[1:]:
+        if o.shape != operands[0].shape:
+            raise fail(op, operands, f"{what} must have the same shape")
+
+
+def select_and_scatter(op: str, x, source, init, window, strides, padding) -> Result:
+    operands = [x, source, init]
+    if source.dtype != x.dtype or init.dtype != x.dtype or init.shape != ():
+        raise fail(op, operands, "source and the init value (a scalar) must have the operand's dtype")
+    [(shape, _)] = reduce_window(op, [x], [init], window, strides, [1] * len(x.shape),
+                                 [1] * len(x.shape), padding)
+    if shape != source.shape:
+        raise fail(op, operands, f"source must have the windowed shape {list(shape)}")
+    return x.shape, x.dtype
+
+
+# -- collectives --------------------------------------------------------------------------------
+
+def replica_groups(op: str, operands, groups, count: int) -> list[list[int]]:
+    """Groups of device ids (positions among ``count``): equal sizes, each id at most once."""
+    try:
+        groups = [[int(i) for i in g] for g in groups]
+    except TypeError:
+        raise fail(op, operands, f"replica_groups must be lists of device ids, got {groups!r}") from None
+    flat = [i for g in groups for i in g]
+    if not groups or not groups[0] or any(len(g) != len(groups[0]) for g in groups):
+        raise fail(op, operands, f"replica_groups {groups} must be non-empty groups of one size")
+    if len(set(flat)) != len(flat) or any(not 0 <= i < count for i in flat):
+        raise fail(op, operands, f"replica_groups {groups} must name distinct devices in [0, {count})")
+    return groups
+
+
+def all_gather(op: str, x, dimension: int, group_size: int) -> Result:
+    if not 0 <= dimension < len(x.shape):
+        raise fail(op, [x], f"dimension {dimension} is out of range for rank {len(x.shape)}")
+    shape = list(x.shape)
+    shape[dimension] *= group_size
+    return Shape(shape), x.dtype
+
+
+def reduce_scatter(op: str, x, dimension: int, group_size: int) -> Result:
+    if not 0 <= dimension < len(x.shape):
+        raise fail(op, [x], f"dimension {dimension} is out of range for rank {len(x.shape)}")
+    if x.shape[dimension] % group_size:
+        raise fail(op, [x], f"dimension {dimension} (size {x.shape[dimension]}) must divide by "
+                            f"the group size {group_size}")
+    shape = list(x.shape)
+    shape[dimension] //= group_size
+    return Shape(shape), x.dtype
+
+
+def all_to_all(op: str, x, split_dimension: int, concat_dimension: int, group_size: int) -> Result:
+    rank = len(x.shape)
+    for name, d in (("split_dimension", split_dimension), ("concat_dimension", concat_dimension)):
+        if not 0 <= d < rank:
+            raise fail(op, [x], f"{name} {d} is out of range for rank {rank}")
+    shape = list(reduce_scatter(op, x, split_dimension, group_size)[0])
+    shape[concat_dimension] *= group_size
+    return Shape(shape), x.dtype
+
+
+def source_target_pairs(op: str, x, pairs, count: int) -> list[tuple[int, int]]:
+    try:
+        pairs = [(int(s), int(t)) for s, t in pairs]
+    except (TypeError, ValueError):
+        raise fail(op, [x], f"source_target_pairs must be (source, target) pairs, got {pairs!r}") from None
+    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
+        raise fail(op, [x], f"source_target_pairs {pairs}: each device is a source at most once "
+                            f"and a target at most once")
+    if any(not 0 <= i < count for i in sources + targets):
+        raise fail(op, [x], f"source_target_pairs {pairs} must name devices in [0, {count})")
+    return pairs

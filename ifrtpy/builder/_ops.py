@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence, Union
 
+import numpy as np
+
+from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
@@ -11,19 +14,126 @@ from ifrtpy.builder import _infer
 from ifrtpy.builder._types import as_dims, as_dtype
 from ifrtpy.builder._value import Value
 
+if TYPE_CHECKING:  # the mixins see the whole builder when type-checked
+    from ifrtpy.builder._core import BuilderCore as _Base
+else:
+    _Base = object
+
+#: Unary elementwise ops: method name -> (StableHLO or CHLO op, docstring). The dtype
+#: classes each accepts, and result types, are in ``_infer.UNARY_CLASSES``.
 _UNARY = {
-    "neg": "stablehlo.negate", "abs": "stablehlo.abs", "sign": "stablehlo.sign",
-    "exp": "stablehlo.exponential", "log": "stablehlo.log", "tanh": "stablehlo.tanh",
-    "logistic": "stablehlo.logistic", "sqrt": "stablehlo.sqrt", "rsqrt": "stablehlo.rsqrt",
-    "floor": "stablehlo.floor", "ceil": "stablehlo.ceil", "round": "stablehlo.round_nearest_afz",
-    "round_nearest_even": "stablehlo.round_nearest_even", "not": "stablehlo.not",
+    "neg": ("stablehlo.negate", "``-x``."),
+    "abs": ("stablehlo.abs", "Absolute value (the magnitude, as a real, for complex)."),
+    "sign": ("stablehlo.sign", "-1, 0 or 1 (NaN stays NaN; ``x / |x|`` for complex)."),
+    "exp": ("stablehlo.exponential", "``e ** x``."),
+    "expm1": ("stablehlo.exponential_minus_one", "``e ** x - 1``, accurate near 0."),
+    "log": ("stablehlo.log", "Natural logarithm."),
+    "log1p": ("stablehlo.log_plus_one", "``log(1 + x)``, accurate near 0."),
+    "logistic": ("stablehlo.logistic", "``1 / (1 + e ** -x)``."),
+    "sqrt": ("stablehlo.sqrt", "Square root."),
+    "rsqrt": ("stablehlo.rsqrt", "``1 / sqrt(x)``."),
+    "cbrt": ("stablehlo.cbrt", "Cube root (``np.cbrt``)."),
+    "square": ("chlo.square", "``x * x``."),
+    "sin": ("stablehlo.sine", "Sine."),
+    "cos": ("stablehlo.cosine", "Cosine."),
+    "tan": ("stablehlo.tan", "Tangent."),
+    "tanh": ("stablehlo.tanh", "Hyperbolic tangent."),
+    "sinh": ("chlo.sinh", "Hyperbolic sine."),
+    "cosh": ("chlo.cosh", "Hyperbolic cosine."),
+    "asin": ("chlo.asin", "Inverse sine."),
+    "acos": ("chlo.acos", "Inverse cosine."),
+    "atan": ("chlo.atan", "Inverse tangent."),
+    "asinh": ("chlo.asinh", "Inverse hyperbolic sine."),
+    "acosh": ("chlo.acosh", "Inverse hyperbolic cosine."),
+    "atanh": ("chlo.atanh", "Inverse hyperbolic tangent."),
+    "erf": ("chlo.erf", "The error function."),
+    "erfc": ("chlo.erfc", "``1 - erf(x)``."),
+    "erf_inv": ("chlo.erf_inv", "The inverse of erf."),
+    "lgamma": ("chlo.lgamma", "``log(|gamma(x)|)``."),
+    "digamma": ("chlo.digamma", "The derivative of lgamma."),
+    "bessel_i1e": ("chlo.bessel_i1e", "The exponentially scaled modified Bessel function of order 1."),
+    "floor": ("stablehlo.floor", "Round toward -inf."),
+    "ceil": ("stablehlo.ceil", "Round toward +inf."),
+    "round": ("stablehlo.round_nearest_afz", "Round half away from zero (XLA's Round)."),
+    "round_nearest_even": ("stablehlo.round_nearest_even", "Round half to even (``np.round``)."),
+    "is_finite": ("stablehlo.is_finite", "pred: neither infinite nor NaN."),
+    "is_inf": ("chlo.is_inf", "pred: +inf or -inf."),
+    "is_pos_inf": ("chlo.is_pos_inf", "pred: +inf."),
+    "is_neg_inf": ("chlo.is_neg_inf", "pred: -inf."),
+    "real": ("stablehlo.real", "The real part (x itself for a real x)."),
+    "imag": ("stablehlo.imag", "The imaginary part (zeros for a real x)."),
+    "conj": ("chlo.conj", "The complex conjugate."),
+    "not": ("stablehlo.not", "Logical not for pred, bitwise not for integers."),
+    "popcnt": ("stablehlo.popcnt", "The number of set bits."),
+    "clz": ("stablehlo.count_leading_zeros", "The number of leading zero bits."),
 }
+#: Binary elementwise ops: method name -> (StableHLO or CHLO op, docstring).
 _BINARY = {
-    "add": "stablehlo.add", "sub": "stablehlo.subtract", "mul": "stablehlo.multiply",
-    "div": "stablehlo.divide", "rem": "stablehlo.remainder", "max": "stablehlo.maximum",
-    "min": "stablehlo.minimum", "pow": "stablehlo.power", "and": "stablehlo.and",
-    "or": "stablehlo.or", "xor": "stablehlo.xor",
+    "add": ("stablehlo.add", "``x + y`` (or for pred)."),
+    "sub": ("stablehlo.subtract", "``x - y``."),
+    "mul": ("stablehlo.multiply", "``x * y`` (and for pred)."),
+    "div": ("stablehlo.divide", "Division; integers round toward zero."),
+    "rem": ("stablehlo.remainder", "Remainder with the dividend's sign (C's fmod, ``np.fmod``)."),
+    "max": ("stablehlo.maximum", "Elementwise maximum (NaN if either is NaN)."),
+    "min": ("stablehlo.minimum", "Elementwise minimum (NaN if either is NaN)."),
+    "pow": ("stablehlo.power", "``x ** y``."),
+    "and": ("stablehlo.and", "Logical and for pred, bitwise and for integers."),
+    "or": ("stablehlo.or", "Logical or for pred, bitwise or for integers."),
+    "xor": ("stablehlo.xor", "Logical xor for pred, bitwise xor for integers."),
+    "shift_left": ("stablehlo.shift_left", "``x << y``; 0 where y is negative or at least the bit width."),
+    "shift_right_arithmetic": ("stablehlo.shift_right_arithmetic",
+                               "``x >> y`` filling with the sign bit (all sign bits where y is "
+                               "negative or at least the bit width)."),
+    "shift_right_logical": ("stablehlo.shift_right_logical",
+                            "``x >> y`` filling with zeros; 0 where y is negative or at least "
+                            "the bit width."),
+    "atan2": ("stablehlo.atan2", "``arctan(x / y)`` in the quadrant of (y, x) (``np.arctan2``)."),
+    "next_after": ("chlo.next_after", "The next representable value after x toward y."),
+    "polygamma": ("chlo.polygamma", "The polygamma function of order x (an integer value) at y."),
+    "zeta": ("chlo.zeta", "The Hurwitz zeta function of x at q=y."),
+    "complex": ("stablehlo.complex", "``x + 1j * y`` from f32 (c64) or f64 (c128) parts."),
 }
+
+
+def _method_name(op: str) -> str:
+    return op + "_" if op in ("not", "and", "or") else op
+
+
+def _named(method, op: str, doc: str):
+    method.__name__ = method.__qualname__ = _method_name(op)
+    method.__doc__ = f"{doc} (``{(_UNARY[op] if op in _UNARY else _BINARY[op])[0]}``)"
+    return method
+
+
+def _unary_method(op: str):
+    def method(self, x: Any) -> Value:
+        return self._unary(op, x)
+    return _named(method, op, _UNARY[op][1])
+
+
+def _accurate_method(op: str):
+    def method(self, x: Any, result_accuracy: Any = None) -> Value:
+        return self._unary(op, x, result_accuracy)
+    return _named(method, op, _UNARY[op][1] + (
+        " ``result_accuracy``: a mode (\"DEFAULT\", \"HIGHEST\") or a :class:`ResultAccuracy` "
+        "tolerance."))
+
+
+def _binary_method(op: str):
+    def method(self, x: Any, y: Any) -> Value:
+        return self._binary(op, x, y)
+    return _named(method, op, _BINARY[op][1])
+
+
+class ResultAccuracy(NamedTuple):
+    """How accurate a transcendental op's result must be, as StableHLO's
+    ``#stablehlo.result_accuracy``: a ``mode`` ("DEFAULT", "HIGHEST") or, with mode
+    "TOLERANCE", the absolute, relative and units-in-the-last-place tolerances."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+    ulps: int = 0
+    mode: str = "TOLERANCE"
 
 
 class ConvDimensionNumbers(NamedTuple):
@@ -89,62 +199,100 @@ def _window_padding(padding, sizes, windows, strides, base_dil, win_dil, who):
     return pads
 
 
-class OpsMixin:
+class OpsMixin(_Base):
     """Elementwise, shape and contraction ops of :class:`~ifrtpy.builder.Builder`."""
 
     # -- elementwise -----------------------------------------------------------------------------
 
-    def _unary(self, op: str, x) -> Value:
+    def _unary(self, op: str, x: Any, result_accuracy: Any = None) -> Value:
         x = self._operand(x, op)
         shape, dtype = _infer.unary(op, x)
-        return self._op1(_UNARY[op], [x], shape, dtype)
+        attrs = None
+        if result_accuracy is not None:
+            atol, rtol, ulps, mode = _infer.result_accuracy(op, x, result_accuracy)
+            from jaxlib.mlir.dialects import stablehlo
+            with self._ctx:
+                attrs = {"result_accuracy": stablehlo.ResultAccuracyAttr.get(atol, rtol, ulps, mode)}
+        return self._op1(_UNARY[op][0], [x], shape, dtype, attrs)
 
-    def _binary(self, op: str, x, y) -> Value:
+    def _binary(self, op: str, x: Any, y: Any) -> Value:
         if not isinstance(x, Value) and isinstance(y, Value):
             x = self._operand(x, op, like=y)
         x = self._operand(x, op)
         y = self._operand(y, op, like=x)
         shape, dtype = _infer.binary(op, x, y)
-        return self._op1(_BINARY[op], [x, y], shape, dtype)
+        return self._op1(_BINARY[op][0], [x, y], shape, dtype)
 
-    def add(self, x, y) -> Value: return self._binary("add", x, y)  # noqa: E704
-    def sub(self, x, y) -> Value: return self._binary("sub", x, y)  # noqa: E704
-    def mul(self, x, y) -> Value: return self._binary("mul", x, y)  # noqa: E704
-    def div(self, x, y) -> Value:  # noqa: E704
-        """Division; integers round toward zero."""
-        return self._binary("div", x, y)
-    def rem(self, x, y) -> Value:  # noqa: E704
-        """Remainder with the dividend's sign (C's fmod, ``np.fmod``)."""
-        return self._binary("rem", x, y)
-    def max(self, x, y) -> Value: return self._binary("max", x, y)  # noqa: E704
-    def min(self, x, y) -> Value: return self._binary("min", x, y)  # noqa: E704
-    def pow(self, x, y) -> Value: return self._binary("pow", x, y)  # noqa: E704
-    def and_(self, x, y) -> Value: return self._binary("and", x, y)  # noqa: E704
-    def or_(self, x, y) -> Value: return self._binary("or", x, y)  # noqa: E704
-    def xor(self, x, y) -> Value: return self._binary("xor", x, y)  # noqa: E704
+    # One method per table entry (b.sin(x), b.atan2(y, x), b.not_(p), ...); the
+    # transcendental ops (_accurate_method) take a result_accuracy, as StableHLO's do.
+    neg = _unary_method("neg")
+    abs = _unary_method("abs")
+    sign = _unary_method("sign")
+    exp = _accurate_method("exp")
+    expm1 = _accurate_method("expm1")
+    log = _accurate_method("log")
+    log1p = _accurate_method("log1p")
+    logistic = _accurate_method("logistic")
+    sqrt = _accurate_method("sqrt")
+    rsqrt = _accurate_method("rsqrt")
+    cbrt = _accurate_method("cbrt")
+    square = _unary_method("square")
+    sin = _accurate_method("sin")
+    cos = _accurate_method("cos")
+    tan = _accurate_method("tan")
+    tanh = _accurate_method("tanh")
+    sinh = _unary_method("sinh")
+    cosh = _unary_method("cosh")
+    asin = _unary_method("asin")
+    acos = _unary_method("acos")
+    atan = _unary_method("atan")
+    asinh = _unary_method("asinh")
+    acosh = _unary_method("acosh")
+    atanh = _unary_method("atanh")
+    erf = _unary_method("erf")
+    erfc = _unary_method("erfc")
+    erf_inv = _unary_method("erf_inv")
+    lgamma = _unary_method("lgamma")
+    digamma = _unary_method("digamma")
+    bessel_i1e = _unary_method("bessel_i1e")
+    floor = _unary_method("floor")
+    ceil = _unary_method("ceil")
+    round = _unary_method("round")
+    round_nearest_even = _unary_method("round_nearest_even")
+    is_finite = _unary_method("is_finite")
+    is_inf = _unary_method("is_inf")
+    is_pos_inf = _unary_method("is_pos_inf")
+    is_neg_inf = _unary_method("is_neg_inf")
+    real = _unary_method("real")
+    imag = _unary_method("imag")
+    conj = _unary_method("conj")
+    not_ = _unary_method("not")
+    popcnt = _unary_method("popcnt")
+    clz = _unary_method("clz")
+    add = _binary_method("add")
+    sub = _binary_method("sub")
+    mul = _binary_method("mul")
+    div = _binary_method("div")
+    rem = _binary_method("rem")
+    max = _binary_method("max")
+    min = _binary_method("min")
+    pow = _binary_method("pow")
+    and_ = _binary_method("and")
+    or_ = _binary_method("or")
+    xor = _binary_method("xor")
+    shift_left = _binary_method("shift_left")
+    shift_right_arithmetic = _binary_method("shift_right_arithmetic")
+    shift_right_logical = _binary_method("shift_right_logical")
+    atan2 = _binary_method("atan2")
+    next_after = _binary_method("next_after")
+    polygamma = _binary_method("polygamma")
+    zeta = _binary_method("zeta")
+    complex = _binary_method("complex")
 
-    def neg(self, x) -> Value: return self._unary("neg", x)  # noqa: E704
-    def abs(self, x) -> Value:  # noqa: E704
-        """Absolute value (the magnitude, as a real, for complex)."""
-        return self._unary("abs", x)
-    def sign(self, x) -> Value: return self._unary("sign", x)  # noqa: E704
-    def exp(self, x) -> Value: return self._unary("exp", x)  # noqa: E704
-    def log(self, x) -> Value: return self._unary("log", x)  # noqa: E704
-    def tanh(self, x) -> Value: return self._unary("tanh", x)  # noqa: E704
-    def logistic(self, x) -> Value: return self._unary("logistic", x)  # noqa: E704
-    def sqrt(self, x) -> Value: return self._unary("sqrt", x)  # noqa: E704
-    def rsqrt(self, x) -> Value: return self._unary("rsqrt", x)  # noqa: E704
-    def floor(self, x) -> Value: return self._unary("floor", x)  # noqa: E704
-    def ceil(self, x) -> Value: return self._unary("ceil", x)  # noqa: E704
-    def round(self, x) -> Value:  # noqa: E704
-        """Round half away from zero (XLA's Round)."""
-        return self._unary("round", x)
-    def round_nearest_even(self, x) -> Value:  # noqa: E704
-        """Round half to even (``np.round``)."""
-        return self._unary("round_nearest_even", x)
-    def not_(self, x) -> Value:  # noqa: E704
-        """Logical not for pred, bitwise not for integers."""
-        return self._unary("not", x)
+    def reciprocal(self, x: Any) -> Value:
+        """``1 / x``."""
+        x = self._operand(x, "reciprocal")
+        return self.div(1, x)
 
     def compare(self, x, y, direction: str) -> Value:
         """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred."""
@@ -389,6 +537,227 @@ class OpsMixin:
                 "precision_config": self._precision(op, [lhs, rhs], precision),
             }
         return self._op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
+
+    # -- linear algebra, FFT, top_k --------------------------------------------------------------
+
+    def cholesky(self, a: Any, lower: bool = True) -> Value:
+        """The Cholesky factor of (a batch of) Hermitian positive-definite matrices: L with
+        ``a = L @ L^H`` (``lower``) or U with ``a = U^H @ U``; the other triangle is
+        unspecified (take ``np.tril``/``np.triu`` of the result)."""
+        a = self._operand(a, "cholesky")
+        shape, dtype = _infer.cholesky("cholesky", a)
+        with self._ctx:
+            attrs = {"lower": self._bool(lower)}
+        return self._op1("stablehlo.cholesky", [a], shape, dtype, attrs)
+
+    def triangular_solve(self, a: Any, b: Any, left_side: bool = True, lower: bool = True,
+                         unit_diagonal: bool = False, transpose_a: str = "NO_TRANSPOSE") -> Value:
+        """x with ``op(a) @ x = b`` (``left_side``) or ``x @ op(a) = b``, a triangular
+        (its ``lower`` or upper triangle is read; ``unit_diagonal`` takes the diagonal as
+        ones); ``op`` is ``transpose_a``: "NO_TRANSPOSE", "TRANSPOSE" or "ADJOINT"."""
+        op = "triangular_solve"
+        a, b = self._operand(a, op), self._operand(b, op)
+        if transpose_a not in ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT"):
+            raise _infer.fail(op, [a, b], f"transpose_a must be NO_TRANSPOSE, TRANSPOSE or "
+                                          f"ADJOINT, got {transpose_a!r}")
+        shape, dtype = _infer.triangular_solve(op, a, b, bool(left_side))
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"left_side": self._bool(left_side), "lower": self._bool(lower),
+                     "unit_diagonal": self._bool(unit_diagonal),
+                     "transpose_a": stablehlo.TransposeAttr.get(transpose_a)}
+        return self._op1("stablehlo.triangular_solve", [a, b], shape, dtype, attrs)
+
+    def fft(self, x: Any, fft_type: str, fft_length: Sequence[int]) -> Value:
+        """The FFT over the trailing ``len(fft_length)`` (1 to 3) dimensions: "FFT" and
+        "IFFT" (complex, ``np.fft.fftn``/``ifftn``), "RFFT" (real to complex, the last
+        dimension becomes ``n // 2 + 1``: ``np.fft.rfftn``) and "IRFFT" (its inverse,
+        ``np.fft.irfftn(x, fft_length)``)."""
+        x = self._operand(x, "fft")
+        lengths = as_dims(fft_length, "fft", "fft_length")
+        fft_type = str(fft_type).upper()
+        shape, dtype = _infer.fft("fft", x, fft_type, lengths)
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"fft_type": stablehlo.FftTypeAttr.get(fft_type), "fft_length": self._i64s(lengths)}
+        return self._op1("stablehlo.fft", [x], shape, dtype, attrs)
+
+    def top_k(self, x: Any, k: int) -> tuple[Value, Value]:
+        """The ``k`` largest entries along the last dimension, in descending order, and
+        their indices (s32; of equal entries the lower index comes first)."""
+        x = self._operand(x, "top_k")
+        types = _infer.top_k("top_k", x, int(k))
+        with self._ctx:
+            attrs = {"k": self._i64(k)}
+        values, indices = self._op("chlo.top_k", [x], types, attrs)
+        return values, indices
+
+    # -- random numbers ----------------------------------------------------------------------
+
+    def rng_bit_generator(self, state: Any, shape: Sequence[int], dtype: Any = "ui32",
+                          algorithm: str = "THREE_FRY") -> tuple[Value, Value]:
+        """``(new_state, bits)``: random bits of ``shape`` and ``dtype`` (u8, u16, u32 or
+        u64) from the u64 ``state`` (2 words for "THREE_FRY", 2 or 3 for "PHILOX"; any
+        for "DEFAULT", the backend's choice), and the state to use next."""
+        op = "rng_bit_generator"
+        state = self._operand(state, op)
+        shape = as_dims(shape, op, "shape")
+        algorithm = str(algorithm).upper()
+        types = _infer.rng_bit_generator(op, state, algorithm, shape, as_dtype(dtype, op))
+        from jaxlib.mlir.dialects import stablehlo
+        with self._ctx:
+            attrs = {"rng_algorithm": stablehlo.RngAlgorithmAttr.get(algorithm)}
+        new_state, bits = self._op("stablehlo.rng_bit_generator", [state], types, attrs)
+        return new_state, bits
+
+    def random_uniform(self, key: Any, shape: Sequence[int], dtype: Any = "f32",
+                       minval: float = 0.0, maxval: float = 1.0,
+                       algorithm: str = "THREE_FRY") -> tuple[Value, Value]:
+        """``(new_key, values)``: values uniform in ``[minval, maxval)`` (f32 or f64) from
+        the u64 ``key`` (as :meth:`rng_bit_generator`'s state)."""
+        op = "random_uniform"
+        dtype = as_dtype(dtype, op)
+        if dtype.kind not in (DType.Kind.F32, DType.Kind.F64):
+            raise InvalidArgumentError(f"{op}: dtype must be f32 or f64, got {dtype}")
+        if not minval < maxval:
+            raise InvalidArgumentError(f"{op}: needs minval < maxval, got {minval} and {maxval}")
+        wide = dtype.kind == DType.Kind.F64
+        bits_type, mantissa, one = ("ui64", 52, 0x3FF0000000000000) if wide else ("ui32", 23, 0x3F800000)
+        new_key, bits = self.rng_bit_generator(key, shape, bits_type, algorithm)
+        bits = self.or_(self.shift_right_logical(bits, 64 - mantissa if wide else 32 - mantissa), one)
+        unit = self.sub(self.bitcast_convert(bits, dtype), 1.0)  # [0, 1)
+        values = self.add(self.mul(unit, float(maxval) - float(minval)), float(minval))
+        return new_key, self.max(values, float(minval))
+
+    def random_normal(self, key: Any, shape: Sequence[int], dtype: Any = "f32",
+                      algorithm: str = "THREE_FRY") -> tuple[Value, Value]:
+        """``(new_key, values)``: standard normal values (f32 or f64) from the u64 ``key``
+        (``sqrt(2) * erf_inv(u)`` of u uniform in (-1, 1))."""
+        dtype = as_dtype(dtype, "random_normal")
+        if dtype.kind not in (DType.Kind.F32, DType.Kind.F64):
+            raise InvalidArgumentError(f"random_normal: dtype must be f32 or f64, got {dtype}")
+        low = float(np.nextafter(np.asarray(-1.0, dtype.to_numpy()), 0))  # erf_inv(-1) is -inf
+        new_key, u = self.random_uniform(key, shape, dtype, low, 1.0, algorithm)
+        return new_key, self.mul(self.erf_inv(u), float(np.sqrt(2)))
+
+    # -- other ops -----------------------------------------------------------------------------
+
+    def reduce_precision(self, x: Any, exponent_bits: int, mantissa_bits: int) -> Value:
+        """x rounded (to nearest even) to a float format with ``exponent_bits`` and
+        ``mantissa_bits`` (values out of its range become inf), kept in x's dtype."""
+        op = "reduce_precision"
+        x = self._operand(x, op)
+        shape, dtype = _infer.reduce_precision(op, x, int(exponent_bits), int(mantissa_bits))
+        with self._ctx:
+            i32 = self._ir.IntegerType.get_signless(32)
+            attrs = {"exponent_bits": self._ir.IntegerAttr.get(i32, int(exponent_bits)),
+                     "mantissa_bits": self._ir.IntegerAttr.get(i32, int(mantissa_bits))}
+        return self._op1("stablehlo.reduce_precision", [x], shape, dtype, attrs)
+
+    def optimization_barrier(self, *values: Any) -> tuple[Value, ...]:
+        """The values themselves; the compiler may not move computation across the barrier
+        (XLA's OptimizationBarrier)."""
+        xs = [self._operand(v, "optimization_barrier") for v in values]
+        return tuple(self._op("stablehlo.optimization_barrier", xs, [(x.shape, x.dtype) for x in xs]))
+
+    def custom_call(self, call_target_name: str, operands: Sequence[Any], result_types: Any,
+                    backend_config: Any = "", api_version: int = 4,
+                    has_side_effect: bool = False) -> Any:
+        """A call of the backend's ``call_target_name``: ``result_types`` is one (shape,
+        dtype) pair (one Value returned) or a list of them (a tuple returned).
+        ``api_version`` 1 to 3 take a string ``backend_config`` (the opaque bytes); 4,
+        XLA's typed FFI, a dict of attributes (ints, floats, strings)."""
+        op = "custom_call"
+        xs = [self._operand(x, op) for x in operands]
+        many = isinstance(result_types, list)
+        pairs = result_types if many else [result_types]
+        try:
+            types = [(Shape(as_dims(s, op, "result shape")), as_dtype(d, op)) for s, d in pairs]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"{op}: result_types must be a (shape, dtype) pair or a "
+                                       f"list of them, got {result_types!r}") from None
+        if api_version not in (1, 2, 3, 4):
+            raise InvalidArgumentError(f"{op}: api_version must be 1, 2, 3 or 4, got {api_version!r}")
+        ir = self._ir
+        with self._ctx:
+            attrs = {"call_target_name": ir.StringAttr.get(str(call_target_name)),
+                     "has_side_effect": self._bool(has_side_effect),
+                     "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), api_version),
+                     "backend_config": self._backend_config(op, backend_config, api_version)}
+        values = self._op("stablehlo.custom_call", xs, types, attrs)
+        return tuple(values) if many else values[0]
+
+    def _backend_config(self, op: str, config: Any, api_version: int):
+        ir = self._ir
+        if api_version < 4:
+            if isinstance(config, bytes):
+                config = config.decode("latin-1")
+            if not isinstance(config, str):
+                raise InvalidArgumentError(f"{op}: api_version {api_version} takes a str backend_config, "
+                                           f"got {type(config).__name__}")
+            return ir.StringAttr.get(config)
+        if config == "":
+            config = {}
+        if not isinstance(config, dict):
+            raise InvalidArgumentError(f"{op}: api_version 4 takes a dict backend_config, got "
+                                       f"{type(config).__name__}")
+        entries = {}
+        for key, v in config.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                raise InvalidArgumentError(f"{op}: backend_config[{key!r}] must be an int, float or "
+                                           f"str, got {v!r}")
+            entries[str(key)] = (ir.StringAttr.get(v) if isinstance(v, str) else self._i64(v)
+                                 if isinstance(v, int) else ir.FloatAttr.get_f64(v))
+        return ir.DictAttr.get(entries)
+
+    def _batch_norm(self, name: str, x, vectors, epsilon: float, feature_index: int, types_of,
+                    grad_output=None):
+        """Emit batch_norm op ``name`` on x, the per-feature ``vectors`` (and grad_output);
+        ``types_of(x type, vector type)`` gives the result types."""
+        op = name.split(".")[-1]
+        x = self._operand(x, op)
+        vs = [self._operand(v, op) for v in vectors]
+        vec = _infer.batch_norm(op, x, vs, int(feature_index))
+        tail = []
+        if grad_output is not None:
+            tail = [self._operand(grad_output, op)]
+            if tail[0].shape != x.shape or tail[0].dtype != x.dtype:
+                raise _infer.fail(op, [x, *tail], "grad_output must have x's shape and dtype")
+        with self._ctx:
+            attrs = {"epsilon": self._ir.FloatAttr.get_f32(float(epsilon)),
+                     "feature_index": self._i64(feature_index)}
+        return self._op(name, [x, *vs, *tail], types_of((x.shape, x.dtype), vec), attrs)
+
+    def batch_norm_training(self, x: Any, scale: Any, offset: Any, epsilon: float,
+                            feature_index: int) -> tuple[Value, Value, Value]:
+        """``(normalized, mean, variance)`` over all dimensions but ``feature_index``:
+        ``(x - mean) / sqrt(variance + epsilon) * scale + offset``."""
+        out, mean, var = self._batch_norm("stablehlo.batch_norm_training", x, [scale, offset],
+                                          epsilon, feature_index, lambda t, v: [t, v, v])
+        return out, mean, var
+
+    def batch_norm_inference(self, x: Any, scale: Any, offset: Any, mean: Any, variance: Any,
+                             epsilon: float, feature_index: int) -> Value:
+        """``(x - mean) / sqrt(variance + epsilon) * scale + offset`` per feature."""
+        return self._batch_norm("stablehlo.batch_norm_inference", x,
+                                [scale, offset, mean, variance], epsilon, feature_index,
+                                lambda t, v: [t])[0]
+
+    def batch_norm_grad(self, x: Any, scale: Any, mean: Any, variance: Any, grad_output: Any,
+                        epsilon: float, feature_index: int) -> tuple[Value, Value, Value]:
+        """The gradients ``(grad_x, grad_scale, grad_offset)`` of batch_norm_training's
+        output given ``grad_output`` (x's shape) and the batch's mean and variance."""
+        gx, gs, go = self._batch_norm("stablehlo.batch_norm_grad", x, [scale, mean, variance],
+                                      epsilon, feature_index, lambda t, v: [t, v, v], grad_output)
+        return gx, gs, go
+
+    def partition_id(self) -> Value:
+        """This device's partition (u32 scalar): its position in an SPMD program's devices."""
+        return self._op1("stablehlo.partition_id", [], Shape(()), DType(DType.Kind.U32))
+
+    def replica_id(self) -> Value:
+        """This device's replica (u32 scalar)."""
+        return self._op1("stablehlo.replica_id", [], Shape(()), DType(DType.Kind.U32))
 
 
 class _ScalarLike:

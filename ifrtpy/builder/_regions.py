@@ -4,7 +4,7 @@ nested regions."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import ml_dtypes
 import numpy as np
@@ -14,9 +14,14 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
-from ifrtpy.builder._ops import _window_padding
+from ifrtpy.builder._ops import _ScalarLike, _window_padding
 from ifrtpy.builder._types import COMPLEX, FLOAT, INTEGER, PRED, as_dims
 from ifrtpy.builder._value import Value
+
+if TYPE_CHECKING:  # the mixins see the whole builder when type-checked
+    from ifrtpy.builder._ops import OpsMixin as _Base
+else:
+    _Base = object
 
 #: Named reductions: the binary op, and the identity (init value) as a function of the dtype.
 REDUCTIONS = ("sum", "prod", "max", "min", "and", "or")
@@ -55,7 +60,7 @@ def _as_list(x) -> tuple[list, bool]:
     return [x], False
 
 
-class RegionOpsMixin:
+class RegionOpsMixin(_Base):
     """Region-carrying ops of :class:`~ifrtpy.builder.Builder`."""
 
     def _computation(self, op: str, computation: Union[str, Callable], n: int) -> Callable:
@@ -195,10 +200,13 @@ class RegionOpsMixin:
     def gather(self, operand, start_indices, *, offset_dims: Sequence[int],
                collapsed_slice_dims: Sequence[int], start_index_map: Sequence[int],
                slice_sizes: Sequence[int], index_vector_dim: Optional[int] = None,
-               indices_are_sorted: bool = False) -> Value:
-        """StableHLO gather (without batching dims): slices of ``slice_sizes`` at the
-        positions ``start_indices`` gives (clamped into range). ``index_vector_dim``
-        defaults to the last dimension of the indices."""
+               indices_are_sorted: bool = False, operand_batching_dims: Sequence[int] = (),
+               start_indices_batching_dims: Sequence[int] = ()) -> Value:
+        """StableHLO gather: slices of ``slice_sizes`` at the positions ``start_indices``
+        gives (clamped into range). ``index_vector_dim`` defaults to the last dimension of
+        the indices; ``operand_batching_dims[i]`` of the operand goes with
+        ``start_indices_batching_dims[i]`` of the indices (a batch of independent
+        gathers, as ``jnp.take_along_axis`` makes)."""
         op = "gather"
         x = self._operand(operand, op)
         idx = self._operand(start_indices, op)
@@ -207,11 +215,13 @@ class RegionOpsMixin:
         collapsed = as_dims(collapsed_slice_dims, op, "collapsed_slice_dims")
         smap = as_dims(start_index_map, op, "start_index_map")
         sizes = as_dims(slice_sizes, op, "slice_sizes")
-        shape, dtype = _infer.gather(op, x, idx, offset, collapsed, smap, ivd, sizes)
+        obatch = as_dims(operand_batching_dims, op, "operand_batching_dims")
+        ibatch = as_dims(start_indices_batching_dims, op, "start_indices_batching_dims")
+        shape, dtype = _infer.gather(op, x, idx, offset, collapsed, smap, ivd, sizes, obatch, ibatch)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {"dimension_numbers": stablehlo.GatherDimensionNumbers.get(
-                         offset, collapsed, [], [], smap, ivd),
+                         offset, collapsed, obatch, ibatch, smap, ivd),
                      "slice_sizes": self._i64s(sizes),
                      "indices_are_sorted": self._bool(indices_are_sorted)}
         return self._op1("stablehlo.gather", [x, idx], shape, dtype, attrs)
@@ -226,31 +236,45 @@ class RegionOpsMixin:
     def scatter(self, operand, scatter_indices, updates, computation: Union[str, Callable] = "set",
                 *, update_window_dims: Sequence[int], inserted_window_dims: Sequence[int],
                 scatter_dims_to_operand_dims: Sequence[int], index_vector_dim: Optional[int] = None,
-                indices_are_sorted: bool = False, unique_indices: bool = False) -> Value:
-        """StableHLO scatter (one operand, no batching dims): combine ``updates`` into the
-        operand at ``scatter_indices`` with ``computation``: "set" (replace), "add", "mul",
-        "max", "min", or a function (current, update) -> new. Out-of-range updates are
-        dropped."""
+                indices_are_sorted: bool = False, unique_indices: bool = False,
+                input_batching_dims: Sequence[int] = (),
+                scatter_indices_batching_dims: Sequence[int] = ()):
+        """StableHLO scatter: combine ``updates`` into the operand at ``scatter_indices``
+        with ``computation``: "set" (replace), "add", "mul", "max", "min", or a function
+        (current, update) -> new. Out-of-range updates are dropped. Lists of operands and
+        of updates (one each) scatter together, with a function of ``2n`` scalars (n
+        currents, then n updates) returning n; a tuple is returned. Batching dims pair as
+        in :meth:`gather`."""
         op = "scatter"
-        x = self._operand(operand, op)
+        xs, many = _as_list(operand)
+        ups, _ = _as_list(updates)
+        xs = [self._operand(x, op) for x in xs]
+        ups = [self._operand(u, op) for u in ups]
         idx = self._operand(scatter_indices, op)
-        upd = self._operand(updates, op)
         ivd = idx.rank - 1 if index_vector_dim is None else int(index_vector_dim)
         window = as_dims(update_window_dims, op, "update_window_dims")
         inserted = as_dims(inserted_window_dims, op, "inserted_window_dims")
         sdims = as_dims(scatter_dims_to_operand_dims, op, "scatter_dims_to_operand_dims")
-        shape, dtype = _infer.scatter(op, x, idx, upd, window, inserted, sdims, ivd)
-        fn = (lambda current, new: new) if computation == "set" else self._computation(op, computation, 1)
+        ibatch = as_dims(input_batching_dims, op, "input_batching_dims")
+        sbatch = as_dims(scatter_indices_batching_dims, op, "scatter_indices_batching_dims")
+        types = _infer.scatter(op, xs, idx, ups, window, inserted, sdims, ivd, ibatch, sbatch)
+        n = len(xs)
+        if computation == "set":
+            fn = (lambda *args: args[n:] if n > 1 else args[1])
+        else:
+            fn = self._computation(op, computation, n)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {"scatter_dimension_numbers": stablehlo.ScatterDimensionNumbers.get(
-                         window, inserted, [], [], sdims, ivd),
+                         window, inserted, ibatch, sbatch, sdims, ivd),
                      "indices_are_sorted": self._bool(indices_are_sorted),
                      "unique_indices": self._bool(unique_indices)}
-        operation = self._emit("stablehlo.scatter", [x, idx, upd], [(shape, dtype)], attrs, regions=1)
-        got = self._fill_computation(op, operation, 0, [dtype], fn, "computation")
-        _infer.region_results(op, "the computation", got, [(Shape(()), dtype)])
-        return self._wrap(operation, [(shape, dtype)])[0]
+        operation = self._emit("stablehlo.scatter", [*xs, idx, *ups], types, attrs, regions=1)
+        dtypes = [t[1] for t in types]
+        got = self._fill_computation(op, operation, 0, dtypes, fn, "computation")
+        _infer.region_results(op, "the computation", got, [(Shape(()), d) for d in dtypes])
+        values = self._wrap(operation, types)
+        return tuple(values) if many else values[0]
 
     def scatter_along(self, x, indices, updates, axis: int = 0,
                       computation: Union[str, Callable] = "add") -> Value:
@@ -291,29 +315,33 @@ class RegionOpsMixin:
         results = self._wrap(operation, types)
         return tuple(results) if many else results[0]
 
-    def _branches(self, op: str, name: str, selector: Value, fns: Sequence[Callable]):
-        """Emit an op with one region per function (no arguments); the first function's
-        results give the types the others must match. The regions are built in a detached
-        scratch op first (the result types are known only then), then moved."""
+    def _branches(self, op: str, name: str, operands: Sequence[Value], fns: Sequence[Callable],
+                  arg_types: Sequence = (), isolated: bool = False, what: str = "branch {i}",
+                  types_of: Optional[Callable] = None, attrs: Optional[dict] = None):
+        """Emit an op with one region per function (taking ``arg_types`` arguments);
+        the first function's results give the types the others must match, and the op's
+        result types (or ``types_of(those types)`` does). The regions are built in a
+        detached scratch op first (the result types are known only then), then moved."""
         ir = self._ir
         from ifrtpy.builder._core import _caller_location
         with self._ctx:
             scratch = ir.Operation.create(name, results=[], operands=[], regions=len(fns),
                                           loc=_caller_location(ir))
         try:
-            got = [self._region(scratch, i, [], fn, f"branch {i} of {op}", isolated=False)
-                   for i, fn in enumerate(fns)]
+            got = [self._region(scratch, i, list(arg_types), fn, f"{what.format(i=i)} of {op}",
+                                isolated=isolated) for i, fn in enumerate(fns)]
             types = got[0]
             for i, g in enumerate(got[1:], 1):
-                _infer.region_results(op, f"branch {i}", g, types)
-            operation = self._emit(name, [selector], types, regions=len(fns))
+                _infer.region_results(op, what.format(i=i), g, types)
+            result_types = types if types_of is None else types_of(types)
+            operation = self._emit(name, list(operands), result_types, attrs, regions=len(fns))
             with self._ctx:
                 for i in range(len(fns)):
                     scratch.regions[i].blocks[0].append_to(operation.regions[i])
         finally:
             with self._ctx:
                 scratch.erase()
-        return self._wrap(operation, types), got[0].many
+        return self._wrap(operation, result_types), got[0].many
 
     def cond(self, pred, true_fn: Callable, false_fn: Callable):
         """``true_fn()`` if the pred scalar holds, else ``false_fn()``: both return the same
@@ -321,7 +349,7 @@ class RegionOpsMixin:
         pred = self._operand(pred, "cond")
         if pred.shape != () or pred.dtype.kind not in PRED:
             raise _infer.fail("cond", [pred], "the predicate must be a pred scalar")
-        results, many = self._branches("cond", "stablehlo.if", pred, [true_fn, false_fn])
+        results, many = self._branches("cond", "stablehlo.if", [pred], [true_fn, false_fn])
         return tuple(results) if many else results[0]
 
     def case(self, index, branches: Sequence[Callable]):
@@ -332,5 +360,72 @@ class RegionOpsMixin:
             raise _infer.fail("case", [index], "the index must be an s32 scalar")
         if not branches:
             raise _infer.fail("case", [index], "needs at least one branch")
-        results, many = self._branches("case", "stablehlo.case", index, list(branches))
+        results, many = self._branches("case", "stablehlo.case", [index], list(branches))
         return tuple(results) if many else results[0]
+
+    # -- map and select_and_scatter ------------------------------------------------------------
+
+    def map(self, operands: Any, computation: Callable) -> Value:
+        """``computation`` applied elementwise: a function of one scalar per operand
+        (operands of one shape) returning a scalar; the result has the operands' shape and
+        the scalar's dtype (XLA's Map over all dimensions)."""
+        op = "map"
+        xs, _ = _as_list(operands)
+        xs = [self._operand(x, op) for x in xs]
+        if not xs:
+            raise InvalidArgumentError(f"{op}: needs at least one operand")
+        _infer.same_shapes(op, xs)
+        shape = xs[0].shape
+
+        def types_of(got):
+            if len(got) != 1 or got[0][0] != ():
+                raise InvalidArgumentError(f"{op}: the computation must return one scalar")
+            return [(shape, got[0][1])]
+
+        with self._ctx:
+            attrs = {"dimensions": self._i64s(range(len(shape)))}
+        values, _ = self._branches(op, "stablehlo.map", xs, [computation],
+                                   arg_types=[(Shape(()), x.dtype) for x in xs], isolated=True,
+                                   what="the computation", types_of=types_of, attrs=attrs)
+        return values[0]
+
+    def select_and_scatter(self, operand: Any, source: Any, init_value: Any = 0,
+                           select: Union[str, Callable] = "ge",
+                           scatter: Union[str, Callable] = "add",
+                           window_dimensions: Sequence[int] = (), window_strides=None,
+                           padding: Any = "VALID") -> Value:
+        """For each window of ``operand``, the element ``select`` picks ("ge": the first
+        maximum, "le": the first minimum, or a function (a, b) -> pred: keep a) receives the
+        window's ``source`` value, combined by ``scatter`` ("add", ... or a function) into
+        a result filled with ``init_value``: the gradient of a max pool."""
+        op = "select_and_scatter"
+        x = self._operand(operand, op)
+        src = self._operand(source, op)
+        init = self._operand(init_value, op, like=_ScalarLike(x))
+        window = as_dims(window_dimensions, op, "window_dimensions")
+        rank = x.rank
+        strides = window if window_strides is None else as_dims(window_strides, op, "window_strides")
+        ones = (1,) * rank
+        if len(window) == len(strides) == rank:
+            pads = _window_padding(padding, x.shape, window, strides, ones, ones, op)
+        else:
+            pads = [] if isinstance(padding, str) else _window_padding(padding, [], [], [], [], [], op)
+        shape, dtype = _infer.select_and_scatter(op, x, src, init, window, strides, pads)
+        if isinstance(select, str):
+            if select not in ("ge", "le", "gt", "lt"):
+                raise InvalidArgumentError(f"{op}: select must be 'ge', 'le', 'gt', 'lt' or a "
+                                           f"function, got {select!r}")
+            select_fn = getattr(self, select)
+        else:
+            select_fn = select
+        with self._ctx:
+            attrs = {"window_dimensions": self._i64s(window), "window_strides": self._i64s(strides),
+                     "padding": self._pairs(pads)}
+        operation = self._emit("stablehlo.select_and_scatter", [x, src, init], [(shape, dtype)],
+                               attrs, regions=2)
+        scalar = (Shape(()), dtype)
+        got = self._region(operation, 0, [scalar, scalar], select_fn, f"the select of {op}", isolated=True)
+        _infer.region_results(op, "select", got, [(Shape(()), DType(DType.Kind.PRED))])
+        got = self._fill_computation(op, operation, 1, [dtype], self._computation(op, scatter, 1), "scatter")
+        _infer.region_results(op, "scatter", got, [scalar])
+        return self._wrap(operation, [(shape, dtype)])[0]
