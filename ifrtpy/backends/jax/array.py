@@ -168,6 +168,16 @@ class JaxArray(Array):
             return Future.failed(e)
         return future_of(value)
 
+    def block_until_ready(self) -> JaxArray:
+        """Wait (jax releases the GIL) until the data is ready; raise its error."""
+        if self._error is not None:
+            raise self._error
+        try:
+            self.jax_value.block_until_ready()
+        except Exception as e:
+            raise translate(e) from None
+        return self
+
     def delete(self) -> Future[None]:
         with self._lock:
             self._deleted = True
@@ -354,17 +364,53 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
     jax_sharding = to_jax_sharding(sharding)
+    shape = Shape(data.shape)
     if semantics < HostBufferSemantics.IMMUTABLE_ZERO_COPY:
-        value = call_jax(_device_put, np.array(data, order="C", copy=True), jax_sharding)
+        value = call_jax(_put_by_shard, data, shape, sharding, jax_sharding, True)
         if on_done is not None:
             on_done()
     else:
         owner = _HostData(data)
         if on_done is not None:
             weakref.finalize(owner, on_done)
-        value = call_jax(_device_put, np.asarray(owner).view(data.dtype), jax_sharding)
+        value = call_jax(_put_by_shard, np.asarray(owner).view(data.dtype), shape, sharding,
+                         jax_sharding, False)
         del owner
-    return JaxArray(client, dtype, Shape(data.shape), sharding, value)
+    return JaxArray(client, dtype, shape, sharding, value)
+
+
+def _aligned_copy(data: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``data`` at a 64-byte aligned address (jax aliases host data
+    only at such addresses, and copies it otherwise)."""
+    size = data.size * data.dtype.itemsize
+    raw = np.empty(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start:start + size].view(data.dtype).reshape(data.shape)
+    np.copyto(out, data, casting="no")
+    return out
+
+
+def _put_by_shard(data: np.ndarray, shape: Shape, sharding: Sharding, jax_sharding: Any,
+                  copy: bool) -> Any:
+    """A jax.Array of ``data`` split as ``sharding`` says: each addressable device gets its
+    slice, a fresh copy (which jax then aliases: one copy in all) with ``copy`` or for a
+    second replica of a slice, else the slice itself (which jax may alias)."""
+    import jax
+
+    devices = sharding.devices.addressable_device_list()
+    if sharding.is_fully_replicated:
+        slices = [(Ellipsis,)] * len(devices)
+    else:
+        slices = [(*d.slices(), Ellipsis) for d in sharding.index_domains(shape, ADDRESSABLE)]
+    pieces, aliased = [], set()
+    for key in slices:  # without copy, only one replica of a slice aliases the data
+        alias = not copy and repr(key) not in aliased
+        aliased.add(repr(key))
+        pieces.append(data[key] if alias else _aligned_copy(data[key]))
+    kind = str(sharding.memory_kind) if sharding.memory_kind else None
+    places = [jax.sharding.SingleDeviceSharding(d.jax_device, memory_kind=kind) for d in devices]
+    return jax.make_array_from_single_device_arrays(
+        tuple(shape.dims), jax_sharding, _device_put(pieces, places))
 
 
 def make_error_arrays(client: Any, error: BaseException, specs: Sequence[ArraySpec]

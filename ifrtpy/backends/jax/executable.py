@@ -16,7 +16,7 @@ from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import _serialized
 from ifrtpy.backends.jax import _jaxlib
 from ifrtpy.backends.jax.array import (
-    JaxArray, call_jax, check_array, to_jax_sharding,
+    JaxArray, call_jax, check_array, to_jax_sharding, translate,
 )
 from ifrtpy.backends.pjrt.executable import _same_domains, _xla_compile_options
 from ifrtpy.client import Compiler
@@ -103,6 +103,7 @@ class JaxLoadedExecutable(LoadedExecutable):
         self._program = program
         self._devices = devices
         self._deleted = False
+        self._checked: dict = {}  # (index, dtype, shape, sharding) -> None once checked
         self._params = program.parameters
         self._results = program.results
         kinds = handle.get_output_memory_kinds()
@@ -209,19 +210,21 @@ class JaxLoadedExecutable(LoadedExecutable):
         if len(args) != len(self._params):
             raise InvalidArgumentError(
                 f"{self.name} takes {len(self._params)} arguments, got {len(args)}")
-        for i, (arg, param, sharding) in enumerate(
-                zip(args, self._params, self._parameter_shardings)):
-            self._check_argument(i, arg, param, sharding)
-        values = [a.jax_value for a in args]
-        donated = [i for i in self._program.donated_inputs
-                   if i not in options.non_donatable_input_indices]
-        for i in self._program.donated_inputs & options.non_donatable_input_indices:
-            values[i] = args[i].take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
-        for i in donated:
-            args[i].wait_for_reads()  # reads enqueued before the donation see the data
+        values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
+        donated = self._program.donated_inputs
+        if donated:
+            kept = donated & options.non_donatable_input_indices
+            for i in kept:
+                values[i] = args[i].take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
+            donated = donated - kept
+            for i in donated:
+                args[i].wait_for_reads()  # reads enqueued before the donation see the data
         kwargs = {"launch_id": options.launch_id} if options.launch_id else {}
-        results = call_jax(handle.execute_sharded, values, **kwargs)
-        outputs = call_jax(results.consume_with_handlers, self._handlers)
+        try:
+            outputs = handle.execute_sharded(values, **kwargs).consume_with_handlers(
+                self._handlers)
+        except Exception as e:
+            raise translate(e) from None
         for i in donated:
             args[i].delete()  # jax took its buffer
         client = self._client
@@ -229,6 +232,17 @@ class JaxLoadedExecutable(LoadedExecutable):
                   for r, sharding, value in zip(self._results, self._output_shardings, outputs)]
         status = join_futures([a.ready_future() for a in arrays]) if options.fill_status else None
         return ExecuteResult(status, arrays)
+
+    def _checked_value(self, i: int, arg: Any) -> Any:
+        """The jax value of argument ``i`` once it passes the checks (remembered per
+        parameter, dtype, shape and sharding)."""
+        value = arg._value if type(arg) is JaxArray else None
+        if (value is not None and not arg._deleted and not value.is_deleted()
+                and arg._client is self._client
+                and (i, arg._dtype, arg._shape, arg._sharding) in self._checked):
+            return value
+        self._check_argument(i, arg, self._params[i], self._parameter_shardings[i])
+        return arg.jax_value
 
     def _check_argument(self, i: int, arg: Any, param: Any, sharding: Sharding) -> None:
         try:
@@ -252,3 +266,4 @@ class JaxLoadedExecutable(LoadedExecutable):
             raise InvalidArgumentError(
                 f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
                 f"parameter {i} has sharding {sharding!r} (different shards per device)")
+        self._checked[(i, arg.dtype, arg.shape, arg.sharding)] = None
