@@ -7,11 +7,13 @@ jax has not started yet). Devices and memories are jax's; an array holds a ``jax
 whose sharding is the ifrtpy one converted by :mod:`ifrtpy.interop.jax`; programs are
 compiled and run by jaxlib. jax is imported only when this backend is asked for
 (``pip install ifrtpy[jax]``). Every private jaxlib name it uses is in ``_jaxlib``.
+Several processes: :func:`initialize_distributed` in each, before anything uses jax.
 """
 
 from ifrtpy.backends.jax.array import JaxArray
 from ifrtpy.backends.jax.client import JaxClient, JaxDevice, JaxMemory, create_client
+from ifrtpy.backends.jax.distributed import initialize_distributed
 from ifrtpy.backends.jax.executable import JaxCompiler, JaxLoadedExecutable
 
 __all__ = ["JaxArray", "JaxClient", "JaxDevice", "JaxMemory", "JaxCompiler",
-           "JaxLoadedExecutable", "create_client"]
+           "JaxLoadedExecutable", "create_client", "initialize_distributed"]
