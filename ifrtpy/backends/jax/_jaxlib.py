@@ -25,7 +25,7 @@ def runtime_client(platform: str | None) -> Any:
 
 def device_list(jax_devices: Sequence[Any]) -> Any:
     """A ``jaxlib._jax.DeviceList`` (what compile and deserialize take)."""
-    from jax._src.lib import _jax
+    from jaxlib import _jax
 
     return _jax.DeviceList(tuple(jax_devices))
 
@@ -39,14 +39,15 @@ def compile_options(serialized: bytes) -> Any:
 
 def result_handler(dtype: Any, dims: tuple[int, ...], jax_sharding: Any) -> Any:
     """What turns one output of ``execute_sharded`` into a ``jax.Array`` (as jax's jit does)."""
-    from jax._src.lib import _jax
+    from jaxlib import _jax
     from jax.core import ShapedArray
 
     return _jax.array_result_handler(ShapedArray(dims, dtype), jax_sharding, True, True)
 
 
-def runtime_error_type() -> type:
+def runtime_error_type() -> type[Exception]:
     """The exception jaxlib raises for a failed runtime status (``XlaRuntimeError``)."""
     from jax.errors import JaxRuntimeError
 
-    return JaxRuntimeError
+    error: type[Exception] = JaxRuntimeError
+    return error

@@ -222,10 +222,10 @@ class JaxArray(Array):
         pieces = self._sharding.disassemble(self._shape, ADDRESSABLE)
         value = self.take(ArrayCopySemantics(copy_semantics))
         if value is None:  # each piece fails as this array does
-            return [JaxArray(self._client, self._dtype, Shape(shape), sharding, None,
+            return [JaxArray(self._client, self._dtype, _static(shape), sharding, None,
                              self._error) for shape, sharding in pieces]
         shards = {s.device.id: s.data for s in value.addressable_shards}
-        return [JaxArray(self._client, self._dtype, Shape(shape), sharding,
+        return [JaxArray(self._client, self._dtype, _static(shape), sharding,
                          shards[sharding.devices[0].id]) for shape, sharding in pieces]
 
     # -- host -----------------------------------------------------------------------------
@@ -307,7 +307,12 @@ def check_devices(client: Any, sharding: Sharding) -> None:
     for device in sharding.devices:
         if device.client is not client:
             raise InvalidArgumentError(f"device {device} belongs to another client")
-        device.memory(sharding.memory_kind)
+        device.memory(sharding.memory_kind)  # type: ignore[attr-defined]
+
+
+def jax_device(device: Any) -> Any:
+    """The jax Device of one of this backend's devices."""
+    return device.jax_device
 
 
 def check_array(client: Any, array: Any, i: int) -> JaxArray:
@@ -320,6 +325,10 @@ def check_array(client: Any, array: Any, i: int) -> JaxArray:
 def _check_live(array: JaxArray) -> None:
     if array.error is None:
         array.jax_value
+
+
+def _static(shape: Any) -> Shape:
+    return shape if isinstance(shape, Shape) else Shape(shape)
 
 
 def _canonical_kind(sharding: Sharding) -> MemoryKind:
@@ -398,6 +407,7 @@ def _put_by_shard(data: np.ndarray, shape: Shape, sharding: Sharding, jax_shardi
     import jax
 
     devices = sharding.devices.addressable_device_list()
+    slices: list[tuple[Any, ...]]
     if sharding.is_fully_replicated:
         slices = [(Ellipsis,)] * len(devices)
     else:
@@ -408,7 +418,7 @@ def _put_by_shard(data: np.ndarray, shape: Shape, sharding: Sharding, jax_shardi
         aliased.add(repr(key))
         pieces.append(data[key] if alias else _aligned_copy(data[key]))
     kind = str(sharding.memory_kind) if sharding.memory_kind else None
-    places = [jax.sharding.SingleDeviceSharding(d.jax_device, memory_kind=kind) for d in devices]
+    places = [jax.sharding.SingleDeviceSharding(jax_device(d), memory_kind=kind) for d in devices]
     return jax.make_array_from_single_device_arrays(
         tuple(shape.dims), jax_sharding, _device_put(pieces, places))
 
@@ -449,12 +459,12 @@ def assemble(client: Any, shape: Any, sharding: Sharding, arrays: Sequence[Array
         dtype = arrays[0].dtype
     dtype = dtype if isinstance(dtype, DType) else DType.from_numpy(dtype)
     jax_sharding = to_jax_sharding(sharding)
-    shard_shapes = [Shape(s) for s, _ in sharding.disassemble(shape, ADDRESSABLE)]
+    shard_shapes = [_static(s) for s, _ in sharding.disassemble(shape, ADDRESSABLE)]
     if copy_semantics == DONATE_INPUT and len({id(a) for a in arrays}) != len(arrays):
         raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
     kind = _canonical_kind(sharding)
-    for i, (array, device) in enumerate(zip(arrays, devices)):
-        check_array(client, array, i)
+    checked = [check_array(client, array, i) for i, array in enumerate(arrays)]
+    for i, (array, device) in enumerate(zip(checked, devices)):
         if len(array.sharding.devices) != 1:
             raise InvalidArgumentError(
                 f"array {i} is not a single-device array: it is on "
@@ -473,8 +483,8 @@ def assemble(client: Any, shape: Any, sharding: Sharding, arrays: Sequence[Array
                 f"array {i} is in memory kind {_canonical_kind(array.sharding)}, the sharding "
                 f"puts shard {i} in {kind}")
         _check_live(array)
-    error = next((a.error for a in arrays if a.error is not None), None)
-    values = [a.take(copy_semantics) for a in arrays]
+    error = next((a.error for a in checked if a.error is not None), None)
+    values = [a.take(copy_semantics) for a in checked]
     if error is not None:  # the result fails as its first failing input does
         return JaxArray(client, dtype, shape, sharding, None, error)
     import jax
@@ -484,7 +494,7 @@ def assemble(client: Any, shape: Any, sharding: Sharding, arrays: Sequence[Array
     return JaxArray(client, dtype, shape, sharding, value)
 
 
-def _check_same_placement(client: Any, arrays: list, what: str) -> Sharding:
+def _check_same_placement(client: Any, arrays: list[JaxArray], what: str) -> Sharding:
     """All arrays are this client's, live, on one device list and memory kind: the first's
     sharding."""
     first = check_array(client, arrays[0], 0).sharding
@@ -502,7 +512,7 @@ def _check_same_placement(client: Any, arrays: list, what: str) -> Sharding:
     return first
 
 
-def _moved(client: Any, arrays: list, targets: list[Sharding],
+def _moved(client: Any, arrays: list[JaxArray], targets: list[Sharding],
            semantics: ArrayCopySemantics, by_shard: bool) -> list[JaxArray]:
     """Each array's value put on its target sharding, inputs taken as ``semantics`` says.
     ``by_shard``: shard i moves to the target's device i (copy_arrays, within this
@@ -536,7 +546,7 @@ def _moved_by_shard(value: Any, source: Sharding, target: Sharding, may_alias: b
     for old, new in zip(source.devices, target.devices):
         if old.is_addressable:
             pieces.append(shards[old.id])
-            places.append(jax.sharding.SingleDeviceSharding(new.jax_device, memory_kind=kind))
+            places.append(jax.sharding.SingleDeviceSharding(jax_device(new), memory_kind=kind))
     moved = _device_put(pieces, places, may_alias=may_alias)
     return jax.make_array_from_single_device_arrays(
         value.shape, to_jax_sharding(target), moved)
@@ -545,11 +555,11 @@ def _moved_by_shard(value: Any, source: Sharding, target: Sharding, may_alias: b
 def copy_arrays(client: Any, arrays: Sequence[Array], devices: DeviceList | None,
                 memory_kind: MemoryKind | None, semantics: ArrayCopySemantics
                 ) -> list[JaxArray]:
-    arrays = list(arrays)
     if not arrays:
         return []
+    checked = [check_array(client, array, i) for i, array in enumerate(arrays)]
     semantics = ArrayCopySemantics(semantics)
-    first = _check_same_placement(client, arrays, "copy_arrays")
+    first = _check_same_placement(client, checked, "copy_arrays")
     if devices is not None and not isinstance(devices, DeviceList):
         devices = DeviceList(devices)
     if devices is not None and len(devices) != len(first.devices):
@@ -557,7 +567,7 @@ def copy_arrays(client: Any, arrays: Sequence[Array], devices: DeviceList | None
             f"copy_arrays: the new device list has {len(devices)} devices, the arrays are on "
             f"{len(first.devices)}")
     targets = []
-    for array in arrays:
+    for array in checked:
         target = array.sharding.with_device_assignment(devices, memory_kind)
         check_devices(client, target)
         if target.devices.addressable_mask() != array.sharding.devices.addressable_mask():
@@ -565,20 +575,20 @@ def copy_arrays(client: Any, arrays: Sequence[Array], devices: DeviceList | None
                 "copy_arrays: shards would move between processes; use reshard_arrays, "
                 "which lets jax move data across processes")
         targets.append(target)
-    return _moved(client, arrays, targets, semantics, by_shard=True)
+    return _moved(client, checked, targets, semantics, by_shard=True)
 
 
 def reshard_arrays(client: Any, arrays: Sequence[Array], specs: Sequence[ArraySpec],
                    semantics: ArrayCopySemantics) -> list[JaxArray]:
-    arrays, specs = list(arrays), list(specs)
+    specs = list(specs)
     semantics = ArrayCopySemantics(semantics)
     if len(arrays) != len(specs):
         raise InvalidArgumentError(f"reshard_arrays got {len(arrays)} arrays and {len(specs)} specs")
     if semantics == REUSE_INPUT:
         raise InvalidArgumentError(
             "reshard_arrays does not allow REUSE_INPUT; use ALWAYS_COPY or DONATE_INPUT")
-    for i, (array, spec) in enumerate(zip(arrays, specs)):
-        check_array(client, array, i)
+    checked = [check_array(client, array, i) for i, array in enumerate(arrays)]
+    for i, (array, spec) in enumerate(zip(checked, specs)):
         if not isinstance(spec, ArraySpec):
             raise InvalidArgumentError(f"spec {i} is not an ArraySpec: {spec!r}")
         if spec.dtype != array.dtype or Shape(spec.shape) != array.shape:
@@ -590,5 +600,5 @@ def reshard_arrays(client: Any, arrays: Sequence[Array], specs: Sequence[ArraySp
         check_devices(client, spec.sharding)
         to_jax_sharding(spec.sharding)
         _check_live(array)
-    return _moved(client, arrays, [s.sharding for s in specs], semantics, by_shard=False)
+    return _moved(client, checked, [s.sharding for s in specs], semantics, by_shard=False)
 

@@ -43,7 +43,7 @@ def create_client(platform: str | None = None, device_count: int | None = None) 
         import jax
 
         if not _jaxlib.backends_are_initialized():
-            jax.config.update("jax_num_cpu_devices", device_count)
+            jax.config.update("jax_num_cpu_devices", device_count)  # type: ignore[no-untyped-call]
     try:
         runtime = _jaxlib.runtime_client(platform)
     except RuntimeError as e:
@@ -233,16 +233,16 @@ class JaxClient(Client):
         memory_kind: MemoryKind | None = None,
         semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
     ) -> list[Array]:
-        return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
+        return list(_array.copy_arrays(self, arrays, devices, memory_kind, semantics))
 
     def reshard_arrays(
         self, arrays: Sequence[Array], specs: Sequence[ArraySpec],
         semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
     ) -> list[Array]:
-        return _array.reshard_arrays(self, arrays, specs, semantics)
+        return list(_array.reshard_arrays(self, arrays, specs, semantics))
 
     def make_error_arrays(self, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
-        return _array.make_error_arrays(self, error, specs)
+        return list(_array.make_error_arrays(self, error, specs))
 
     # -- programs -------------------------------------------------------------------------
 

@@ -56,9 +56,9 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
         raise FailedPreconditionError(
             "initialize_distributed must run before jax starts its runtime (before any "
             "get_client('jax'), jax.devices() or jax computation in this process)")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # type: ignore[no-untyped-call]
     if local_device_count is not None:
-        jax.config.update("jax_num_cpu_devices", local_device_count)
+        jax.config.update("jax_num_cpu_devices", local_device_count)  # type: ignore[no-untyped-call]
     jax.distributed.initialize(
         coordinator_address, num_processes, process_id,
         initialization_timeout=initialization_timeout_s,

@@ -16,7 +16,7 @@ from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import _serialized
 from ifrtpy.backends.jax import _jaxlib
 from ifrtpy.backends.jax.array import (
-    JaxArray, call_jax, check_array, to_jax_sharding, translate,
+    JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
 )
 from ifrtpy.backends.pjrt.executable import _same_domains, _xla_compile_options
 from ifrtpy.client import Compiler
@@ -58,7 +58,7 @@ def compile_program(client: Any, program: Any, options: CompileOptions | None
     options = options if options is not None else CompileOptions()
     devices = _devices_of(client, options)
     proto = _jaxlib.compile_options(_xla_compile_options(options, program, devices))
-    jax_devices = _jaxlib.device_list([d.jax_device for d in devices])
+    jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
     handle = call_jax(client.runtime.compile_and_load, program.text, jax_devices, proto)
     return JaxLoadedExecutable(client, handle, program, devices)
 
@@ -73,7 +73,7 @@ def deserialize_executable(client: Any, data: bytes, options: CompileOptions | N
         raise InvalidArgumentError(
             f"the executable was compiled for {devices.to_string()}; it cannot be loaded onto "
             f"{options.devices.to_string()} (compile it again)")
-    jax_devices = _jaxlib.device_list([d.jax_device for d in devices])
+    jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
     handle = call_jax(client.runtime.deserialize_executable, payload, jax_devices, None)
     return JaxLoadedExecutable(client, handle, program, devices)
 
@@ -103,7 +103,7 @@ class JaxLoadedExecutable(LoadedExecutable):
         self._program = program
         self._devices = devices
         self._deleted = False
-        self._checked: dict = {}  # (index, dtype, shape, sharding) -> None once checked
+        self._checked: dict[tuple[Any, ...], None] = {}  # (index, dtype, shape, sharding) -> None once checked
         self._params = program.parameters
         self._results = program.results
         kinds = handle.get_output_memory_kinds()
@@ -206,19 +206,19 @@ class JaxLoadedExecutable(LoadedExecutable):
             raise InvalidArgumentError(
                 f"{self.name} is compiled for {self._devices.to_string()}; execute got "
                 f"{DeviceList(devices).to_string()}")
-        args = list(args)
         if len(args) != len(self._params):
             raise InvalidArgumentError(
                 f"{self.name} takes {len(self._params)} arguments, got {len(args)}")
         values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
+        checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
         donated = self._program.donated_inputs
         if donated:
             kept = donated & options.non_donatable_input_indices
             for i in kept:
-                values[i] = args[i].take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
+                values[i] = checked[i].take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
             donated = donated - kept
             for i in donated:
-                args[i].wait_for_reads()  # reads enqueued before the donation see the data
+                checked[i].wait_for_reads()  # reads enqueued before the donation see the data
         kwargs = {"launch_id": options.launch_id} if options.launch_id else {}
         try:
             outputs = handle.execute_sharded(values, **kwargs).consume_with_handlers(
@@ -226,7 +226,7 @@ class JaxLoadedExecutable(LoadedExecutable):
         except Exception as e:
             raise translate(e) from None
         for i in donated:
-            args[i].delete()  # jax took its buffer
+            checked[i].delete()  # jax took its buffer
         client = self._client
         arrays = [JaxArray(client, r.dtype, r.shape, sharding, value)
                   for r, sharding, value in zip(self._results, self._output_shardings, outputs)]
