@@ -428,6 +428,7 @@ _registry_lock = threading.Lock()
 _BACKENDS: dict[str, Callable[..., Client] | str] = {
     "pjrt": "ifrtpy.backends.pjrt:create_client",
     "reference": "ifrtpy.backends.reference:create_client",
+    "jax": "ifrtpy.backends.jax:create_client",
 }
 
 

@@ -1,13 +1,15 @@
-"""The reference and PjRt backends agree with each other and with NumPy.
+"""The reference, PjRt and jax backends agree with each other and with NumPy.
 
 Random small elementwise StableHLO programs (``ifrtpy.testing.strategies``), on 1, 2 or 4
-devices with random ``mhlo.sharding`` on parameters and results, run on both backends:
+devices with random ``mhlo.sharding`` on parameters and results, run on every backend:
 every output's shards hold NumPy's answer sliced by the output sharding, and the two
 backends report shardings that put the same slices on the same devices. Programs lowered
 by jax (Shardy ``sdy.sharding`` attributes, sharding constraints) agree too, and a
-shard_map with psum runs on PjRt and is refused by the reference backend with
-UnimplementedError.
+shard_map with psum runs on PjRt and jax and is refused by the reference backend with
+UnimplementedError. (The jax backend joins where jax is installed.)
 """
+
+import importlib.util
 
 import numpy as np
 import pytest
@@ -26,8 +28,21 @@ ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 
 @pytest.fixture(scope="module")
 def clients():
-    return {"reference": ifrt.get_client("reference", device_count=8),
-            "pjrt": ifrt.get_client("pjrt", device_count=8)}
+    clients = {"reference": ifrt.get_client("reference", device_count=8),
+               "pjrt": ifrt.get_client("pjrt", device_count=8)}
+    if importlib.util.find_spec("jax") is not None:
+        clients["jax"] = ifrt.get_client("jax", platform="cpu")
+    return clients
+
+
+def _same_shardings(runs, shape):
+    """Every backend's executable puts the same slices on the same devices as PjRt's."""
+    pjrt = runs["pjrt"][0]
+    for name, (executable, _) in runs.items():
+        for i, (a, b) in enumerate(zip(
+                executable.output_shardings() + executable.parameter_shardings(),
+                pjrt.output_shardings() + pjrt.parameter_shardings())):
+            assert _domains(a, shape) == _domains(b, shape), (name, i, a, b)
 
 
 def _domains(sharding, shape):
@@ -72,13 +87,11 @@ def test_random_elementwise_programs_agree_with_each_other_and_numpy(clients, ca
         for i, (out, value) in enumerate(zip(outputs, expected)):
             assert out.sharding.devices == executable.output_shardings()[i].devices, (name, i)
             assert_per_shard_data(out, value, **tolerance)
-    (ref_exe, ref_out), (pjrt_exe, pjrt_out) = runs["reference"], runs["pjrt"]
-    for i, (a, b) in enumerate(zip(ref_exe.output_shardings(), pjrt_exe.output_shardings())):
-        assert _domains(a, program.shape) == _domains(b, program.shape), (i, a, b)
-    for i, (a, b) in enumerate(zip(ref_exe.parameter_shardings(), pjrt_exe.parameter_shardings())):
-        assert _domains(a, program.shape) == _domains(b, program.shape), (i, a, b)
-    for i, (a, b) in enumerate(zip(ref_out, pjrt_out)):
-        program.assert_matches([np.asarray(a)], [np.asarray(b)], f"output {i}, reference vs pjrt")
+    _same_shardings(runs, program.shape)
+    pjrt_out = runs["pjrt"][1]
+    for name, (_, outputs) in runs.items():
+        for i, (a, b) in enumerate(zip(outputs, pjrt_out)):
+            program.assert_matches([np.asarray(a)], [np.asarray(b)], f"output {i}, {name} vs pjrt")
 
 
 def _jax_lowered():
@@ -112,13 +125,10 @@ def test_jax_lowered_shardy_program_agrees(clients):
     for name, (executable, outputs) in runs.items():
         for out, value in zip(outputs, expected):
             assert_per_shard_data(out, value)
-    ref, pjrt = runs["reference"][0], runs["pjrt"][0]
-    for a_sh, b_sh in zip(ref.output_shardings() + ref.parameter_shardings(),
-                          pjrt.output_shardings() + pjrt.parameter_shardings()):
-        assert _domains(a_sh, (4, 4)) == _domains(b_sh, (4, 4)), (a_sh, b_sh)
+    _same_shardings(runs, (4, 4))
 
 
-def test_shard_map_psum_runs_on_pjrt_and_is_unimplemented_on_reference(clients):
+def test_shard_map_psum_runs_on_pjrt_and_jax_and_is_unimplemented_on_reference(clients):
     jax, mesh, NamedSharding, P = _jax_lowered()
     import jax.numpy as jnp
 
@@ -133,9 +143,13 @@ def test_shard_map_psum_runs_on_pjrt_and_is_unimplemented_on_reference(clients):
     if too_new_for_the_plugin(lowered.as_text()):
         with pytest.raises(ifrt.errors.IfrtError, match=REFUSED_AS_TOO_NEW):
             _run(clients["pjrt"], program, 4, [x])
+        names = ("jax",)
     else:
-        _, (out,) = _run(clients["pjrt"], program, 4, [x])
-        np.testing.assert_array_equal(np.asarray(out), np.asarray(f(x)))
+        names = ("pjrt", "jax")
+    for name in names:
+        if name in clients:
+            _, (out,) = _run(clients[name], program, 4, [x])
+            np.testing.assert_array_equal(np.asarray(out), np.asarray(f(x)), err_msg=name)
     reference = clients["reference"]
     devices = reference.make_device_list(reference.addressable_devices()[:4])
     with pytest.raises(UnimplementedError, match="collectives|manual SPMD"):

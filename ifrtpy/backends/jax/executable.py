@@ -1,0 +1,269 @@
+"""JaxCompiler and JaxLoadedExecutable: HloPrograms compiled and run by jax's runtime.
+
+Compilation goes through the runtime client's ``compile_and_load`` with the executable's
+jax devices and the ``CompileOptions`` proto the PjRt backend builds; execution through
+``execute_sharded``, after ifrtpy's checks of every argument (dtype, shape, devices and
+shards against the compiled parameter shardings). Outputs get the compiled output
+shardings as ifrtpy HloShardings. Portable executables are not supported (jax runs an
+executable on the devices it was compiled for).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ifrtpy.array import Array, ArrayCopySemantics
+from ifrtpy.backends import _serialized
+from ifrtpy.backends.jax import _jaxlib
+from ifrtpy.backends.jax.array import (
+    JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
+)
+from ifrtpy.backends.pjrt.executable import _same_domains, _xla_compile_options
+from ifrtpy.client import Compiler
+from ifrtpy.device import DeviceList
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from ifrtpy.executable import (
+    CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
+)
+from ifrtpy.future import Future, join_futures
+from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.program import HloProgram
+from ifrtpy.sharding import Sharding, SingleDeviceSharding
+
+_MAGIC = b"IFRTPY-JAX-EXECUTABLE-1\n"
+_DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
+
+
+def _devices_of(client: Any, options: CompileOptions) -> DeviceList:
+    if options.compile_portable_executable:
+        raise UnimplementedError(
+            "the jax backend does not compile portable executables: jax runs an executable "
+            "on the devices it was compiled for (give CompileOptions.devices)")
+    if options.devices is not None:
+        for device in options.devices:
+            if device.client is not client:
+                raise InvalidArgumentError(f"device {device} belongs to another client")
+        return options.devices
+    count = options.num_replicas * options.num_partitions
+    available = client.addressable_devices()
+    if count > len(available):
+        raise InvalidArgumentError(
+            f"the program needs {count} devices, the client has {len(available)} addressable")
+    return DeviceList(available[:count])
+
+
+def compile_program(client: Any, program: Any, options: CompileOptions | None
+                    ) -> JaxLoadedExecutable:
+    program = program if isinstance(program, HloProgram) else HloProgram(program)
+    options = options if options is not None else CompileOptions()
+    devices = _devices_of(client, options)
+    proto = _jaxlib.compile_options(_xla_compile_options(options, program, devices))
+    jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
+    handle = call_jax(client.runtime.compile_and_load, program.text, jax_devices, proto)
+    return JaxLoadedExecutable(client, handle, program, devices)
+
+
+def deserialize_executable(client: Any, data: bytes, options: CompileOptions | None
+                           ) -> JaxLoadedExecutable:
+    """Load what :meth:`JaxLoadedExecutable.serialize` wrote, with the same jaxlib."""
+    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "ifrtpy jax executable")
+    program = HloProgram(text)
+    devices = DeviceList([client.lookup_device(i) for i in device_ids or ()])
+    if options is not None and options.devices is not None and options.devices != devices:
+        raise InvalidArgumentError(
+            f"the executable was compiled for {devices.to_string()}; it cannot be loaded onto "
+            f"{options.devices.to_string()} (compile it again)")
+    jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
+    handle = call_jax(client.runtime.deserialize_executable, payload, jax_devices, None)
+    return JaxLoadedExecutable(client, handle, program, devices)
+
+
+class JaxCompiler(Compiler):
+    """The jax client's compiler: HloPrograms (or anything HloProgram takes)."""
+
+    def __init__(self, client: Any):
+        self._client = client
+
+    def compile(self, program: Any, options: CompileOptions | None = None
+                ) -> JaxLoadedExecutable:
+        return compile_program(self._client, program, options)
+
+    def deserialize_loaded_executable(self, data: bytes, options: CompileOptions | None = None
+                                      ) -> JaxLoadedExecutable:
+        return deserialize_executable(self._client, data, options)
+
+
+class JaxLoadedExecutable(LoadedExecutable):
+    """A program compiled by jax's runtime onto ``devices`` (``handle`` is jaxlib's
+    LoadedExecutable)."""
+
+    def __init__(self, client: Any, handle: Any, program: HloProgram, devices: DeviceList):
+        self._client = client
+        self._handle = handle
+        self._program = program
+        self._devices = devices
+        self._deleted = False
+        self._checked: dict[tuple[Any, ...], None] = {}  # (index, dtype, shape, sharding) -> None once checked
+        self._params = program.parameters
+        self._results = program.results
+        kinds = handle.get_output_memory_kinds()
+        self._memory_kinds = [str(k) for k in kinds[0]] if kinds else []
+        self._parameter_shardings = self._shardings(handle.get_parameter_shardings(),
+                                                    len(self._params), None)
+        self._output_shardings = self._shardings(handle.get_output_shardings(),
+                                                 len(self._results), self._memory_kinds)
+        self._handlers = [
+            _jaxlib.result_handler(r.dtype.to_numpy(), tuple(r.shape.dims), to_jax_sharding(s))
+            for r, s in zip(self._results, self._output_shardings)]
+
+    def _shardings(self, ops: Any, count: int, kinds: list[str] | None) -> list[Sharding]:
+        devices = self._devices
+        out: list[Sharding] = []
+        for i in range(count):
+            kind = kinds[i] if kinds and i < len(kinds) else None
+            if len(devices) == 1:
+                out.append(SingleDeviceSharding(devices[0], kind))
+            else:
+                out.append(HloSharding(devices, ops[i] if ops else "{replicated}", kind))
+        return out
+
+    # -- properties -----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        return self._client
+
+    @property
+    def name(self) -> str:
+        return self._program.name
+
+    def devices(self) -> DeviceList:
+        return self._devices
+
+    def addressable_devices(self) -> list[Any]:
+        return list(self._devices.addressable_device_list())
+
+    def parameter_shardings(self) -> list[Sharding]:
+        return list(self._parameter_shardings)
+
+    def output_shardings(self) -> list[Sharding]:
+        return list(self._output_shardings)
+
+    def output_dtypes(self) -> list[Any]:
+        return [r.dtype for r in self._results]
+
+    def output_shapes(self) -> list[Any]:
+        return [r.shape for r in self._results]
+
+    def output_memory_kinds(self) -> list[str]:
+        """The memory kind of each output."""
+        return list(self._memory_kinds)
+
+    def donatable_input_indices(self) -> frozenset[int]:
+        return self._program.donated_inputs
+
+    @property
+    def fingerprint(self) -> str | None:
+        fingerprint = self._handle.fingerprint
+        if fingerprint is None:
+            return None
+        return fingerprint.hex() if isinstance(fingerprint, bytes) else str(fingerprint)
+
+    def serialize(self) -> bytes:
+        payload = call_jax(self._client.runtime.serialize_executable, self._handle)
+        return _serialized.pack(_MAGIC, self._program.text, [d.id for d in self._devices],
+                                payload)
+
+    def compiled_memory_stats(self) -> CompiledMemoryStats:
+        stats = self._handle.get_compiled_memory_stats()
+        return CompiledMemoryStats(**{
+            name: int(getattr(stats, name)) for name in CompiledMemoryStats.__dataclass_fields__
+            if hasattr(stats, name)})
+
+    def cost_analysis(self) -> dict[str, Any]:
+        return dict(self._handle.cost_analysis())
+
+    def program_text(self) -> str:
+        return self._program.text
+
+    def delete(self) -> Future[None]:
+        self._deleted = True
+        self._handle = None
+        return Future.ready(None)
+
+    def is_deleted(self) -> bool:
+        return self._deleted
+
+    # -- execution ------------------------------------------------------------------------
+
+    def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
+                devices: DeviceList | None = None) -> ExecuteResult:
+        handle = self._handle
+        if self._deleted or handle is None:
+            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        options = _DEFAULT_EXECUTE_OPTIONS if options is None else options
+        if devices is not None and DeviceList(devices) != self._devices:
+            raise InvalidArgumentError(
+                f"{self.name} is compiled for {self._devices.to_string()}; execute got "
+                f"{DeviceList(devices).to_string()}")
+        if len(args) != len(self._params):
+            raise InvalidArgumentError(
+                f"{self.name} takes {len(self._params)} arguments, got {len(args)}")
+        values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
+        checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
+        donated = self._program.donated_inputs
+        if donated:
+            kept = donated & options.non_donatable_input_indices
+            for i in kept:
+                values[i] = checked[i].take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
+            donated = donated - kept
+            for i in donated:
+                checked[i].wait_for_reads()  # reads enqueued before the donation see the data
+        kwargs = {"launch_id": options.launch_id} if options.launch_id else {}
+        try:
+            outputs = handle.execute_sharded(values, **kwargs).consume_with_handlers(
+                self._handlers)
+        except Exception as e:
+            raise translate(e) from None
+        for i in donated:
+            checked[i].delete()  # jax took its buffer
+        client = self._client
+        arrays = [JaxArray(client, r.dtype, r.shape, sharding, value)
+                  for r, sharding, value in zip(self._results, self._output_shardings, outputs)]
+        status = join_futures([a.ready_future() for a in arrays]) if options.fill_status else None
+        return ExecuteResult(status, arrays)
+
+    def _checked_value(self, i: int, arg: Any) -> Any:
+        """The jax value of argument ``i`` once it passes the checks (remembered per
+        parameter, dtype, shape and sharding)."""
+        value = arg._value if type(arg) is JaxArray else None
+        if (value is not None and not arg._deleted and not value.is_deleted()
+                and arg._client is self._client
+                and (i, arg._dtype, arg._shape, arg._sharding) in self._checked):
+            return value
+        self._check_argument(i, arg, self._params[i], self._parameter_shardings[i])
+        return arg.jax_value
+
+    def _check_argument(self, i: int, arg: Any, param: Any, sharding: Sharding) -> None:
+        try:
+            check_array(self._client, arg, i)
+        except InvalidArgumentError:
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} is not an array of this client") from None
+        if arg.error is not None:
+            raise InvalidArgumentError(f"argument {i} of {self.name} is an error array: {arg.error}")
+        if arg.is_deleted():
+            raise InvalidArgumentError(f"argument {i} of {self.name} has been deleted")
+        if arg.dtype != param.dtype or arg.shape != param.shape:
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} is {arg.dtype}{list(arg.shape)}, the program's "
+                f"parameter {i} is {param}")
+        if arg.sharding.devices != sharding.devices:
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} is on {arg.sharding.devices.to_string()}, the "
+                f"executable runs on {sharding.devices.to_string()}")
+        if not _same_domains(arg.sharding, sharding, param.shape):
+            raise InvalidArgumentError(
+                f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
+                f"parameter {i} has sharding {sharding!r} (different shards per device)")
+        self._checked[(i, arg.dtype, arg.shape, arg.sharding)] = None

@@ -1,0 +1,100 @@
+"""The jax backend's own contracts, beyond the conformance suite: jax's devices and
+arrays seen through ifrtpy, 64-bit dtypes, agreement with jax.jit, and refused set-ups."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+import ifrtpy as ifrt  # noqa: E402
+from ifrtpy.backends.jax import initialize_distributed  # noqa: E402
+from ifrtpy.interop.jax import sharding_to_jax  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    return ifrt.get_client("jax", platform="cpu")
+
+
+def test_devices_and_memories_are_jax_s(client):
+    jax_devices = jax.devices("cpu")
+    assert [d.id for d in client.devices()] == sorted(d.id for d in jax_devices)
+    for device in client.devices():
+        jd = device.jax_device
+        assert device.process_index == jd.process_index and device.is_addressable
+        assert [m.kind.value for m in device.memories()] == [
+            m.kind for m in jd.addressable_memories()]
+        assert device.default_memory().kind.value == jd.default_memory().kind
+
+
+def test_an_array_holds_a_jax_array_with_the_converted_sharding(client):
+    mesh = ifrt.Mesh(np.array(client.devices()[:4]).reshape(2, 2), ("a", "b"))
+    sharding = ifrt.NamedSharding(mesh, ifrt.PartitionSpec("a", "b"))
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    array = client.make_array_from_host_buffer(data, sharding)
+    assert array.sharding is sharding
+    assert array.jax_value.sharding == sharding_to_jax(sharding)
+    np.testing.assert_array_equal(np.asarray(array.jax_value), data)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64, np.uint64, np.complex128])
+def test_64_bit_dtypes_are_kept_without_jax_enable_x64(client, dtype):
+    assert not jax.config.jax_enable_x64
+    data = (np.arange(6) * 3 + 2**40 if dtype != np.complex128 else np.arange(6) + 1j)
+    data = data.astype(dtype)
+    array = client.make_array_from_host_buffer(data, ifrt.SingleDeviceSharding(client.devices()[0]))
+    assert array.dtype == ifrt.DType.from_numpy(dtype)
+    out = array.copy_to_host_buffer().result(timeout=30)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, data)
+
+
+def test_a_program_lowered_by_jax_gives_what_jax_jit_gives(client):
+    devices = client.devices()[:4]
+    jax_mesh = jax.sharding.Mesh(np.array([d.jax_device for d in devices]), ("x",))
+    jax_split = jax.sharding.NamedSharding(jax_mesh, jax.sharding.PartitionSpec("x"))
+    f = jax.jit(lambda x, y: (jnp_sin(x) * y).sum(axis=0), out_shardings=jax_split)
+    xs = np.random.default_rng(0).random((8, 8), dtype=np.float32)
+    ys = np.random.default_rng(1).random((8, 8), dtype=np.float32)
+    lowered = f.lower(jax.ShapeDtypeStruct((8, 8), np.float32, sharding=jax_split),
+                      jax.ShapeDtypeStruct((8, 8), np.float32, sharding=jax_split))
+    exe = client.compile(lowered, ifrt.CompileOptions(devices=client.make_device_list(devices),
+                                                     num_partitions=4))
+    split = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    x, y = (client.make_array_from_host_buffer(v, split) for v in (xs, ys))
+    (out,) = exe.execute([x, y]).outputs
+    expected = f(jax.device_put(xs, jax_split), jax.device_put(ys, jax_split))
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="argument 1"):
+        exe.execute([x, client.make_array_from_host_buffer(
+            ys, ifrt.SingleDeviceSharding(devices[0]))])
+
+
+def jnp_sin(x):
+    import jax.numpy as jnp
+    return jnp.sin(x)
+
+
+def test_device_count_is_refused_once_jax_has_started(client):
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="already exists with"):
+        ifrt.get_client("jax", device_count=client.device_count() + 1)
+    assert ifrt.get_client("jax", device_count=client.device_count()).device_count() == \
+        client.device_count()
+
+
+def test_initialize_distributed_checks_its_arguments_and_when_it_runs(client):
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="process_id must be <"):
+        initialize_distributed("127.0.0.1:1234", 2, 2)
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="host:port"):
+        initialize_distributed("localhost", 2, 0)
+    with pytest.raises(ifrt.errors.FailedPreconditionError, match="before jax starts"):
+        initialize_distributed("127.0.0.1:1234", 2, 0)
+
+
+def test_importing_ifrtpy_and_other_backends_does_not_import_jax():
+    code = ("import sys, ifrtpy; ifrtpy.get_client('reference', device_count=2); "
+            "import ifrtpy.backends.jax; assert 'jax' not in sys.modules, 'jax imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
