@@ -288,6 +288,8 @@ def _jax_expressible(sharding: Sharding) -> Sharding:
     interop conversions do not take (ShardingParam; fully replicated ConcreteEven)."""
     if isinstance(sharding, ShardingParamSharding):
         param = sharding.sharding_param
+        if param.num_shards == 1:  # every device holds the whole array (rank 0 included)
+            return HloSharding(sharding.devices, "{replicated}", sharding.memory_kind)
         tiles = sharding.tile_of_device()
         order = sorted(range(len(tiles)), key=lambda position: tiles[position])  # stable
         replication = len(tiles) // param.num_shards
