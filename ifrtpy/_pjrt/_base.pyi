@@ -1,10 +1,12 @@
+import os
 from typing import Union
 
 #: A value of a PJRT named-value list (attributes, create options).
 NamedValue = Union[str, int, float, bool, list[int]]
 
 def default_plugin_path() -> str: ...
-def load_plugin(path: str | None = None) -> PluginHandle: ...
+def loaded_plugins() -> dict[str, PluginHandle]: ...
+def load_plugin(path: str | os.PathLike[str] | None = None) -> PluginHandle: ...
 
 class PluginHandle:
     @property

@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -13,7 +13,13 @@ class EventHandle:
 def buffer_from_host_buffer(client: ClientHandle, data: np.ndarray,
                             device: DeviceHandle | None = None,
                             memory: MemoryHandle | None = None, semantics: int = 0,
+                            layout: tuple[Iterable[int], Iterable[Iterable[int]]] | None = None,
                             ) -> tuple[BufferHandle, EventHandle | None]: ...
+
+class TiledLayout:
+    # Built by __cinit__ (a PJRT_Buffer_MemoryLayout for buffer_from_host_buffer's layout).
+    def __new__(cls, minor_to_major: Iterable[int], tiles: Iterable[Iterable[int]],
+                rank: int) -> TiledLayout: ...
 
 class BufferHandle:
     @property
@@ -34,6 +40,8 @@ class BufferHandle:
     def unsafe_pointer(self) -> int: ...
     @property
     def exports(self) -> int: ...
+    @property
+    def memory_layout(self) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]: ...
     def is_deleted(self) -> bool: ...
     def delete(self) -> None: ...
     def ready_event(self) -> EventHandle: ...

@@ -1,13 +1,16 @@
 from collections.abc import Mapping
 
 from ifrtpy._pjrt._base import NamedValue, PluginHandle
+from ifrtpy._pjrt._kv import KeyValueCallbacks
 
-def create_client(plugin: PluginHandle, options: Mapping[str, NamedValue] | None = None
-                  ) -> ClientHandle: ...
+def create_client(plugin: PluginHandle, options: Mapping[str, NamedValue] | None = None,
+                  kv_callbacks: KeyValueCallbacks | None = None) -> ClientHandle: ...
 
 class ClientHandle:
     @property
     def plugin(self) -> PluginHandle: ...
+    @property
+    def kv_callbacks(self) -> KeyValueCallbacks | None: ...
     @property
     def devices(self) -> tuple[DeviceHandle, ...]: ...
     @property
@@ -19,6 +22,7 @@ class ClientHandle:
     @property
     def process_index(self) -> int: ...
     def lookup_device(self, device_id: int) -> DeviceHandle: ...
+    def default_device_assignment(self, num_replicas: int, num_partitions: int) -> list[int]: ...
 
 class DeviceHandle:
     @property

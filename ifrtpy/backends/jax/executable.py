@@ -183,8 +183,26 @@ class JaxLoadedExecutable(LoadedExecutable):
     def cost_analysis(self) -> dict[str, Any]:
         return dict(self._handle.cost_analysis())
 
-    def program_text(self) -> str:
-        return self._program.text
+    def program_text(self, optimized: bool = False) -> str:
+        """The StableHLO program compiled, or with ``optimized`` the HLO jax's compiler made
+        of it (after its passes and SPMD partitioning: one device's program)."""
+        if not optimized:
+            return self._program.text
+        return "\n".join(module.to_string() for module in self.hlo_modules())
+
+    def hlo_modules(self) -> list[Any]:
+        """The optimized HLO modules (``jaxlib`` HloModule objects) of jaxlib's executable;
+        UnimplementedError where that jaxlib's executable does not offer them."""
+        handle = self._handle
+        if self._deleted or handle is None:
+            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        modules = getattr(handle, "hlo_modules", None)
+        if modules is None:
+            raise UnimplementedError(
+                f"this jaxlib's LoadedExecutable ({type(handle).__module__}."
+                f"{type(handle).__qualname__}) offers no hlo_modules(): the jax backend has no "
+                f"optimized program text")
+        return list(call_jax(modules))
 
     def delete(self) -> Future[None]:
         self._deleted = True
