@@ -18,11 +18,17 @@ cdef str to_str(const char* data, size_t size)
 cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count)
 
 
+cdef inline bint has_function(const PJRT_Api* api, const void* field) noexcept nogil:
+    """Whether ``field`` (a slot of ``*api``) is inside the plugin's table and non-null."""
+    cdef size_t end = <size_t>(<const char*>field - <const char*>api) + sizeof(void*)
+    return end <= api.struct_size and (<void* const*>field)[0] != NULL
+
+
 cdef inline int require(const PJRT_Api* api, const void* field, const char* name) except -1 nogil:
     """Raise UnimplementedError unless ``field`` (a slot of ``*api``) is inside the
     plugin's table and non-null."""
-    cdef size_t end = <size_t>(<const char*>field - <const char*>api) + sizeof(void*)
-    if end > api.struct_size or (<void* const*>field)[0] == NULL:
+    if not has_function(api, field):
         raise_unimplemented(api, name)
         return -1
     return 0
+

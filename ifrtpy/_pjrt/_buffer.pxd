@@ -40,9 +40,11 @@ cdef class BufferHandle:
     cdef int exports       # live DLPack exports and NumPy views (atomic)
     cdef int delete_state  # DELETE_* (atomic)
     cdef object view_form  # (NumPy dtype, dims, address) once the data was ready; see _dlpack
+    cdef object strides    # element strides of the device layout, once asked (see element_strides)
     cdef object __weakref__
     cdef bint _is_deleted(self) except -1
     cdef object ready_error(self)
+    cdef tuple element_strides(self)
 
     @staticmethod
     cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr)

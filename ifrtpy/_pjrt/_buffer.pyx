@@ -29,7 +29,7 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, require, error_to_exception
+from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, has_function, require, error_to_exception
 from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
@@ -280,6 +280,15 @@ cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     return 0
 
 
+cdef tuple _row_major_strides(tuple dims):
+    cdef list strides = [0] * len(dims)
+    cdef Py_ssize_t step = 1, axis
+    for axis in range(len(dims) - 1, -1, -1):
+        strides[axis] = step
+        step *= max(<Py_ssize_t>dims[axis], 1)
+    return tuple(strides)
+
+
 cdef class TiledLayout:
     """A ``PJRT_Buffer_MemoryLayout`` of type Tiled and the memory its arrays point to.
 
@@ -393,6 +402,29 @@ cdef class BufferHandle:
 
     def is_deleted(self):
         return self._is_deleted()
+
+    cdef tuple element_strides(self):
+        """The element strides of the buffer's memory (asked once: a layout never changes):
+        row-major for the dense default, else from the device layout's minor-to-major
+        order. A plugin without PJRT_Buffer_GetMemoryLayout has only the default.
+        UnimplementedError for a tiled layout that is not row-major."""
+        cdef const PJRT_Api* api = self.client.api
+        if self.strides is None:
+            dims = self.dims
+            order = tuple(range(len(dims) - 1, -1, -1))
+            if has_function(api, &api.PJRT_Buffer_GetMemoryLayout):
+                order, tiles = self.memory_layout
+                if tiles and order != tuple(range(len(dims) - 1, -1, -1)):
+                    raise _errors.UnimplementedError(
+                        f"the buffer's device layout {order} with tiles {tiles} has no "
+                        "strided host form")
+            strides = [0] * len(dims)
+            step = 1
+            for axis in order:
+                strides[axis] = step
+                step *= max(dims[axis], 1)
+            self.strides = tuple(strides)
+        return self.strides
 
     cdef bint _is_deleted(self) except -1:
         cdef PJRT_Buffer_IsDeleted_Args args
@@ -537,6 +569,12 @@ cdef class BufferHandle:
         args.src = self.ptr
         args.dst = cnp.PyArray_DATA(<cnp.ndarray>out)
         args.dst_size = out.nbytes
+        # Without a host layout the plugin copies in the device layout's order: a buffer
+        # placed in another order is read back into row-major explicitly.
+        cdef TiledLayout row_major = None
+        if len(dims) > 1 and self.element_strides() != _row_major_strides(dims):
+            row_major = TiledLayout(range(len(dims) - 1, -1, -1), (), len(dims))
+            args.host_layout = &row_major.c
         with nogil:
             error = api.PJRT_Buffer_ToHostBuffer(&args)
         check(api, error)

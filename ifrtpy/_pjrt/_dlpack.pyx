@@ -168,7 +168,6 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     cdef Export* e
     cdef DLTensor* t
     cdef int i, ndim
-    cdef int64_t stride
     if buffer._is_deleted():
         raise _errors.FailedPreconditionError("the buffer has been deleted")
     require(api, &api.PJRT_Buffer_IncreaseExternalReferenceCount, "PJRT_Buffer_IncreaseExternalReferenceCount")
@@ -181,6 +180,7 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
             "(sub-byte element types are packed by the plugin)")
     dims = buffer.dims
     ndim = len(dims)
+    strides = buffer.element_strides()  # the device layout's order (row-major by default)
     error = buffer.ready_error()
     if error is not None:
         raise error
@@ -200,11 +200,9 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     t.shape = <int64_t*>(<char*>e + sizeof(Export))
     t.strides = t.shape + ndim
     t.byte_offset = 0
-    stride = 1
-    for i in range(ndim - 1, -1, -1):
+    for i in range(ndim):
         t.shape[i] = dims[i]
-        t.strides[i] = stride
-        stride *= max(<int64_t>dims[i], 1)
+        t.strides[i] = strides[i]
     e.versioned.dl_tensor = e.legacy.dl_tensor
     return e
 
@@ -241,17 +239,33 @@ cdef class _HostPin:
             self.export = NULL
 
 
+cdef bint _is_row_major(BufferHandle buffer) except -1:
+    """Whether the buffer's memory is dense row-major (its device layout's order)."""
+    cdef Py_ssize_t step = 1, axis
+    try:
+        strides = buffer.element_strides()
+    except _errors.UnimplementedError:  # a tiled layout
+        return False
+    dims = buffer.dims
+    for axis in range(len(dims) - 1, -1, -1):
+        if dims[axis] != 1 and strides[axis] != step:
+            return False
+        step *= max(<Py_ssize_t>dims[axis], 1)
+    return True
+
+
 def host_view(BufferHandle buffer):
     """A read-only NumPy array over ``buffer``'s memory, which the host must be able to
     read; it pins the buffer until the array (and every view of it) is gone. None for
-    element types NumPy cannot view (sub-byte)."""
+    element types NumPy cannot view (sub-byte) and memory that is not dense row-major
+    (a buffer placed in another device layout)."""
     cdef cnp.npy_intp dims[MAX_RANK]
     cdef int i, ndim
     cdef Export* e
     cdef _HostPin pin
     form = buffer.view_form
     if form is None:  # first view: check and wait once; the form never changes after
-        if buffer.element_type not in _dlpack_of_pjrt:
+        if buffer.element_type not in _dlpack_of_pjrt or not _is_row_major(buffer):
             return None
         e = _pin(buffer, kDLCPU, 0)
         form = (_numpy_of_pjrt[buffer.element_type], buffer.dims, <uintptr_t>e.legacy.dl_tensor.data)
