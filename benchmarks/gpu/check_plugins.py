@@ -233,6 +233,14 @@ def _layout():
     column_major = ifrt.Layout.column_major(2)
     a = CUDA.make_array_from_host_buffer(x, SHARDING, layout=column_major)
     np.testing.assert_array_equal(np.asarray(a), x)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:  # a DLPack export carries the layout's strides
+        t = torch.from_dlpack(a)
+        assert t.stride() == (1, 6), t.stride()
+        np.testing.assert_array_equal(t.cpu().numpy(), x)
     default = CUDA.make_array_from_host_buffer(x, SHARDING)
     return f"reported {a.layout} (default array {default.layout})"
 
