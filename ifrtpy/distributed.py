@@ -80,7 +80,7 @@ def _as_ifrt_error(e: BaseException) -> BaseException:
 class _State:
     def __init__(self, service: Any, client: Any, num_processes: int, process_id: int):
         self.service = service
-        self.client = client
+        self.client = client  # None: the job runs on jax's distributed runtime
         self.num_processes = num_processes
         self.process_id = process_id
         self.store = CoordinationStore(client)
@@ -111,10 +111,19 @@ def _check_address(address: Any) -> str:
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
+               backend: str = "pjrt", local_device_count: int | None = None,
                initialization_timeout: float = 300, heartbeat_timeout: float = 100,
                shutdown_timeout: float = 300) -> None:
     """Join the job: process 0 starts the coordination service at ``coordinator_address``
     (``host:port``, bound exactly there), every process connects to it.
+
+    ``backend="pjrt"`` (the default) serves PJRT clients made afterwards (their key-value
+    callbacks). ``backend="jax"`` brings up jax's distributed runtime instead, for
+    ``get_client("jax")``: jax's own coordination service at the same address, gloo for
+    CPU collectives, ``local_device_count`` CPU devices in this process (default: jax's).
+    It must run before jax starts its runtime; its failures end the processes as jax's do
+    (see :mod:`ifrtpy.backends.jax.distributed`), and :func:`key_value_store` is not
+    offered.
 
     Blocks until all ``num_processes`` processes have connected, at most
     ``initialization_timeout`` seconds (then DeadlineExceededError). A process that dies
@@ -132,6 +141,12 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         raise InvalidArgumentError(
             f"need num_processes >= 1 and 0 <= process_id < num_processes, got "
             f"num_processes={num_processes}, process_id={process_id}")
+    if backend not in ("pjrt", "jax"):
+        raise InvalidArgumentError(f"backend must be 'pjrt' or 'jax', got {backend!r}")
+    if backend == "pjrt" and local_device_count is not None:
+        raise InvalidArgumentError(
+            "local_device_count is for backend='jax'; a PJRT client takes its device count "
+            "from its create options")
     init_s = _seconds("initialization_timeout", initialization_timeout)
     heartbeat_s = _seconds("heartbeat_timeout", heartbeat_timeout)
     shutdown_s = _seconds("shutdown_timeout", shutdown_timeout)
@@ -139,6 +154,15 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         if _state is not None:
             raise FailedPreconditionError(
                 "ifrtpy.distributed is already initialized; call shutdown() first")
+        if backend == "jax":
+            from ifrtpy.backends.jax.distributed import initialize_distributed
+
+            initialize_distributed(address, num_processes, process_id,
+                                   local_device_count=local_device_count,
+                                   initialization_timeout_s=init_s,
+                                   heartbeat_timeout_s=heartbeat_s)
+            _state = _State(None, None, num_processes, process_id)
+            return
         service = None
         if process_id == 0:
             service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
@@ -165,6 +189,11 @@ def shutdown() -> None:
         state, _state = _state, None
     if state is None:
         return
+    if state.client is None:
+        import jax
+
+        jax.distributed.shutdown()
+        return
     try:
         _call(state.client.shutdown)
     finally:
@@ -174,6 +203,12 @@ def shutdown() -> None:
 
 def is_initialized() -> bool:
     return _state is not None
+
+
+def _serves_pjrt_clients() -> bool:
+    """Whether a job for PJRT clients is initialized (not one on jax's runtime)."""
+    state = _state
+    return state is not None and state.client is not None
 
 
 def _current() -> _State:
@@ -194,8 +229,14 @@ def num_processes() -> int:
 
 
 def key_value_store() -> CoordinationStore:
-    """The job's key-value store. FailedPreconditionError when not initialized."""
-    return _current().store
+    """The job's key-value store. FailedPreconditionError when not initialized, or when
+    the job runs on jax's distributed runtime (``backend="jax"``)."""
+    state = _current()
+    if state.client is None:
+        raise FailedPreconditionError(
+            "ifrtpy.distributed was initialized with backend='jax': the job's key-value "
+            "store is jax's own")
+    return state.store
 
 
 def _client_kv_callbacks(plugin_name: str) -> Any:
@@ -203,4 +244,4 @@ def _client_kv_callbacks(plugin_name: str) -> Any:
     prefix ``ifrtpy:<plugin_name>:`` (so clients of other plugins, and jax's, do not mix)."""
     from ifrtpy._pjrt._kv import KeyValueCallbacks
 
-    return KeyValueCallbacks(_current().store.with_prefix(f"ifrtpy:{plugin_name}:"))
+    return KeyValueCallbacks(key_value_store().with_prefix(f"ifrtpy:{plugin_name}:"))

@@ -84,8 +84,19 @@ def main():
     process_id, port, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     # a lone process (MODE spmd with one process started) waits 3 s for its peer
     lone = len(sys.argv) > 4 and sys.argv[4] == "lone"
-    initialize_distributed(f"127.0.0.1:{port}", 2, process_id, local_device_count=4,
-                           initialization_timeout_s=3 if lone else 60, heartbeat_timeout_s=3)
+    if mode == "spmd":  # the public entry point, shared with the PJRT path
+        ifrt.distributed.initialize(f"127.0.0.1:{port}", 2, process_id, backend="jax",
+                                    local_device_count=4,
+                                    initialization_timeout=3 if lone else 60, heartbeat_timeout=3)
+        assert ifrt.distributed.process_id() == process_id and ifrt.distributed.num_processes() == 2
+        try:  # the job's store is jax's own
+            ifrt.distributed.key_value_store()
+            raise AssertionError("key_value_store() in a job on jax's runtime")
+        except ifrt.errors.FailedPreconditionError:
+            pass
+    else:
+        initialize_distributed(f"127.0.0.1:{port}", 2, process_id, local_device_count=4,
+                               initialization_timeout_s=3 if lone else 60, heartbeat_timeout_s=3)
     client = ifrt.get_client("jax")
     if mode == "spmd":
         spmd(client)

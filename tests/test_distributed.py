@@ -132,6 +132,16 @@ def test_bad_arguments_are_refused_before_anything_starts(args, match):
     assert not distributed.is_initialized()
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"backend": "tpu"}, "backend must be 'pjrt' or 'jax'"),
+    ({"local_device_count": 4}, "local_device_count is for backend='jax'"),
+])
+def test_bad_backend_arguments_are_refused(kwargs, match):
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        distributed.initialize("127.0.0.1:1234", 2, 0, **kwargs)
+    assert not distributed.is_initialized()
+
+
 def test_not_initialized():
     assert not distributed.is_initialized()
     with pytest.raises(errors.FailedPreconditionError, match="not initialized"):

@@ -465,7 +465,7 @@ class BuilderCore:
                     self._module.operation.verify()
                 except ir.MLIRError as e:
                     raise InvalidArgumentError(f"build: the module does not verify: {e}") from None
-                text = self._module.operation.get_asm(enable_debug_info=True)
+                text: str = self._module.operation.get_asm(enable_debug_info=True)
             finally:
                 ret.operation.erase()
             if "chlo." in text:
