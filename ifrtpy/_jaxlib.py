@@ -1,9 +1,14 @@
-"""Every private jaxlib name ifrtpy uses, in one place, chosen by jaxlib version.
+"""Every private jaxlib and jax name ifrtpy uses, in one place, chosen by jaxlib version.
 
 jaxlib's Python modules other than its MLIR bindings (``jaxlib.mlir.ir`` and the
 ``jaxlib.mlir.dialects`` modules, which follow upstream MLIR's Python API) are jax's
-internals: they move between releases. ifrtpy reaches them only through the functions
-here, each of which knows where the name lives in each supported jaxlib version.
+internals: they move between releases, as do jax's ``jax._src`` modules. ifrtpy reaches
+them only through the functions here, each of which knows where the name lives in each
+supported version (the jax backend, :mod:`ifrtpy.interop.jax`, the PjRt backend, the
+builder and the program readers alike). jax's names are switched on the jaxlib version
+too: each jax release requires the jaxlib of its own version. jax and jaxlib are imported
+only when a function here is called; where jax (or jaxlib) is not installed at all, the
+ModuleNotFoundError comes through unchanged.
 
 Supported (and tested): jaxlib 0.10.x, 0.11.x and 0.12.x (``SUPPORTED``); see
 docs/pjrt-backend.md for what was run with which.
@@ -13,13 +18,17 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any
+from typing import Any, Sequence
 
 from ifrtpy.errors import UnimplementedError
 
 __all__ = [
-    "SUPPORTED", "version", "xla_client", "hlo_module_class", "register_jax_dialects",
-    "distributed_runtime_service", "distributed_runtime_client",
+    "SUPPORTED", "version", "version_text", "xla_client", "hlo_module_class",
+    "register_jax_dialects", "distributed_runtime_service", "distributed_runtime_client",
+    "xla_computation_to_mlir_module", "hlo_to_stablehlo", "hlo_module_from_text",
+    "backends_are_initialized", "runtime_client", "device_list", "compile_options",
+    "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
+    "dlpack_to_buffer",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -36,6 +45,23 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     # The coordination service and its client (ifrtpy.distributed).
     "distributed_service": [((0, 10), "jaxlib._jax:get_distributed_runtime_service")],
     "distributed_client": [((0, 10), "jaxlib._jax:get_distributed_runtime_client")],
+    # jaxlib's converters to MLIR (xla_computation_to_mlir_module, hlo_to_stablehlo).
+    "jax_mlir": [((0, 10), "jaxlib._jax:mlir")],
+    # HLO text -> HloModule (the program readers' child process).
+    "hlo_module_from_text": [((0, 10), "jaxlib._hlo:hlo_module_from_text")],
+    # What jax's runtime client compiles for and deserializes onto.
+    "DeviceList": [((0, 10), "jaxlib._jax:DeviceList")],
+    # Output buffers -> jax.Array, as jax's jit makes them.
+    "array_result_handler": [((0, 10), "jaxlib._jax:array_result_handler")],
+    # DLPack both ways without jax's Python-level checks (legacy capsules, a given device).
+    "buffer_to_dlpack": [((0, 10), "jaxlib._jax:buffer_to_dlpack_managed_tensor")],
+    "dlpack_to_buffer": [((0, 10), "jaxlib._jax:dlpack_managed_tensor_to_buffer")],
+    # jax's side (the jax release matching the jaxlib version).
+    "backends_are_initialized": [((0, 10), "jax._src.xla_bridge:backends_are_initialized")],
+    "GSPMDSharding": [((0, 10), "jax._src.sharding_impls:GSPMDSharding")],
+    "get_backend": [((0, 10), "jax.extend.backend:get_backend")],
+    "ShapedArray": [((0, 10), "jax.core:ShapedArray")],
+    "JaxRuntimeError": [((0, 10), "jax.errors:JaxRuntimeError")],
 }
 
 
@@ -51,6 +77,13 @@ def version() -> tuple[int, ...]:
     return tuple(parts)
 
 
+def version_text() -> str:
+    """The installed jaxlib's version string, e.g. ``"0.11.2"`` (part of cache keys)."""
+    from jaxlib import version as jaxlib_version
+
+    return str(jaxlib_version.__version__)
+
+
 @functools.lru_cache(maxsize=None)
 def _lookup(name: str) -> Any:
     installed = version()
@@ -60,12 +93,20 @@ def _lookup(name: str) -> Any:
             try:
                 module = importlib.import_module(module_name)
                 return getattr(module, attr) if attr else module
+            except ModuleNotFoundError as e:
+                if e.name == module_name.partition(".")[0]:
+                    raise  # jax (or jaxlib) is not installed at all: not a moved name
+                raise _moved(installed, location, e) from None
             except (ImportError, AttributeError) as e:
-                raise UnimplementedError(
-                    f"jaxlib {'.'.join(map(str, installed))} has no {location} ({e}); ifrtpy "
-                    f"supports jaxlib {', '.join('%d.%d' % v for v in SUPPORTED)}"
-                ) from None
+                raise _moved(installed, location, e) from None
     raise UnimplementedError(f"jaxlib {installed} is older than any ifrtpy supports ({SUPPORTED})")
+
+
+def _moved(installed: tuple[int, ...], location: str, error: Exception) -> UnimplementedError:
+    return UnimplementedError(
+        f"jaxlib {'.'.join(map(str, installed))} has no {location} ({error}); ifrtpy "
+        f"supports jaxlib {', '.join('%d.%d' % v for v in SUPPORTED)} (and the jax of the "
+        f"same version)")
 
 
 def xla_client() -> Any:
@@ -91,3 +132,77 @@ def distributed_runtime_service(address: str, num_nodes: int, **timeouts: int) -
 def distributed_runtime_client(address: str, node_id: int, **options: Any) -> Any:
     """jaxlib's coordination client of the service at ``address`` (not yet connected)."""
     return _lookup("distributed_client")(address, node_id, **options)
+
+
+# -- the program readers (ifrtpy._program_input) -------------------------------------------
+
+
+def xla_computation_to_mlir_module(computation: Any) -> Any:
+    """jaxlib's StableHLO module (printable) of an ``XlaComputation``."""
+    return _lookup("jax_mlir").xla_computation_to_mlir_module(computation)
+
+
+def hlo_to_stablehlo(serialized_hlo_module_proto: bytes) -> bytes:
+    """MLIR bytecode (StableHLO) of a serialized HloModuleProto. jaxlib trusts its input:
+    call it on untrusted bytes only in a child process."""
+    return bytes(_lookup("jax_mlir").hlo_to_stablehlo(serialized_hlo_module_proto))
+
+
+def hlo_module_from_text(text: str) -> Any:
+    """jaxlib's ``HloModule`` parsed from HLO text (``as_serialized_hlo_module_proto()``)."""
+    return _lookup("hlo_module_from_text")(text)
+
+
+# -- the jax backend (ifrtpy.backends.jax) ------------------------------------------------
+
+
+def backends_are_initialized() -> bool:
+    """Whether jax has created its runtime clients (after that the CPU device count is fixed)."""
+    return bool(_lookup("backends_are_initialized")())
+
+
+def runtime_client(platform: str | None) -> Any:
+    """jax's runtime client (``jaxlib._jax.Client``) of ``platform`` (None: jax's default);
+    jax's RuntimeError where it has no such platform."""
+    return _lookup("get_backend")(platform)
+
+
+def device_list(jax_devices: Sequence[Any]) -> Any:
+    """A ``jaxlib._jax.DeviceList`` (what compile and deserialize take)."""
+    return _lookup("DeviceList")(tuple(jax_devices))
+
+
+def compile_options(serialized: bytes) -> Any:
+    """A ``jaxlib`` CompileOptions from a serialized ``xla.CompileOptionsProto``."""
+    return xla_client().CompileOptions.ParseFromString(serialized)
+
+
+def result_handler(dtype: Any, dims: tuple[int, ...], jax_sharding: Any) -> Any:
+    """What turns one output of ``execute_sharded`` into a ``jax.Array`` (as jax's jit does)."""
+    shaped_array = _lookup("ShapedArray")(dims, dtype)
+    return _lookup("array_result_handler")(shaped_array, jax_sharding, True, True)
+
+
+def runtime_error_type() -> type[Exception]:
+    """The exception jaxlib raises for a failed runtime status (``XlaRuntimeError``)."""
+    error: type[Exception] = _lookup("JaxRuntimeError")
+    return error
+
+
+# -- the jax.Array bridge (ifrtpy.interop.jax) ---------------------------------------------
+
+
+def gspmd_sharding(jax_devices: Sequence[Any], op_sharding: Any, memory_kind: str | None) -> Any:
+    """jax's own sharding class for HLO shardings (``GSPMDSharding``) over ``jax_devices``."""
+    return _lookup("GSPMDSharding")(list(jax_devices), op_sharding, memory_kind=memory_kind)
+
+
+def buffer_to_dlpack(single_device_array: Any) -> Any:
+    """A legacy DLPack capsule of a single-device jax array (jaxlib's export, without jax's
+    Python-level checks)."""
+    return _lookup("buffer_to_dlpack")(single_device_array, stream=None)
+
+
+def dlpack_to_buffer(capsule: Any, jax_device: Any) -> Any:
+    """A legacy DLPack capsule as a jax array on ``jax_device`` (aliased where jax can)."""
+    return _lookup("dlpack_to_buffer")(capsule, jax_device, None, None)

@@ -32,7 +32,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy import _jaxlib
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
 if TYPE_CHECKING:
     from ifrtpy.program import HloProgram
@@ -97,9 +98,7 @@ def _as_text(data: bytes) -> str | None:
 
 def _computation_text(computation: Any) -> str:
     """StableHLO text of a jaxlib XlaComputation (an object jaxlib built in this process)."""
-    from jaxlib import _jax
-
-    return str(_jax.mlir.xla_computation_to_mlir_module(computation))
+    return str(_jaxlib.xla_computation_to_mlir_module(computation))
 
 
 def from_tensorflow(function: Any, *args: Any, **kwargs: Any) -> HloProgram:
@@ -211,21 +210,19 @@ def _bytecode_text(data: bytes) -> str:
 
 
 def _hlo_proto_text(data: bytes) -> str:
-    from jaxlib import _jax
-
     try:
-        return _bytecode_text(_jax.mlir.hlo_to_stablehlo(data))
-    except _Refused:
+        return _bytecode_text(_jaxlib.hlo_to_stablehlo(data))
+    except (_Refused, UnimplementedError):  # UnimplementedError: jaxlib moved the name
         raise
     except Exception as e:  # noqa: BLE001 - jaxlib's runtime error
         raise _Refused(f"not a HloModuleProto: {str(e).splitlines()[0]}") from None
 
 
 def _hlo_text_to_stablehlo(text: str) -> str:
-    from jaxlib import _hlo  # type: ignore[attr-defined]
-
     try:
-        module = _hlo.hlo_module_from_text(text)
+        module = _jaxlib.hlo_module_from_text(text)
+    except UnimplementedError:  # jaxlib moved the name: not the input's fault
+        raise
     except Exception as e:  # noqa: BLE001 - jaxlib's runtime error
         raise _Refused(f"HLO text that does not parse: {e}") from None
     return _hlo_proto_text(module.as_serialized_hlo_module_proto())

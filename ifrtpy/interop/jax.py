@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ifrtpy import _jaxlib
 from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device
@@ -151,9 +152,8 @@ def sharding_to_jax(sharding: Sharding) -> Any:
         return jax.sharding.NamedSharding(jax.sharding.Mesh(jax_devices, mesh.axis_names),
                                           jax.sharding.PartitionSpec(*sharding.spec), memory_kind=kind)
     if isinstance(sharding, HloSharding):
-        from jax._src.sharding_impls import GSPMDSharding  # jax's own class for HLO shardings
-        return GSPMDSharding([_jax_device(d, devices) for d in sharding.devices],
-                             sharding.xla_hlo_sharding, memory_kind=kind)
+        return _jaxlib.gspmd_sharding([_jax_device(d, devices) for d in sharding.devices],
+                                      sharding.xla_hlo_sharding, kind)
     raise UnimplementedError(
         f"sharding_to_jax: {type(sharding).__name__} has no jax equivalent; convert to a "
         "NamedSharding or HloSharding first, or export shard by shard")
@@ -214,8 +214,7 @@ def from_jax(x: Any, client: Client | None = None) -> Array:
 
 def _jax_capsule(shard: Any) -> Any:
     """A legacy DLPack capsule of a single-device jax array on the host."""
-    from jax._src.lib import _jax  # jaxlib's DLPack export, without jax's Python checks
-    return _jax.buffer_to_dlpack_managed_tensor(shard, stream=None)
+    return _jaxlib.buffer_to_dlpack(shard)  # jaxlib's export, without jax's Python checks
 
 
 def to_jax(array: Array) -> Any:
@@ -249,5 +248,4 @@ def to_jax(array: Array) -> Any:
 
 def _capsule_to_jax(capsule: Any, jax_device: Any) -> Any:
     """A legacy DLPack capsule as a jax array on ``jax_device`` (aliased where jax can)."""
-    from jax._src.lib import _jax  # jaxlib's DLPack import onto a given device
-    return _jax.dlpack_managed_tensor_to_buffer(capsule, jax_device, None, None)
+    return _jaxlib.dlpack_to_buffer(capsule, jax_device)

@@ -6,7 +6,7 @@ client), for every platform jax runs on, multi-process included.
 jax has not started yet). Devices and memories are jax's; an array holds a ``jax.Array``
 whose sharding is the ifrtpy one converted by :mod:`ifrtpy.interop.jax`; programs are
 compiled and run by jaxlib. jax is imported only when this backend is asked for
-(``pip install ifrtpy[jax]``). Every private jaxlib name it uses is in ``_jaxlib``.
+(``pip install ifrtpy[jax]``). Every private jax/jaxlib name it uses is in :mod:`ifrtpy._jaxlib`.
 Several processes: :func:`initialize_distributed` in each, before anything uses jax.
 """
 

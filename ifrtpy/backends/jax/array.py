@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
-from ifrtpy.backends.jax import _jaxlib
+from ifrtpy import _jaxlib
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
-from ifrtpy.backends.jax import _jaxlib
+from ifrtpy import _jaxlib
 from ifrtpy.backends.jax import array as _array
 from ifrtpy.backends.jax import executable as _executable
 from ifrtpy.client import Client

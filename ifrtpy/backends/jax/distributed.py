@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ifrtpy.backends.jax import _jaxlib
+from ifrtpy import _jaxlib
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
 
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import _serialized
-from ifrtpy.backends.jax import _jaxlib
+from ifrtpy import _jaxlib
 from ifrtpy.backends.jax.array import (
     JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
 )

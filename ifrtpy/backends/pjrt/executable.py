@@ -94,12 +94,10 @@ def _compile_through(cache, client, program: HloProgram, target, compile_options
     """The executable from the persistent ``cache``, else compiled and stored there. The
     key holds what the code sent to the plugin is made of (the program text, the StableHLO
     version targeted and jaxlib's), so a hit needs no serialization."""
-    import jaxlib
-
     identity = _pjrt.plugin_identity(client._handle)
     kinds = sorted({d.kind for d in devices}) if devices is not None else ["portable"]
     key = compilation_cache.cache_key([
-        program.text.encode(), repr((target, stablehlo_version(), jaxlib.__version__)).encode(),
+        program.text.encode(), repr((target, stablehlo_version(), _jaxlib.version_text())).encode(),
         compile_options, identity, repr(kinds).encode(),
         str(len(devices) if devices is not None else 0).encode()])
     sealed = cache.load(key, lambda data: _seal.unseal(identity, data))
