@@ -64,6 +64,13 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "JaxRuntimeError": [((0, 10), "jax.errors:JaxRuntimeError")],
 }
 
+#: array_result_handler's keyword arguments beyond (aval, sharding, committed), newest first:
+#: jaxlib 0.11 (extension version 489) dropped ``_skip_checks`` along with the checks.
+_RESULT_HANDLER_KWARGS: list[tuple[tuple[int, int], dict[str, Any]]] = [
+    ((0, 11), {}),
+    ((0, 10), {"_skip_checks": True}),
+]
+
 
 @functools.lru_cache(maxsize=None)
 def version() -> tuple[int, ...]:
@@ -180,7 +187,8 @@ def compile_options(serialized: bytes) -> Any:
 def result_handler(dtype: Any, dims: tuple[int, ...], jax_sharding: Any) -> Any:
     """What turns one output of ``execute_sharded`` into a ``jax.Array`` (as jax's jit does)."""
     shaped_array = _lookup("ShapedArray")(dims, dtype)
-    return _lookup("array_result_handler")(shaped_array, jax_sharding, True, True)
+    kwargs = next(k for first, k in _RESULT_HANDLER_KWARGS if version()[:2] >= first)
+    return _lookup("array_result_handler")(shaped_array, jax_sharding, committed=True, **kwargs)
 
 
 def runtime_error_type() -> type[Exception]:
