@@ -201,14 +201,15 @@ cdef class ClientHandle:
         check(self.api, self.api.PJRT_Client_ProcessIndex(&args))
         return args.process_index
 
-    def lookup_device(self, int device_id):
+    def lookup_device(self, device_id):
         """The DeviceHandle with global id ``device_id``; NotFoundError (or the plugin's
         error) when there is none."""
         cdef PJRT_Client_LookupDevice_Args args
+        cdef int id = _errors.check_int(device_id, "device_id", -2**31, 2**31 - 1)
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE
         args.client = self.ptr
-        args.id = device_id
+        args.id = id
         check(self.api, self.api.PJRT_Client_LookupDevice(&args))
         return self.device_of(args.device)
 
