@@ -34,7 +34,7 @@ class MemoryKind:
             value = value._value
         elif value is not None:
             if not isinstance(value, str):
-                raise TypeError(f"MemoryKind value must be a str or None, got {value!r}")
+                raise invalid_argument("memory kind", "a str or None", value)
             value = sys.intern(value)
         self._value: Optional[str] = value
 

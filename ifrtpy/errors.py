@@ -171,3 +171,12 @@ def check_int(value: object, parameter: str, low: int | None = None,
                   else f">= {low}" if low is not None else f"<= {high}")
         raise InvalidArgumentError(f"{parameter} must be {bounds}, got {number}")
     return number
+
+
+def check_enum(enum_type: type, value: object, parameter: str) -> Any:
+    """``enum_type(value)``, or InvalidArgumentError naming ``parameter`` and the members."""
+    try:
+        return enum_type(value)
+    except (TypeError, ValueError):
+        names = ", ".join(m.name for m in enum_type)  # type: ignore[attr-defined]
+        raise invalid_argument(parameter, f"a {enum_type.__name__} ({names})", value) from None

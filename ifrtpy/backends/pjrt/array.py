@@ -24,7 +24,8 @@ from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError, invalid_argument)
+    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum, check_type,
+    invalid_argument)
 from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
@@ -220,7 +221,7 @@ def _join_to(futures: Sequence[Future], value: Any) -> Future:
 def _with_copy_semantics(array: PjrtArray, semantics: ArrayCopySemantics) -> tuple:
     """The array's buffers as ``semantics`` says: fresh copies, shared, or taken over
     (an error array has none, and is deleted by donation all the same)."""
-    semantics = ArrayCopySemantics(semantics)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     if semantics == ArrayCopySemantics.DONATE_INPUT:
         return array._take_buffers()
     if array._error is not None:
@@ -301,7 +302,7 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
-    semantics = HostBufferSemantics(semantics)
+    semantics = check_enum(HostBufferSemantics, semantics, "semantics")
     memories = _device_memories(client, sharding)
     if not memories:
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
@@ -484,7 +485,8 @@ def release_staging_memory() -> None:
 def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,
              shard_semantics, dtype) -> PjrtArray:
     shape = shape if isinstance(shape, Shape) else Shape(shape)
-    arrays = list(arrays)
+    check_type(sharding, Sharding, "sharding", "a Sharding")
+    arrays = _arrays_of(client, arrays, "assemble arrays")
     if (isinstance(sharding, SingleDeviceSharding) and len(arrays) == 1
             and isinstance(arrays[0], PjrtArray) and arrays[0].sharding == sharding
             and arrays[0].shape == shape and copy_semantics != ArrayCopySemantics.ALWAYS_COPY):
@@ -505,7 +507,7 @@ def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_se
     shard_shapes = (None if isinstance(sharding, OpaqueSharding)
                     else [s for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
     memories = _device_memories(client, sharding)
-    donate = ArrayCopySemantics(copy_semantics) == ArrayCopySemantics.DONATE_INPUT
+    donate = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics") == ArrayCopySemantics.DONATE_INPUT
     if donate and len({id(a) for a in arrays}) != len(arrays):
         raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
     for i, (array, device) in enumerate(zip(arrays, devices)):
@@ -538,7 +540,7 @@ def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics
     arrays = _arrays_of(client, arrays, "copy_arrays arrays")
     if not arrays:
         return []
-    semantics = ArrayCopySemantics(semantics)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     first = arrays[0].sharding
     for i, array in enumerate(arrays):
         if array.sharding.devices != first.devices:
