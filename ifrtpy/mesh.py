@@ -57,7 +57,7 @@ class Mesh:
         arr.flags.writeable = False
         self._devices = arr
         self._axis_names = names
-        self._device_list = DeviceList(_device_tuple(arr.flat, "Mesh devices (flat)"))
+        self._device_list = DeviceList(_device_tuple(arr.flat, "Mesh devices"))
         self._device_list.check_distinct("Mesh devices")
         self._hash: Optional[int] = None
 

@@ -356,15 +356,20 @@ def _check_index_domains(shape: Shape, shard_shapes, domains, covering: bool) ->
             raise InvalidArgumentError(
                 f"ConcreteSharding index_domains[{i}] {domain.debug_string()} does not have "
                 f"the shape of shard_shapes[{i}] {shard_shape.debug_string()}")
-    distinct = list(dict.fromkeys(domains))
-    for j, b in enumerate(distinct):
-        for a in distinct[:j]:
+    # Sweep along dim 0: a box is compared only with those whose rows reach its own.
+    distinct = sorted(set(domains), key=lambda d: tuple(d[0]))
+    active: list = []
+    for b in distinct:
+        if len(shape):
+            active = [a for a in active if a[0][0] + a[1][0] > b[0][0]]
+        for a in active:
             if all(max(oa, ob) < min(oa + ea, ob + eb)
                    for oa, ea, ob, eb in zip(a[0], a[1], b[0], b[1])):
                 raise InvalidArgumentError(
                     f"ConcreteSharding index domains {a.debug_string()} and "
                     f"{b.debug_string()} overlap (shards hold either the same box or "
                     "disjoint ones)")
+        active.append(b)
     covered = sum(d[1].num_elements() for d in distinct)
     if covering and covered != shape.num_elements():
         raise InvalidArgumentError(

@@ -136,27 +136,39 @@ cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t
 
 
 cdef list _checked_lists(object lists, str parameter):
-    """``lists`` (a list or tuple of sequences) as a list."""
-    if type(lists) is list:
-        return lists
+    """``lists`` (a list or tuple of lists or tuples) as a list."""
     if not isinstance(lists, (list, tuple)):
         raise _errors.invalid_argument(parameter, "a list of lists of BufferHandles", lists)
-    return list(lists)
+    for i, group in enumerate(lists):
+        if not isinstance(group, (list, tuple)):
+            raise _errors.invalid_argument(f"{parameter}[{i}]", "a list of BufferHandles", group)
+    return lists if type(lists) is list else list(lists)
+
+
+cdef frozenset _NO_INDICES = frozenset()
 
 
 cdef tuple _launch_options(launch_id, non_donatable, execute_device, donated):
-    """The checked ``(launch_id, non_donatable, execute_device, donated)`` of an execute."""
-    launch_id = _errors.check_int(launch_id, "launch_id", -2**31, 2**31 - 1)
+    """The checked ``(launch_id, non_donatable, execute_device, donated)`` of an execute
+    (the defaults pass without a call)."""
+    if type(launch_id) is not int or not -2**31 <= launch_id < 2**31:
+        launch_id = _errors.check_int(launch_id, "launch_id", -2**31, 2**31 - 1)
     if execute_device is not None and not isinstance(execute_device, DeviceHandle):
         raise _errors.invalid_argument("execute_device", "a DeviceHandle or None", execute_device)
-    indices = []
-    for name, values in (("non_donatable_input_indices", non_donatable),
-                         ("donated_input_indices", donated)):
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-            raise _errors.invalid_argument(name, "a collection of ints", values)
-        indices.append(sorted({_errors.check_int(v, f"{name} entry", 0, 2**63 - 1)
-                               for v in values}))
-    return launch_id, indices[0], execute_device, frozenset(indices[1])
+    if not (type(non_donatable) is tuple and not non_donatable):
+        non_donatable = _indices(non_donatable, "non_donatable_input_indices")
+    if type(donated) is frozenset or (type(donated) is tuple and not donated):
+        donated = frozenset(_indices(donated, "donated_input_indices")) if donated else _NO_INDICES
+    else:
+        donated = frozenset(_indices(donated, "donated_input_indices"))
+    return launch_id, non_donatable, execute_device, donated
+
+
+cdef list _indices(values, str name):
+    """``values`` (a collection of argument indices) sorted, each checked."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise _errors.invalid_argument(name, "a collection of ints", values)
+    return sorted({_errors.check_int(v, f"{name} entry", 0, 2**63 - 1) for v in values})
 
 
 @cython.no_gc_clear

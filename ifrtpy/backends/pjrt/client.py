@@ -12,7 +12,7 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, check_int
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -189,7 +189,7 @@ class PjrtClient(Client):
         return list(self._addressable)
 
     def lookup_device(self, device_id: int) -> PjrtDevice:
-        device = self._device_of_handle.get(device_id)
+        device = self._device_of_handle.get(check_int(device_id, "device_id"))
         if device is None:
             raise NotFoundError(
                 f"no device with id {device_id}; ids are {sorted(self._device_of_handle)}"
