@@ -115,6 +115,9 @@ REPRODUCERS = {
         expect_error(lambda: Shape((2**62, 2**62)), "at most 2\\\\*\\\\*63 - 1 elements")
         expect_error(lambda: ifrt.ShardingParam([1], [0], [2**40]), "the limit is")
         assert Shape((2**62, 0)).num_elements() == 0
+        n = 2**61  # f32: 2**63 bytes, one more than an int64 holds (the plugin aborts)
+        huge = ifrt.HloProgram(ADD1.replace("8xf32", f"{n}xf32"))
+        expect_error(lambda: c.compile(huge), "takes 9223372036854775808 bytes")
     """),
     "dynamic_shape_repr": ("""
         spec = ifrt.ArraySpec(ifrt.DType.from_numpy(np.float32),

@@ -32,6 +32,7 @@ from ifrtpy.program import HloProgram, stablehlo_version
 from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
+MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
@@ -74,6 +75,13 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
     program = program if isinstance(program, HloProgram) else HloProgram(program)
     options = options if options is not None else CompileOptions()
     check_type(options, CompileOptions, "options", "a CompileOptions or None")
+    for what, types in (("parameter", program.parameters), ("result", program.results)):
+        for i, t in enumerate(types):
+            bits = (t.dtype.bit_size or 8) * t.shape.num_elements()
+            if bits > 8 * MAX_BYTES:  # the plugin aborts on a byte size beyond int64
+                raise InvalidArgumentError(
+                    f"{what} {i} of the program, {t}, takes {-(-bits // 8)} bytes; an array "
+                    f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
     if options.compile_portable_executable:
         devices = None
     elif options.devices is not None:
