@@ -80,6 +80,12 @@ class Outcome:
         except errors.IfrtError:
             self.add("refused")
             return None
+        except TypeError as e:
+            if not str(e).startswith("Argument '"):  # Cython's check of a typed parameter
+                self.add("unclear", f"{what}: TypeError: {e}")
+                return None
+            self.add("refused")  # "Argument 'memory' has incorrect type (expected ..., got int)"
+            return None
         except Exception as e:  # noqa: BLE001
             self.add("unclear", f"{what}: {type(e).__name__}: {e}")
             return None
@@ -268,12 +274,29 @@ class Fuzz:
             out.run(name, lambda: self.add1._handle.execute(
                 [[a._buffers[0]]] if args[0] == "ok" else v(args[0]), v(args[1]), v(args[2]))[0][0][0].to_numpy(),
                 self.x8 + 1)
+        elif name == "pjrt_get_into":
+            a = self.array("x8")
+            out.run(name, lambda: _await_into(a._buffers[0].to_host_buffer(v(args[0]))), self.x8)
+        elif name == "pjrt_copy":
+            a = self.array("x8")
+            target = v(args[0])
+            if isinstance(target, ifrt.Device):
+                target = target.default_memory()._handle
+            out.run(name, lambda: a._buffers[0].copy_to_memory(target).to_numpy(), self.x8)
+        elif name == "pjrt_client":
+            out.run(name, lambda: ifrt._pjrt.create_client(c._handle.plugin, {args[0]: v(args[1])}))
         elif name == "pjrt_lookup":
             out.run(name, lambda: c._handle.lookup_device(v(args[0])))
         elif name == "repr":
             out.run(name, lambda: repr(v(args[0])))
         else:
             raise ValueError(f"unknown call {name!r}")
+
+
+def _await_into(result) -> np.ndarray:
+    out, event = result
+    event.await_()
+    return out
 
 
 def fuzz_mode() -> None:

@@ -68,6 +68,7 @@ def _run(args: list[str], timeout: float, stdin: str | None = None) -> subproces
 
 def _counts(done: subprocess.CompletedProcess) -> dict:
     counts = json.loads(done.stdout.strip().splitlines()[-1])
+    print(counts)  # shown with pytest -s: the figures of a long run
     assert counts["wrong"] == 0 and counts["unclear"] == 0 and counts["never_ready"] == 0, counts
     return counts
 
@@ -284,6 +285,13 @@ CALLS = st.one_of(
                                                  st.one_of(INTS.map(lambda n: _tok("int", n)), GARBAGE),
                                                  st.one_of(INT_LISTS, GARBAGE))),
     st.tuples(st.just("pjrt_lookup"), st.tuples(GARBAGE)),
+    st.tuples(st.just("pjrt_get_into"), st.tuples(st.one_of(NUMPY, GARBAGE))),
+    st.tuples(st.just("pjrt_copy"), st.tuples(st.one_of(DEVICES, GARBAGE))),
+    # Small device counts only: the count's upper limit is the client options' business.
+    st.tuples(st.just("pjrt_client"), st.tuples(
+        st.sampled_from(["cpu_device_count", "no_such_option", ""]),
+        st.one_of(GARBAGE.filter(lambda t: t[0] != "int" or not 16 < t[1] < 2**31),
+                  st.just(_tok("list", [_tok("int", 1)]))))),
     st.tuples(st.just("repr"), st.tuples(st.one_of(ARRAYS, SHARDINGS))),
 ).map(lambda call: [call[0], list(call[1])])
 
