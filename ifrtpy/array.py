@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, check_type, invalid_argument
+from ifrtpy.errors import (
+    InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
+    invalid_argument,
+)
 from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.shape import DynamicShape, Shape
 from ifrtpy.sharding import SingleDeviceShardSemantics
@@ -350,7 +353,15 @@ def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, .
         return np.empty(dims, dtype)
     lo = sum(s * (d - 1) for s, d in zip(strides, dims) if s < 0)
     hi = sum(s * (d - 1) for s, d in zip(strides, dims) if s > 0)
-    base = np.empty(hi - lo + dtype.itemsize, np.uint8)
+    span = hi - lo + dtype.itemsize
+    if span > np.iinfo(np.intp).max:
+        raise InvalidArgumentError(
+            f"byte_strides {list(strides)} span {span} bytes; at most {np.iinfo(np.intp).max}")
+    try:
+        base = np.empty(span, np.uint8)
+    except (MemoryError, ValueError):
+        raise ResourceExhaustedError(
+            f"byte_strides {list(strides)} need {span} bytes of host memory") from None
     return np.ndarray(dims, dtype, buffer=base, offset=-lo, strides=strides)
 
 

@@ -327,7 +327,8 @@ class OpaqueSharding(Sharding):
         return (OpaqueSharding, (self._devices, self._memory_kind))
 
 
-def _check_shard_shape(shape, shard_shape, parameter: str) -> None:
+def _check_shard_shape(shape: Union[Shape, DynamicShape], shard_shape: Union[Shape, DynamicShape],
+                       parameter: str) -> None:
     """A shard of ``shape`` has its rank and no dim beyond the array's."""
     bounds = shape.shape if isinstance(shape, DynamicShape) else shape
     dims = shard_shape.shape if isinstance(shard_shape, DynamicShape) else shard_shape
@@ -337,7 +338,8 @@ def _check_shard_shape(shape, shard_shape, parameter: str) -> None:
             f"{shape.debug_string()} (same rank, no dim larger)")
 
 
-def _check_index_domains(shape: Shape, shard_shapes, domains, covering: bool) -> None:
+def _check_index_domains(shape: Shape, shard_shapes: Sequence[Shape],
+                         domains: Sequence[IndexDomain], covering: bool) -> None:
     """Each domain lies inside ``shape`` and has its shard's shape; distinct domains do not
     overlap (equal ones are replicas); with ``covering`` (every device addressable) they
     cover ``shape``, so no element of an array is left without a shard."""

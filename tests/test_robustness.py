@@ -120,6 +120,25 @@ REPRODUCERS = {
         huge = ifrt.HloProgram(ADD1.replace("8xf32", f"{n}xf32"))
         expect_error(lambda: c.compile(huge), "takes 9223372036854775808 bytes")
     """),
+    "pjrt_none_arguments": ("""
+        from ifrtpy import _pjrt
+        x = np.arange(4, dtype=np.float32)
+        b, _ = _pjrt.buffer_from_host_buffer(c._handle, x, c._handle.devices[0])
+        for call, name in [
+                (lambda: _pjrt.create_client(None, {}), "plugin"),   # crashed the process
+                (lambda: _pjrt.buffer_from_host_buffer(None, x, c._handle.devices[0]), "client"),
+                (lambda: _pjrt.buffer_from_host_buffer(c._handle, None, c._handle.devices[0]), "data"),
+                (lambda: _pjrt.compile(None, b"", b""), "client"),
+                (lambda: _pjrt.deserialize_and_load(c._handle, None), "serialized"),
+                (lambda: b.copy_to_device(None), "device"),
+                (lambda: b.copy_to_memory(None), "memory")]:
+            try:
+                call()
+            except TypeError as e:
+                assert str(e).startswith(f"Argument '{name}' has incorrect type"), str(e)
+            else:
+                raise AssertionError(f"None accepted for {name}")
+    """),
     "dynamic_shape_repr": ("""
         spec = ifrt.ArraySpec(ifrt.DType.from_numpy(np.float32),
                               ifrt.DynamicShape((4, 2), [True, False]),

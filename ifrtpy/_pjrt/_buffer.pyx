@@ -231,7 +231,8 @@ cdef class EventHandle:
         _register(self.api, self.ptr, (callback, None))
 
 
-def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle device=None,
+def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not None,
+                            DeviceHandle device=None,
                             MemoryHandle memory=None, semantics=0):
     """Copy (or alias) ``data`` into a new buffer on ``device`` or in ``memory``.
 
@@ -549,7 +550,7 @@ cdef class BufferHandle:
         event.await_()
         return out
 
-    def copy_to_device(self, DeviceHandle device):
+    def copy_to_device(self, DeviceHandle device not None):
         """A new buffer with the same data on ``device``."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_CopyToDevice_Args args
@@ -565,7 +566,7 @@ cdef class BufferHandle:
         check(api, error)
         return BufferHandle.wrap(self.client, args.dst_buffer)
 
-    def copy_to_memory(self, MemoryHandle memory):
+    def copy_to_memory(self, MemoryHandle memory not None):
         """A new buffer with the same data in ``memory``."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_CopyToMemory_Args args

@@ -24,7 +24,7 @@ from ifrtpy import errors as _errors
 _OPTION_TYPES = {"cpu_device_count": int}
 
 
-def create_client(PluginHandle plugin, options=None):
+def create_client(PluginHandle plugin not None, options=None):
     """A new client of ``plugin`` with named ``options`` (str -> str, int, float, bool or
     list of int). Raises InvalidArgumentError for a value the plugin cannot take."""
     cdef dict opts = dict(options or {})

@@ -31,7 +31,7 @@ from ifrtpy import errors as _errors
 DEF SMALL = 64
 
 
-def _check_compile_options(bytes options):
+def _check_compile_options(bytes options not None):
     if not options:
         raise _errors.InvalidArgumentError(
             "compile options are empty; pass a serialized xla CompileOptionsProto "
@@ -46,7 +46,8 @@ def _check_compile_options(bytes options):
         )
 
 
-def compile(ClientHandle client, bytes code, bytes compile_options, str format="mlir"):
+def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None,
+            str format not None="mlir"):
     """Compile ``code`` (StableHLO text or bytecode for format "mlir", HLO for "hlo")
     with serialized CompileOptionsProto ``compile_options``; returns an ExecutableHandle."""
     cdef const PJRT_Api* api = client.api
@@ -73,7 +74,7 @@ def compile(ClientHandle client, bytes code, bytes compile_options, str format="
     return ExecutableHandle._wrap(client, args.executable)
 
 
-def deserialize_and_load(ClientHandle client, bytes serialized):
+def deserialize_and_load(ClientHandle client not None, bytes serialized not None):
     """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Executable_DeserializeAndLoad_Args args

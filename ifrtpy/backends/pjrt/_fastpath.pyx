@@ -323,7 +323,7 @@ cdef bint _all_ready(list events) except -1:
     return True
 
 
-def populate_while_pending(cnp.ndarray out, events, chunk=2 << 20):
+def populate_while_pending(cnp.ndarray out not None, events, chunk=2 << 20):
     """Map the pages of ``out`` (C-contiguous), ``chunk`` bytes at a time from its end
     backwards, until all of it is mapped or every event in ``events`` has fired.
 
@@ -370,7 +370,7 @@ cdef class PopulateBehind:
     cdef ifrtpy_populator job
     cdef object array
 
-    def __cinit__(self, cnp.ndarray array):
+    def __cinit__(self, cnp.ndarray array not None):
         if not cnp.PyArray_IS_C_CONTIGUOUS(array):
             raise _errors.InvalidArgumentError("PopulateBehind needs a C-contiguous array")
         self.array = array

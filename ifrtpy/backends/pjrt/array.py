@@ -507,7 +507,8 @@ def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_se
     shard_shapes = (None if isinstance(sharding, OpaqueSharding)
                     else [s for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
     memories = _device_memories(client, sharding)
-    donate = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics") == ArrayCopySemantics.DONATE_INPUT
+    copy_semantics = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics")
+    donate = copy_semantics == ArrayCopySemantics.DONATE_INPUT
     if donate and len({id(a) for a in arrays}) != len(arrays):
         raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
     for i, (array, device) in enumerate(zip(arrays, devices)):
@@ -589,7 +590,7 @@ def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics
     return out
 
 
-def _arrays_of(client, arrays: Any, parameter: str) -> list[PjrtArray]:
+def _arrays_of(client: Any, arrays: Any, parameter: str) -> list[PjrtArray]:
     """``arrays`` as a list, each checked to be an array of ``client``."""
     if isinstance(arrays, (str, bytes, np.ndarray, Array)) or not hasattr(arrays, "__iter__"):
         raise invalid_argument(parameter, "a sequence of Arrays", arrays)
