@@ -274,6 +274,32 @@ class Fuzz:
             out.run(name, lambda: self.add1._handle.execute(
                 [[a._buffers[0]]] if args[0] == "ok" else v(args[0]), v(args[1]), v(args[2]))[0][0][0].to_numpy(),
                 self.x8 + 1)
+        elif name == "disassemble":
+            a = v(args[0])
+
+            def pieces():
+                shards = a.disassemble_into_single_device_arrays(v(args[1]))
+                whole = read(a) if not a.is_deleted() else self.x8
+                for shard, domain in zip(shards, a.sharding.index_domains(a.shape)):
+                    if not np.array_equal(read(shard), whole[domain.slices()]):
+                        return read(shard)
+                return self.x8
+            out.run(name, pieces, self.x8)
+        elif name == "replicated_shard":
+            a = v(args[0])
+            out.run(name, lambda: read(a.fully_replicated_shard(v(args[1]))), self.x8)
+        elif name == "error_arrays":
+            out.run(name, lambda: c.make_error_arrays(v(args[0]), [ifrt.ArraySpec(
+                np.float32, (8,), ifrt.SingleDeviceSharding(self.devices[0]))])[0].ready_future().result(
+                    timeout=TIMEOUT))
+        elif name == "deleted_use":
+            a = self.array("deleted")
+            use = {"get": lambda: read(a), "copy": lambda: c.copy_arrays([a]),
+                   "execute": lambda: self.add1(a), "reshard": lambda: c.reshard_arrays(
+                       [a], [ifrt.ArraySpec(a.dtype, a.shape, a.sharding)]),
+                   "disassemble": lambda: a.disassemble_into_single_device_arrays(),
+                   "delete": lambda: (a.delete(), a.delete())[1].result(timeout=TIMEOUT)}[args[0]]
+            out.run(name, use)
         elif name == "pjrt_get_into":
             a = self.array("x8")
             out.run(name, lambda: _await_into(a._buffers[0].to_host_buffer(v(args[0]))), self.x8)

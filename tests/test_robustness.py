@@ -38,7 +38,7 @@ def _figure(name: str, short: int, long: int) -> int:
     return int(os.environ.get(f"IFRTPY_ROBUSTNESS_{name}", long if LONG else short))
 
 
-FUZZ_CALLS = _figure("FUZZ_CALLS", 160, 10_000)
+FUZZ_CALLS = _figure("FUZZ_CALLS", 1000, 10_000)
 ORDERS = _figure("ORDERS", 8, 1_000)
 THREAD_RUNS = _figure("THREAD_RUNS", 1, 20)
 THREAD_SECONDS = _figure("THREAD_SECONDS", 3, 60)
@@ -266,6 +266,7 @@ SHARDINGS = st.one_of(
                                _tok("list", [_tok("str", "z")])])),
     GARBAGE)
 ARRAYS = st.sampled_from(["x8", "x88", "deleted", "numpy", "dynamic"]).map(lambda w: _tok("array", w))
+ARRAY_OBJECTS = st.sampled_from(["x8", "x88", "deleted", "dynamic"]).map(lambda w: _tok("array", w))
 ARG_LISTS = st.one_of(st.lists(ARRAYS, max_size=2).map(lambda v: _tok("list", v)), GARBAGE)
 SEMANTICS = st.one_of(st.integers(-1, 5).map(lambda n: _tok("int", n)), GARBAGE)
 MEMKINDS = st.sampled_from([_tok("none"), _tok("str", "device"), _tok("str", "pinned_host"),
@@ -304,6 +305,13 @@ CALLS = st.one_of(
                                                  st.one_of(INTS.map(lambda n: _tok("int", n)), GARBAGE),
                                                  st.one_of(INT_LISTS, GARBAGE))),
     st.tuples(st.just("pjrt_lookup"), st.tuples(GARBAGE)),
+    st.tuples(st.just("disassemble"), st.tuples(ARRAY_OBJECTS, st.one_of(st.integers(0, 3).map(
+        lambda n: _tok("int", n)), GARBAGE))),
+    st.tuples(st.just("replicated_shard"), st.tuples(ARRAY_OBJECTS, st.one_of(st.integers(0, 3).map(
+        lambda n: _tok("int", n)), GARBAGE))),
+    st.tuples(st.just("error_arrays"), st.tuples(GARBAGE)),
+    st.tuples(st.just("deleted_use"), st.sampled_from(
+        ["get", "copy", "execute", "reshard", "disassemble", "delete"]).map(lambda u: (u,))),
     st.tuples(st.just("pjrt_get_into"), st.tuples(st.one_of(NUMPY, GARBAGE))),
     st.tuples(st.just("pjrt_copy"), st.tuples(st.one_of(DEVICES, GARBAGE))),
     # Small device counts only: the count's upper limit is the client options' business.
