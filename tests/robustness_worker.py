@@ -7,8 +7,9 @@ own process, so that a crash or a hang fails the test instead of killing pytest.
     python robustness_worker.py race SECONDS           # SPMD execute racing a delete
 
 A mode prints one JSON line of counts and exits 0 when ifrtpy behaved: every call either
-returned NumPy's answer or raised an ifrtpy error; any other outcome is counted under
-"wrong" (a wrong value) or "unclear" (a foreign exception) with a sample.
+returned NumPy's answer or raised an ifrtpy error (or, for a typed parameter of the Cython
+layer, Cython's TypeError naming it); any other outcome is counted under "wrong" (a wrong
+value) or "unclear" (a foreign exception) with a sample.
 """
 
 from __future__ import annotations
