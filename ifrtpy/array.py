@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import (
+    InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
+    invalid_argument,
+)
 from ifrtpy.future import Future, Promise, join_futures
-from ifrtpy.shape import Shape
+from ifrtpy.shape import DynamicShape, Shape
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 if TYPE_CHECKING:
@@ -70,6 +73,13 @@ def _dims(shape: Any) -> tuple[int, ...]:
     if callable(dims):
         dims = dims()
     return tuple(int(d) for d in dims)
+
+
+def _shape_text(shape: Any) -> str:
+    """``[2, 3]`` for a static shape; a DynamicShape's ``[<=2,3]``."""
+    if isinstance(shape, DynamicShape):
+        return shape.debug_string()
+    return str(list(_dims(shape)))
 
 
 class Value(abc.ABC):
@@ -202,7 +212,7 @@ class Array(Value):
 
     def debug_string(self) -> str:
         return (
-            f"{type(self).__name__}(dtype={self.dtype}, shape={list(_dims(self.shape))}, "
+            f"{type(self).__name__}(dtype={self.dtype}, shape={_shape_text(self.shape)}, "
             f"sharding={self.sharding!r})"
         )
 
@@ -219,8 +229,8 @@ class Array(Value):
 
     def __repr__(self) -> str:
         if self.is_deleted():
-            return f"<{type(self).__name__} deleted: {self.dtype}{list(_dims(self.shape))}>"
-        return f"<{type(self).__name__} {self.dtype}{list(_dims(self.shape))} {self.sharding!r}>"
+            return f"<{type(self).__name__} deleted: {self.dtype}{_shape_text(self.shape)}>"
+        return f"<{type(self).__name__} {self.dtype}{_shape_text(self.shape)} {self.sharding!r}>"
 
     # -- helper for implementations --------------------------------------------------------
 
@@ -239,14 +249,15 @@ class Array(Value):
                 )
             if not out.flags.writeable:
                 raise InvalidArgumentError("out is not writeable")
-            if byte_strides is not None and tuple(byte_strides) != out.strides:
+            if byte_strides is not None and _byte_strides(byte_strides) != out.strides:
                 raise InvalidArgumentError(
                     f"byte_strides {list(byte_strides)} differ from out.strides {list(out.strides)}"
                 )
+            _check_no_overlap(dims, out.strides, out.itemsize, "out.strides")
             return out
         if byte_strides is None:
             return np.empty(dims, np_dtype)
-        return _strided_empty(dims, np_dtype, tuple(int(s) for s in byte_strides))
+        return _strided_empty(dims, np_dtype, _byte_strides(byte_strides))
 
 
     def _gather_to_host_buffer(
@@ -305,6 +316,28 @@ def _then_value(done: Future[Any], value: Any) -> Future[Any]:
     return promise.future
 
 
+def _byte_strides(byte_strides: Any) -> tuple[int, ...]:
+    if isinstance(byte_strides, (str, bytes)) or not isinstance(byte_strides, Iterable):
+        raise invalid_argument("byte_strides", "a sequence of ints", byte_strides)
+    return tuple(check_int(s, f"byte_strides[{i}]") for i, s in enumerate(byte_strides))
+
+
+def _check_no_overlap(dims: Sequence[int], strides: Sequence[int], itemsize: int,
+                      parameter: str) -> None:
+    """InvalidArgumentError unless every element of an array of ``dims`` laid out with byte
+    ``strides`` has bytes of its own. Sufficient test: taken by increasing magnitude, each
+    stride (of a dim longer than 1) steps over everything the smaller ones span."""
+    if 0 in dims:
+        return
+    span = itemsize
+    for stride, dim in sorted((abs(s), d) for s, d in zip(strides, dims) if d > 1):
+        if stride < span:
+            raise InvalidArgumentError(
+                f"{parameter} {list(strides)} make elements of a {list(dims)} array share "
+                f"memory (each stride must step past all the elements of the faster dims)")
+        span = stride * (dim - 1) + span
+
+
 def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...]) -> np.ndarray:
     """An uninitialised array with the given byte strides (may be negative or padded)."""
     if len(strides) != len(dims):
@@ -315,11 +348,20 @@ def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, .
         raise InvalidArgumentError(
             f"byte_strides {list(strides)} are not multiples of the element size {dtype.itemsize}"
         )
+    _check_no_overlap(dims, strides, dtype.itemsize, "byte_strides")
     if 0 in dims:
         return np.empty(dims, dtype)
     lo = sum(s * (d - 1) for s, d in zip(strides, dims) if s < 0)
     hi = sum(s * (d - 1) for s, d in zip(strides, dims) if s > 0)
-    base = np.empty(hi - lo + dtype.itemsize, np.uint8)
+    span = hi - lo + dtype.itemsize
+    if span > np.iinfo(np.intp).max:
+        raise InvalidArgumentError(
+            f"byte_strides {list(strides)} span {span} bytes; at most {np.iinfo(np.intp).max}")
+    try:
+        base = np.empty(span, np.uint8)
+    except (MemoryError, ValueError):
+        raise ResourceExhaustedError(
+            f"byte_strides {list(strides)} need {span} bytes of host memory") from None
     return np.ndarray(dims, dtype, buffer=base, offset=-lo, strides=strides)
 
 
@@ -336,10 +378,14 @@ class ArraySpec:
     layout: Any = None
 
     def __post_init__(self) -> None:
+        from ifrtpy.sharding import Sharding
+
         if not isinstance(self.dtype, DType):
             object.__setattr__(self, "dtype", DType.from_numpy(self.dtype))
-        if not isinstance(self.shape, Shape) and isinstance(self.shape, (tuple, list)):
+        if not isinstance(self.shape, (Shape, DynamicShape)):
             object.__setattr__(self, "shape", Shape(self.shape))
+        if self.sharding is not None:  # None: "no sharding", refused where one is needed
+            check_type(self.sharding, Sharding, "ArraySpec.sharding", "a Sharding or None")
 
 
 class Tuple(Value):

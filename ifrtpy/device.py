@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union, overload
 
+from ifrtpy.errors import InvalidArgumentError, invalid_argument
+
 if TYPE_CHECKING:
     from ifrtpy.client import Client  # noqa: F401  (annotation only)
 
@@ -32,7 +34,7 @@ class MemoryKind:
             value = value._value
         elif value is not None:
             if not isinstance(value, str):
-                raise TypeError(f"MemoryKind value must be a str or None, got {value!r}")
+                raise invalid_argument("memory kind", "a str or None", value)
             value = sys.intern(value)
         self._value: Optional[str] = value
 
@@ -182,19 +184,24 @@ class Device(abc.ABC):
 
 
 class DeviceList(Sequence):
-    """An immutable, ordered list of devices, which may repeat a device.
+    """An immutable, ordered list of devices, which may repeat a device (as IFRT's);
+    what needs distinct devices (shardings, meshes, compilation) checks
+    :attr:`has_repeats`.
 
     Equality compares the devices in order; the hash is stable within the process.
     :meth:`addressable_device_list` is cached and returns ``self`` when every device is
-    addressable (then :attr:`is_fully_addressable` is true).
+    addressable (then :attr:`is_fully_addressable` is true). Anything but an iterable of
+    :class:`Device` raises InvalidArgumentError naming what it got.
     """
 
-    __slots__ = ("_devices", "_hash", "_addressable", "_mask", "__weakref__")
+    __slots__ = ("_devices", "_hash", "_addressable", "_mask", "_repeats", "__weakref__")
 
     def __init__(self, devices: Iterable[Device] = ()):
         if isinstance(devices, DeviceList):
-            devices = devices._devices
-        self._devices: tuple[Device, ...] = tuple(devices)
+            self._devices: tuple[Device, ...] = devices._devices
+        else:
+            self._devices = _device_tuple(devices)
+        self._repeats: Optional[bool] = None
         self._hash: Optional[int] = None
         self._addressable: Optional[DeviceList] = None
         self._mask: Optional[tuple[bool, ...]] = None
@@ -239,6 +246,26 @@ class DeviceList(Sequence):
     def is_fully_addressable(self) -> bool:
         return self.addressable_device_list() is self
 
+    @property
+    def has_repeats(self) -> bool:
+        """Whether some device appears more than once (cached)."""
+        if self._repeats is None:
+            self._repeats = len(set(map(id, self._devices))) != len(self._devices)
+        return self._repeats
+
+    def check_distinct(self, parameter: str) -> DeviceList:
+        """``self``; InvalidArgumentError naming ``parameter`` and the first repeated
+        device if a device appears twice."""
+        if self.has_repeats:
+            seen: set[int] = set()
+            for i, device in enumerate(self._devices):
+                if id(device) in seen:
+                    raise InvalidArgumentError(
+                        f"{parameter} must not repeat a device: entry {i} repeats "
+                        f"{device.to_string()} in {self.to_string()}")
+                seen.add(id(device))
+        return self
+
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
@@ -259,3 +286,20 @@ class DeviceList(Sequence):
 
     def __reduce__(self):
         return (DeviceList, (self._devices,))
+
+
+_DEVICE_TYPES: set[type] = set()  # Device subclasses seen: checked once per type
+
+
+def _device_tuple(devices: object, parameter: str = "devices") -> tuple[Device, ...]:
+    """``devices`` as a tuple, each entry checked to be a Device."""
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+        raise invalid_argument(parameter, "an iterable of Devices", devices)
+    items = tuple(devices)
+    for i, device in enumerate(items):
+        kind = type(device)
+        if kind not in _DEVICE_TYPES:
+            if not isinstance(device, Device):
+                raise invalid_argument(f"{parameter}[{i}]", "a Device", device)
+            _DEVICE_TYPES.add(kind)
+    return items

@@ -17,7 +17,7 @@ import enum
 import ml_dtypes
 import numpy as np
 
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.errors import InvalidArgumentError, invalid_argument
 
 __all__ = ["DType"]
 
@@ -153,7 +153,10 @@ class DType:
         Raises InvalidArgumentError for dtypes with no XLA kind (object, str, datetime,
         structured, ...).
         """
-        np_dtype = np.dtype(dtype)
+        try:
+            np_dtype = np.dtype(dtype)
+        except (TypeError, ValueError):
+            raise invalid_argument("dtype", "a NumPy dtype or a name NumPy knows", dtype) from None
         kind = _KIND_OF_NUMPY.get(np_dtype)
         if kind is None:
             raise InvalidArgumentError(

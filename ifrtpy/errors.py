@@ -10,6 +10,7 @@ place where codes become exceptions, for the Cython layer and the backends alike
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class Code(enum.IntEnum):
@@ -131,3 +132,51 @@ def error_from_code(code: int, message: str) -> IfrtError:
     if cls is None:
         return UnknownError(f"(status code {int(code)}) {message}")
     return cls(message)
+
+
+def describe(value: object) -> str:
+    """``value`` for an error message: its repr (cut to 60 characters) and its type."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def invalid_argument(parameter: str, expected: str, got: object) -> InvalidArgumentError:
+    """``InvalidArgumentError("<parameter> must be <expected>, got <repr> (<type>)")``."""
+    return InvalidArgumentError(f"{parameter} must be {expected}, got {describe(got)}")
+
+
+def check_type(value: object, types: type | tuple[type, ...], parameter: str,
+               expected: str | None = None) -> Any:
+    """Return ``value`` if it is an instance of ``types``, else raise
+    :func:`invalid_argument` naming ``parameter`` (``expected`` defaults to the type names)."""
+    if isinstance(value, types):
+        return value
+    if expected is None:
+        names = [t.__name__ for t in (types if isinstance(types, tuple) else (types,))]
+        expected = "a " + " or ".join(names)
+    raise invalid_argument(parameter, expected, value)
+
+
+def check_int(value: object, parameter: str, low: int | None = None,
+              high: int | None = None) -> int:
+    """``value`` as an int (anything with ``__index__``, not a bool) within
+    ``[low, high]``; else InvalidArgumentError naming ``parameter`` and the bounds."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise invalid_argument(parameter, "an int", value)
+    number: int = value.__index__()  # type: ignore[attr-defined]
+    if (low is not None and number < low) or (high is not None and number > high):
+        bounds = (f"in [{low}, {high}]" if low is not None and high is not None
+                  else f">= {low}" if low is not None else f"<= {high}")
+        raise InvalidArgumentError(f"{parameter} must be {bounds}, got {number}")
+    return number
+
+
+def check_enum(enum_type: type, value: object, parameter: str) -> Any:
+    """``enum_type(value)``, or InvalidArgumentError naming ``parameter`` and the members."""
+    try:
+        return enum_type(value)
+    except (TypeError, ValueError):
+        names = ", ".join(m.name for m in enum_type)  # type: ignore[attr-defined]
+        raise invalid_argument(parameter, f"a {enum_type.__name__} ({names})", value) from None

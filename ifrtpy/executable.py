@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
 from ifrtpy.device import DeviceList
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
 
 if TYPE_CHECKING:
     from ifrtpy.array import Array
@@ -38,11 +38,9 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _check_int(owner: str, name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{owner}.{name} must be an int, got {value!r}")
-    if not lo <= value <= hi:
-        raise InvalidArgumentError(f"{owner}.{name} must be in [{lo}, {hi}], got {value}")
-    return value
+    if not isinstance(value, int):  # numpy ints convert silently; options keep Python ints
+        raise invalid_argument(f"{owner}.{name}", "an int", value)
+    return check_int(value, f"{owner}.{name}", lo, hi)
 
 
 def _check_bool(owner: str, name: str, value: Any, *, optional: bool = False) -> None:
@@ -128,6 +126,7 @@ class CompileOptions:
         if self.devices is not None:
             if not isinstance(self.devices, DeviceList):
                 object.__setattr__(self, "devices", DeviceList(self.devices))
+            self.devices.check_distinct(f"{owner}.devices")
             if len(self.devices) != num_devices:
                 raise InvalidArgumentError(
                     f"{owner}: devices has {len(self.devices)} devices, but num_replicas * "

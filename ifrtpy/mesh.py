@@ -15,8 +15,8 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ifrtpy.device import Device, DeviceList, MemoryKind
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.device import Device, DeviceList, MemoryKind, _device_tuple
+from ifrtpy.errors import InvalidArgumentError, invalid_argument
 from ifrtpy.sharding import (
     ALL_SHARDS, Sharding, ShardingParam, ShardingParamSharding, _static_shape,
 )
@@ -37,9 +37,12 @@ class Mesh:
     def __init__(self, devices: Union[np.ndarray, Sequence], axis_names: Union[str, Iterable[str]]):
         if isinstance(devices, DeviceList):
             devices = list(devices)
-        arr = np.empty(np.shape(devices), dtype=object) if not isinstance(devices, np.ndarray) \
-            else np.empty(devices.shape, dtype=object)
-        arr[...] = devices
+        try:
+            arr = np.empty(np.shape(devices), dtype=object) if not isinstance(devices, np.ndarray) \
+                else np.empty(devices.shape, dtype=object)
+            arr[...] = devices
+        except ValueError:  # ragged nesting
+            raise invalid_argument("Mesh devices", "an n-d array of Devices", devices) from None
         names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
         if any(not isinstance(n, str) for n in names):
             raise InvalidArgumentError(f"Mesh axis names must be strings, got {names!r}")
@@ -54,7 +57,8 @@ class Mesh:
         arr.flags.writeable = False
         self._devices = arr
         self._axis_names = names
-        self._device_list = DeviceList(arr.flat)
+        self._device_list = DeviceList(_device_tuple(arr.flat, "Mesh devices"))
+        self._device_list.check_distinct("Mesh devices")
         self._hash: Optional[int] = None
 
     @property

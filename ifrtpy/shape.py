@@ -20,6 +20,9 @@ __all__ = ["Shape", "BoundedDynamicShapeTag", "DynamicShape", "Index", "IndexDom
 
 _tuple_new = tuple.__new__
 
+#: The most elements (and the largest dim) of a Shape: XLA counts elements in int64.
+MAX_ELEMENTS = 2**63 - 1
+
 
 def _ints(values: Iterable[int], what: str) -> tuple[int, ...]:
     try:
@@ -48,6 +51,10 @@ class Shape(tuple):
         for d in values:
             if d < 0:
                 raise InvalidArgumentError(f"Shape dims must be non-negative, got {list(values)}")
+        if values and (max(values) > MAX_ELEMENTS or math.prod(values) > MAX_ELEMENTS):
+            raise InvalidArgumentError(
+                f"Shape {list(values)} has {math.prod(values)} elements; a shape holds at most "
+                f"2**63 - 1 elements and no larger dim (XLA counts them in int64)")
         return _tuple_new(cls, values)
 
     @property

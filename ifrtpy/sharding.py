@@ -24,8 +24,8 @@ from typing import Optional, Union
 import numpy as np
 
 from ifrtpy.device import Device, DeviceList, MemoryKind
-from ifrtpy.errors import IfrtError, InvalidArgumentError
-from ifrtpy.shape import DynamicShape, IndexDomain, Shape, _shape_unchecked
+from ifrtpy.errors import IfrtError, InvalidArgumentError, check_type
+from ifrtpy.shape import DynamicShape, IndexDomain, Shape, _ints, _shape_unchecked
 
 __all__ = [
     "SingleDeviceShardSemantics", "Sharding", "SingleDeviceSharding", "OpaqueSharding",
@@ -129,6 +129,7 @@ class Sharding(abc.ABC):
         devices = _as_device_list(devices)
         if len(devices) == 0:
             raise InvalidArgumentError(f"{type(self).__name__} requires a non-empty device list")
+        devices.check_distinct(f"the devices of a {type(self).__name__}")
         self._devices = devices
         self._memory_kind = _canonicalize(_as_memory_kind(memory_kind), devices[0])
         self._is_fully_replicated = bool(is_fully_replicated)
@@ -241,8 +242,7 @@ class SingleDeviceSharding(Sharding):
     __slots__ = ()
 
     def __init__(self, device: Device, memory_kind: Union[MemoryKind, str, None] = None):
-        if device is None:
-            raise InvalidArgumentError("SingleDeviceSharding requires a device, got None")
+        check_type(device, Device, "SingleDeviceSharding device", "a Device")
         super().__init__(DeviceList((device,)), memory_kind, True)
 
     @property
@@ -327,6 +327,58 @@ class OpaqueSharding(Sharding):
         return (OpaqueSharding, (self._devices, self._memory_kind))
 
 
+def _check_shard_shape(shape: Union[Shape, DynamicShape], shard_shape: Union[Shape, DynamicShape],
+                       parameter: str) -> None:
+    """A shard of ``shape`` has its rank and no dim beyond the array's."""
+    bounds = shape.shape if isinstance(shape, DynamicShape) else shape
+    dims = shard_shape.shape if isinstance(shard_shape, DynamicShape) else shard_shape
+    if len(dims) != len(bounds) or any(d > b for d, b in zip(dims, bounds)):
+        raise InvalidArgumentError(
+            f"{parameter} {shard_shape.debug_string()} does not fit in the array's shape "
+            f"{shape.debug_string()} (same rank, no dim larger)")
+
+
+def _check_index_domains(shape: Shape, shard_shapes: Sequence[Shape],
+                         domains: Sequence[IndexDomain], covering: bool) -> None:
+    """Each domain lies inside ``shape`` and has its shard's shape; distinct domains do not
+    overlap (equal ones are replicas); with ``covering`` (every device addressable) they
+    cover ``shape``, so no element of an array is left without a shard."""
+    if len(domains) != len(shard_shapes):
+        raise InvalidArgumentError(
+            f"ConcreteSharding has {len(shard_shapes)} shard_shapes but {len(domains)} "
+            "index_domains")
+    for i, (domain, shard_shape) in enumerate(zip(domains, shard_shapes)):
+        origin, extent = domain
+        if (len(origin) != len(shape) or any(o < 0 for o in origin)
+                or any(o + e > d for o, e, d in zip(origin, extent, shape))):
+            raise InvalidArgumentError(
+                f"ConcreteSharding index_domains[{i}] {domain.debug_string()} lies outside "
+                f"the shape {shape.debug_string()}")
+        if extent != shard_shape:
+            raise InvalidArgumentError(
+                f"ConcreteSharding index_domains[{i}] {domain.debug_string()} does not have "
+                f"the shape of shard_shapes[{i}] {shard_shape.debug_string()}")
+    # Sweep along dim 0: a box is compared only with those whose rows reach its own.
+    distinct = sorted(set(domains), key=lambda d: tuple(d[0]))
+    active: list = []
+    for b in distinct:
+        if len(shape):
+            active = [a for a in active if a[0][0] + a[1][0] > b[0][0]]
+        for a in active:
+            if all(max(oa, ob) < min(oa + ea, ob + eb)
+                   for oa, ea, ob, eb in zip(a[0], a[1], b[0], b[1])):
+                raise InvalidArgumentError(
+                    f"ConcreteSharding index domains {a.debug_string()} and "
+                    f"{b.debug_string()} overlap (shards hold either the same box or "
+                    "disjoint ones)")
+        active.append(b)
+    covered = sum(d[1].num_elements() for d in distinct)
+    if covering and covered != shape.num_elements():
+        raise InvalidArgumentError(
+            f"ConcreteSharding index domains cover {covered} of the {shape.num_elements()} "
+            f"elements of {shape.debug_string()}: every element needs a shard")
+
+
 class ConcreteSharding(Sharding):
     """Explicit, possibly uneven, shard shapes: ``shard_shapes[i]`` is the shape of the
     shard on the i-th *addressable* device. ``shape`` and ``shard_shapes`` are either all
@@ -350,6 +402,11 @@ class ConcreteSharding(Sharding):
                 raise InvalidArgumentError("ConcreteSharding index_domains need a static shape")
             index_domains = tuple(d if type(d) is IndexDomain else IndexDomain(*d)
                                   for d in index_domains)
+        for i, shard_shape in enumerate(shard_shapes):
+            _check_shard_shape(shape, shard_shape, f"ConcreteSharding shard_shapes[{i}]")
+        if index_domains is not None:
+            _check_index_domains(shape, shard_shapes, index_domains,
+                                 self._devices.is_fully_addressable)
         self._shape = shape
         self._shard_shapes = shard_shapes
         self._index_domains = index_domains
@@ -450,6 +507,17 @@ class ConcreteEvenSharding(Sharding):
         super().__init__(devices, memory_kind, is_fully_replicated)
         self._shape = Shape(shape)
         self._shard_shape = Shape(shard_shape)
+        _check_shard_shape(self._shape, self._shard_shape, "ConcreteEvenSharding shard_shape")
+        if self._is_fully_replicated and self._shard_shape != self._shape:
+            raise InvalidArgumentError(
+                f"a fully replicated ConcreteEvenSharding needs shard_shape == shape, got "
+                f"shard_shape {self._shard_shape.debug_string()} for shape "
+                f"{self._shape.debug_string()}")
+        if self._shard_shape.num_elements() * len(self._devices) < self._shape.num_elements():
+            raise InvalidArgumentError(
+                f"ConcreteEvenSharding: {len(self._devices)} shards of "
+                f"{self._shard_shape.debug_string()} cannot hold an array of "
+                f"{self._shape.debug_string()}")
 
     @property
     def shape(self) -> Shape:
@@ -500,6 +568,10 @@ class ConcreteEvenSharding(Sharding):
                                        self._is_fully_replicated, self._memory_kind))
 
 
+#: The most devices a ShardingParam's mesh may have (its device order is held in memory).
+MAX_MESH_DEVICES = 2**24
+
+
 class ShardingParam:
     """IFRT's ``ShardingParam``: ``dim_shards`` spread over a device mesh.
 
@@ -514,9 +586,13 @@ class ShardingParam:
 
     def __init__(self, dim_shards: Iterable[int], permutation: Iterable[int],
                  axis_sizes: Iterable[int]):
-        self._dim_shards = tuple(map(int, dim_shards))
-        self._permutation = tuple(map(int, permutation))
-        self._axis_sizes = tuple(map(int, axis_sizes))
+        self._dim_shards = _ints(dim_shards, "ShardingParam dim_shards")
+        self._permutation = _ints(permutation, "ShardingParam permutation")
+        self._axis_sizes = _ints(axis_sizes, "ShardingParam axis_sizes")
+        if math.prod(self._axis_sizes) > MAX_MESH_DEVICES:
+            raise InvalidArgumentError(
+                f"ShardingParam axis_sizes {_xs(self._axis_sizes)} make a mesh of "
+                f"{math.prod(self._axis_sizes)} devices; the limit is {MAX_MESH_DEVICES}")
         self._order: Optional[np.ndarray] = None
 
     @property

@@ -4,6 +4,8 @@ import pickle
 
 import pytest
 
+from ifrtpy.errors import InvalidArgumentError
+
 from fake_devices import fake_client
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind, canonicalize_memory_kind
 
@@ -59,7 +61,7 @@ class TestMemoryKind:
             assert pickle.loads(pickle.dumps(kind)) == kind
 
     def test_rejects_non_strings(self):
-        with pytest.raises(TypeError):
+        with pytest.raises(InvalidArgumentError, match=r"memory kind must be a str or None, got 3 \(int\)"):
             MemoryKind(3)
 
 

@@ -94,3 +94,29 @@ def test_raise_and_catch_by_builtin():
 def test_default_message_is_empty():
     err = errors.InternalError()
     assert err.message == "" and str(err) == ""
+
+
+def test_argument_checks_name_the_parameter_and_what_it_got():
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 0
+        BLUE = 1
+
+    assert errors.check_type([1], (list, tuple), "dims") == [1]
+    with pytest.raises(errors.InvalidArgumentError, match=r"^dims must be a list or tuple, got 'x' \(str\)$"):
+        errors.check_type("x", (list, tuple), "dims")
+    assert errors.check_int(5, "n", 0, 9) == 5 and errors.check_int(Color.BLUE, "n") == 1
+    for bad, message in [(True, r"n must be an int, got True \(bool\)"),
+                         (1.5, r"n must be an int, got 1.5 \(float\)"),
+                         (10, r"n must be in \[0, 9\], got 10"),
+                         (-1, r"n must be in \[0, 9\], got -1")]:
+        with pytest.raises(errors.InvalidArgumentError, match=message):
+            errors.check_int(bad, "n", 0, 9)
+    with pytest.raises(errors.InvalidArgumentError, match=r"n must be >= 1, got 0"):
+        errors.check_int(0, "n", 1)
+    assert errors.check_enum(Color, 1, "color") is Color.BLUE
+    with pytest.raises(errors.InvalidArgumentError, match=r"color must be a Color \(RED, BLUE\), got 7"):
+        errors.check_enum(Color, 7, "color")
+    long = "y" * 100
+    assert errors.describe(long).endswith("... (str)") and len(errors.describe(long)) < 80

@@ -130,10 +130,10 @@ def test_donating_an_error_array_deletes_it(client, op):
 
 
 def test_assemble_rejects_one_array_given_twice_before_donating_anything(client):
-    device = client.addressable_devices()[0]
+    device, other = client.addressable_devices()[:2]
     array = _put(client, np.arange(6, dtype=np.float32).reshape(2, 3), SingleDeviceSharding(device))
-    sharding = ifrt.ConcreteEvenSharding([device, device], [2, 3], [2, 3], True)
-    with pytest.raises(InvalidArgumentError):
+    sharding = ifrt.ConcreteEvenSharding([device, other], [2, 3], [2, 3], True)
+    with pytest.raises(InvalidArgumentError, match="more than once"):
         client.assemble_array_from_single_device_arrays(
             [2, 3], sharding, [array, array], DONATE_INPUT)
     assert not array.is_deleted()

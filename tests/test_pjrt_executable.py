@@ -271,8 +271,8 @@ def test_buffer_of_another_client_raises(add_one_exe, plugin):
         add_one_exe.execute([[buffer]])
 
 
-def test_non_buffer_argument_raises_type_error(add_one_exe):
-    with pytest.raises(TypeError):
+def test_non_buffer_argument_is_refused_by_name(add_one_exe):
+    with pytest.raises(errors.InvalidArgumentError, match="argument 0 on device 0 must be a BufferHandle"):
         add_one_exe.execute([[X8]])
 
 

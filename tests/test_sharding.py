@@ -186,7 +186,7 @@ class TestConcreteSharding:
         assert not sharding0.has_same_partitioning(
             concrete([2, 3], Shape([40]), [Shape([10]), Shape([20])]))
         assert not sharding0.has_same_partitioning(
-            concrete([2, 3], Shape([30]), [Shape([10000]), Shape([20])]))
+            concrete([2, 3], Shape([30]), [Shape([15]), Shape([15])]))
         assert not sharding0.has_same_partitioning(OpaqueSharding(devs(0, 1)))
 
     def test_with_device_assignment(self):
@@ -232,9 +232,9 @@ class TestConcreteSharding:
 
     def test_index_domains_fully_addressable(self):
         domains = [IndexDomain(Index([0]), Shape([1])), IndexDomain(Index([1]), Shape([2]))]
-        sharding = concrete([0, 1], Shape([15]), [Shape([1]), Shape([2])], domains)
+        sharding = concrete([0, 1], Shape([3]), [Shape([1]), Shape([2])], domains)
         for args in [(), (ALL,), (ADDRESSABLE,)]:
-            assert sharding.index_domains(Shape([15]), *args) == domains
+            assert sharding.index_domains(Shape([3]), *args) == domains
 
     def test_index_domains_non_addressable(self):
         domains = [IndexDomain([0], [1]), IndexDomain([1], [2]), IndexDomain([3], [3]),
@@ -280,11 +280,22 @@ class TestConcreteEvenSharding:
             ConcreteEvenSharding(devs(), Shape([]), Shape([]), True)
 
     def test_is_fully_replicated(self):
-        assert even([0, 1], [30], [15], True).is_fully_replicated
+        assert even([0, 1], [30], [30], True).is_fully_replicated
         assert not even([0, 1], [30], [15], False).is_fully_replicated
 
+    def test_inconsistent_refused(self):
+        # Stricter than IFRT, which takes is_fully_replicated and the shapes on trust.
+        with pytest.raises(InvalidArgumentError, match="fully replicated .* shard_shape == shape"):
+            even([0, 1], [30], [15], True)
+        with pytest.raises(InvalidArgumentError, match=r"2 shards of \[10\] cannot hold"):
+            even([0, 1], [30], [10], False)
+        with pytest.raises(InvalidArgumentError, match=r"shard_shape \[40\] does not fit"):
+            even([0, 1], [30], [40], False)
+        with pytest.raises(InvalidArgumentError, match="must not repeat a device"):
+            even([0, 0], [30], [15], False)
+
     def test_get_shard_shape(self):
-        sharding = even([0, 1], [30], [15], True)
+        sharding = even([0, 1], [30], [15], False)
         assert sharding.shard_shape(Shape([30])) == Shape([15])
         with pytest.raises(InvalidArgumentError, match=r"ConcreteEvenSharding has a shard shape "
                            r"for "
@@ -292,17 +303,17 @@ class TestConcreteEvenSharding:
             sharding.shard_shape(Shape([45]))
 
     def test_has_same_partitioning(self):
-        sharding0 = even([0, 1], [30], [15], True)
+        sharding0 = even([0, 1], [30], [15], False)
         assert sharding0.has_same_partitioning(sharding0)
-        assert sharding0.has_same_partitioning(even([2, 3], [30], [15], True))
-        assert not sharding0.has_same_partitioning(even([2, 3, 4], [30], [15], True))
-        assert not sharding0.has_same_partitioning(even([2, 3], [45], [15], True))
-        assert not sharding0.has_same_partitioning(even([2, 3], [30], [10], True))
-        assert not sharding0.has_same_partitioning(even([2, 3], [30], [15], False))
+        assert sharding0.has_same_partitioning(even([2, 3], [30], [15], False))
+        assert not sharding0.has_same_partitioning(even([2, 3, 4], [30], [15], False))
+        assert not sharding0.has_same_partitioning(even([2, 3], [20], [15], False))
+        assert not sharding0.has_same_partitioning(even([2, 3], [30], [20], False))
+        assert not sharding0.has_same_partitioning(even([2, 3], [30], [30], True))
 
     def test_with_device_assignment(self):
-        sharding0 = even([0, 1], [30], [15], True)
-        assert sharding0.with_device_assignment(devs(2, 3)) == even([2, 3], [30], [15], True)
+        sharding0 = even([0, 1], [30], [15], False)
+        assert sharding0.with_device_assignment(devs(2, 3)) == even([2, 3], [30], [15], False)
         with pytest.raises(InvalidArgumentError, match="ConcreteEvenSharding should have the same "
                            "number of devices as the current sharding, but was asked to have 4"):
             sharding0.with_device_assignment(devs(0, 1, 2, 3))
@@ -324,7 +335,7 @@ class TestConcreteEvenSharding:
     def test_index_domains_fails(self):
         with pytest.raises(InvalidArgumentError,
                            match="ConcreteEvenSharding does not have index domain information"):
-            even([0, 1], [30], [5], False).index_domains(Shape([30]))
+            even(range(6), [30], [5], False).index_domains(Shape([30]))
 
     def test_hash(self):
         check_hash(even([0, 1], [30], [30], True), even([2, 3], [30], [15], False))

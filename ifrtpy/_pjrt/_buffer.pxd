@@ -42,7 +42,12 @@ cdef class BufferHandle:
     cdef object view_form  # (NumPy dtype, dims, address) once the data was ready; see _dlpack
     cdef object strides    # element strides of the device layout, once asked (see element_strides)
     cdef object __weakref__
+    # Launch guards (read and written with the GIL held; see pin_for_launch):
+    cdef Py_ssize_t _launches  # executes between pinning this buffer and their launch's return
+    cdef bint _delete_requested  # delete() was called; done once _launches is 0
+    cdef bint _donating  # a launch in flight donates it
     cdef bint _is_deleted(self) except -1
+    cdef int _delete_now(self) except -1
     cdef object ready_error(self)
     cdef tuple element_strides(self)
 
@@ -54,3 +59,5 @@ cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) ex
 
 
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil
+cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
+cdef void unpin_after_launch(BufferHandle buffer, bint donate) noexcept

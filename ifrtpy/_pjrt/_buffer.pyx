@@ -50,8 +50,31 @@ cdef extern from *:
     #define ifrtpy_is_finalizing() _Py_IsFinalizing()
     #endif
     typedef struct { const void* api; PyObject* payload; } ifrtpy_callback;
+    /* Exit guard: once set (at interpreter exit), plugin threads no longer take the GIL
+       for callbacks; `running` counts those that have passed the guard. */
+    static int ifrtpy_exiting = 0;
+    static long ifrtpy_running = 0;
+    static int ifrtpy_callback_enter(void) {
+        __atomic_add_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&ifrtpy_exiting, __ATOMIC_SEQ_CST)) return 1;
+        __atomic_sub_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    static void ifrtpy_callback_leave(void) {
+        __atomic_sub_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
+    }
+    static void ifrtpy_set_exiting(void) {
+        __atomic_store_n(&ifrtpy_exiting, 1, __ATOMIC_SEQ_CST);
+    }
+    static long ifrtpy_callbacks_running(void) {
+        return __atomic_load_n(&ifrtpy_running, __ATOMIC_SEQ_CST);
+    }
     """
     int ifrtpy_is_finalizing() nogil
+    int ifrtpy_callback_enter() nogil
+    void ifrtpy_callback_leave() nogil
+    void ifrtpy_set_exiting() nogil
+    long ifrtpy_callbacks_running() nogil
     ctypedef struct ifrtpy_callback:
         const void* api
         PyObject* payload
@@ -59,18 +82,31 @@ cdef extern from *:
 
 cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept nogil:
     # user_arg: an ifrtpy_callback owning one reference to a tuple
-    # (callable or None, kept object). Once the interpreter is shutting down, taking the
-    # GIL could block this plugin thread for good (and the plugin's own shutdown with
-    # it): then the error is dropped and the payload left to the process's end.
+    # (callable or None, kept object). Once the interpreter is exiting, taking the GIL
+    # could block this plugin thread for good, or end it (Python ends threads that take
+    # the GIL while it finalizes), and the plugin's own shutdown with it: then the error
+    # is dropped and the payload left to the process's end (see _stop_callbacks_at_exit).
     cdef ifrtpy_callback* callback = <ifrtpy_callback*>user_arg
     cdef const PJRT_Api* api = <const PJRT_Api*>callback.api
-    if ifrtpy_is_finalizing():
+    if ifrtpy_is_finalizing() or not ifrtpy_callback_enter():
         drop_error(api, error)
         free(callback)
         return
     with gil:
         _run_callback(api, error, callback.payload)
+    ifrtpy_callback_leave()
     free(callback)
+
+
+def _stop_callbacks_at_exit(double timeout=5.0):
+    """From now on plugin threads drop callbacks instead of taking the GIL; wait (GIL
+    released, at most ``timeout`` seconds) for those already past that point. Run at
+    interpreter exit, after every other exit handler of code that imported ifrtpy."""
+    import time
+    ifrtpy_set_exiting()
+    deadline = time.monotonic() + timeout
+    while ifrtpy_callbacks_running() and time.monotonic() < deadline:
+        time.sleep(0.001)  # releases the GIL: the running callbacks can finish
 
 
 cdef void _run_callback(const PJRT_Api* api, PJRT_Error* error, PyObject* payload) noexcept:
@@ -82,6 +118,10 @@ cdef void _run_callback(const PJRT_Api* api, PJRT_Error* error, PyObject* payloa
             kept[0](exc)
     finally:
         Py_DECREF(kept)
+
+
+import atexit as _atexit
+_atexit.register(_stop_callbacks_at_exit)
 
 
 cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except -1:
@@ -186,8 +226,9 @@ cdef class EventHandle:
         _register(self.api, self.ptr, (callback, None))
 
 
-def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle device=None,
-                            MemoryHandle memory=None, int semantics=0, layout=None):
+def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not None,
+                            DeviceHandle device=None,
+                            MemoryHandle memory=None, semantics=0, layout=None):
     """Copy (or alias) ``data`` into a new buffer on ``device`` or in ``memory``.
 
     ``semantics`` is a PJRT_HostBufferSemantics value (0..3). ``layout`` is None (the
@@ -206,6 +247,11 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     cdef bint dense = cnp.PyArray_IS_C_CONTIGUOUS(data)
     cdef PJRT_Client_BufferFromHostBuffer_Args args
     cdef PJRT_Error* error
+    cdef int mode
+    if isinstance(semantics, int) and not isinstance(semantics, bool) and 0 <= semantics <= 3:
+        mode = semantics
+    else:
+        mode = _errors.check_int(semantics, "semantics", 0, 3)
     element_type = _pjrt_type_of_numpy.get(data.dtype)
     if element_type is None:
         raise _errors.InvalidArgumentError(
@@ -213,9 +259,7 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
         )
     if rank > MAX_RANK:
         raise _errors.InvalidArgumentError(f"rank {rank} exceeds the maximum of {MAX_RANK}")
-    if not 0 <= semantics <= 3:
-        raise _errors.InvalidArgumentError(f"host buffer semantics must be 0..3, got {semantics}")
-    if semantics == 3 and not cnp.PyArray_ISWRITEABLE(data):
+    if mode == 3 and not cnp.PyArray_ISWRITEABLE(data):
         raise _errors.InvalidArgumentError(
             "kMutableZeroCopy lets the runtime write into the host array, which is read-only")
     if (device is None) == (memory is None):
@@ -248,7 +292,7 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     if not dense:
         args.byte_strides = strides
         args.num_byte_strides = rank
-    args.host_buffer_semantics = <PJRT_HostBufferSemantics>semantics
+    args.host_buffer_semantics = <PJRT_HostBufferSemantics>mode
     if device_layout is not None:
         args.device_layout = &device_layout.c
     if device is not None:
@@ -262,10 +306,10 @@ def buffer_from_host_buffer(ClientHandle client, cnp.ndarray data, DeviceHandle 
     if args.done_with_host_buffer == NULL:
         return buffer, None
     done = EventHandle.wrap(client, api, args.done_with_host_buffer)
-    if semantics == 0:
+    if mode == 0:
         return buffer, None  # done is destroyed with its handle: the call already copied
     keep_alive_until(api, args.done_with_host_buffer, data)
-    if semantics >= 2:
+    if mode >= 2:
         done._guard = weakref.ref(buffer)
     return buffer, done
 
@@ -321,6 +365,43 @@ cdef class TiledLayout:
             self.c.tiled.tile_dims = <const int64_t*>cnp.PyArray_DATA(self._tile_dims)
             self.c.tiled.tile_dim_sizes = <const size_t*>cnp.PyArray_DATA(self._tile_sizes)
         self.c.tiled.num_tiles = len(tiles)
+
+
+cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
+    """Hold ``buffer`` (argument ``argument``) for an execute about to launch, or raise
+    InvalidArgumentError if the launch must not use it.
+
+    Multi-device executes launch one device after another: a buffer deleted or donated
+    while the plugin is launching would fail some devices after others started, leaving
+    their outputs waiting forever. So, with the GIL held from here to the launch: a
+    buffer being deleted or donated is refused; a buffer to donate is refused while
+    another launch uses it; ``delete()`` of a pinned buffer waits for the last launch
+    pinning it to return (``unpin_after_launch``)."""
+    if buffer._delete_requested:
+        raise _errors.InvalidArgumentError(f"argument {argument} has been deleted")
+    if buffer._donating:
+        raise _errors.InvalidArgumentError(
+            f"argument {argument} is being donated (by an execute on another thread, or by "
+            "another argument of this one)")
+    if donate and buffer._launches:
+        raise _errors.InvalidArgumentError(
+            f"argument {argument} cannot be donated: an execute on another thread (or another "
+            "argument of this one) is using it")
+    buffer._launches += 1
+    buffer._donating = donate
+    return 0
+
+
+cdef void unpin_after_launch(BufferHandle buffer, bint donate) noexcept:
+    """Undo ``pin_for_launch`` once the launch returned; do a delete that waited for it."""
+    buffer._launches -= 1
+    if donate:
+        buffer._donating = False
+    if buffer._launches == 0 and buffer._delete_requested:
+        try:
+            buffer._delete_now()
+        except _errors.IfrtError:
+            pass  # deleting a buffer the launch donated: nothing is left to free
 
 
 @cython.no_gc  # holds only its client: never part of a cycle
@@ -428,7 +509,7 @@ cdef class BufferHandle:
 
     cdef bint _is_deleted(self) except -1:
         cdef PJRT_Buffer_IsDeleted_Args args
-        if atomic_load(&self.delete_state) != DELETE_NONE:
+        if self._delete_requested or self._donating or atomic_load(&self.delete_state) != DELETE_NONE:
             return True
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
@@ -442,17 +523,23 @@ cdef class BufferHandle:
         return atomic_load(&self.exports)
 
     def delete(self):
-        """Free the device memory now; the handle stays, reporting is_deleted().
+        """Free the device memory; the handle stays, reporting is_deleted() from now on.
+        While an execute is launching with this buffer the free waits for the launch to
+        return (then the plugin holds the buffer for the running program); while DLPack
+        exports or NumPy views of the buffer are alive, the memory is freed only when the
+        last of them is released (never under a live view)."""
+        self._delete_requested = True
+        if self._launches == 0:
+            self._delete_now()
 
-        While DLPack exports or NumPy views of the buffer are alive, the memory is freed
-        only when the last of them is released (never under a live view)."""
+    cdef int _delete_now(self) except -1:
         cdef PJRT_Buffer_Delete_Args args
         if atomic_load(&self.exports) > 0:
             atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DEFERRED)
             # the last export may have gone meanwhile: then delete here (once)
             if atomic_load(&self.exports) > 0 or not atomic_cas(
                     &self.delete_state, DELETE_DEFERRED, DELETE_DONE):
-                return
+                return 0
         else:
             atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DONE)
         memset(&args, 0, sizeof(args))
@@ -460,6 +547,7 @@ cdef class BufferHandle:
         args.buffer = self.ptr
         with nogil:
             check(self.client.api, self.client.api.PJRT_Buffer_Delete(&args))
+        return 0
 
     def ready_event(self):
         """An EventHandle that fires when the buffer's data is ready (or failed)."""
@@ -588,7 +676,7 @@ cdef class BufferHandle:
         event.await_()
         return out
 
-    def copy_to_device(self, DeviceHandle device):
+    def copy_to_device(self, DeviceHandle device not None):
         """A new buffer with the same data on ``device``."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_CopyToDevice_Args args
@@ -604,7 +692,7 @@ cdef class BufferHandle:
         check(api, error)
         return BufferHandle.wrap(self.client, args.dst_buffer)
 
-    def copy_to_memory(self, MemoryHandle memory):
+    def copy_to_memory(self, MemoryHandle memory not None):
         """A new buffer with the same data in ``memory``."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_CopyToMemory_Args args

@@ -27,7 +27,7 @@ from ifrtpy.plugin_options import MAX_CPU_DEVICE_COUNT, _WHY_DEVICE_LIMIT
 _OPTION_TYPES = {"cpu_device_count": int}
 
 
-def create_client(PluginHandle plugin, options=None, KeyValueCallbacks kv_callbacks=None):
+def create_client(PluginHandle plugin not None, options=None, KeyValueCallbacks kv_callbacks=None):
     """A new client of ``plugin`` with named ``options`` (str -> str, int, float, bool or
     list of int) and, if given, the key-value store callbacks (``_kv.KeyValueCallbacks``,
     kept alive by the client). Raises InvalidArgumentError for a value the plugin cannot
@@ -211,14 +211,15 @@ cdef class ClientHandle:
         check(self.api, self.api.PJRT_Client_ProcessIndex(&args))
         return args.process_index
 
-    def lookup_device(self, int device_id):
+    def lookup_device(self, device_id):
         """The DeviceHandle with global id ``device_id``; NotFoundError (or the plugin's
         error) when there is none."""
         cdef PJRT_Client_LookupDevice_Args args
+        cdef int id = _errors.check_int(device_id, "device_id", -2**31, 2**31 - 1)
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE
         args.client = self.ptr
-        args.id = device_id
+        args.id = id
         check(self.api, self.api.PJRT_Client_LookupDevice(&args))
         return self.device_of(args.device)
 

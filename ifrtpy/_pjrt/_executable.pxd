@@ -14,7 +14,7 @@ cdef class ExecutableHandle:
                     PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
                     non_donatable_input_indices, DeviceHandle execute_device) except -1
     cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device)
+                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated)
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)

@@ -28,14 +28,14 @@ cimport cython
 
 from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
-from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
+from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle, pin_for_launch, unpin_after_launch
 from ifrtpy import errors as _errors
 from ifrtpy._pjrt import _seal
 
 DEF SMALL = 64
 
 
-def _check_compile_options(bytes options):
+def _check_compile_options(bytes options not None):
     if not options:
         raise _errors.InvalidArgumentError(
             "compile options are empty; pass a serialized xla CompileOptionsProto "
@@ -51,7 +51,8 @@ def _check_compile_options(bytes options):
         )
 
 
-def compile(ClientHandle client, bytes code, bytes compile_options, str format="mlir"):
+def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None,
+            str format not None="mlir"):
     """Compile ``code`` (StableHLO text or bytecode for format "mlir", HLO for "hlo")
     with serialized CompileOptionsProto ``compile_options``; returns an ExecutableHandle."""
     cdef const PJRT_Api* api = client.api
@@ -83,7 +84,7 @@ def plugin_identity(ClientHandle client):
     return _seal.plugin_identity(client.plugin, client.platform_name, client.platform_version)
 
 
-def deserialize_and_load(ClientHandle client, serialized):
+def deserialize_and_load(ClientHandle client not None, serialized):
     """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin;
     InvalidArgumentError (and no plugin call) for other or corrupted bytes."""
     cdef const PJRT_Api* api = client.api
@@ -147,6 +148,42 @@ cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t
             api.PJRT_Event_Destroy(&event_args)
 
 
+cdef list _checked_lists(object lists, str parameter):
+    """``lists`` (a list or tuple of lists or tuples) as a list."""
+    if not isinstance(lists, (list, tuple)):
+        raise _errors.invalid_argument(parameter, "a list of lists of BufferHandles", lists)
+    for i, group in enumerate(lists):
+        if not isinstance(group, (list, tuple)):
+            raise _errors.invalid_argument(f"{parameter}[{i}]", "a list of BufferHandles", group)
+    return lists if type(lists) is list else list(lists)
+
+
+cdef frozenset _NO_INDICES = frozenset()
+
+
+cdef tuple _launch_options(launch_id, non_donatable, execute_device, donated):
+    """The checked ``(launch_id, non_donatable, execute_device, donated)`` of an execute
+    (the defaults pass without a call)."""
+    if type(launch_id) is not int or not -2**31 <= launch_id < 2**31:
+        launch_id = _errors.check_int(launch_id, "launch_id", -2**31, 2**31 - 1)
+    if execute_device is not None and not isinstance(execute_device, DeviceHandle):
+        raise _errors.invalid_argument("execute_device", "a DeviceHandle or None", execute_device)
+    if not (type(non_donatable) is tuple and not non_donatable):
+        non_donatable = _indices(non_donatable, "non_donatable_input_indices")
+    if type(donated) is frozenset or (type(donated) is tuple and not donated):
+        donated = frozenset(_indices(donated, "donated_input_indices")) if donated else _NO_INDICES
+    else:
+        donated = frozenset(_indices(donated, "donated_input_indices"))
+    return launch_id, non_donatable, execute_device, donated
+
+
+cdef list _indices(values, str name):
+    """``values`` (a collection of argument indices) sorted, each checked."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise _errors.invalid_argument(name, "a collection of ints", values)
+    return sorted({_errors.check_int(v, f"{name} entry", 0, 2**63 - 1) for v in values})
+
+
 @cython.no_gc_clear
 cdef class ExecutableHandle:
     """Owns a ``PJRT_LoadedExecutable*`` and its ``PJRT_Executable*``."""
@@ -205,28 +242,32 @@ cdef class ExecutableHandle:
             with nogil:
                 self.client.api.PJRT_LoadedExecutable_Destroy(&l)
 
-    def execute(self, argument_lists, int launch_id=0, non_donatable_input_indices=(),
-                DeviceHandle execute_device=None):
+    def execute(self, argument_lists, launch_id=0, non_donatable_input_indices=(),
+                execute_device=None, donated_input_indices=()):
         """Run on every addressable device: ``argument_lists[d]`` are device d's
         BufferHandles. With ``execute_device`` (portable executables), one list, run there.
 
         Returns ``(outputs, events)``, tuples: ``outputs[d][k]`` is output k on device d,
         and one completion event per device. Donated arguments are deleted by the plugin unless
-        their index is in ``non_donatable_input_indices``.
+        their index is in ``non_donatable_input_indices``; ``donated_input_indices`` names
+        the arguments the program donates, so that no other thread uses them meanwhile.
         """
-        if type(argument_lists) is not list:
-            argument_lists = list(argument_lists)
-        return self._run(argument_lists, True, len(argument_lists), launch_id,
-                         non_donatable_input_indices, execute_device)
+        argument_lists = _checked_lists(argument_lists, "argument_lists")
+        launch_id, non_donatable, device, donated = _launch_options(
+            launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
+        return self._run(argument_lists, True, len(argument_lists), launch_id, non_donatable,
+                         device, donated)
 
-    def execute_by_argument(self, list arguments, int launch_id=0, non_donatable_input_indices=(),
-                            DeviceHandle execute_device=None):
+    def execute_by_argument(self, arguments, launch_id=0, non_donatable_input_indices=(),
+                            execute_device=None, donated_input_indices=()):
         """``execute`` with the buffers grouped the other way round: ``arguments[k]`` holds
         argument k's BufferHandle for each device. Returns ``(outputs, events)``, both
         tuples, with ``outputs[k]`` a tuple of output k's BufferHandle on each device."""
-        cdef Py_ssize_t num_devices = 1 if execute_device is not None else len(self.addressable_devices)
-        return self._run(arguments, False, num_devices, launch_id, non_donatable_input_indices,
-                         execute_device)
+        arguments = _checked_lists(arguments, "arguments")
+        launch_id, non_donatable, device, donated = _launch_options(
+            launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
+        cdef Py_ssize_t num_devices = 1 if device is not None else len(self.addressable_devices)
+        return self._run(arguments, False, num_devices, launch_id, non_donatable, device, donated)
 
     cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
                     PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
@@ -292,7 +333,7 @@ cdef class ExecutableHandle:
                 free(non_donatable)
 
     cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device):
+                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated):
         # arguments[d][k] (by_device) or arguments[k][d]: argument k's buffer on device d.
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_args
@@ -310,11 +351,12 @@ cdef class ExecutableHandle:
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
-        # Every buffer passed, referenced while the plugin uses it without the GIL (another
-        # thread may change the caller's lists meanwhile).
+        # Every buffer passed, referenced and pinned (pin_for_launch) while the plugin uses
+        # it without the GIL (another thread may change the caller's lists meanwhile).
         cdef PyObject* small_held[SMALL]
         cdef PyObject** held = NULL
-        cdef Py_ssize_t num_held = 0
+        cdef Py_ssize_t num_held = 0, num_pinned = 0
+        cdef bint donate
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
         cdef bint launched = False
         try:
@@ -336,13 +378,22 @@ cdef class ExecutableHandle:
                     raise _errors.InvalidArgumentError(
                         f"argument {g} has {len(group)} buffers for {num_devices} devices")
                 for i in range(num_args if by_device else num_devices):
-                    buffer = group[i]
+                    k = i if by_device else g
+                    item = group[i]
+                    if not isinstance(item, BufferHandle):
+                        raise _errors.invalid_argument(
+                            f"the buffer of argument {k} on device {g if by_device else i}",
+                            "a BufferHandle", item)
+                    buffer = <BufferHandle>item
                     if buffer.client is not self.client:
                         raise _errors.InvalidArgumentError(
-                            f"a buffer of argument {i if by_device else g} belongs to another client")
+                            f"a buffer of argument {k} belongs to another client")
                     Py_XINCREF(<PyObject*>buffer)
                     held[num_held] = <PyObject*>buffer
                     num_held += 1
+                    donate = k in donated and k not in non_donatable_input_indices
+                    pin_for_launch(buffer, donate, k)
+                    num_pinned += 1
                     if by_device:
                         args_flat[g * num_args + i] = buffer.ptr
                     else:
@@ -366,6 +417,13 @@ cdef class ExecutableHandle:
                 destroy_unowned(api, out_flat, num_devices * num_outputs, events, num_devices)
             raise
         finally:
+            for i in range(num_pinned):
+                buffer = <BufferHandle>held[i]
+                if by_device:
+                    k = i % num_args
+                else:
+                    k = i // num_devices
+                unpin_after_launch(buffer, k in donated and k not in non_donatable_input_indices)
             for i in range(num_held):
                 Py_XDECREF(held[i])
             if heap:

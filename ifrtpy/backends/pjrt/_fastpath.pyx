@@ -26,10 +26,12 @@ from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport check
-from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle
+from ifrtpy._pjrt._buffer cimport (
+    BufferHandle, EventHandle, pin_for_launch, unpin_after_launch)
 from ifrtpy._pjrt._executable cimport (
     ExecutableHandle, destroy_unowned, take_buffers, take_events)
 from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy.executable import ExecuteOptions
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
 
@@ -145,6 +147,7 @@ cdef class ExecutableCore:
     cdef public bint _deleted
     cdef public list _accepted  # None until a checked call: no call may skip the checks
     cdef public tuple _outputs_spec  # (dtype, shape, sharding) of each output
+    cdef public frozenset _donated  # the parameters the program donates
     cdef object array_type
     cdef object __weakref__
 
@@ -161,7 +164,9 @@ cdef class ExecutableCore:
 
     def execute(self, args, options=None, devices=None):
         """See :meth:`ifrtpy.LoadedExecutable.execute`."""
-        if devices is None and not self._deleted and self._accepted is not None:
+        if (devices is None and not self._deleted and self._accepted is not None
+                and (options is None or type(options) is ExecuteOptions)
+                and (type(args) is list or type(args) is tuple)):
             result = self._execute_accepted(args if type(args) is list else list(args), options, True)
             if result is not None:
                 return result
@@ -186,6 +191,7 @@ cdef class ExecutableCore:
         cdef Py_ssize_t num_buffers = num_devices * num_outputs, d, k
         cdef object array_type = self.array_type
         cdef ArrayCore array
+        cdef BufferHandle buffer
         cdef tuple spec, buffers, done
         cdef ExecuteResult result
         if (array_type is None or num_args != len(accepted)
@@ -211,7 +217,9 @@ cdef class ExecutableCore:
         # The buffers of each argument, referenced while the plugin uses them without the
         # GIL (another thread may empty ``args`` meanwhile).
         cdef PyObject** held = small_held
-        cdef Py_ssize_t num_held = 0
+        cdef Py_ssize_t num_held = 0, num_pinned = 0
+        cdef frozenset donated = self._donated
+        cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL or num_args >= SMALL
         cdef bint launched = False
         try:
@@ -243,7 +251,10 @@ cdef class ExecutableCore:
                 held[k] = <PyObject*>buffers
                 num_held = k + 1
                 for d in range(num_devices):
-                    args_flat[d * num_args + k] = (<BufferHandle?>buffers[d]).ptr
+                    buffer = <BufferHandle?>buffers[d]
+                    pin_for_launch(buffer, donates and _donates(k, donated, non_donatable), k)
+                    num_pinned += 1
+                    args_flat[d * num_args + k] = buffer.ptr
             memset(out_flat, 0, num_buffers * sizeof(void*))
             if fill_status:
                 memset(events, 0, num_devices * sizeof(void*))
@@ -280,6 +291,10 @@ cdef class ExecutableCore:
                 destroy_unowned(api, out_flat, num_buffers, events, num_devices if fill_status else 0)
             raise
         finally:
+            for d in range(num_pinned):  # pinned in order: argument-major
+                k = d // num_devices
+                unpin_after_launch(<BufferHandle>(<tuple>held[k])[d % num_devices],
+                                   donates and _donates(k, donated, non_donatable))
             for k in range(num_held):
                 Py_XDECREF(held[k])
             if heap:
@@ -288,6 +303,10 @@ cdef class ExecutableCore:
                 free(held)
                 if fill_status:
                     free(events)
+
+
+cdef inline bint _donates(Py_ssize_t k, frozenset donated, object non_donatable):
+    return k in donated and k not in non_donatable
 
 
 cdef bint _populate_supported = True
@@ -307,7 +326,7 @@ cdef bint _all_ready(list events) except -1:
     return True
 
 
-def populate_while_pending(cnp.ndarray out, events, Py_ssize_t chunk=2 << 20):
+def populate_while_pending(cnp.ndarray out not None, events, chunk=2 << 20):
     """Map the pages of ``out`` (C-contiguous), ``chunk`` bytes at a time from its end
     backwards, until all of it is mapped or every event in ``events`` has fired.
 
@@ -318,10 +337,9 @@ def populate_while_pending(cnp.ndarray out, events, Py_ssize_t chunk=2 << 20):
     waits. Returns False where the kernel lacks it (Linux < 5.14, other systems).
     """
     global _populate_supported
+    cdef Py_ssize_t chunk_bytes = _errors.check_int(chunk, "chunk", 1, 2**62)
     if not cnp.PyArray_IS_C_CONTIGUOUS(out):
         raise _errors.InvalidArgumentError("populate_while_pending needs a C-contiguous array")
-    if chunk <= 0:
-        raise _errors.InvalidArgumentError(f"chunk must be positive, got {chunk}")
     if not _populate_supported:
         return False
     cdef list pending = list(events)
@@ -330,7 +348,7 @@ def populate_while_pending(cnp.ndarray out, events, Py_ssize_t chunk=2 << 20):
     cdef Py_ssize_t start
     cdef int err
     while stop > 0 and not _all_ready(pending):
-        start = stop - chunk if stop > chunk else 0
+        start = stop - chunk_bytes if stop > chunk_bytes else 0
         with nogil:
             err = ifrtpy_populate_write(base + start, <size_t>(stop - start))
         if err == EINVAL or err == ENOSYS:
@@ -355,7 +373,7 @@ cdef class PopulateBehind:
     cdef ifrtpy_populator job
     cdef object array
 
-    def __cinit__(self, cnp.ndarray array):
+    def __cinit__(self, cnp.ndarray array not None):
         if not cnp.PyArray_IS_C_CONTIGUOUS(array):
             raise _errors.InvalidArgumentError("PopulateBehind needs a C-contiguous array")
         self.array = array

@@ -7,8 +7,11 @@ so a failure leaves nothing half-made behind.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import threading
+import time
 import weakref
 from typing import Any, Sequence
 
@@ -22,7 +25,9 @@ from ifrtpy.backends.pjrt import interop as _interop
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import (
+    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum, check_type,
+    invalid_argument)
 from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.interop import jax as _jax_bridge
 from ifrtpy.layout import Layout
@@ -278,7 +283,7 @@ def _join_to(futures: Sequence[Future], value: Any) -> Future:
 def _with_copy_semantics(array: PjrtArray, semantics: ArrayCopySemantics) -> tuple:
     """The array's buffers as ``semantics`` says: fresh copies, shared, or taken over
     (an error array has none, and is deleted by donation all the same)."""
-    semantics = ArrayCopySemantics(semantics)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     if semantics == ArrayCopySemantics.DONATE_INPUT:
         return array._take_buffers()
     if array._error is not None:
@@ -302,9 +307,22 @@ def _device_memories(client, sharding: Sharding) -> list:
 
 
 def _host_domains(sharding: Sharding, shape: Shape, count: int) -> list:
+    """The box of ``shape`` each of the ``count`` addressable shards holds, each checked
+    to lie inside ``shape``."""
     if sharding.is_fully_replicated:
         return [IndexDomain(shape)] * count
-    return list(sharding.index_domains(shape, ADDRESSABLE))
+    domains = list(sharding.index_domains(shape, ADDRESSABLE))
+    if len(domains) != count:
+        raise InvalidArgumentError(
+            f"{sharding!r} gives {len(domains)} shards for {count} addressable devices")
+    for domain in domains:
+        origin, extent = domain
+        if len(extent) != len(shape) or any(
+                o < 0 or o + e > d for o, e, d in zip(origin, extent, shape)):
+            raise InvalidArgumentError(
+                f"{sharding!r} does not fit an array of shape {shape.debug_string()}: it has a "
+                f"shard {domain.debug_string()}")
+    return domains
 
 
 _DTYPE_OF_NUMPY: dict = {}
@@ -347,7 +365,7 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     device_layout = _device_layout(client, layout, data.ndim)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
-    semantics = HostBufferSemantics(semantics)
+    semantics = check_enum(HostBufferSemantics, semantics, "semantics")
     memories = _device_memories(client, sharding)
     if not memories:
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
@@ -527,6 +545,27 @@ class _StagingPool:
 _STAGING = _StagingPool()
 
 
+def _finish_pending_work_at_exit(timeout: float = 10.0) -> None:
+    """At interpreter exit, wait (at most ``timeout`` seconds in all) until the data of
+    every live array is ready: a client can outlive the interpreter's teardown (held by a
+    daemon thread, a cycle), and its plugin threads must not still be running programs
+    while the process unloads the plugin's code."""
+    deadline = time.monotonic() + timeout
+    for obj in gc.get_objects():
+        if not isinstance(obj, ArrayCore) or obj._deleted or obj._error is not None:
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            future_of_events([b.ready_event() for b in obj._buffers]).result(timeout=left)
+        except Exception:  # noqa: BLE001  (failed, deleted or donated: nothing pending)
+            pass
+
+
+atexit.register(_finish_pending_work_at_exit)
+
+
 def release_staging_memory() -> None:
     """Free the staging blocks kept for later large puts (see :class:`_StagingPool`)."""
     _STAGING.clear()
@@ -535,7 +574,8 @@ def release_staging_memory() -> None:
 def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,
              shard_semantics, dtype) -> PjrtArray:
     shape = shape if isinstance(shape, Shape) else Shape(shape)
-    arrays = list(arrays)
+    check_type(sharding, Sharding, "sharding", "a Sharding")
+    arrays = _arrays_of(client, arrays, "assemble arrays")
     if (isinstance(sharding, SingleDeviceSharding) and len(arrays) == 1
             and isinstance(arrays[0], PjrtArray) and arrays[0].sharding == sharding
             and arrays[0].shape == shape and copy_semantics != ArrayCopySemantics.ALWAYS_COPY):
@@ -556,7 +596,8 @@ def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_se
     shard_shapes = (None if isinstance(sharding, OpaqueSharding)
                     else [s for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
     memories = _device_memories(client, sharding)
-    donate = ArrayCopySemantics(copy_semantics) == ArrayCopySemantics.DONATE_INPUT
+    copy_semantics = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics")
+    donate = copy_semantics == ArrayCopySemantics.DONATE_INPUT
     if donate and len({id(a) for a in arrays}) != len(arrays):
         raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
     for i, (array, device) in enumerate(zip(arrays, devices)):
@@ -651,14 +692,12 @@ def _bitcast_executable(client, old_dtype, old_dims, new_dtype, new_dims, device
 
 
 def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[PjrtArray]:
-    arrays = list(arrays)
+    arrays = _arrays_of(client, arrays, "copy_arrays arrays")
     if not arrays:
         return []
-    semantics = ArrayCopySemantics(semantics)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     first = arrays[0].sharding
     for i, array in enumerate(arrays):
-        if not isinstance(array, PjrtArray) or array.client is not client:
-            raise InvalidArgumentError(f"array {i} is not an array of this client")
         if array.sharding.devices != first.devices:
             raise InvalidArgumentError(
                 f"copy_arrays needs every input on the same devices: array {i} is on "
@@ -703,6 +742,19 @@ def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics
                     buffer.delete()
         out.append(PjrtArray(client, array.dtype, array.shape, sharding, tuple(buffers)))
     return out
+
+
+def _arrays_of(client: Any, arrays: Any, parameter: str) -> list[PjrtArray]:
+    """``arrays`` as a list, each checked to be an array of ``client``."""
+    if isinstance(arrays, (str, bytes, np.ndarray, Array)) or not hasattr(arrays, "__iter__"):
+        raise invalid_argument(parameter, "a sequence of Arrays", arrays)
+    arrays = list(arrays)
+    for i, array in enumerate(arrays):
+        if not isinstance(array, PjrtArray):
+            raise invalid_argument(f"{parameter}[{i}]", "an Array of this client", array)
+        if array.client is not client:
+            raise InvalidArgumentError(f"{parameter}[{i}] is an array of another client")
+    return arrays
 
 
 def _canonical_kind(sharding: Sharding) -> MemoryKind:

@@ -14,7 +14,7 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.plugin_options import check_options, known_options
 from ifrtpy.plugins import find_plugin, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
@@ -226,7 +226,7 @@ class PjrtClient(Client):
         return list(self._addressable)
 
     def lookup_device(self, device_id: int) -> PjrtDevice:
-        device = self._device_of_handle.get(device_id)
+        device = self._device_of_handle.get(check_int(device_id, "device_id"))
         if device is None:
             raise NotFoundError(
                 f"no device with id {device_id}; ids are {sorted(self._device_of_handle)}"

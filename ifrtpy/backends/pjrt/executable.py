@@ -24,7 +24,8 @@ from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import (
-    FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError,
+    FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError, check_type,
+    invalid_argument,
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
@@ -34,6 +35,7 @@ from ifrtpy.program import HloProgram, stablehlo_version
 from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
+MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
@@ -56,15 +58,33 @@ def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: 
     for name, value in options.debug_options.items():
         if not hasattr(build.debug_options, name):
             raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
-        setattr(build.debug_options, name, value)
+        expected = type(getattr(build.debug_options, name))
+        try:
+            setattr(build.debug_options, name, value)
+        except (TypeError, ValueError, OverflowError):
+            raise invalid_argument(f"CompileOptions.debug_options[{name!r}]",
+                                   f"a {expected.__name__}", value) from None
     if options.env_option_overrides:
-        proto.env_option_overrides = list(options.env_option_overrides.items())
+        try:
+            proto.env_option_overrides = list(options.env_option_overrides.items())
+        except (TypeError, ValueError, OverflowError):
+            raise invalid_argument("CompileOptions.env_option_overrides",
+                                   "XLA flag names with str, bool, int or float values",
+                                   options.env_option_overrides) from None
     return proto.SerializeAsString()
 
 
 def compile_program(client, program: Any, options: CompileOptions | None) -> PjrtLoadedExecutable:
     program = program if isinstance(program, HloProgram) else HloProgram(program)
     options = options if options is not None else CompileOptions()
+    check_type(options, CompileOptions, "options", "a CompileOptions or None")
+    for what, types in (("parameter", program.parameters), ("result", program.results)):
+        for i, t in enumerate(types):
+            bits = (t.dtype.bit_size or 8) * t.shape.num_elements()
+            if bits > 8 * MAX_BYTES:  # the plugin aborts on a byte size beyond int64
+                raise InvalidArgumentError(
+                    f"{what} {i} of the program, {t}, takes {-(-bits // 8)} bytes; an array "
+                    f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
     if options.compile_portable_executable:
         devices = None
     elif options.devices is not None:
@@ -248,6 +268,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._results = program.results
         self._checked: dict = {}  # (parameter index, argument sharding) -> None once checked
         self._array_type = PjrtArray
+        self._donated = frozenset(program.donated_inputs)
         self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
@@ -365,8 +386,12 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         """``execute`` with every argument checked against the program."""
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        if isinstance(args, (str, bytes, np.ndarray, Array)) or not hasattr(args, "__iter__"):
+            raise invalid_argument("args", "a sequence of Arrays", args)
+        args = list(args)
         if options is None:
             options = _DEFAULT_EXECUTE_OPTIONS
+        check_type(options, ExecuteOptions, "options", "an ExecuteOptions or None")
         non_donatable = options.non_donatable_input_indices
         non_donatable = sorted(non_donatable) if non_donatable else ()
         if self._devices is None:
@@ -385,7 +410,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._check_donations(args, non_donatable)
         outputs, events = self._handle.execute_by_argument(
             [a._buffers for a in args], options.launch_id, non_donatable,
-            None if execute_device is None else execute_device._handle)
+            None if execute_device is None else execute_device._handle, self._donated)
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
                   for r, sharding, buffers in zip(self._results, out_shardings, outputs)]

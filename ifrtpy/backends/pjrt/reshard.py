@@ -17,14 +17,14 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.backends.pjrt.array import (
     PjrtArray, _device_memories, _host_domains,
 )
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.errors import InvalidArgumentError, check_enum
 from ifrtpy.shape import IndexDomain
 
 
 def reshard_arrays(client, arrays: Sequence[Array], specs: Sequence[ArraySpec],
                    semantics: ArrayCopySemantics) -> list[PjrtArray]:
     arrays, specs = list(arrays), list(specs)
-    semantics = ArrayCopySemantics(semantics)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     if len(arrays) != len(specs):
         raise InvalidArgumentError(f"reshard_arrays got {len(arrays)} arrays and {len(specs)} specs")
     if semantics == ArrayCopySemantics.REUSE_INPUT:
