@@ -31,6 +31,7 @@ class ExecutableCore:
     _deleted: bool
     _accepted: list[Any] | None
     _outputs_spec: tuple[tuple[DType, Shape, Sharding], ...]
+    _donated: frozenset[int]
     _array_type: type[ArrayCore]
     def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
                 devices: Iterable[Device] | None = None) -> ExecuteResult: ...
