@@ -27,6 +27,7 @@ __all__ = [
     "register_jax_dialects", "distributed_runtime_service", "distributed_runtime_client",
     "xla_computation_to_mlir_module", "hlo_to_stablehlo", "hlo_module_from_text",
     "backends_are_initialized", "runtime_client", "device_list", "compile_options",
+    "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer",
 ]
@@ -61,6 +62,8 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "GSPMDSharding": [((0, 10), "jax._src.sharding_impls:GSPMDSharding")],
     "get_backend": [((0, 10), "jax.extend.backend:get_backend")],
     "ShapedArray": [((0, 10), "jax.core:ShapedArray")],
+    # jax.Array's class: built from checked per-device arrays without jax's checks.
+    "ArrayImpl": [((0, 10), "jax._src.array:ArrayImpl")],
     "JaxRuntimeError": [((0, 10), "jax.errors:JaxRuntimeError")],
 }
 
@@ -189,6 +192,22 @@ def result_handler(dtype: Any, dims: tuple[int, ...], jax_sharding: Any) -> Any:
     shaped_array = _lookup("ShapedArray")(dims, dtype)
     kwargs = next(k for first, k in _RESULT_HANDLER_KWARGS if version()[:2] >= first)
     return _lookup("array_result_handler")(shaped_array, jax_sharding, committed=True, **kwargs)
+
+
+def array_from_single_device_arrays(dims: tuple[int, ...], dtype: Any, jax_sharding: Any,
+                                    arrays: Sequence[Any]) -> Any:
+    """A ``jax.Array`` of ``jax_sharding`` from its per-device arrays (one per addressable
+    device, in the sharding's order, each of the shard's shape and ``dtype``), without the
+    checks of ``jax.make_array_from_single_device_arrays``: the caller made them so."""
+    aval = _lookup("ShapedArray")(dims, dtype)
+    return _lookup("ArrayImpl")(aval, jax_sharding, list(arrays), committed=True,
+                                _skip_checks=True)
+
+
+def addressable_device_assignment(jax_sharding: Any) -> list[Any]:
+    """The order in which a ``jax.Array`` of ``jax_sharding`` holds its per-device arrays
+    (jax's private ``Sharding._addressable_device_assignment``)."""
+    return list(jax_sharding._addressable_device_assignment)
 
 
 def runtime_error_type() -> type[Exception]:

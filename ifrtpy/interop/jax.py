@@ -223,12 +223,9 @@ def to_jax(array: Array) -> Any:
     jax can alias it (the default memory kind; shards in host memory kinds are copied
     once, as jax imports DLPack tensors into device memory). The ifrtpy buffers stay allocated while the jax array lives
     (``delete()`` of ``array`` is deferred until then; donating it is refused)."""
-    import jax
     if not isinstance(array, Array):
         raise InvalidArgumentError(f"to_jax needs an ifrtpy Array, got {type(array).__name__}")
-    sharding = _cached_to_jax(array.sharding)
-    devices = _jax_devices_by_id(array.client.platform_name)
-    targets = [_jax_device(d, devices) for d in array.sharding.devices.addressable_device_list()]
+    jax_sharding, targets, order, to_kind = _to_jax_plan(array.sharding, array.client.platform_name)
     from ifrtpy.backends.pjrt import interop as pjrt_interop
     if pjrt_interop.is_pjrt_array(array):
         capsules = pjrt_interop.legacy_capsules(array)
@@ -236,14 +233,40 @@ def to_jax(array: Array) -> Any:
         # another backend's arrays: those that are DLPack producers
         capsules = [getattr(s, "__dlpack__")() for s in array.disassemble_into_single_device_arrays()]
     arrays = [_capsule_to_jax(c, d) for c, d in zip(capsules, targets)]
-    kind = array.sharding.memory_kind
-    if kind and str(kind.canonicalize(array.sharding.devices[0])) != "device":
+    if to_kind is not None:
+        import jax
         # jax takes DLPack tensors into device memory: one copy into the memory kind
-        arrays = [jax.device_put(a, jax.sharding.SingleDeviceSharding(d, memory_kind=str(kind)))
+        arrays = [jax.device_put(a, jax.sharding.SingleDeviceSharding(d, memory_kind=to_kind))
                   for a, d in zip(arrays, targets)]
     if isinstance(array.sharding, SingleDeviceSharding):
         return arrays[0]
-    return jax.make_array_from_single_device_arrays(tuple(array.shape.dims), sharding, arrays)
+    # the shards are ifrtpy's, checked already: jax's own checks are skipped (half the time)
+    return _jaxlib.array_from_single_device_arrays(
+        tuple(array.shape.dims), arrays[0].dtype, jax_sharding, [arrays[i] for i in order])
+
+
+_to_jax_plans: dict[Sharding, tuple[Any, list[Any], list[int], str | None]] = {}
+
+
+def _to_jax_plan(sharding: Sharding, platform: str) -> tuple[Any, list[Any], list[int], str | None]:
+    """For arrays of ``sharding``: the jax sharding, the jax device of each addressable
+    shard (in ifrtpy's order), the positions of those shards in jax's order, and the
+    memory kind shards must be copied into (None: jax's device memory, no copy)."""
+    plan = _to_jax_plans.get(sharding)
+    if plan is None:
+        jax_sharding = _cached_to_jax(sharding)
+        devices = _jax_devices_by_id(platform)
+        targets = [_jax_device(d, devices) for d in sharding.devices.addressable_device_list()]
+        position = {d: i for i, d in enumerate(targets)}
+        order = [position[d] for d in _jaxlib.addressable_device_assignment(jax_sharding)]
+        kind = sharding.memory_kind
+        to_kind = (str(kind) if kind and str(kind.canonicalize(sharding.devices[0])) != "device"
+                   else None)
+        plan = (jax_sharding, targets, order, to_kind)
+        if len(_to_jax_plans) >= _CACHE_SIZE:
+            _to_jax_plans.clear()
+        _to_jax_plans[sharding] = plan
+    return plan
 
 
 def _capsule_to_jax(capsule: Any, jax_device: Any) -> Any:
