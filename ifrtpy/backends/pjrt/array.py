@@ -19,9 +19,11 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemanti
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
 from ifrtpy._pjrt._dlpack import host_view as _host_view
 from ifrtpy.backends.pjrt import interop as _interop
+from ifrtpy.backends.pjrt import strings as _strings
+from ifrtpy.backends.reference import array as _host
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
-from ifrtpy.dtypes import DType
+from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.interop import jax as _jax_bridge
@@ -344,6 +346,8 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    if is_string_host_dtype(data.dtype):  # object or StringDType: STRING data, held on the host
+        return _host.make_array_from_host_buffer(client, data, sharding, semantics, on_done, layout)
     device_layout = _device_layout(client, layout, data.ndim)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
@@ -415,7 +419,10 @@ _new_array = PjrtArray.__new__
 
 
 def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics) -> PjrtArray:
-    """A put to one device with no callback (fills the fast path's caches)."""
+    """A put to one device with no callback (fills the fast path's caches; STRING data,
+    never cached, always comes here)."""
+    if is_string_host_dtype(data.dtype):
+        return _host.make_array_from_host_buffer(client, data, sharding, semantics, None, None)
     # The cache is keyed by identity (equal shardings would cost a Python __eq__ on every
     # lookup); it holds the sharding, so that its id is not reused while cached.
     cache = client._memory_cache
@@ -533,13 +540,16 @@ def release_staging_memory() -> None:
 
 
 def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,
-             shard_semantics, dtype) -> PjrtArray:
+             shard_semantics, dtype) -> Array:
     shape = shape if isinstance(shape, Shape) else Shape(shape)
     arrays = list(arrays)
     if (isinstance(sharding, SingleDeviceSharding) and len(arrays) == 1
             and isinstance(arrays[0], PjrtArray) and arrays[0].sharding == sharding
             and arrays[0].shape == shape and copy_semantics != ArrayCopySemantics.ALWAYS_COPY):
         return arrays[0]
+    if _strings.is_string_call(arrays, "assemble") or (not arrays and dtype == _strings.STRING):
+        return _host.assemble(client, shape, sharding, arrays, copy_semantics, shard_semantics,
+                              dtype)
     if shard_semantics == ALL_SHARDS and not sharding.devices.is_fully_addressable:
         raise InvalidArgumentError(
             "SingleDeviceShardSemantics.ALL_SHARDS was requested, but the sharding has "
@@ -650,10 +660,12 @@ def _bitcast_executable(client, old_dtype, old_dims, new_dtype, new_dims, device
     return exe
 
 
-def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[PjrtArray]:
+def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[Array]:
     arrays = list(arrays)
     if not arrays:
         return []
+    if _strings.is_string_call(arrays, "copy_arrays"):
+        return _host.copy_arrays(client, arrays, devices, memory_kind, semantics)
     semantics = ArrayCopySemantics(semantics)
     first = arrays[0].sharding
     for i, array in enumerate(arrays):
@@ -710,7 +722,9 @@ def _canonical_kind(sharding: Sharding) -> MemoryKind:
     return sharding.memory_kind.canonicalize(devices[0]) if len(devices) else sharding.memory_kind
 
 
-def make_error_arrays(client, error: BaseException, specs: Sequence[ArraySpec]) -> list[PjrtArray]:
+def make_error_arrays(client, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
     if not isinstance(error, BaseException):
         raise InvalidArgumentError(f"make_error_arrays needs an exception, got {error!r}")
-    return [PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=error) for spec in specs]
+    return [_strings.make_error_array(client, error, spec) if spec.dtype == _strings.STRING
+            else PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=error)
+            for spec in specs]
