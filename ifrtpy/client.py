@@ -26,6 +26,7 @@ from ifrtpy.array import (
     Value,
     _dims,
 )
+from ifrtpy.dtypes import host_form, is_string_host_dtype
 from ifrtpy.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -244,6 +245,8 @@ class Client(abc.ABC):
             plan: list[Any] = [None] * len(pieces)  # (buffer, sharding) per shard, all set below
             for indices, data in spec.buffers:
                 data = np.asarray(data)
+                if is_string_host_dtype(data.dtype):  # STRING data: the host form, elements checked
+                    data = host_form(data)[0]
                 for j in indices:
                     if not 0 <= j < len(pieces):
                         raise InvalidArgumentError(

@@ -4,7 +4,8 @@ A :class:`DType` wraps a :class:`DType.Kind`, numbered as ``xla::PrimitiveType``
 as IFRT's ``DType::Kind``). Four tables are kept here and nowhere else:
 
 * kind <-> NumPy dtype (bf16, f8, f4, int2/int4 from ml_dtypes; sub-byte kinds take one
-  byte per element on the host, as PJRT expects),
+  byte per element on the host, as PJRT expects; STRING is held on the host as an object
+  array of ``str``/``bytes``, see :func:`host_form`),
 * kind <-> ``PJRT_Buffer_Type`` (the C API's own, different numbering),
 * kind -> bit size,
 * kind <-> DLPack ``(type code, bits)`` for the kinds ifrtpy exchanges through DLPack.
@@ -19,7 +20,7 @@ import numpy as np
 
 from ifrtpy.errors import InvalidArgumentError, invalid_argument
 
-__all__ = ["DType"]
+__all__ = ["DType", "host_form", "is_string_host_dtype"]
 
 
 class _Kind(enum.IntEnum):
@@ -92,10 +93,13 @@ _TABLE: dict[_Kind, tuple[int | None, np.dtype | None, int | None]] = {
     K.F8E5M2FNUZ: (8, np.dtype(ml_dtypes.float8_e5m2fnuz), 19),
     K.F8E8M0FNU: (8, np.dtype(ml_dtypes.float8_e8m0fnu), 28),
     K.F4E2M1FN: (4, np.dtype(ml_dtypes.float4_e2m1fn), 29),
-    K.STRING: (None, None, None),
+    K.STRING: (None, np.dtype(object), None),
 }
 
-_KIND_OF_NUMPY = {np_dtype: kind for kind, (_, np_dtype, _) in _TABLE.items() if np_dtype is not None}
+# STRING is left out: an object array may hold anything, so its kind is decided by
+# host_form, which checks the elements.
+_KIND_OF_NUMPY = {np_dtype: kind for kind, (_, np_dtype, _) in _TABLE.items()
+                  if np_dtype is not None and kind != K.STRING}
 _KIND_OF_PJRT = {pjrt: kind for kind, (_, _, pjrt) in _TABLE.items() if pjrt is not None}
 
 #: PJRT_Buffer_Type of each NumPy dtype an array can hold; used by the Cython layer.
@@ -151,7 +155,8 @@ class DType:
         """The DType of a NumPy dtype (or anything ``np.dtype`` accepts).
 
         Raises InvalidArgumentError for dtypes with no XLA kind (object, str, datetime,
-        structured, ...).
+        structured, ...). Object and ``StringDType`` arrays of strings are STRING data,
+        recognised by :func:`host_form` (which checks their elements), not here.
         """
         try:
             np_dtype = np.dtype(dtype)
@@ -159,8 +164,11 @@ class DType:
             raise invalid_argument("dtype", "a NumPy dtype or a name NumPy knows", dtype) from None
         kind = _KIND_OF_NUMPY.get(np_dtype)
         if kind is None:
+            hint = (" (object and StringDType arrays of str/bytes are DType STRING data: "
+                    "pass the array itself, or name DType(DType.Kind.STRING))"
+                    if np_dtype.kind in _STRING_HOST_KINDS else "")
             raise InvalidArgumentError(
-                f"NumPy dtype {np_dtype!s} (kind {np_dtype.kind!r}) has no XLA element type; "
+                f"NumPy dtype {np_dtype!s} (kind {np_dtype.kind!r}) has no XLA element type{hint}; "
                 f"supported: {', '.join(sorted(str(d) for d in _KIND_OF_NUMPY))}"
             )
         return cls(kind)
@@ -174,9 +182,10 @@ class DType:
         return cls(kind)
 
     def to_numpy(self) -> np.dtype:
-        """The NumPy dtype holding this kind on the host (one byte per sub-byte element).
+        """The NumPy dtype holding this kind on the host (one byte per sub-byte element;
+        ``object`` for STRING, whose elements are ``str`` or ``bytes``).
 
-        Raises InvalidArgumentError for kinds with no host form (token, opaque, string).
+        Raises InvalidArgumentError for kinds with no host form (token, opaque, invalid).
         """
         np_dtype = _TABLE[self._kind][1]
         if np_dtype is None:
@@ -216,3 +225,35 @@ class DType:
 
     def __str__(self) -> str:
         return self._kind.name.lower()
+
+
+#: NumPy dtype kinds that may hold STRING data: object ("O") and NumPy 2's StringDType ("T").
+_STRING_HOST_KINDS = "OT"
+_STRING = DType(K.STRING)
+
+
+def is_string_host_dtype(np_dtype: np.dtype) -> bool:
+    """Whether arrays of ``np_dtype`` may hold STRING data (object or StringDType)."""
+    return np_dtype.kind in _STRING_HOST_KINDS
+
+
+def host_form(data: np.ndarray) -> tuple[np.ndarray, DType]:
+    """``data`` as an array holds it on the host, and its DType.
+
+    Numeric data is returned as it is, with ``DType.from_numpy(data.dtype)``. An object
+    array whose elements are all ``str`` or ``bytes`` is STRING data and is returned as
+    it is; a ``StringDType`` array becomes an object array of ``str`` (STRING's host form,
+    what ``copy_to_host_buffer`` returns). InvalidArgumentError for any other dtype
+    without an XLA kind, and for an object array holding anything but ``str``/``bytes``
+    (naming the first such element).
+    """
+    if not is_string_host_dtype(data.dtype):
+        return data, DType.from_numpy(data.dtype)
+    if data.dtype.kind == "T":
+        data = data.astype(object)
+    for index, element in zip(np.ndindex(data.shape), data.flat):
+        if not isinstance(element, (str, bytes)):
+            raise InvalidArgumentError(
+                f"a STRING array holds str or bytes elements; element {list(index)} of the "
+                f"{data.dtype} array is {type(element).__name__}: {element!r}")
+    return data, _STRING

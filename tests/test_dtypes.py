@@ -51,7 +51,8 @@ EXPECTED = {
     K.STRING: (99, None, None),
 }
 WITH_NUMPY = [k for k, (_, _, np_type) in EXPECTED.items() if np_type is not None]
-WITHOUT_NUMPY = [k for k in EXPECTED if k not in WITH_NUMPY]
+# STRING's host form is an object array (see test_string_arrays.py), not a NumPy dtype of its own.
+WITHOUT_NUMPY = [k for k in EXPECTED if k not in WITH_NUMPY and k != K.STRING]
 
 
 def test_expectations_cover_every_kind():

@@ -24,7 +24,7 @@ import numpy as np
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy import _jaxlib
 from ifrtpy.device import DeviceList, MemoryKind
-from ifrtpy.dtypes import DType
+from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import (
     Code, FailedPreconditionError, InvalidArgumentError, UnimplementedError, error_from_code,
 )
@@ -371,6 +371,9 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
     if isinstance(sharding, OpaqueSharding):
         raise InvalidArgumentError(f"{sharding!r} has no shard information to split data by")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    if is_string_host_dtype(data.dtype):
+        raise UnimplementedError("the jax backend has no STRING arrays: jax arrays hold no strings; "
+                                 "use the pjrt or reference backend")
     dtype = DType.from_numpy(data.dtype)
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")

@@ -22,9 +22,11 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemanti
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
 from ifrtpy._pjrt._dlpack import host_view as _host_view
 from ifrtpy.backends.pjrt import interop as _interop
+from ifrtpy.backends.pjrt import strings as _strings
+from ifrtpy.backends.reference import array as _host
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.device import DeviceList, MemoryKind
-from ifrtpy.dtypes import DType
+from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum, check_type,
     invalid_argument)
@@ -362,6 +364,8 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    if is_string_host_dtype(data.dtype):  # object or StringDType: STRING data, held on the host
+        return _host.make_array_from_host_buffer(client, data, sharding, semantics, on_done, layout)
     device_layout = _device_layout(client, layout, data.ndim)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
@@ -433,7 +437,10 @@ _new_array = PjrtArray.__new__
 
 
 def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics) -> PjrtArray:
-    """A put to one device with no callback (fills the fast path's caches)."""
+    """A put to one device with no callback (fills the fast path's caches; STRING data,
+    never cached, always comes here)."""
+    if is_string_host_dtype(data.dtype):
+        return _host.make_array_from_host_buffer(client, data, sharding, semantics, None, None)
     # The cache is keyed by identity (equal shardings would cost a Python __eq__ on every
     # lookup); it holds the sharding, so that its id is not reused while cached.
     cache = client._memory_cache
@@ -572,7 +579,7 @@ def release_staging_memory() -> None:
 
 
 def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_semantics,
-             shard_semantics, dtype) -> PjrtArray:
+             shard_semantics, dtype) -> Array:
     shape = shape if isinstance(shape, Shape) else Shape(shape)
     check_type(sharding, Sharding, "sharding", "a Sharding")
     arrays = _arrays_of(client, arrays, "assemble arrays")
@@ -580,6 +587,9 @@ def assemble(client, shape, sharding: Sharding, arrays: Sequence[Array], copy_se
             and isinstance(arrays[0], PjrtArray) and arrays[0].sharding == sharding
             and arrays[0].shape == shape and copy_semantics != ArrayCopySemantics.ALWAYS_COPY):
         return arrays[0]
+    if _strings.is_string_call(arrays, "assemble") or (not arrays and dtype == _strings.STRING):
+        return _host.assemble(client, shape, sharding, arrays, copy_semantics, shard_semantics,
+                              dtype)
     if shard_semantics == ALL_SHARDS and not sharding.devices.is_fully_addressable:
         raise InvalidArgumentError(
             "SingleDeviceShardSemantics.ALL_SHARDS was requested, but the sharding has "
@@ -691,10 +701,12 @@ def _bitcast_executable(client, old_dtype, old_dims, new_dtype, new_dims, device
     return exe
 
 
-def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[PjrtArray]:
+def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics) -> list[Array]:
     arrays = _arrays_of(client, arrays, "copy_arrays arrays")
     if not arrays:
         return []
+    if _strings.is_string_call(arrays, "copy_arrays"):
+        return _host.copy_arrays(client, arrays, devices, memory_kind, semantics)
     semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     first = arrays[0].sharding
     for i, array in enumerate(arrays):
@@ -744,13 +756,14 @@ def copy_arrays(client, arrays: Sequence[Array], devices, memory_kind, semantics
     return out
 
 
-def _arrays_of(client: Any, arrays: Any, parameter: str) -> list[PjrtArray]:
-    """``arrays`` as a list, each checked to be an array of ``client``."""
+def _arrays_of(client: Any, arrays: Any, parameter: str) -> list[Any]:
+    """``arrays`` as a list, each checked to be an array of ``client`` (numeric, or a
+    host-held string array)."""
     if isinstance(arrays, (str, bytes, np.ndarray, Array)) or not hasattr(arrays, "__iter__"):
         raise invalid_argument(parameter, "a sequence of Arrays", arrays)
     arrays = list(arrays)
     for i, array in enumerate(arrays):
-        if not isinstance(array, PjrtArray):
+        if not isinstance(array, (PjrtArray, _strings.BasicStringArray)):
             raise invalid_argument(f"{parameter}[{i}]", "an Array of this client", array)
         if array.client is not client:
             raise InvalidArgumentError(f"{parameter}[{i}] is an array of another client")
@@ -762,7 +775,9 @@ def _canonical_kind(sharding: Sharding) -> MemoryKind:
     return sharding.memory_kind.canonicalize(devices[0]) if len(devices) else sharding.memory_kind
 
 
-def make_error_arrays(client, error: BaseException, specs: Sequence[ArraySpec]) -> list[PjrtArray]:
+def make_error_arrays(client, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
     if not isinstance(error, BaseException):
         raise InvalidArgumentError(f"make_error_arrays needs an exception, got {error!r}")
-    return [PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=error) for spec in specs]
+    return [_strings.make_error_array(client, error, spec) if spec.dtype == _strings.STRING
+            else PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=error)
+            for spec in specs]

@@ -11,6 +11,7 @@ from ifrtpy.backends.pjrt import array as _array
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import interop as _interop
 from ifrtpy.backends.pjrt import reshard as _reshard
+from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
@@ -172,6 +173,9 @@ class PjrtClient(Client):
 
     Thread-safe: the plugin is, and the client's own state is fixed at creation.
     """
+
+    #: The class of its STRING arrays, held on the host (see :mod:`.strings`).
+    host_array_type = BasicStringArray
 
     def __init__(self, handle):
         self._handle = handle

@@ -20,6 +20,7 @@ from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
@@ -446,6 +447,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         return DeviceList([device]), device
 
     def _check_argument(self, i: int, arg, param, sharding: Sharding) -> None:
+        if isinstance(arg, BasicStringArray):
+            raise UnimplementedError(
+                f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
         if not isinstance(arg, PjrtArray) or arg.client is not self._client:
             raise InvalidArgumentError(f"argument {i} of {self.name} is not an array of this client")
         if arg._error is not None:

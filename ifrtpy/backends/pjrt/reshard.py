@@ -17,13 +17,17 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.backends.pjrt.array import (
     PjrtArray, _device_memories, _host_domains,
 )
+from ifrtpy.backends.pjrt import strings as _strings
+from ifrtpy.backends.reference import array as _host
 from ifrtpy.errors import InvalidArgumentError, check_enum
 from ifrtpy.shape import IndexDomain
 
 
 def reshard_arrays(client, arrays: Sequence[Array], specs: Sequence[ArraySpec],
-                   semantics: ArrayCopySemantics) -> list[PjrtArray]:
+                   semantics: ArrayCopySemantics) -> list[Array]:
     arrays, specs = list(arrays), list(specs)
+    if _strings.is_string_call(arrays, "reshard_arrays"):
+        return list(_host.reshard_arrays(client, arrays, specs, semantics))
     semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     if len(arrays) != len(specs):
         raise InvalidArgumentError(f"reshard_arrays got {len(arrays)} arrays and {len(specs)} specs")

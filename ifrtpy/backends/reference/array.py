@@ -16,7 +16,7 @@ import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.device import DeviceList, MemoryKind
-from ifrtpy.dtypes import DType
+from ifrtpy.dtypes import DType, host_form
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
@@ -34,7 +34,8 @@ DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 
 class ReferenceArray(Array):
     """An array of a ReferenceClient: ``shards[i]`` is the data of the i-th addressable
-    shard of ``sharding`` (read-only NumPy arrays). Made by the client's operations."""
+    shard of ``sharding`` (read-only NumPy arrays; object arrays of ``str``/``bytes`` for
+    DType STRING). Made by the client's operations."""
 
     __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_shards", "_error", "_deleted",
                  "_lock", "__weakref__")
@@ -147,9 +148,9 @@ class ReferenceArray(Array):
         pieces = self._pieces()
         shards = self._take(ArrayCopySemantics(copy_semantics))
         if self._error is not None:  # each piece fails as this array does
-            return [ReferenceArray(self._client, self._dtype, Shape(shape), sharding, (),
+            return [type(self)(self._client, self._dtype, Shape(shape), sharding, (),
                                    self._error) for shape, sharding in pieces]
-        return [ReferenceArray(self._client, self._dtype, Shape(shape), sharding, (shard,))
+        return [type(self)(self._client, self._dtype, Shape(shape), sharding, (shard,))
                 for (shape, sharding), shard in zip(pieces, shards)]
 
     def fully_replicated_shard(self, copy_semantics=REUSE_INPUT):
@@ -162,7 +163,7 @@ class ReferenceArray(Array):
             raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
         shards = self._take(ArrayCopySemantics(copy_semantics))
         sharding = SingleDeviceSharding(devices[0], self._sharding.memory_kind)
-        return ReferenceArray(self._client, self._dtype, self._shape, sharding, shards[:1],
+        return type(self)(self._client, self._dtype, self._shape, sharding, shards[:1],
                               self._error)
 
     # -- host -----------------------------------------------------------------------------
@@ -174,6 +175,14 @@ class ReferenceArray(Array):
         out = self._host_buffer(out, byte_strides)
         np.copyto(out, global_value(self, shards))
         return Future.ready(out)
+
+
+def _new_array(client, dtype: DType, shape: Shape, sharding: Sharding, shards: tuple,
+               error: BaseException | None = None) -> ReferenceArray:
+    """A new array of ``client``: a ReferenceArray, or the subclass named by the client's
+    ``host_array_type`` (the PjRt backend keeps its STRING arrays with these operations)."""
+    return getattr(client, "host_array_type", ReferenceArray)(client, dtype, shape, sharding,
+                                                              shards, error)
 
 
 def _frozen(data: np.ndarray) -> np.ndarray:
@@ -284,7 +293,7 @@ def make_array_from_host_buffer(client, data, sharding, semantics, on_done, layo
         raise InvalidArgumentError(f"on_done must be callable, got {on_done!r}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
     _check_layout(layout, data.ndim)
-    dtype = DType.from_numpy(data.dtype)
+    data, dtype = host_form(data)
     shape = Shape(data.shape)
     _check_devices(client, sharding)
     if not sharding.devices.addressable_device_list():
@@ -292,7 +301,7 @@ def make_array_from_host_buffer(client, data, sharding, semantics, on_done, layo
     shards = split(data, sharding, shape)
     if layout is not None:
         shards = tuple(_frozen(_in_layout(shard, layout)) for shard in shards)
-    array = ReferenceArray(client, dtype, shape, sharding, shards)
+    array = _new_array(client, dtype, shape, sharding, shards)
     if on_done is not None:
         on_done()
     return array
@@ -306,7 +315,7 @@ def make_error_arrays(client, error, specs: Sequence[ArraySpec]) -> list[Referen
         if not isinstance(spec, ArraySpec):
             raise InvalidArgumentError(f"spec {i} is not an ArraySpec: {spec!r}")
         _check_devices(client, spec.sharding)
-    return [ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, (), error)
+    return [_new_array(client, spec.dtype, Shape(spec.shape), spec.sharding, (), error)
             for spec in specs]
 
 
@@ -362,8 +371,8 @@ def assemble(client, shape, sharding: Sharding, arrays, copy_semantics, shard_se
     error = next((a.error for a in arrays if a.error is not None), None)
     taken = [a._take(copy_semantics) for a in arrays]
     if error is not None:  # the result fails as its first failing input does
-        return ReferenceArray(client, dtype, shape, sharding, (), error)
-    return ReferenceArray(client, dtype, shape, sharding, tuple(t[0] for t in taken))
+        return _new_array(client, dtype, shape, sharding, (), error)
+    return _new_array(client, dtype, shape, sharding, tuple(t[0] for t in taken))
 
 
 def bitcast_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
@@ -380,13 +389,13 @@ def bitcast_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
         spec = plan.spec
         shards = plan.array._take(ArrayCopySemantics(semantics))
         if plan.array.error is not None:
-            out.append(ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, (),
+            out.append(_new_array(client, spec.dtype, Shape(spec.shape), spec.sharding, (),
                                       plan.array.error))
             continue
         np_dtype = spec.dtype.to_numpy()
         new = tuple(_frozen(np.ascontiguousarray(s).reshape(-1).view(np_dtype).reshape(dims))
                     for s, dims in zip(shards, plan.new_shards))
-        out.append(ReferenceArray(client, spec.dtype, Shape(spec.shape), spec.sharding, new))
+        out.append(_new_array(client, spec.dtype, Shape(spec.shape), spec.sharding, new))
     return out
 
 
@@ -427,12 +436,12 @@ def copy_arrays(client, arrays, devices, memory_kind, semantics) -> list[Referen
     for array, sharding in zip(arrays, targets):
         if array.error is not None:  # an error array's copy fails the same way
             array._take(semantics)
-            out.append(ReferenceArray(client, array.dtype, array.shape, sharding, (), array.error))
+            out.append(_new_array(client, array.dtype, array.shape, sharding, (), array.error))
             continue
         # Shard data is immutable, so the copy may share it unless ALWAYS_COPY asks for
         # new buffers (a virtual device's memory is just where the array says it is).
         shards = array._take(semantics)
-        out.append(ReferenceArray(client, array.dtype, array.shape, sharding, shards))
+        out.append(_new_array(client, array.dtype, array.shape, sharding, shards))
     return out
 
 
@@ -462,10 +471,10 @@ def reshard_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
     out = []
     for array, spec, value in zip(arrays, specs, values):
         if value is None:
-            out.append(ReferenceArray(client, spec.dtype, array.shape, spec.sharding, (),
+            out.append(_new_array(client, spec.dtype, array.shape, spec.sharding, (),
                                       array.error))
         else:
-            out.append(ReferenceArray(client, spec.dtype, array.shape, spec.sharding,
+            out.append(_new_array(client, spec.dtype, array.shape, spec.sharding,
                                       split(value, spec.sharding, array.shape)))
         if semantics == DONATE_INPUT:
             array._take(DONATE_INPUT)
@@ -473,5 +482,10 @@ def reshard_arrays(client, arrays, specs, semantics) -> list[ReferenceArray]:
 
 
 def check_is_array(client, array: Any, i: int) -> ReferenceArray:
-    """For the executable: ``array`` is a live array of ``client``."""
-    return _check_array(client, array, i)
+    """For the executable: ``array`` is an array of ``client`` of a dtype programs take
+    (UnimplementedError for STRING: XLA programs have no string type)."""
+    array = _check_array(client, array, i)
+    if array.dtype.kind == DType.Kind.STRING:
+        raise UnimplementedError(
+            f"argument {i} is a STRING array; XLA programs cannot take strings")
+    return array

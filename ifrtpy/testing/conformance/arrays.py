@@ -10,8 +10,8 @@ Import the tests into a backend's test module and provide a ``client`` fixture::
         return ifrt.get_client("pjrt", device_count=8)
 
 The common data is IFRT's: f32[2,3] holding 0..5 on addressable device 0 in the
-default memory kind. Not ported (no ifrtpy interface yet): user contexts and string
-arrays; those cases skip with the reason. The custom-layout cases use a
+default memory kind. Not ported (no ifrtpy interface yet): user contexts; those cases
+skip with the reason. String arrays hold ``str`` objects (IFRT's ``absl::Cord``). The custom-layout cases use a
 column-major ``ifrtpy.Layout`` and skip where the backend raises UnimplementedError.
 """
 
@@ -48,6 +48,7 @@ UNTIL_TRANSFER_COMPLETES = HostBufferSemantics.IMMUTABLE_UNTIL_TRANSFER_COMPLETE
 ZERO_COPY = HostBufferSemantics.IMMUTABLE_ZERO_COPY
 
 F32 = ifrt.DType.from_numpy(np.float32)
+STRING = ifrt.DType(ifrt.DType.Kind.STRING)
 SHAPE = Shape([2, 3])
 #: How long to wait for something asynchronous (an on_done callback) before failing.
 TIMEOUT_S = 10.0
@@ -352,12 +353,34 @@ def test_make_arrays_from_host_buffer_shards_with_layout(client):
 
 # -- strings, memory kinds, sub-byte types --------------------------------------------------
 
+def _strings(shape, start=0) -> np.ndarray:
+    """IFRT's string data: "string-k" for k = start, start + 1, ... (an object array)."""
+    values = [f"string-{k}" for k in range(start, start + int(np.prod(shape)))]
+    return np.array(values, dtype=object).reshape(shape)
+
+
 def test_make_array_from_host_buffer_and_copy_to_host_buffer_with_string(client):
-    pytest.skip("not ported: ifrtpy DType STRING has no host (NumPy) form yet")
+    data = _strings((2, 3))
+    sharding = SingleDeviceSharding(client.addressable_devices()[0])
+    array = _make(client, data, sharding)
+    assert array.dtype == STRING and array.shape == SHAPE
+    assert array.sharding is sharding
+    result = _host(array)
+    assert result.dtype == np.dtype(object) and result.shape == (2, 3)
+    assert result.tolist() == data.tolist()
 
 
 def test_make_arrays_from_host_buffer_shards_and_copy_to_host_buffer_with_string(client):
-    pytest.skip("not ported: ifrtpy DType STRING has no host (NumPy) form yet")
+    devices = _devices(client, 2)
+    sharding = _two_way_split(devices)
+    top, bottom = _strings((1, 3)), _strings((1, 3), start=3)
+    spec = ArraySpec(STRING, Shape([2, 3]), sharding)
+    with _skip_if_unimplemented():
+        (array,) = client.make_arrays_from_host_buffer_shards(
+            [HostBufferShards([([0], top), ([1], bottom)], spec)], ONLY_DURING_CALL)
+    assert array.dtype == STRING and array.shape == SHAPE and array.sharding is sharding
+    _assert_per_shard_data(array, STRING, [1, 3], [top, bottom], devices)
+    assert _host(array).tolist() == _strings((2, 3)).tolist()
 
 
 def test_host_buffer_round_trip_all_memory_kinds(client):
