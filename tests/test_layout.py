@@ -132,3 +132,116 @@ def test_cpu_plugin_reports_a_column_major_layout_but_keeps_row_major_memory():
                                       None, 0, ((1, 0), ((8, 128),)))
     with pytest.raises(errors.InvalidArgumentError, match="permutation"):
         _pjrt.buffer_from_host_buffer(handle, x, handle.devices[0], None, 0, ((0, 0), ()))
+
+
+# -- layouts in CompileOptions and of executables ------------------------------------------
+
+TWO_OUT = """
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<f32>) -> (tensor<2x3xf32>, tensor<3x2xf32>) {
+  %0 = stablehlo.add %a, %a : tensor<2x3xf32>
+  %1 = stablehlo.transpose %a, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return %0, %1 : tensor<2x3xf32>, tensor<3x2xf32>
+}"""
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(argument_layouts=Layout.row_major(2)), r"argument_layouts must be a sequence"),
+    (dict(result_layouts="{1,0}"), r"result_layouts must be a sequence"),
+    (dict(result_layouts=[None, (1, 0)]), r"result_layouts\[1\] must be a Layout or None"),
+])
+def test_compile_options_refuse_what_is_not_a_layout(fields, match):
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        ifrt.CompileOptions(**fields)
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(argument_layouts=[None]), r"argument_layouts has 1 layouts, the program has 2 parameters"),
+    (dict(result_layouts=[None, None, None]), r"result_layouts has 3 layouts, the program has 2 results"),
+    (dict(argument_layouts=[Layout.row_major(2), Layout.row_major(1)]),
+     r"argument_layouts\[1\] is \{0\} of rank 1, but parameter 1 \(f32\[\]\) has rank 0"),
+    (dict(result_layouts=[None, Layout.row_major(3)]),
+     r"result_layouts\[1\] is \{2,1,0\} of rank 3, but result 1 \(f32\[3, 2\]\) has rank 2"),
+])
+def test_compile_layouts_must_fit_the_program(client, fields, match):
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        client.compile(TWO_OUT, ifrt.CompileOptions(**fields))
+
+
+def test_executables_report_default_layouts(client):
+    executable = client.compile(TWO_OUT)
+    assert executable.parameter_layouts() == [Layout.row_major(2), Layout.row_major(0)]
+    assert executable.output_layouts() == [Layout.row_major(2), Layout.row_major(2)]
+    explicit = client.compile(TWO_OUT, ifrt.CompileOptions(
+        argument_layouts=[Layout.row_major(2), None], result_layouts=[None, Layout.row_major(2)]))
+    assert explicit.output_layouts() == executable.output_layouts()
+
+
+def _run_two_out(client, executable):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    sharding = ifrt.SingleDeviceSharding(client.devices()[0])
+    args = [client.make_array_from_host_buffer(x, sharding),
+            client.make_array_from_host_buffer(np.float32(1), sharding)]
+    return x, executable.execute(args).outputs
+
+
+@pytest.mark.parametrize("result_layouts", [[Layout.column_major(2), None],
+                                            [None, Layout.column_major(2)]])
+def test_reference_result_layout_law(result_layouts):
+    """The outputs hold the values NumPy computes, their memory in the compiled order."""
+    client = ifrt.get_client("reference", device_count=2)
+    executable = client.compile(TWO_OUT, ifrt.CompileOptions(result_layouts=result_layouts))
+    expected = [lay or Layout.row_major(2) for lay in result_layouts]
+    assert executable.output_layouts() == expected
+    x, outputs = _run_two_out(client, executable)
+    for out, want, layout in zip(outputs, [x + x, x.T], expected):
+        assert out.layout == layout
+        np.testing.assert_array_equal(np.asarray(out), want)
+        order = "F" if layout == Layout.column_major(2) else "C"
+        np.testing.assert_array_equal(out.shards[0].ravel(order="K"), want.ravel(order=order))
+
+
+@pytest.mark.parametrize("fields", [dict(argument_layouts=[Layout.column_major(2), None]),
+                                    dict(result_layouts=[None, Layout.column_major(2)])])
+def test_pjrt_cpu_refuses_column_major_compile_layouts(fields):
+    client = ifrt.get_client("cpu", cpu_device_count=1)
+    with pytest.raises(errors.UnimplementedError, match=r"\{0,1\} \(f32\[.*CPU platform"):
+        client.compile(TWO_OUT, ifrt.CompileOptions(**fields))
+
+
+def test_tiled_compile_layouts_are_refused():
+    client = ifrt.get_client("cpu", cpu_device_count=1)
+    tiled = Layout((1, 0), ((8, 128),))
+    with pytest.raises(errors.UnimplementedError, match="cannot be tiled"):
+        client.compile(TWO_OUT, ifrt.CompileOptions(result_layouts=[tiled, None]))
+
+
+def test_cpu_plugin_compiles_a_column_major_result_but_copies_it_out_row_major():
+    """Why the PjRt backend refuses non-default compile layouts on CPU: given a column-major
+    result layout, the plugin compiles it (the executable and the output report {0,1}) but
+    the host copy hands out the memory as if row-major, so the values come out wrong. If a
+    plugin version fixes this, this test fails and the refusal can go."""
+    from jaxlib import xla_client
+
+    from ifrtpy.backends.pjrt import executable as pjrt_executable
+    from ifrtpy.program import HloProgram
+
+    client = ifrt.get_client("cpu", cpu_device_count=1)
+    program = HloProgram(TWO_OUT)
+    proto = xla_client.CompileOptions()
+    proto.executable_build_options.num_replicas = proto.executable_build_options.num_partitions = 1
+    f32 = np.dtype(np.float32)
+    proto.argument_layouts = [xla_client.Shape.array_shape(f32, (2, 3), (1, 0)),
+                              xla_client.Shape.array_shape(f32, (), ())]
+    proto.executable_build_options.result_layout = xla_client.Shape.tuple_shape([
+        xla_client.Shape.array_shape(f32, (2, 3), (0, 1)),
+        xla_client.Shape.array_shape(f32, (3, 2), (1, 0))])
+    handle = pjrt_executable._compile(client, program, None, proto.SerializeAsString())
+    executable = pjrt_executable.PjrtLoadedExecutable(client, handle, program,
+                                                      ifrt.DeviceList(client.devices()[:1]))
+    assert executable.output_layouts() == [Layout.column_major(2), Layout.row_major(2)]
+    x, (doubled, transposed) = _run_two_out(client, executable)
+    assert doubled.layout == Layout.column_major(2)
+    got = np.asarray(doubled)
+    assert not np.array_equal(got, x + x)                               # silently wrong ...
+    np.testing.assert_array_equal(got.ravel(), (x + x).ravel(order="F"))  # ... memory as is
+    np.testing.assert_array_equal(np.asarray(transposed), x.T)
