@@ -13,9 +13,9 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
+from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
-from ifrtpy.layout import Layout
 
 if TYPE_CHECKING:
     from ifrtpy.array import Array

@@ -220,11 +220,11 @@ def test_cpu_plugin_compiles_a_column_major_result_but_copies_it_out_row_major()
     result layout, the plugin compiles it (the executable and the output report {0,1}) but
     the host copy hands out the memory as if row-major, so the values come out wrong. If a
     plugin version fixes this, this test fails and the refusal can go."""
-    from jaxlib import xla_client
-
+    from ifrtpy import _jaxlib
     from ifrtpy.backends.pjrt import executable as pjrt_executable
     from ifrtpy.program import HloProgram
 
+    xla_client = _jaxlib.xla_client()
     client = ifrt.get_client("cpu", cpu_device_count=1)
     program = HloProgram(TWO_OUT)
     proto = xla_client.CompileOptions()

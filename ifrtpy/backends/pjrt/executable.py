@@ -57,17 +57,17 @@ def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: 
         ids = np.array([d.id for d in devices]).reshape(options.num_replicas, options.num_partitions)
         build.device_assignment = xla_client.DeviceAssignment.create(ids)
     proto.compile_portable_executable = options.compile_portable_executable
+    if argument_layouts is not None or result_layouts is not None:
+        # Both are set: XLA drops a result layout that comes without argument layouts.
+        proto.argument_layouts = _layout_shapes(program.parameters, argument_layouts, platform)
+        results = _layout_shapes(program.results, result_layouts, platform)
+        build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
     for name, value in options.debug_options.items():
         if not hasattr(build.debug_options, name):
             raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
         setattr(build.debug_options, name, value)
     if options.env_option_overrides:
         proto.env_option_overrides = list(options.env_option_overrides.items())
-    if argument_layouts is not None or result_layouts is not None:
-        # Both are set: XLA drops a result layout that comes without argument layouts.
-        proto.argument_layouts = _layout_shapes(program.parameters, argument_layouts, platform)
-        results = _layout_shapes(program.results, result_layouts, platform)
-        build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
     return proto.SerializeAsString()
 
 
