@@ -85,6 +85,19 @@ def test_column_major_host_copy(client):
     np.testing.assert_array_equal(out, x)
 
 
+@pytest.mark.parametrize("minor_to_major", list(itertools.permutations(range(3))))
+def test_host_copy_into_any_dense_layout(client, minor_to_major):
+    """copy_to_host_buffer(out) fills an ``out`` whose strides are a layout's."""
+    layout = Layout(minor_to_major)
+    x = np.arange(2 * 3 * 4, dtype=np.int32).reshape(2, 3, 4)
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]))
+    major_to_minor = minor_to_major[::-1]
+    out = np.empty([x.shape[d] for d in major_to_minor], x.dtype).transpose(np.argsort(major_to_minor))
+    assert out.strides == layout.byte_strides(x.shape, x.itemsize)
+    assert a.copy_to_host_buffer(out).result() is out
+    np.testing.assert_array_equal(out, x)
+
+
 # -- laws against NumPy where the backend places a device layout ---------------------------
 
 @pytest.mark.parametrize("minor_to_major", list(itertools.permutations(range(3))))
