@@ -213,6 +213,19 @@ def test_reference_result_layout_law(result_layouts):
         np.testing.assert_array_equal(out.shards[0].ravel(order="K"), want.ravel(order=order))
 
 
+def test_reference_layouts_survive_serialization():
+    client = ifrt.get_client("reference", device_count=2)
+    options = ifrt.CompileOptions(argument_layouts=[Layout.column_major(2), None],
+                                  result_layouts=[None, Layout.column_major(2)])
+    executable = client.compile(TWO_OUT, options)
+    loaded = client.deserialize_executable(executable.serialize())
+    assert loaded.parameter_layouts() == executable.parameter_layouts()
+    assert loaded.output_layouts() == [Layout.row_major(2), Layout.column_major(2)]
+    x, (_, transposed) = _run_two_out(client, loaded)
+    assert transposed.layout == Layout.column_major(2)
+    np.testing.assert_array_equal(np.asarray(transposed), x.T)
+
+
 @pytest.mark.parametrize("fields", [dict(argument_layouts=[Layout.column_major(2), None]),
                                     dict(result_layouts=[None, Layout.column_major(2)])])
 def test_pjrt_cpu_refuses_column_major_compile_layouts(fields):

@@ -17,6 +17,7 @@ sharding. It is synchronous: the outputs are ready when ``execute`` returns.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -420,16 +421,31 @@ def compile_program(client, program: Any, options: CompileOptions | None
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None
                            ) -> ReferenceLoadedExecutable:
-    text, device_ids, _ = _serialized.unpack(_MAGIC, data, "reference-backend executable")
+    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "reference-backend executable")
     program = HloProgram(text)
+    layouts = _stored_layouts(payload)
     if options is not None and (options.devices is not None or options.compile_portable_executable):
+        if options.argument_layouts is None and options.result_layouts is None:
+            options = dataclasses.replace(options, **layouts)
         return compile_program(client, program, options)
     if device_ids is None:
-        options = CompileOptions(compile_portable_executable=True)
+        options = CompileOptions(compile_portable_executable=True, **layouts)
     else:
         devices = DeviceList([client.lookup_device(i) for i in device_ids])
-        options = CompileOptions(devices=devices, num_partitions=len(devices))
+        options = CompileOptions(devices=devices, num_partitions=len(devices), **layouts)
     return compile_program(client, program, options)
+
+
+def _stored_layouts(payload: bytes) -> dict[str, list[Layout]]:
+    """The compiled layouts ``serialize`` stored (none in bytes written before layouts)."""
+    if not payload:
+        return {}
+    try:
+        stored = json.loads(payload)
+        return {name: [Layout(m2m) for m2m in stored[name]]
+                for name in ("argument_layouts", "result_layouts")}
+    except (ValueError, TypeError, KeyError, InvalidArgumentError) as e:
+        raise InvalidArgumentError(f"corrupt serialized executable: its layouts: {e}") from None
 
 
 class ReferenceCompiler(Compiler):
@@ -532,7 +548,10 @@ class ReferenceLoadedExecutable(LoadedExecutable):
 
     def serialize(self) -> bytes:
         ids = None if self._devices is None else [d.id for d in self._devices]
-        return _serialized.pack(_MAGIC, self._program.text, ids)
+        layouts = json.dumps({
+            "argument_layouts": [layout.minor_to_major for layout in self._parameter_layouts],
+            "result_layouts": [layout.minor_to_major for layout in self._output_layouts]})
+        return _serialized.pack(_MAGIC, self._program.text, ids, layouts.encode())
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         args, outs = _nbytes(self._program.parameters), _nbytes(self._program.results)
