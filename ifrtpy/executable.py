@@ -10,9 +10,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
+from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ifrtpy.device import Device
     from ifrtpy.dtypes import DType
     from ifrtpy.future import Future
+    from ifrtpy.program import TensorType
     from ifrtpy.shape import Shape
     from ifrtpy.sharding import Sharding
 
@@ -80,6 +82,10 @@ class CompileOptions:
     str/bool/int/float values. ``compilation_cache_dir`` is this compile's persistent
     compilation cache: a directory, False for none, None for the configured one (see
     :mod:`ifrtpy.compilation_cache`); it does not change the executable.
+    ``argument_layouts`` / ``result_layouts`` give the device layout of each parameter /
+    result (None: all default; a None entry: that one default, row-major), one per
+    parameter / result of the program, each of its rank (checked at compile); see
+    docs/layouts.md for which backends place them.
     """
 
     devices: DeviceList | None = None
@@ -91,9 +97,13 @@ class CompileOptions:
     debug_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     env_option_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     compilation_cache_dir: str | os.PathLike[str] | bool | None = None
+    argument_layouts: Sequence[Layout | None] | None = None
+    result_layouts: Sequence[Layout | None] | None = None
 
     def __post_init__(self) -> None:
         owner = "CompileOptions"
+        for name in ("argument_layouts", "result_layouts"):
+            object.__setattr__(self, name, _check_layouts(owner, name, getattr(self, name)))
         cache = self.compilation_cache_dir
         if not (cache is None or cache is False or isinstance(cache, (str, os.PathLike))):
             raise InvalidArgumentError(
@@ -139,6 +149,44 @@ class CompileOptions:
             cached = hash(tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self)))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+
+def _check_layouts(owner: str, name: str, layouts: Any) -> tuple[Layout | None, ...] | None:
+    if layouts is None:
+        return None
+    if isinstance(layouts, (str, bytes, Layout)) or not isinstance(layouts, Sequence):
+        raise InvalidArgumentError(
+            f"{owner}.{name} must be a sequence of Layout or None, got {layouts!r}")
+    for i, layout in enumerate(layouts):
+        if not (layout is None or isinstance(layout, Layout)):
+            raise InvalidArgumentError(
+                f"{owner}.{name}[{i}] must be a Layout or None, got {layout!r}")
+    return tuple(layouts)
+
+
+def program_layouts(options: CompileOptions, parameters: Sequence[TensorType],
+                    results: Sequence[TensorType]
+                    ) -> tuple[Sequence[Layout | None] | None, Sequence[Layout | None] | None]:
+    """``options``' argument and result layouts, checked against the program's
+    ``parameters`` and ``results``: one layout per value, of its rank (InvalidArgumentError
+    naming the index, the rank and what it got)."""
+    checked = []
+    for name, values, layouts in (("argument_layouts", parameters, options.argument_layouts),
+                                  ("result_layouts", results, options.result_layouts)):
+        if layouts is not None:
+            what = "parameters" if name == "argument_layouts" else "results"
+            if len(layouts) != len(values):
+                raise InvalidArgumentError(
+                    f"CompileOptions.{name} has {len(layouts)} layouts, the program has "
+                    f"{len(values)} {what}")
+            for i, (layout, value) in enumerate(zip(layouts, values)):
+                rank = len(value.shape.dims)
+                if layout is not None and layout.rank != rank:
+                    raise InvalidArgumentError(
+                        f"CompileOptions.{name}[{i}] is {layout} of rank {layout.rank}, but "
+                        f"{what[:-1]} {i} ({value}) has rank {rank}")
+        checked.append(layouts)
+    return checked[0], checked[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,6 +337,16 @@ class LoadedExecutable(abc.ABC):
         """The compiled program as human-readable text, or with ``optimized`` what the
         compiler made of it; UnimplementedError where unknown."""
         raise UnimplementedError(f"{type(self).__name__} has no program text")
+
+    def parameter_layouts(self) -> list[Layout]:
+        """The device layout each argument must have, as compiled; UnimplementedError
+        where the backend cannot tell."""
+        raise UnimplementedError(f"{type(self).__name__} does not report parameter layouts")
+
+    def output_layouts(self) -> list[Layout]:
+        """The device layout of each output, as compiled; UnimplementedError where the
+        backend cannot tell."""
+        raise UnimplementedError(f"{type(self).__name__} does not report output layouts")
 
     def hlo_modules(self) -> list[Any]:
         """The optimized HLO modules the compiler produced (jaxlib ``HloModule`` objects:

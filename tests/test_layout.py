@@ -85,6 +85,19 @@ def test_column_major_host_copy(client):
     np.testing.assert_array_equal(out, x)
 
 
+@pytest.mark.parametrize("minor_to_major", list(itertools.permutations(range(3))))
+def test_host_copy_into_any_dense_layout(client, minor_to_major):
+    """copy_to_host_buffer(out) fills an ``out`` whose strides are a layout's."""
+    layout = Layout(minor_to_major)
+    x = np.arange(2 * 3 * 4, dtype=np.int32).reshape(2, 3, 4)
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]))
+    major_to_minor = minor_to_major[::-1]
+    out = np.empty([x.shape[d] for d in major_to_minor], x.dtype).transpose(np.argsort(major_to_minor))
+    assert out.strides == layout.byte_strides(x.shape, x.itemsize)
+    assert a.copy_to_host_buffer(out).result() is out
+    np.testing.assert_array_equal(out, x)
+
+
 # -- laws against NumPy where the backend places a device layout ---------------------------
 
 @pytest.mark.parametrize("minor_to_major", list(itertools.permutations(range(3))))
@@ -132,3 +145,153 @@ def test_cpu_plugin_reports_a_column_major_layout_but_keeps_row_major_memory():
                                       None, 0, ((1, 0), ((8, 128),)))
     with pytest.raises(errors.InvalidArgumentError, match="permutation"):
         _pjrt.buffer_from_host_buffer(handle, x, handle.devices[0], None, 0, ((0, 0), ()))
+
+
+# -- layouts in CompileOptions and of executables ------------------------------------------
+
+TWO_OUT = """
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<f32>) -> (tensor<2x3xf32>, tensor<3x2xf32>) {
+  %0 = stablehlo.add %a, %a : tensor<2x3xf32>
+  %1 = stablehlo.transpose %a, dims = [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return %0, %1 : tensor<2x3xf32>, tensor<3x2xf32>
+}"""
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(argument_layouts=Layout.row_major(2)), r"argument_layouts must be a sequence"),
+    (dict(result_layouts="{1,0}"), r"result_layouts must be a sequence"),
+    (dict(result_layouts=[None, (1, 0)]), r"result_layouts\[1\] must be a Layout or None"),
+])
+def test_compile_options_refuse_what_is_not_a_layout(fields, match):
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        ifrt.CompileOptions(**fields)
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(argument_layouts=[None]), r"argument_layouts has 1 layouts, the program has 2 parameters"),
+    (dict(result_layouts=[None, None, None]), r"result_layouts has 3 layouts, the program has 2 results"),
+    (dict(argument_layouts=[Layout.row_major(2), Layout.row_major(1)]),
+     r"argument_layouts\[1\] is \{0\} of rank 1, but parameter 1 \(f32\[\]\) has rank 0"),
+    (dict(result_layouts=[None, Layout.row_major(3)]),
+     r"result_layouts\[1\] is \{2,1,0\} of rank 3, but result 1 \(f32\[3, 2\]\) has rank 2"),
+])
+def test_compile_layouts_must_fit_the_program(client, fields, match):
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        client.compile(TWO_OUT, ifrt.CompileOptions(**fields))
+
+
+def test_executables_report_default_layouts(client):
+    executable = client.compile(TWO_OUT)
+    assert executable.parameter_layouts() == [Layout.row_major(2), Layout.row_major(0)]
+    assert executable.output_layouts() == [Layout.row_major(2), Layout.row_major(2)]
+    explicit = client.compile(TWO_OUT, ifrt.CompileOptions(
+        argument_layouts=[Layout.row_major(2), None], result_layouts=[None, Layout.row_major(2)]))
+    assert explicit.output_layouts() == executable.output_layouts()
+
+
+def _run_two_out(client, executable):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    sharding = ifrt.SingleDeviceSharding(client.devices()[0])
+    args = [client.make_array_from_host_buffer(x, sharding),
+            client.make_array_from_host_buffer(np.float32(1), sharding)]
+    return x, executable.execute(args).outputs
+
+
+@pytest.mark.parametrize("result_layouts", [[Layout.column_major(2), None],
+                                            [None, Layout.column_major(2)]])
+def test_reference_result_layout_law(result_layouts):
+    """The outputs hold the values NumPy computes, their memory in the compiled order."""
+    client = ifrt.get_client("reference", device_count=2)
+    executable = client.compile(TWO_OUT, ifrt.CompileOptions(result_layouts=result_layouts))
+    expected = [lay or Layout.row_major(2) for lay in result_layouts]
+    assert executable.output_layouts() == expected
+    x, outputs = _run_two_out(client, executable)
+    for out, want, layout in zip(outputs, [x + x, x.T], expected):
+        assert out.layout == layout
+        np.testing.assert_array_equal(np.asarray(out), want)
+        order = "F" if layout == Layout.column_major(2) else "C"
+        np.testing.assert_array_equal(out.shards[0].ravel(order="K"), want.ravel(order=order))
+
+
+def test_reference_layouts_survive_serialization():
+    client = ifrt.get_client("reference", device_count=2)
+    options = ifrt.CompileOptions(argument_layouts=[Layout.column_major(2), None],
+                                  result_layouts=[None, Layout.column_major(2)])
+    executable = client.compile(TWO_OUT, options)
+    loaded = client.deserialize_executable(executable.serialize())
+    assert loaded.parameter_layouts() == executable.parameter_layouts()
+    assert loaded.output_layouts() == [Layout.row_major(2), Layout.column_major(2)]
+    x, (_, transposed) = _run_two_out(client, loaded)
+    assert transposed.layout == Layout.column_major(2)
+    np.testing.assert_array_equal(np.asarray(transposed), x.T)
+
+
+@pytest.mark.parametrize("fields", [dict(argument_layouts=[Layout.column_major(2), None]),
+                                    dict(result_layouts=[None, Layout.column_major(2)])])
+def test_pjrt_cpu_refuses_column_major_compile_layouts(fields):
+    client = ifrt.get_client("cpu", cpu_device_count=1)
+    with pytest.raises(errors.UnimplementedError, match=r"\{0,1\} \(f32\[.*CPU platform"):
+        client.compile(TWO_OUT, ifrt.CompileOptions(**fields))
+
+
+def test_tiled_compile_layouts_are_refused():
+    client = ifrt.get_client("cpu", cpu_device_count=1)
+    tiled = Layout((1, 0), ((8, 128),))
+    with pytest.raises(errors.UnimplementedError, match="cannot be tiled"):
+        client.compile(TWO_OUT, ifrt.CompileOptions(result_layouts=[tiled, None]))
+
+
+def test_cpu_plugin_compiles_a_column_major_result_but_copies_it_out_row_major():
+    """Why the PjRt backend refuses non-default compile layouts on CPU: given a column-major
+    result layout, the plugin compiles it (the executable and the output report {0,1}) but
+    the host copy hands out the memory as if row-major, so the values come out wrong. If a
+    plugin version fixes this, this test fails and the refusal can go."""
+    from ifrtpy import _jaxlib
+    from ifrtpy.backends.pjrt import executable as pjrt_executable
+    from ifrtpy.program import HloProgram
+
+    xla_client = _jaxlib.xla_client()
+    client = ifrt.get_client("cpu", cpu_device_count=1)
+    program = HloProgram(TWO_OUT)
+    proto = xla_client.CompileOptions()
+    proto.executable_build_options.num_replicas = proto.executable_build_options.num_partitions = 1
+    f32 = np.dtype(np.float32)
+    proto.argument_layouts = [xla_client.Shape.array_shape(f32, (2, 3), (1, 0)),
+                              xla_client.Shape.array_shape(f32, (), ())]
+    proto.executable_build_options.result_layout = xla_client.Shape.tuple_shape([
+        xla_client.Shape.array_shape(f32, (2, 3), (0, 1)),
+        xla_client.Shape.array_shape(f32, (3, 2), (1, 0))])
+    handle = pjrt_executable._compile(client, program, None, proto.SerializeAsString())
+    executable = pjrt_executable.PjrtLoadedExecutable(client, handle, program,
+                                                      ifrt.DeviceList(client.devices()[:1]))
+    assert executable.output_layouts() == [Layout.column_major(2), Layout.row_major(2)]
+    x, (doubled, transposed) = _run_two_out(client, executable)
+    assert doubled.layout == Layout.column_major(2)
+    got = np.asarray(doubled)
+    assert not np.array_equal(got, x + x)                               # silently wrong ...
+    np.testing.assert_array_equal(got.ravel(), (x + x).ravel(order="F"))  # ... memory as is
+    np.testing.assert_array_equal(np.asarray(transposed), x.T)
+
+
+def test_a_plugin_that_places_layouts_checks_argument_order_on_every_call():
+    # On CUDA an argument in another memory order than its parameter would be read wrongly
+    # (PJRT compares byte sizes only). The CPU plugin stands in for such a plugin here: the
+    # check runs when the client is not a host platform, and the parameter's order is set.
+    client = ifrt.get_client("pjrt", device_count=2)
+    executable = client.compile(TWO_OUT)
+    x, outputs = _run_two_out(client, executable)
+    assert executable._accepted is not None  # the CPU platform: later calls take the C path
+    client._host_platform = False
+    try:
+        executable = client.compile(ifrt.HloProgram(TWO_OUT), ifrt.CompileOptions(
+            compilation_cache_dir=False, argument_layouts=[Layout.row_major(2), None]))
+        x, outputs = _run_two_out(client, executable)  # row-major argument: accepted
+        np.testing.assert_array_equal(np.asarray(outputs[0]), x + x)
+        assert executable._accepted is None  # every call is checked
+        executable._parameter_orders = [(0, 1), ()]  # as if compiled column-major
+        with pytest.raises(errors.InvalidArgumentError,
+                           match=r"argument 0 of main is in device layout \{1,0\}, the program's "
+                                 r"parameter 0 takes minor-to-major order \(0, 1\)"):
+            _run_two_out(client, executable)
+    finally:
+        client._host_platform = True

@@ -18,7 +18,7 @@ from ifrtpy import _jaxlib
 from ifrtpy.backends.jax.array import (
     JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
 )
-from ifrtpy.backends.pjrt.executable import _same_domains, _xla_compile_options
+from ifrtpy.backends.pjrt.executable import _same_domains, _xla_compile_options, module_layouts
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -27,6 +27,7 @@ from ifrtpy.executable import (
 )
 from ifrtpy.future import Future, join_futures
 from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 
@@ -57,7 +58,8 @@ def compile_program(client: Any, program: Any, options: CompileOptions | None
     program = program if isinstance(program, HloProgram) else HloProgram(program)
     options = options if options is not None else CompileOptions()
     devices = _devices_of(client, options)
-    proto = _jaxlib.compile_options(_xla_compile_options(options, program, devices))
+    proto = _jaxlib.compile_options(_xla_compile_options(options, program, devices,
+                                                             client.platform_name))
     jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
     handle = call_jax(client.runtime.compile_and_load, program.text, jax_devices, proto)
     return JaxLoadedExecutable(client, handle, program, devices)
@@ -189,6 +191,14 @@ class JaxLoadedExecutable(LoadedExecutable):
         if not optimized:
             return self._program.text
         return "\n".join(module.to_string() for module in self.hlo_modules())
+
+    def parameter_layouts(self) -> list[Layout]:
+        """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
+        return module_layouts(self.hlo_modules()[0])[0]
+
+    def output_layouts(self) -> list[Layout]:
+        """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
+        return module_layouts(self.hlo_modules()[0])[1]
 
     def hlo_modules(self) -> list[Any]:
         """The optimized HLO modules (``jaxlib`` HloModule objects) of jaxlib's executable;

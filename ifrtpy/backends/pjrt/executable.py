@@ -30,9 +30,11 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
+    program_layouts,
 )
 from ifrtpy.hlo_sharding import HloSharding
-from ifrtpy.program import HloProgram, stablehlo_version
+from ifrtpy.layout import Layout
+from ifrtpy.program import HloProgram, TensorType, stablehlo_version
 from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
@@ -40,9 +42,11 @@ MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
-def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: DeviceList | None) -> bytes:
+def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: DeviceList | None,
+                         platform: str) -> bytes:
     """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
     xla_client = _jaxlib.xla_client()
+    argument_layouts, result_layouts = program_layouts(options, program.parameters, program.results)
 
     proto = xla_client.CompileOptions()
     build = proto.executable_build_options
@@ -56,6 +60,11 @@ def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: 
         ids = np.array([d.id for d in devices]).reshape(options.num_replicas, options.num_partitions)
         build.device_assignment = xla_client.DeviceAssignment.create(ids)
     proto.compile_portable_executable = options.compile_portable_executable
+    if argument_layouts is not None or result_layouts is not None:
+        # Both are set: XLA drops a result layout that comes without argument layouts.
+        proto.argument_layouts = _layout_shapes(program.parameters, argument_layouts, platform)
+        results = _layout_shapes(program.results, result_layouts, platform)
+        build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
     for name, value in options.debug_options.items():
         if not hasattr(build.debug_options, name):
             raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
@@ -73,6 +82,32 @@ def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: 
                                    "XLA flag names with str, bool, int or float values",
                                    options.env_option_overrides) from None
     return proto.SerializeAsString()
+
+
+def _layout_shapes(values: Sequence[TensorType], layouts: Sequence[Layout | None] | None,
+                   platform: str) -> list:
+    """jaxlib Shapes of ``values`` in ``layouts`` (row-major where None).
+
+    UnimplementedError for a tiled layout (a jaxlib Shape takes only the dimension order)
+    and, on the CPU platform, for any layout but row-major: the CPU plugin compiles a
+    column-major parameter or result but reads and writes host buffers in row-major order,
+    so the values would come out transposed (measured on PJRT 0.81, tests/test_layout.py).
+    """
+    xla_client = _jaxlib.xla_client()
+    shapes = []
+    for i, value in enumerate(values):
+        rank = len(value.shape.dims)
+        layout = layouts[i] if layouts is not None and layouts[i] is not None else Layout.row_major(rank)
+        if layout.tiles:
+            raise UnimplementedError(f"a compile layout cannot be tiled, got {layout} for {value}")
+        if platform == "cpu" and layout != Layout.row_major(rank):
+            raise UnimplementedError(
+                f"cannot compile for layout {layout} ({value}) on the CPU platform: XLA's CPU "
+                f"client reads and writes host buffers in row-major order whatever the "
+                f"compiled layout, so the values would be transposed")
+        shapes.append(xla_client.Shape.array_shape(value.dtype.to_numpy(), tuple(value.shape.dims),
+                                                   layout.minor_to_major))
+    return shapes
 
 
 def compile_program(client, program: Any, options: CompileOptions | None) -> PjrtLoadedExecutable:
@@ -100,7 +135,7 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
             raise InvalidArgumentError(
                 f"the program needs {count} devices, the client has {len(available)} addressable")
         devices = DeviceList(available[:count])
-    compile_options = _xla_compile_options(options, program, devices)
+    compile_options = _xla_compile_options(options, program, devices, client.platform_name)
     target = client.plugin.attributes.get("stablehlo_current_version")
     cache = compilation_cache.cache_for(options.compilation_cache_dir)
     if cache is None:
@@ -207,6 +242,20 @@ def _optimized_module(handle):
     return HloModule.from_serialized_hlo_module_proto(code)
 
 
+def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
+    """The parameter and result layouts of a jaxlib HloModule's entry computation (read
+    through jaxlib's XlaComputation program shape)."""
+    shape = _jaxlib.xla_client().XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
+    result = shape.result_shape()
+    results = result.tuple_shapes() if result.is_tuple() else [result]
+    return [_layout_of(s) for s in shape.parameter_shapes()], [_layout_of(s) for s in results]
+
+
+def _layout_of(shape: Any) -> Layout:
+    layout = shape.layout()
+    return Layout(layout.minor_to_major(), layout.tiling())
+
+
 def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
     """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
     module = _optimized_module(handle)
@@ -271,6 +320,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._array_type = PjrtArray
         self._donated = frozenset(program.donated_inputs)
         self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
+        self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
 
@@ -329,6 +379,14 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
     def donatable_input_indices(self) -> frozenset[int]:
         return self._program.donated_inputs
+
+    def parameter_layouts(self) -> list[Layout]:
+        """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
+        return module_layouts(self.hlo_modules()[0])[0]
+
+    def output_layouts(self) -> list[Layout]:
+        """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
+        return module_layouts(self.hlo_modules()[0])[1]
 
     @property
     def fingerprint(self) -> str | None:
@@ -425,8 +483,32 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
                 f"{self.name} takes {len(params)} arguments, got {len(args)}")
         for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
             self._check_argument(i, arg, param, sharding)
-        if self._devices is not None:
+        if not self._client._host_platform:
+            # A plugin that places device layouts (CUDA) compares only byte sizes: an
+            # argument in another memory order than the parameter would be read wrongly.
+            # Layouts are checked on every call, so no call takes the unchecked C path.
+            self._check_layouts(args)
+        elif self._devices is not None:
             self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
+
+    def _check_layouts(self, args: Sequence[Array]) -> None:
+        expected = self._parameter_orders
+        if expected is None:
+            try:
+                layouts = self.parameter_layouts()
+            except UnimplementedError:  # no optimized module to read: nothing to compare
+                layouts = [None] * len(args)
+            expected = self._parameter_orders = [
+                None if layout is None else layout.minor_to_major for layout in layouts]
+        for i, (arg, order) in enumerate(zip(args, expected)):
+            if order is None or len(order) < 2:
+                continue
+            layout = arg.layout
+            if layout is not None and layout.minor_to_major != order:
+                raise InvalidArgumentError(
+                    f"argument {i} of {self.name} is in device layout {layout}, the program's "
+                    f"parameter {i} takes minor-to-major order {tuple(order)}: put it in that "
+                    "layout, or compile with argument_layouts matching it")
 
     def _check_donations(self, args: Sequence[Array], non_donatable) -> None:
         """Refuse to donate a buffer that DLPack exports or NumPy views still read."""

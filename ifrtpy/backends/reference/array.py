@@ -217,21 +217,24 @@ def global_value(array: ReferenceArray, shards: tuple | None = None) -> np.ndarr
     return _frozen(out)
 
 
-def split(data: np.ndarray, sharding: Sharding, shape: Shape) -> tuple:
+def split(data: np.ndarray, sharding: Sharding, shape: Shape, layout: Layout | None = None
+          ) -> tuple:
     """The data of each addressable shard of ``sharding`` for the global value ``data``
-    (fresh, read-only arrays)."""
+    (fresh, read-only arrays; in ``layout``'s memory order, row-major where None)."""
     count = len(sharding.devices.addressable_device_list())
     if sharding.is_fully_replicated:
         domains = [IndexDomain(shape)] * count
     else:
         domains = sharding.index_domains(shape, ADDRESSABLE)
+    if layout is not None and layout != Layout.row_major(layout.rank):
+        return tuple(_frozen(_in_layout(data[(*d.slices(), ...)], layout)) for d in domains)
     return tuple(_frozen(np.array(data[(*d.slices(), ...)], order="C", copy=True))
                  for d in domains)
 
 
 # -- layouts: the memory order of a shard's NumPy data ----------------------------------------
 
-def _check_layout(layout, rank: int) -> None:
+def check_layout(layout: Layout | None, rank: int) -> None:
     if layout is None:
         return
     if not isinstance(layout, Layout):
@@ -292,7 +295,7 @@ def make_array_from_host_buffer(client, data, sharding, semantics, on_done, layo
     if on_done is not None and not callable(on_done):
         raise InvalidArgumentError(f"on_done must be callable, got {on_done!r}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
-    _check_layout(layout, data.ndim)
+    check_layout(layout, data.ndim)
     data, dtype = host_form(data)
     shape = Shape(data.shape)
     _check_devices(client, sharding)

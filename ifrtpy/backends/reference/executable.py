@@ -17,6 +17,7 @@ sharding. It is synchronous: the outputs are ready when ``execute`` returns.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -27,7 +28,9 @@ import numpy as np
 
 from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
-from ifrtpy.backends.reference.array import ReferenceArray, check_is_array, global_value, split
+from ifrtpy.backends.reference.array import (
+    ReferenceArray, check_is_array, check_layout, global_value, split,
+)
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import (
@@ -35,9 +38,11 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
+    program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, _context
 from ifrtpy.sharding import Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
@@ -416,16 +421,31 @@ def compile_program(client, program: Any, options: CompileOptions | None
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None
                            ) -> ReferenceLoadedExecutable:
-    text, device_ids, _ = _serialized.unpack(_MAGIC, data, "reference-backend executable")
+    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "reference-backend executable")
     program = HloProgram(text)
+    layouts = _stored_layouts(payload)
     if options is not None and (options.devices is not None or options.compile_portable_executable):
+        if options.argument_layouts is None and options.result_layouts is None:
+            options = dataclasses.replace(options, **layouts)
         return compile_program(client, program, options)
     if device_ids is None:
-        options = CompileOptions(compile_portable_executable=True)
+        options = CompileOptions(compile_portable_executable=True, **layouts)
     else:
         devices = DeviceList([client.lookup_device(i) for i in device_ids])
-        options = CompileOptions(devices=devices, num_partitions=len(devices))
+        options = CompileOptions(devices=devices, num_partitions=len(devices), **layouts)
     return compile_program(client, program, options)
+
+
+def _stored_layouts(payload: bytes) -> dict[str, list[Layout]]:
+    """The compiled layouts ``serialize`` stored (none in bytes written before layouts)."""
+    if not payload:
+        return {}
+    try:
+        stored = json.loads(payload)
+        return {name: [Layout(m2m) for m2m in stored[name]]
+                for name in ("argument_layouts", "result_layouts")}
+    except (ValueError, TypeError, KeyError, InvalidArgumentError) as e:
+        raise InvalidArgumentError(f"corrupt serialized executable: its layouts: {e}") from None
 
 
 class ReferenceCompiler(Compiler):
@@ -445,6 +465,20 @@ def _nbytes(tensor_types) -> int:
     return sum(t.dtype.to_numpy().itemsize * math.prod(t.shape.dims) for t in tensor_types)
 
 
+def _layouts(options: CompileOptions, program: HloProgram) -> tuple[list[Layout], list[Layout]]:
+    """The compiled layouts: those ``options`` ask for, row-major elsewhere."""
+    layouts = program_layouts(options, program.parameters, program.results)
+    compiled = []
+    for values, asked in zip((program.parameters, program.results), layouts):
+        chosen = []
+        for i, value in enumerate(values):
+            layout = asked[i] if asked is not None else None
+            check_layout(layout, len(value.shape.dims))
+            chosen.append(layout if layout is not None else Layout.row_major(len(value.shape.dims)))
+        compiled.append(chosen)
+    return compiled[0], compiled[1]
+
+
 class ReferenceLoadedExecutable(LoadedExecutable):
     """A program prepared for the StableHLO interpreter, bound to a client's devices (or
     portable: ``devices()`` is None and execute names the device)."""
@@ -456,6 +490,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._devices = devices
         self._options = options
         self._interpretable, self._params, self._outputs, self._op_count = _prepare(program, devices)
+        self._parameter_layouts, self._output_layouts = _layouts(options, program)
         self._deleted = False
 
     @property
@@ -495,6 +530,14 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             return ["device"] * len(self._program.results)
         return [str(s.memory_kind) for s in self._outputs]
 
+    def parameter_layouts(self) -> list[Layout]:
+        """The layouts compiled for (the reference reads arguments of any layout)."""
+        return list(self._parameter_layouts)
+
+    def output_layouts(self) -> list[Layout]:
+        """The layouts compiled for; the outputs' shards hold their data in them."""
+        return list(self._output_layouts)
+
     def donatable_input_indices(self) -> frozenset[int]:
         return self._program.donated_inputs
 
@@ -505,7 +548,10 @@ class ReferenceLoadedExecutable(LoadedExecutable):
 
     def serialize(self) -> bytes:
         ids = None if self._devices is None else [d.id for d in self._devices]
-        return _serialized.pack(_MAGIC, self._program.text, ids)
+        layouts = json.dumps({
+            "argument_layouts": [layout.minor_to_major for layout in self._parameter_layouts],
+            "result_layouts": [layout.minor_to_major for layout in self._output_layouts]})
+        return _serialized.pack(_MAGIC, self._program.text, ids, layouts.encode())
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         args, outs = _nbytes(self._program.parameters), _nbytes(self._program.results)
@@ -567,8 +613,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             arrays = [ReferenceArray(client, r.dtype, r.shape, s, (), e)
                       for r, s in zip(results, outputs)]
             return ExecuteResult(Future.failed(e) if options.fill_status else None, arrays)
-        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape))
-                  for r, s, v in zip(results, outputs, out_values)]
+        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout))
+                  for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 
     def _check_arguments(self, args: list, shardings: list) -> None:

@@ -116,14 +116,16 @@ def _host(array) -> np.ndarray:
 
 
 def _compile(client, program: str, devices, serialize: bool, *, num_partitions=None,
-             portable: bool = False):
+             portable: bool = False, **options_fields):
     """Compile ``program`` on ``devices`` (SPMD over them), and with ``serialize`` return
-    what serialize -> deserialize_executable gives back instead (with the same devices)."""
+    what serialize -> deserialize_executable gives back instead (with the same devices).
+    ``options_fields`` are more CompileOptions fields."""
     if portable:
-        options = ifrt.CompileOptions(compile_portable_executable=True)
+        options = ifrt.CompileOptions(compile_portable_executable=True, **options_fields)
     else:
         n = len(devices) if num_partitions is None else num_partitions
-        options = ifrt.CompileOptions(devices=client.make_device_list(devices), num_partitions=n)
+        options = ifrt.CompileOptions(devices=client.make_device_list(devices), num_partitions=n,
+                                      **options_fields)
     executable = client.compile(program, options)
     if not serialize:
         return executable
@@ -179,6 +181,36 @@ def test_output_memory_kinds(client, serialize):
     with _skip_if_unimplemented("output memory kinds"):
         kinds = memory_kinds()
     assert [str(getattr(k, "kind", k)) for k in kinds] == ["device", "device"]
+
+
+@SERIALIZE
+def test_parameter_and_output_layouts(client, serialize):
+    """GetParameterLayouts/GetOutputLayouts: the default layout of each shard."""
+    devices = _devices(client, 2)
+    executable = _compile(client, ADD_SUB, devices, serialize)
+    with _skip_if_unimplemented("parameter/output layouts"):
+        params, outputs = executable.parameter_layouts(), executable.output_layouts()
+    default = client.get_default_layout(F32, [1, 3], devices[0])
+    assert params == [default, client.get_default_layout(F32, [2, 3], devices[0])]
+    assert outputs == [client.get_default_layout(F32, [2, 3], devices[0]), default]
+
+
+@SERIALIZE
+def test_compile_with_a_column_major_result_layout(client, serialize):
+    """The executable reports the result layout it was compiled for, and its output has
+    that layout and the right values (a backend that cannot compile it raises
+    UnimplementedError: a skip)."""
+    device = _devices(client, 1)[0]
+    column_major = ifrt.Layout.column_major(2)
+    with _skip_if_unimplemented("a column-major result layout"):
+        executable = _compile(client, ADD_ONE, [device], serialize,
+                              argument_layouts=[None], result_layouts=[column_major])
+    assert executable.output_layouts() == [column_major]
+    assert executable.parameter_layouts() == [client.get_default_layout(F32, [2, 3], device)]
+    x = client.make_array_from_host_buffer(_iota(), SingleDeviceSharding(device))
+    (out,) = executable.execute([x]).outputs
+    assert out.layout == column_major
+    np.testing.assert_array_equal(_host(out), _iota() + 1)
 
 
 @SERIALIZE
