@@ -245,6 +245,33 @@ def _layout():
     return f"reported {a.layout} (default array {default.layout})"
 
 
+@check("compile-time layouts: a column-major result, argument orders checked")
+def _compile_layouts():
+    add = ifrt.HloProgram("""
+func.func @main(%a: tensor<6x4xf32>) -> tensor<6x4xf32> {
+  %0 = stablehlo.add %a, %a : tensor<6x4xf32>
+  return %0 : tensor<6x4xf32>
+}""")
+    x = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    column_major = ifrt.Layout.column_major(2)
+    exe = CUDA.compile(add, ifrt.CompileOptions(result_layouts=[column_major]))
+    assert exe.output_layouts() == [column_major], exe.output_layouts()
+    row = CUDA.make_array_from_host_buffer(x, SHARDING)
+    (y,) = exe(row)
+    assert y.layout == column_major, y.layout
+    np.testing.assert_array_equal(np.asarray(y), x + x)
+    col = CUDA.make_array_from_host_buffer(x, SHARDING, layout=column_major)
+    try:
+        exe(col)  # compiled for a row-major argument
+        raise AssertionError("a column-major argument was accepted for a row-major parameter")
+    except ifrt.errors.InvalidArgumentError:
+        pass
+    exe_col = CUDA.compile(add, ifrt.CompileOptions(argument_layouts=[column_major]))
+    (z,) = exe_col(col)
+    np.testing.assert_array_equal(np.asarray(z), x + x)
+    return f"parameter layouts {exe_col.parameter_layouts()}, output {exe.output_layouts()}"
+
+
 # -- 6. one process through the KV path -----------------------------------------------------
 
 @check("one process through the KV path (num_nodes=1)")
