@@ -495,11 +495,10 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         expected = self._parameter_orders
         if expected is None:
             try:
-                layouts = self.parameter_layouts()
+                expected = [layout.minor_to_major for layout in self.parameter_layouts()]
             except UnimplementedError:  # no optimized module to read: nothing to compare
-                layouts = [None] * len(args)
-            expected = self._parameter_orders = [
-                None if layout is None else layout.minor_to_major for layout in layouts]
+                expected = [None] * len(args)
+            self._parameter_orders = expected
         for i, (arg, order) in enumerate(zip(args, expected)):
             if order is None or len(order) < 2:
                 continue
