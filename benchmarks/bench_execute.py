@@ -16,7 +16,6 @@ the loops compared take turns within each repeat.
 
 import argparse
 import os
-import statistics
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -25,27 +24,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import numpy as np
 
 from _build import load_floor
-
-
-def interleaved_median_us(fns, n, repeats):
-    """Median µs per call of each loop in ``fns``, the loops taking turns in every repeat
-    so that a slow stretch of the machine falls on all of them alike."""
-    for fn in fns.values():
-        fn(max(1, n // 10))
-    samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            samples[name].append(fn(n) / n * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def timed(body):
-    def run(n):
-        start = time.perf_counter()
-        for _ in range(n):
-            body()
-        return time.perf_counter() - start
-    return run
+from _timing import interleaved_median_us, timed
 
 
 def main():

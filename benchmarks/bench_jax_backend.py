@@ -15,13 +15,13 @@ the loops compared taking turns within each repeat. Target: adapter <= 1.2x jax.
 
 import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import numpy as np
+
+from _timing import interleaved_median_us, timed
 
 ADD_ONE = """module @add_one {{
   func.func @main(%x: tensor<{n}xf32> {{mhlo.sharding = "{s}"}})
@@ -31,26 +31,6 @@ ADD_ONE = """module @add_one {{
     return %y : tensor<{n}xf32>
   }}
 }}"""
-
-
-def interleaved_median_us(fns, n, repeats):
-    """Median µs per call of each loop in ``fns``, taking turns in every repeat."""
-    for fn in fns.values():
-        fn(max(1, n // 10))
-    samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            samples[name].append(fn(n) / n * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def timed(body):
-    def run(n):
-        start = time.perf_counter()
-        for _ in range(n):
-            body()
-        return time.perf_counter() - start
-    return run
 
 
 def report(title, results, adapter_names, jax_name):
