@@ -130,7 +130,10 @@ def convert_isolated(data: bytes, kind: str) -> str:
             return text
     if not data:
         raise InvalidArgumentError("the program is empty (0 bytes)")
-    code = "from ifrtpy._program_input import _child_main; _child_main()"
+    # `-c` puts the working directory first on sys.path: it is dropped before the import,
+    # so the child runs this ifrtpy (from package_root), never a package found there.
+    code = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
+            "from ifrtpy._program_input import _child_main; _child_main()")
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [package_root, os.environ.get("PYTHONPATH")])))

@@ -95,7 +95,8 @@ _state: _State | None = None
 
 
 def _seconds(name: str, value: float) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            or not math.isfinite(value)):
         raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
     return max(1, math.ceil(value))
 
@@ -168,11 +169,11 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
             service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
                             heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
                             shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
-        client = _call(_jaxlib.distributed_runtime_client, address, process_id,
-                       init_timeout=init_s, heartbeat_timeout=heartbeat_s,
-                       shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
-        state = _State(service, client, num_processes, process_id)
-        try:
+        try:  # a failure anywhere below stops the service this process started
+            client = _call(_jaxlib.distributed_runtime_client, address, process_id,
+                           init_timeout=init_s, heartbeat_timeout=heartbeat_s,
+                           shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
+            state = _State(service, client, num_processes, process_id)
             _call(client.connect)
         except BaseException:
             if service is not None:

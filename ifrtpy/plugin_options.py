@@ -139,7 +139,12 @@ def check_options(plugin: str, options: Mapping[str, Any]) -> dict[str, Any]:
             )
         kind = _kind_of(value)
         if spec.kind == "float" and kind == "int":
-            value, kind = float(value), "float"
+            try:
+                value, kind = float(value), "float"
+            except OverflowError:
+                raise InvalidArgumentError(
+                    f"create option {name!r} of the {plugin!r} plugin must be a float, got "
+                    f"an int too large for one ({value})") from None
         if kind != spec.kind:
             raise InvalidArgumentError(
                 f"create option {name!r} of the {plugin!r} plugin must be of type "

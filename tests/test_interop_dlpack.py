@@ -203,6 +203,27 @@ def test_donating_a_viewed_array_is_refused(client):
     del jax
 
 
+def test_a_view_of_read_only_memory_is_never_donated(client):
+    # Donating lets the plugin write outputs into the argument's memory: a view of a
+    # tensor its producer marked read-only (DLPack 1.x) stays zero-copy but is not donated.
+    pytest.importorskip("jax")
+    from pjrt_helpers import lower
+    device = client.devices()[0]
+    text = lower(lambda v: v + 1, np.ones(16, np.float32), donate_argnums=0)
+    exe = client.compile(ifrt.HloProgram(text), ifrt.CompileOptions(devices=client.make_device_list([device])))
+    x = aligned_empty((16,), np.float32)
+    x[:] = 1
+    x.flags.writeable = False
+    for _ in range(2):  # the checked call, then the repeated (fast) one
+        b = ifrt.from_dlpack(x, device)
+        assert b.unsafe_buffer_pointer() == x.ctypes.data  # zero-copy all the same
+        with pytest.raises(InvalidArgumentError, match="read-only: it cannot be donated"):
+            exe.execute([b])
+        (out,) = exe.execute([b], ifrt.ExecuteOptions(non_donatable_input_indices=frozenset({0}))).outputs
+        np.testing.assert_array_equal(np.asarray(out), 2.0)
+        np.testing.assert_array_equal(x, 1.0)
+
+
 def test_a_capsule_is_consumed_once(client):
     a = _put(client, np.arange(3, dtype=np.int16))
     for versioned in (None, (1, 0)):

@@ -115,3 +115,24 @@ def test_raw_plugin_bytes_are_refused(client, sealed):
     payload = _seal.unseal(_pjrt.plugin_identity(client._handle), sealed)
     with pytest.raises(InvalidArgumentError, match="not a serialized executable written by ifrtpy"):
         _pjrt.deserialize_and_load(client._handle, payload)
+
+
+def test_the_converting_child_ignores_a_package_in_the_working_directory(tmp_path):
+    # `python -c` puts the working directory first on sys.path: a package named ifrtpy
+    # there must not be what converts (or replaces) the program.
+    fake = tmp_path / "cwd" / "ifrtpy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import sys\nsys.stdout.write('func.func @main() -> () { return }')\nsys.exit(0)\n")
+    script = tmp_path / "convert.py"
+    script.write_text(
+        "import ifrtpy as ifrt\n"
+        f"art, _ = ifrt.HloProgram({ADD_ONE!r}).serialize_for((1, 13, 3))\n"
+        "print([str(p) for p in ifrt.HloProgram(art).parameters])\n")
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "cwd",
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr
+    assert "f32[8]" in done.stdout, done.stdout

@@ -40,15 +40,17 @@ cdef class BufferHandle:
     cdef int exports       # live DLPack exports and NumPy views (atomic)
     cdef int delete_state  # DELETE_* (atomic)
     cdef object view_form  # (NumPy dtype, dims, address) once the data was ready; see _dlpack
-    cdef object strides    # element strides of the device layout, once asked (see element_strides)
+    cdef object order      # (minor_to_major, tiles) of the device layout once asked; False: unreadable
     cdef object __weakref__
     # Launch guards (read and written with the GIL held; see pin_for_launch):
     cdef Py_ssize_t _launches  # executes between pinning this buffer and their launch's return
     cdef bint _delete_requested  # delete() was called; done once _launches is 0
     cdef bint _donating  # a launch in flight donates it
+    cdef bint _read_only  # a view of a producer's read-only memory: never donated
     cdef bint _is_deleted(self) except -1
     cdef int _delete_now(self) except -1
     cdef object ready_error(self)
+    cdef object memory_order(self)
     cdef tuple element_strides(self)
 
     @staticmethod

@@ -324,15 +324,6 @@ cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     return 0
 
 
-cdef tuple _row_major_strides(tuple dims):
-    cdef list strides = [0] * len(dims)
-    cdef Py_ssize_t step = 1, axis
-    for axis in range(len(dims) - 1, -1, -1):
-        strides[axis] = step
-        step *= max(<Py_ssize_t>dims[axis], 1)
-    return tuple(strides)
-
-
 cdef class TiledLayout:
     """A ``PJRT_Buffer_MemoryLayout`` of type Tiled and the memory its arrays point to.
 
@@ -383,6 +374,10 @@ cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) e
         raise _errors.InvalidArgumentError(
             f"argument {argument} is being donated (by an execute on another thread, or by "
             "another argument of this one)")
+    if donate and buffer._read_only:
+        raise _errors.InvalidArgumentError(
+            f"argument {argument} views memory its DLPack producer marked read-only: it "
+            "cannot be donated (list it in ExecuteOptions.non_donatable_input_indices)")
     if donate and buffer._launches:
         raise _errors.InvalidArgumentError(
             f"argument {argument} cannot be donated: an execute on another thread (or another "
@@ -484,28 +479,38 @@ cdef class BufferHandle:
     def is_deleted(self):
         return self._is_deleted()
 
-    cdef tuple element_strides(self):
-        """The element strides of the buffer's memory (asked once: a layout never changes):
-        row-major for the dense default, else from the device layout's minor-to-major
-        order. A plugin without PJRT_Buffer_GetMemoryLayout has only the default.
-        UnimplementedError for a tiled layout that is not row-major."""
+    cdef object memory_order(self):
+        """``(minor_to_major, tiles)`` of the buffer's device layout, asked once (a layout
+        never changes); the row-major default where the plugin lacks
+        PJRT_Buffer_GetMemoryLayout; None where it reports a layout ifrtpy cannot read."""
         cdef const PJRT_Api* api = self.client.api
-        if self.strides is None:
-            dims = self.dims
-            order = tuple(range(len(dims) - 1, -1, -1))
+        if self.order is None:
+            rank = len(self.dims)
+            order = (tuple(range(rank - 1, -1, -1)), ())
             if has_function(api, &api.PJRT_Buffer_GetMemoryLayout):
-                order, tiles = self.memory_layout
-                if tiles and order != tuple(range(len(dims) - 1, -1, -1)):
-                    raise _errors.UnimplementedError(
-                        f"the buffer's device layout {order} with tiles {tiles} has no "
-                        "strided host form")
-            strides = [0] * len(dims)
-            step = 1
-            for axis in order:
-                strides[axis] = step
-                step *= max(dims[axis], 1)
-            self.strides = tuple(strides)
-        return self.strides
+                try:
+                    order = self.memory_layout
+                except _errors.IfrtError:
+                    order = False  # cached as "unreadable"
+            self.order = order
+        return self.order or None
+
+    cdef tuple element_strides(self):
+        """The element strides of the buffer's memory: from the device layout's
+        minor-to-major order (row-major by default). UnimplementedError for a tiled or
+        unreadable layout, which has no strided form."""
+        layout = self.memory_order()
+        if layout is None or layout[1]:
+            raise _errors.UnimplementedError(
+                f"the buffer's device layout {layout if layout else '(unreadable)'} has no "
+                "strided form (tiled memory)")
+        dims = self.dims
+        strides = [0] * len(dims)
+        step = 1
+        for axis in layout[0]:
+            strides[axis] = step
+            step *= max(dims[axis], 1)
+        return tuple(strides)
 
     cdef bint _is_deleted(self) except -1:
         cdef PJRT_Buffer_IsDeleted_Args args
@@ -660,9 +665,12 @@ cdef class BufferHandle:
         # Without a host layout the plugin copies in the device layout's order: a buffer
         # placed in another order is read back into row-major explicitly.
         cdef TiledLayout row_major = None
-        if len(dims) > 1 and self.element_strides() != _row_major_strides(dims):
-            row_major = TiledLayout(range(len(dims) - 1, -1, -1), (), len(dims))
-            args.host_layout = &row_major.c
+        if len(dims) > 1:
+            layout = self.memory_order()
+            descending = tuple(range(len(dims) - 1, -1, -1))
+            if layout is None or layout[0] != descending:
+                row_major = TiledLayout(descending, (), len(dims))
+                args.host_layout = &row_major.c
         with nogil:
             error = api.PJRT_Buffer_ToHostBuffer(&args)
         check(api, error)

@@ -1,3 +1,4 @@
+from cpython.ref cimport PyObject
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle
 from ifrtpy._pjrt._kv cimport KeyValueCallbacks
@@ -8,6 +9,7 @@ cdef class ClientHandle:
     cdef const PJRT_Api* api
     cdef readonly PluginHandle plugin
     cdef readonly KeyValueCallbacks kv_callbacks
+    cdef PyObject* _kv_keep  # kv_callbacks again, held until the plugin's client is gone
     cdef readonly tuple devices
     cdef readonly tuple addressable_devices
     cdef dict _device_of_ptr

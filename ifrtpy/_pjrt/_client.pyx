@@ -17,6 +17,7 @@ Differences from the C API:
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 cimport cython
 
 from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
@@ -54,6 +55,11 @@ def create_client(PluginHandle plugin not None, options=None, KeyValueCallbacks 
     client.plugin = plugin
     client.api = plugin.api
     client.kv_callbacks = kv_callbacks
+    if kv_callbacks is not None:
+        # The plugin calls back with this object until PJRT_Client_Destroy returns, but the
+        # cyclic GC may clear kv_callbacks before __dealloc__: a reference it cannot clear.
+        Py_INCREF(kv_callbacks)
+        client._kv_keep = <PyObject*>kv_callbacks
     client._create(opts, kv_callbacks)
     return client
 
@@ -183,6 +189,8 @@ cdef class ClientHandle:
             self.ptr = NULL
             with nogil:
                 self.api.PJRT_Client_Destroy(&args)  # an error here has no one to go to
+        Py_XDECREF(self._kv_keep)
+        self._kv_keep = NULL
 
     @property
     def platform_name(self):

@@ -207,7 +207,7 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     return e
 
 
-def export(BufferHandle buffer, int device_type, int device_id, bint versioned,
+def export(BufferHandle buffer not None, int device_type, int device_id, bint versioned,
            bint read_only=True, bint copied=False):
     """A DLPack capsule of ``buffer`` on (``device_type``, ``device_id``): versioned
     (DLPack 1.1, flags READ_ONLY and IS_COPIED as given) or legacy. Waits for the data."""
@@ -254,7 +254,7 @@ cdef bint _is_row_major(BufferHandle buffer) except -1:
     return True
 
 
-def host_view(BufferHandle buffer):
+def host_view(BufferHandle buffer not None):
     """A read-only NumPy array over ``buffer``'s memory, which the host must be able to
     read; it pins the buffer until the array (and every view of it) is gone. None for
     element types NumPy cannot view (sub-byte) and memory that is not dense row-major
@@ -265,17 +265,23 @@ def host_view(BufferHandle buffer):
     cdef _HostPin pin
     form = buffer.view_form
     if form is None:  # first view: check and wait once; the form never changes after
-        if buffer.element_type not in _dlpack_of_pjrt or not _is_row_major(buffer):
+        element_type = buffer.element_type
+        if element_type not in _dlpack_of_pjrt or not _is_row_major(buffer):
             return None
+        descr, shape = _numpy_of_pjrt[element_type], buffer.dims
         e = _pin(buffer, kDLCPU, 0)
-        form = (_numpy_of_pjrt[buffer.element_type], buffer.dims, <uintptr_t>e.legacy.dl_tensor.data)
+        form = (descr, shape, <uintptr_t>e.legacy.dl_tensor.data)
         buffer.view_form = form
     else:
         if buffer._is_deleted():
             raise _errors.FailedPreconditionError("the buffer has been deleted")
         e = _new_export(buffer, 0)
-    pin = _HostPin.__new__(_HostPin)
-    pin.export = e
+    try:
+        pin = _HostPin.__new__(_HostPin)
+    except BaseException:
+        _release(e)
+        raise
+    pin.export = e  # from here the pin owns the export
     descr, shape, address = form
     ndim = len(shape)
     for i in range(ndim):
@@ -308,7 +314,7 @@ ctypedef struct StreamExtension:
     void* wait_stream
 
 
-def external_ready_stream(ClientHandle client, DeviceHandle device):
+def external_ready_stream(ClientHandle client not None, DeviceHandle device not None):
     """The platform stream on which ``device`` tracks external buffers' readiness (the
     stream to hand a DLPack producer and ``import_capsule``), or 0 where the plugin has
     no stream extension."""
@@ -412,7 +418,8 @@ cdef bint _is_dense(DLTensor* t):
     return True
 
 
-def import_capsule(ClientHandle client, capsule, MemoryHandle memory, DeviceHandle device,
+def import_capsule(ClientHandle client not None, capsule, MemoryHandle memory not None,
+                   DeviceHandle device not None,
                    bint view, int alignment, intptr_t stream=0, int element_type=-1):
     """Consume a DLPack ``capsule`` (see :func:`capsule_info`).
 
@@ -443,6 +450,7 @@ def import_capsule(ClientHandle client, capsule, MemoryHandle memory, DeviceHand
                 f"element type {element_type} does not have the tensor's {t.dtype.bits} bits")
         pjrt_type = element_type
     cdef uintptr_t data = <uintptr_t>t.data + t.byte_offset
+    cdef bint host = t.device.device_type in (kDLCPU, kDLCUDAHost, kDLCUDAManaged, kDLROCMHost)
     if view and _is_dense(t) and alignment > 0 and data % alignment == 0:
         imported = <Imported*>malloc(sizeof(Imported))
         if imported == NULL:
@@ -478,11 +486,14 @@ def import_capsule(ClientHandle client, capsule, MemoryHandle memory, DeviceHand
                 PyCapsule_SetName(capsule, USED_VERSIONED if versioned else USED_LEGACY)
             free(imported)
             check(api, error)
-        atomic_cas(&imported.state, CREATING, CREATED)
+        if not atomic_cas(&imported.state, CREATING, CREATED):
+            free(imported)  # the plugin let go already (it copied): the record is ours
         # the plugin owns the tensor now: the capsule must not delete it
         PyCapsule_SetName(capsule, USED_VERSIONED if versioned else USED_LEGACY)
-        return BufferHandle.wrap(client, args.buffer), None
-    if t.device.device_type not in (kDLCPU, kDLCUDAHost, kDLCUDAManaged, kDLROCMHost):
+        buffer = BufferHandle.wrap(client, args.buffer)
+        buffer._read_only = read_only  # a view of read-only memory is never donated (written)
+        return buffer, None
+    if not host:
         raise _errors.UnimplementedError(
             f"a DLPack tensor on device type {t.device.device_type} can only be aliased "
             "(dense, row-major, aligned), not copied through the host")

@@ -26,10 +26,16 @@ cdef void _free_value(char* value) noexcept nogil:
 
 
 cdef PJRT_Error* _error(PJRT_CallbackError* make_error, object exc) noexcept:
-    """The plugin's PJRT_Error for a Python exception."""
-    code = getattr(exc, "code", None)
-    code = int(code) if code is not None else 2  # UNKNOWN
-    message = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+    """The plugin's PJRT_Error for a Python exception: its ``code`` where that is a PJRT
+    error code (1..16), else UNKNOWN; never a success, whatever the exception does."""
+    cdef int code = 2  # UNKNOWN
+    try:
+        value = getattr(exc, "code", None)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 16:
+            code = int(value)  # an ifrtpy error's code is an IntEnum member
+        message = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace")
+    except BaseException:
+        message = b"the key-value store raised an exception that cannot be shown"
     cdef const char* text = message
     return make_error[0](<PJRT_Error_Code>code, text, len(message))
 
@@ -52,22 +58,28 @@ cdef PJRT_Error* _return_value(object value, char** out, size_t* out_size,
 
 
 cdef PJRT_Error* _get(PJRT_KeyValueGetCallback_Args* args) noexcept with gil:
+    # the outputs are defined on every path: the plugin may read them after an error
+    args.value = NULL
+    args.value_size = 0
+    args.value_deleter_callback = _free_value
     store = (<KeyValueCallbacks><PyObject*>args.user_arg).store
     try:
         value = store.get(args.key[:args.key_size].decode(), args.timeout_in_ms)
     except BaseException as e:
         return _error(args.callback_error, e)
-    args.value_deleter_callback = _free_value
     return _return_value(value, &args.value, &args.value_size, args.callback_error)
 
 
 cdef PJRT_Error* _try_get(PJRT_KeyValueTryGetCallback_Args* args) noexcept with gil:
+    # the outputs are defined on every path: the plugin may read them after an error
+    args.value = NULL
+    args.value_size = 0
+    args.value_deleter_callback = _free_value
     store = (<KeyValueCallbacks><PyObject*>args.user_arg).store
     try:
         value = store.try_get(args.key[:args.key_size].decode())
     except BaseException as e:
         return _error(args.callback_error, e)
-    args.value_deleter_callback = _free_value
     return _return_value(value, &args.value, &args.value_size, args.callback_error)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -66,12 +67,12 @@ def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: 
         results = _layout_shapes(program.results, result_layouts, platform)
         build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
     for name, value in options.debug_options.items():
-        if not hasattr(build.debug_options, name):
+        if not isinstance(name, str) or name.startswith("_") or not hasattr(build.debug_options, name):
             raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
         expected = type(getattr(build.debug_options, name))
         try:
             setattr(build.debug_options, name, value)
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError, AttributeError):
             raise invalid_argument(f"CompileOptions.debug_options[{name!r}]",
                                    f"a {expected.__name__}", value) from None
     if options.env_option_overrides:
@@ -163,7 +164,10 @@ def _compile_through(cache, client, program: HloProgram, target, compile_options
         except IfrtError as e:
             compilation_cache.warn(f"the plugin did not load cache entry {key}: {e}")
     handle = _compile(client, program, target, compile_options)
-    cache.store(key, handle.serialize())
+    try:
+        cache.store(key, handle.serialize())
+    except IfrtError as e:  # a cache must not make a compile fail
+        compilation_cache.warn(f"the compiled program was not cached: {e}")
     return handle
 
 
@@ -208,10 +212,13 @@ class PjrtCompiler(Compiler):
         self._memo_lock = threading.Lock()
 
     def compile(self, program, options=None):
+        if options is not None:
+            check_type(options, CompileOptions, "options", "a CompileOptions")
         if isinstance(program, HloProgram):
             key = (program.text, options)
             with self._memo_lock:
-                executable = self._memo.get(key)
+                ref = self._memo.get(key)
+                executable = ref() if ref is not None else None
                 if executable is not None and not executable._deleted:
                     self._memo.move_to_end(key)
                     return executable
@@ -219,8 +226,8 @@ class PjrtCompiler(Compiler):
             key = None
         executable = compile_program(self._client, program, options)
         if key is not None:
-            with self._memo_lock:
-                self._memo[key] = executable
+            with self._memo_lock:  # weak: the memo keeps no executable alive
+                self._memo[key] = weakref.ref(executable)
                 if len(self._memo) > self.MEMO_ENTRIES:
                     self._memo.popitem(last=False)
         return executable
@@ -502,7 +509,10 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         for i, (arg, order) in enumerate(zip(args, expected)):
             if order is None or len(order) < 2:
                 continue
-            layout = arg.layout
+            try:
+                layout = arg.layout
+            except UnimplementedError:  # the plugin reports no readable layout: nothing to compare
+                continue
             if layout is not None and layout.minor_to_major != order:
                 raise InvalidArgumentError(
                     f"argument {i} of {self.name} is in device layout {layout}, the program's "
