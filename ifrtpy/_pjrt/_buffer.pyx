@@ -98,6 +98,16 @@ cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept nogil:
     free(callback)
 
 
+cdef bint callback_enter() noexcept nogil:
+    """For a plugin or foreign thread about to take the GIL: False once the interpreter is
+    exiting (then it must not); otherwise counted until ``callback_leave``."""
+    return ifrtpy_callback_enter()
+
+
+cdef void callback_leave() noexcept nogil:
+    ifrtpy_callback_leave()
+
+
 def _stop_callbacks_at_exit(double timeout=5.0):
     """From now on plugin threads drop callbacks instead of taking the GIL; wait (GIL
     released, at most ``timeout`` seconds) for those already past that point. Run at

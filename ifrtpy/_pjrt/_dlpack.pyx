@@ -35,7 +35,7 @@ from ifrtpy._pjrt.dlpack cimport *
 from ifrtpy._pjrt._base cimport check, drop_error, require
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
-                                   DELETE_DEFERRED, DELETE_DONE)
+                                   callback_enter, callback_leave, DELETE_DEFERRED, DELETE_DONE)
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import DLPACK_OF_PJRT_BUFFER_TYPE, NUMPY_OF_PJRT_BUFFER_TYPE
 
@@ -91,7 +91,8 @@ ctypedef struct Export:
 
 cdef void _release(Export* e) noexcept nogil:
     """Drop one export: the PJRT pin (no GIL), a deferred delete if this was the last
-    export, then the BufferHandle reference (GIL; skipped while finalizing)."""
+    export, then the BufferHandle reference (GIL; skipped once the interpreter is exiting,
+    when taking the GIL from a plugin thread could block it for good)."""
     cdef PJRT_Buffer_DecreaseExternalReferenceCount_Args args
     cdef PyObject* owner = e.owner
     memset(&args, 0, sizeof(args))
@@ -101,10 +102,11 @@ cdef void _release(Export* e) noexcept nogil:
     if atomic_add(e.exports, -1) == 0 and atomic_cas(e.delete_state, DELETE_DEFERRED, DELETE_DONE):
         delete_now(e.api, e.buffer)
     free(e)
-    if is_finalizing():
+    if is_finalizing() or not callback_enter():  # exiting: the reference is left behind
         return
     with gil:
         Py_DECREF(<object>owner)
+    callback_leave()
 
 
 cdef void _delete_legacy(DLManagedTensor* tensor) noexcept nogil:
