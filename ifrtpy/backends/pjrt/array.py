@@ -559,7 +559,9 @@ def _finish_pending_work_at_exit(timeout: float = 10.0) -> None:
     while the process unloads the plugin's code."""
     deadline = time.monotonic() + timeout
     for obj in gc.get_objects():
-        if not isinstance(obj, ArrayCore) or obj._deleted or obj._error is not None:
+        # type(), not isinstance(): isinstance reads obj.__class__, which some objects
+        # compute (and warn about, as torch's deprecated aliases do)
+        if not issubclass(type(obj), ArrayCore) or obj._deleted or obj._error is not None:
             continue
         left = deadline - time.monotonic()
         if left <= 0:
