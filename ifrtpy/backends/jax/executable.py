@@ -18,7 +18,8 @@ from ifrtpy import _jaxlib
 from ifrtpy.backends.jax.array import (
     JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
 )
-from ifrtpy.backends.pjrt.executable import _same_domains, _xla_compile_options, module_layouts
+from ifrtpy.backends.pjrt.executable import (
+    _xla_compile_options, check_argument_placement, check_argument_value, module_layouts)
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -278,20 +279,6 @@ class JaxLoadedExecutable(LoadedExecutable):
         except InvalidArgumentError:
             raise InvalidArgumentError(
                 f"argument {i} of {self.name} is not an array of this client") from None
-        if arg.error is not None:
-            raise InvalidArgumentError(f"argument {i} of {self.name} is an error array: {arg.error}")
-        if arg.is_deleted():
-            raise InvalidArgumentError(f"argument {i} of {self.name} has been deleted")
-        if arg.dtype != param.dtype or arg.shape != param.shape:
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} is {arg.dtype}{list(arg.shape)}, the program's "
-                f"parameter {i} is {param}")
-        if arg.sharding.devices != sharding.devices:
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} is on {arg.sharding.devices.to_string()}, the "
-                f"executable runs on {sharding.devices.to_string()}")
-        if not _same_domains(arg.sharding, sharding, param.shape):
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
-                f"parameter {i} has sharding {sharding!r} (different shards per device)")
+        check_argument_value(self.name, i, arg, param)
+        check_argument_placement(self.name, i, arg, param, sharding)
         self._checked[(i, arg.dtype, arg.shape, arg.sharding)] = None

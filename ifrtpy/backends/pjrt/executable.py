@@ -543,26 +543,40 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
                 f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
         if not isinstance(arg, PjrtArray) or arg.client is not self._client:
             raise InvalidArgumentError(f"argument {i} of {self.name} is not an array of this client")
-        if arg._error is not None:
-            raise InvalidArgumentError(f"argument {i} of {self.name} is an error array: {arg._error}")
-        if arg.is_deleted():
-            raise InvalidArgumentError(f"argument {i} of {self.name} has been deleted")
-        if arg.dtype != param.dtype or arg.shape != param.shape:
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} is {arg.dtype}{list(arg.shape)}, the program's "
-                f"parameter {i} is {param}")
+        check_argument_value(self.name, i, arg, param)
         key = (i, arg.sharding)
         if key in self._checked:
             return
-        if arg.sharding.devices != sharding.devices:
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} is on {arg.sharding.devices.to_string()}, the "
-                f"executable runs on {sharding.devices.to_string()}")
-        if not isinstance(sharding, OpaqueSharding) and not _same_domains(arg.sharding, sharding, param.shape):
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
-                f"parameter {i} has sharding {sharding!r} (different shards per device)")
+        check_argument_placement(self.name, i, arg, param, sharding,
+                                 compare_domains=not isinstance(sharding, OpaqueSharding))
         self._checked[key] = None
+
+
+def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
+    """Argument ``i`` of executable ``name`` (an array of the right client) is usable for
+    parameter ``param``: not an error array, not deleted, of its dtype and shape."""
+    if arg._error is not None:
+        raise InvalidArgumentError(f"argument {i} of {name} is an error array: {arg._error}")
+    if arg.is_deleted():
+        raise InvalidArgumentError(f"argument {i} of {name} has been deleted")
+    if arg.dtype != param.dtype or arg.shape != param.shape:
+        raise InvalidArgumentError(
+            f"argument {i} of {name} is {arg.dtype}{list(arg.shape)}, the program's "
+            f"parameter {i} is {param}")
+
+
+def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: Sharding, *,
+                             compare_domains: bool = True) -> None:
+    """Argument ``i`` lies on the devices of the compiled parameter sharding and (with
+    ``compare_domains``) holds the same shard on each device."""
+    if arg.sharding.devices != sharding.devices:
+        raise InvalidArgumentError(
+            f"argument {i} of {name} is on {arg.sharding.devices.to_string()}, the "
+            f"executable runs on {sharding.devices.to_string()}")
+    if compare_domains and not _same_domains(arg.sharding, sharding, param.shape):
+        raise InvalidArgumentError(
+            f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
+            f"parameter {i} has sharding {sharding!r} (different shards per device)")
 
 
 def _holds_whole(sharding: Sharding, shape) -> bool:
