@@ -14,7 +14,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 MODULES = [f"ifrtpy._pjrt.{name}" for name in ("_base", "_kv", "_client", "_buffer", "_executable", "_dlpack")]
-MODULES += ["ifrtpy._execute_result", "ifrtpy.backends.pjrt._fastpath"]
+MODULES += ["ifrtpy._execute_result", "ifrtpy.backends.pjrt._fastpath", "ifrtpy.backends.jax._fastpath"]
 
 
 def _load_header_module():

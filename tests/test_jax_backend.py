@@ -103,6 +103,78 @@ def test_the_optimized_program_text_is_jax_s_partitioned_hlo(client, monkeypatch
         exe.program_text(optimized=True)
 
 
+@pytest.mark.parametrize("spec", [ifrt.PartitionSpec("x"), ifrt.PartitionSpec()])
+def test_large_host_data_is_copied_once_per_shard_and_not_aliased(client, spec):
+    """Host data of 1 MiB and more is copied shard by shard on several threads: each
+    shard holds its slice, and changing the host data afterwards changes nothing."""
+    mesh = ifrt.Mesh(np.array(client.devices()[:8]), ("x",))
+    sharding = ifrt.NamedSharding(mesh, spec)
+    data = np.random.default_rng(1).random((8, 2**16), dtype=np.float32)  # 2 MiB
+    expected = data.copy()
+    array = client.make_array_from_host_buffer(data, sharding)
+    data[:] = -1
+    domains = sharding.index_domains(array.shape, ifrt.SingleDeviceShardSemantics.ALL_SHARDS)
+    for domain, shard in zip(domains, array.disassemble_into_single_device_arrays()):
+        np.testing.assert_array_equal(shard.copy_to_host_buffer().result(timeout=30),
+                                      expected[domain.slices()])
+    pointers = {s.data.unsafe_buffer_pointer() for s in array.jax_value.addressable_shards}
+    assert len(pointers) == 8  # a replicated array too: one copy per device
+
+
+ADD_ONE = """module @add_one {
+  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %one = stablehlo.constant dense<1.0> : tensor<4xf32>
+    %y = stablehlo.add %x, %one : tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
+}"""
+
+
+def test_execute_checks_again_whatever_changed_since_the_last_argument(client):
+    """execute remembers the last argument it checked per parameter (the fast path): an
+    equal sharding in another object is checked and taken; another device, dtype, client,
+    a deleted array or one deleted through jax itself are still refused."""
+    d0, d1 = client.devices()[:2]
+    exe = client.compile(ADD_ONE, ifrt.CompileOptions(devices=client.make_device_list([d0])))
+    data = np.arange(4, dtype=np.float32)
+
+    def put(values, device):
+        return client.make_array_from_host_buffer(values, ifrt.SingleDeviceSharding(device))
+
+    def run(array):
+        return exe.execute([array]).outputs[0].copy_to_host_buffer().result(timeout=30)
+
+    x = put(data, d0)
+    for _ in range(3):
+        np.testing.assert_array_equal(run(x), data + 1)
+    out = exe.execute([x]).outputs[0]
+    np.testing.assert_array_equal(run(out), data + 2)  # an output fed back
+    np.testing.assert_array_equal(run(put(data * 2, d0)), data * 2 + 1)
+    with pytest.raises(ifrt.errors.InvalidArgumentError,
+                       match=r"on \[cpu:1\], the executable runs on \[cpu:0\]"):
+        run(put(data, d1))
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="dtype|s32|int32"):
+        run(put(data.astype(np.int32), d0))
+    other = ifrt.get_client("reference", device_count=1)
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="not an array of this client"):
+        run(other.make_array_from_host_buffer(data, ifrt.SingleDeviceSharding(other.devices()[0])))
+    np.testing.assert_array_equal(run(x), data + 1)
+    x.delete()
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="argument 0 .* been deleted"):
+        run(x)
+    y = put(data, d0)
+    run(y)
+    y.jax_value.delete()
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="argument 0 .* been deleted"):
+        run(y)
+    exe.delete()
+    assert exe.is_deleted()
+    for call in (lambda: run(put(data, d0)), exe.serialize, exe.cost_analysis,
+                 exe.compiled_memory_stats, lambda: exe.fingerprint):
+        with pytest.raises(ifrt.errors.FailedPreconditionError, match="deleted"):
+            call()
+
+
 def jnp_sin(x):
     import jax.numpy as jnp
     return jnp.sin(x)

@@ -5,8 +5,8 @@ The jax value's sharding is the array's ifrtpy sharding converted by
 :mod:`ifrtpy.interop.jax` (shardings without a jax equivalent, such as uneven
 ConcreteShardings, raise UnimplementedError). Every operation validates all of its
 inputs before jax is called, so a failure leaves the inputs as they were. Host data is
-always copied (jax's CPU runtime could alias it, but then IMMUTABLE_ONLY_DURING_CALL
-would not hold), and 64-bit dtypes are kept whatever ``jax_enable_x64`` says.
+copied unless the semantics let jax alias it (IMMUTABLE_ZERO_COPY; jax's CPU runtime
+aliases aligned data), and 64-bit dtypes are kept whatever ``jax_enable_x64`` says.
 Deleting or donating an array drops its reference to the jax value: buffers shared
 with other arrays (REUSE_INPUT) stay alive while those hold them.
 """
@@ -14,6 +14,7 @@ with other arrays (REUSE_INPUT) stay alive while those hold them.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import re
 import threading
 import weakref
@@ -29,6 +30,7 @@ from ifrtpy.errors import (
     Code, FailedPreconditionError, InvalidArgumentError, UnimplementedError, error_from_code,
 )
 from ifrtpy.future import Future, Promise
+from ifrtpy.backends.jax._fastpath import JaxArrayCore
 from ifrtpy.interop.jax import _cached_to_jax
 from ifrtpy.shape import Shape
 from ifrtpy.hlo_sharding import HloSharding
@@ -70,13 +72,16 @@ def call_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise translated from None
 
 
+#: Guards every JaxArray's _deleted/_value/_reads changes (short, rare: one lock for all
+#: arrays keeps making an array cheap).
+_arrays_lock = threading.Lock()
 _waiters: list[concurrent.futures.ThreadPoolExecutor] = []
-_waiters_lock = threading.Lock()
+_pools_lock = threading.Lock()
 
 
 def _waiter() -> concurrent.futures.ThreadPoolExecutor:
     """The threads that wait on jax values for futures that are not ready yet."""
-    with _waiters_lock:
+    with _pools_lock:
         if not _waiters:
             _waiters.append(concurrent.futures.ThreadPoolExecutor(
                 max_workers=4, thread_name_prefix="ifrtpy-jax-wait"))
@@ -109,12 +114,14 @@ def future_of(value: Any, result: Callable[[], Any] = lambda: None) -> Future[An
     return promise.future
 
 
-class JaxArray(Array):
+class JaxArray(JaxArrayCore, Array):
     """An array of a JaxClient: ``value`` is the ``jax.Array`` holding its data (None for
-    an error array). Made by the client's operations."""
+    an error array). Made by the client's operations.
 
-    __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_value", "_error", "_deleted",
-                 "_lock", "_reads", "__weakref__")
+    Its fields, and ``block_until_ready``, live in the C-level ``JaxArrayCore`` (for the
+    execute fast path)."""
+
+    __slots__ = ()
 
     def __init__(self, client: Any, dtype: DType, shape: Shape, sharding: Sharding,
                  value: Any, error: BaseException | None = None):
@@ -125,8 +132,7 @@ class JaxArray(Array):
         self._value = value
         self._error = error
         self._deleted = False
-        self._lock = threading.Lock()
-        self._reads: list[Future[Any]] = []  # host copies not finished yet
+        self._reads = ()
 
     @property
     def client(self) -> Any:
@@ -168,18 +174,15 @@ class JaxArray(Array):
             return Future.failed(e)
         return future_of(value)
 
-    def block_until_ready(self) -> JaxArray:
-        """Wait (jax releases the GIL) until the data is ready; raise its error."""
-        if self._error is not None:
-            raise self._error
-        try:
-            self.jax_value.block_until_ready()
-        except Exception as e:
-            raise translate(e) from None
-        return self
+    def _wait_failed(self, error: Exception | None) -> None:
+        """Raise for ``block_until_ready``: FailedPreconditionError if deleted (here or
+        through jax), else jax's ``error`` as an ifrtpy error."""
+        self.jax_value
+        assert error is not None
+        raise translate(error) from None
 
     def delete(self) -> Future[None]:
-        with self._lock:
+        with _arrays_lock:
             self._deleted = True
             self._value = None
         return Future.ready(None)
@@ -192,7 +195,7 @@ class JaxArray(Array):
         """The jax value as ``semantics`` says: a copy, shared, or taken (then this array
         reads as deleted). None for an error array (which donation deletes too)."""
         if semantics == DONATE_INPUT:
-            with self._lock:
+            with _arrays_lock:
                 value = None if self._error is not None else self.jax_value
                 self._deleted = True
                 self._value = None
@@ -254,14 +257,14 @@ class JaxArray(Array):
 
         future = future_of(value, fill)
         if not future.done():
-            with self._lock:
+            with _arrays_lock:
                 self._reads = [f for f in self._reads if not f.done()] + [future]
         return future
 
     def wait_for_reads(self) -> None:
         """Wait for the host copies enqueued so far (before jax donates the buffer)."""
-        with self._lock:
-            reads, self._reads = self._reads, []
+        with _arrays_lock:
+            reads, self._reads = self._reads, ()
         for read in reads:
             read.exception()
 
@@ -393,6 +396,21 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
     return JaxArray(client, dtype, shape, sharding, value)
 
 
+#: Host data of at least this size is copied shard by shard on several threads (NumPy
+#: copies without the GIL): 2.5x to 4x faster for 64 MiB over 8 shards on 2 cores.
+_PARALLEL_COPY_BYTES = 1 << 20
+_copiers: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _copier() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that copy the shards of large host data."""
+    with _pools_lock:
+        if not _copiers:
+            _copiers.append(concurrent.futures.ThreadPoolExecutor(
+                max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="ifrtpy-jax-copy"))
+        return _copiers[0]
+
+
 def _aligned_copy(data: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``data`` at a 64-byte aligned address (jax aliases host data
     only at such addresses, and copies it otherwise)."""
@@ -417,11 +435,19 @@ def _put_by_shard(data: np.ndarray, shape: Shape, sharding: Sharding, jax_shardi
         slices = [(Ellipsis,)] * len(devices)
     else:
         slices = [(*d.slices(), Ellipsis) for d in sharding.index_domains(shape, ADDRESSABLE)]
-    pieces, aliased = [], set()
+    pieces, copies, aliased = [], [], set()
     for key in slices:  # without copy, only one replica of a slice aliases the data
         alias = not copy and repr(key) not in aliased
         aliased.add(repr(key))
-        pieces.append(data[key] if alias else _aligned_copy(data[key]))
+        pieces.append(data[key])
+        if not alias:
+            copies.append(len(pieces) - 1)
+    if len(copies) > 1 and data.nbytes >= _PARALLEL_COPY_BYTES:
+        copied = list(_copier().map(_aligned_copy, [pieces[i] for i in copies]))
+    else:
+        copied = [_aligned_copy(pieces[i]) for i in copies]
+    for i, piece in zip(copies, copied):
+        pieces[i] = piece
     kind = str(sharding.memory_kind) if sharding.memory_kind else None
     places = [jax.sharding.SingleDeviceSharding(jax_device(d), memory_kind=kind) for d in devices]
     return jax.make_array_from_single_device_arrays(

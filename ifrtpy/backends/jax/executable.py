@@ -10,11 +10,12 @@ executable on the devices it was compiled for).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import _serialized
 from ifrtpy import _jaxlib
+from ifrtpy.backends.jax._fastpath import JaxExecutableCore
 from ifrtpy.backends.jax.array import (
     JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
 )
@@ -96,25 +97,33 @@ class JaxCompiler(Compiler):
         return deserialize_executable(self._client, data, options)
 
 
-class JaxLoadedExecutable(LoadedExecutable):
+class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
     """A program compiled by jax's runtime onto ``devices`` (``handle`` is jaxlib's
-    LoadedExecutable)."""
+    LoadedExecutable).
+
+    ``execute`` repeats calls whose arguments are of the kinds already accepted in C
+    (``JaxExecutableCore``); the checks are here, in ``_execute_checked``."""
 
     def __init__(self, client: Any, handle: Any, program: HloProgram, devices: DeviceList):
         self._client = client
         self._handle = handle
         self._program = program
         self._devices = devices
-        self._deleted = False
         self._checked: dict[tuple[Any, ...], None] = {}  # (index, dtype, shape, sharding) -> None once checked
         self._params = program.parameters
         self._results = program.results
+        self._donated = program.donated_inputs
+        self._execute_sharded = handle.execute_sharded
+        self._accepted = [(None, None, None)] * len(self._params)
         kinds = handle.get_output_memory_kinds()
         self._memory_kinds = [str(k) for k in kinds[0]] if kinds else []
         self._parameter_shardings = self._shardings(handle.get_parameter_shardings(),
                                                     len(self._params), None)
         self._output_shardings = self._shardings(handle.get_output_shardings(),
                                                  len(self._results), self._memory_kinds)
+        self._outputs_spec = tuple((r.dtype, r.shape, s) for r, s in zip(
+            self._results, self._output_shardings))
+        self._array_type = JaxArray
         self._handlers = [
             _jaxlib.result_handler(r.dtype.to_numpy(), tuple(r.shape.dims), to_jax_sharding(s))
             for r, s in zip(self._results, self._output_shardings)]
@@ -167,24 +176,25 @@ class JaxLoadedExecutable(LoadedExecutable):
 
     @property
     def fingerprint(self) -> str | None:
-        fingerprint = self._handle.fingerprint
+        fingerprint = self._live_handle().fingerprint
         if fingerprint is None:
             return None
         return fingerprint.hex() if isinstance(fingerprint, bytes) else str(fingerprint)
 
     def serialize(self) -> bytes:
-        payload = call_jax(self._client.runtime.serialize_executable, self._handle)
+        payload = call_jax(self._client.runtime.serialize_executable,
+                           self._live_handle())
         return _serialized.pack(_MAGIC, self._program.text, [d.id for d in self._devices],
                                 payload)
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
-        stats = self._handle.get_compiled_memory_stats()
+        stats = self._live_handle().get_compiled_memory_stats()
         return CompiledMemoryStats(**{
             name: int(getattr(stats, name)) for name in CompiledMemoryStats.__dataclass_fields__
             if hasattr(stats, name)})
 
     def cost_analysis(self) -> dict[str, Any]:
-        return dict(self._handle.cost_analysis())
+        return dict(self._live_handle().cost_analysis())
 
     def program_text(self, optimized: bool = False) -> str:
         """The StableHLO program compiled, or with ``optimized`` the HLO jax's compiler made
@@ -204,9 +214,7 @@ class JaxLoadedExecutable(LoadedExecutable):
     def hlo_modules(self) -> list[Any]:
         """The optimized HLO modules (``jaxlib`` HloModule objects) of jaxlib's executable;
         UnimplementedError where that jaxlib's executable does not offer them."""
-        handle = self._handle
-        if self._deleted or handle is None:
-            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        handle = self._live_handle()
         modules = getattr(handle, "hlo_modules", None)
         if modules is None:
             raise UnimplementedError(
@@ -215,20 +223,27 @@ class JaxLoadedExecutable(LoadedExecutable):
                 f"optimized program text")
         return list(call_jax(modules))
 
+    def _live_handle(self) -> Any:
+        handle = self._handle
+        if handle is None:
+            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
+        return handle
+
     def delete(self) -> Future[None]:
-        self._deleted = True
         self._handle = None
+        self._execute_sharded = None
         return Future.ready(None)
 
     def is_deleted(self) -> bool:
-        return self._deleted
+        return self._handle is None
 
     # -- execution ------------------------------------------------------------------------
 
-    def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
-                devices: DeviceList | None = None) -> ExecuteResult:
-        handle = self._handle
-        if self._deleted or handle is None:
+    def _execute_checked(self, args: Sequence[Array], options: ExecuteOptions | None,
+                         devices: DeviceList | None) -> ExecuteResult:
+        """``execute`` with every check (see ``JaxExecutableCore``)."""
+        execute_sharded = self._execute_sharded
+        if execute_sharded is None:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
         options = _DEFAULT_EXECUTE_OPTIONS if options is None else options
         if devices is not None and DeviceList(devices) != self._devices:
@@ -240,7 +255,7 @@ class JaxLoadedExecutable(LoadedExecutable):
                 f"{self.name} takes {len(self._params)} arguments, got {len(args)}")
         values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
         checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
-        donated = self._program.donated_inputs
+        donated = self._donated
         if donated:
             kept = donated & options.non_donatable_input_indices
             for i in kept:
@@ -248,30 +263,41 @@ class JaxLoadedExecutable(LoadedExecutable):
             donated = donated - kept
             for i in donated:
                 checked[i].wait_for_reads()  # reads enqueued before the donation see the data
-        kwargs = {"launch_id": options.launch_id} if options.launch_id else {}
         try:
-            outputs = handle.execute_sharded(values, **kwargs).consume_with_handlers(
-                self._handlers)
+            if options.launch_id:
+                results = execute_sharded(values, launch_id=options.launch_id)
+            else:
+                results = execute_sharded(values)
+            outputs = results.consume_with_handlers(self._handlers)
         except Exception as e:
-            raise translate(e) from None
+            self._launch_failed(args, values, e)
         for i in donated:
             checked[i].delete()  # jax took its buffer
         client = self._client
-        arrays = [JaxArray(client, r.dtype, r.shape, sharding, value)
-                  for r, sharding, value in zip(self._results, self._output_shardings, outputs)]
+        arrays = [JaxArray(client, dtype, shape, sharding, value)
+                  for (dtype, shape, sharding), value in zip(self._outputs_spec, outputs)]
         status = join_futures([a.ready_future() for a in arrays]) if options.fill_status else None
         return ExecuteResult(status, arrays)
+
+    def _launch_failed(self, args: Sequence[Array], values: list[Any], error: Exception
+                       ) -> NoReturn:
+        """Raise for jax's refusal of a launch: an argument deleted through jax itself is
+        refused as a deleted argument; anything else is jax's error as ifrtpy's."""
+        for i, value in enumerate(values):
+            if value.is_deleted():
+                self._check_argument(i, args[i], self._params[i], self._parameter_shardings[i])
+        raise translate(error) from None
 
     def _checked_value(self, i: int, arg: Any) -> Any:
         """The jax value of argument ``i`` once it passes the checks (remembered per
         parameter, dtype, shape and sharding)."""
         value = arg._value if type(arg) is JaxArray else None
-        if (value is not None and not arg._deleted and not value.is_deleted()
-                and arg._client is self._client
-                and (i, arg._dtype, arg._shape, arg._sharding) in self._checked):
-            return value
-        self._check_argument(i, arg, self._params[i], self._parameter_shardings[i])
-        return arg.jax_value
+        if (value is None or value.is_deleted() or arg._client is not self._client
+                or (i, arg._dtype, arg._shape, arg._sharding) not in self._checked):
+            self._check_argument(i, arg, self._params[i], self._parameter_shardings[i])
+            value = arg.jax_value
+        self._accepted[i] = (arg._dtype, arg._shape, arg._sharding)  # for the C path
+        return value
 
     def _check_argument(self, i: int, arg: Any, param: Any, sharding: Sharding) -> None:
         try:
