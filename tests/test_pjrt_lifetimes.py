@@ -193,3 +193,38 @@ def test_zero_copy_done_event_fires_when_another_thread_drops_the_buffer(client8
     worker.join()
     assert fired.wait(30)
     done.await_()
+
+
+def test_key_value_callbacks_at_exit_answer_unavailable_without_the_store():
+    """Once the interpreter is exiting, a plugin thread calling a key-value callback gets
+    UNAVAILABLE and the store is not called (taking the GIL then could hang or end the
+    thread); before that, the callbacks reach the store."""
+    assert_survives("""
+        from ifrtpy import errors
+        from ifrtpy._pjrt import _base, _kv
+
+        class Store:
+            calls = 0
+            def get(self, key, timeout_ms):
+                Store.calls += 1
+                return b"v"
+            def try_get(self, key):
+                Store.calls += 1
+                return b"v"
+            def put(self, key, value):
+                Store.calls += 1
+
+        callbacks = _kv.KeyValueCallbacks(Store())
+        assert _kv.call_get(callbacks, "k", 10) == b"v" and Store.calls == 1
+        _base._stop_callbacks_at_exit(1.0)  # what interpreter exit runs
+        for call in (lambda: _kv.call_get(callbacks, "k", 10),
+                     lambda: _kv.call_try_get(callbacks, "k"),
+                     lambda: _kv.call_put(callbacks, "k", b"v")):
+            try:
+                call()
+                raise AssertionError("a callback ran while exiting")
+            except errors.UnavailableError as e:
+                assert "interpreter is exiting" in str(e), e
+        assert Store.calls == 1
+        print("alive")
+    """)

@@ -16,6 +16,8 @@ cdef void drop_error(const PJRT_Api* api, PJRT_Error* error) noexcept nogil
 cdef int raise_unimplemented(const PJRT_Api* api, const char* name) except -1 nogil
 cdef str to_str(const char* data, size_t size)
 cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count)
+cdef bint callback_enter() noexcept nogil
+cdef void callback_leave() noexcept nogil
 
 
 cdef inline bint has_function(const PJRT_Api* api, const void* field) noexcept nogil:

@@ -215,3 +215,64 @@ cdef class PluginHandle:
     def __repr__(self):
         return f"<PluginHandle {self.path!r} PJRT {self.api_version[0]}.{self.api_version[1]}>"
 
+
+# -- the exit guard of callbacks from plugin threads ------------------------------------------
+
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define ifrtpy_is_finalizing() Py_IsFinalizing()
+    #else
+    #define ifrtpy_is_finalizing() _Py_IsFinalizing()
+    #endif
+    /* Once set (at interpreter exit), plugin threads no longer take the GIL for
+       callbacks; `running` counts those that have passed the guard. */
+    static int ifrtpy_exiting = 0;
+    static long ifrtpy_running = 0;
+    static int ifrtpy_callback_enter(void) {
+        __atomic_add_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&ifrtpy_exiting, __ATOMIC_SEQ_CST)) return 1;
+        __atomic_sub_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    static void ifrtpy_callback_leave(void) {
+        __atomic_sub_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
+    }
+    static void ifrtpy_set_exiting(void) {
+        __atomic_store_n(&ifrtpy_exiting, 1, __ATOMIC_SEQ_CST);
+    }
+    static long ifrtpy_callbacks_running(void) {
+        return __atomic_load_n(&ifrtpy_running, __ATOMIC_SEQ_CST);
+    }
+    """
+    int ifrtpy_is_finalizing() nogil
+    int ifrtpy_callback_enter() nogil
+    void ifrtpy_callback_leave() nogil
+    void ifrtpy_set_exiting() nogil
+    long ifrtpy_callbacks_running() nogil
+
+
+cdef bint callback_enter() noexcept nogil:
+    """For a plugin or foreign thread about to take the GIL: False once the interpreter is
+    exiting or finalizing (then it must not: taking the GIL could block the thread for
+    good, or end it); otherwise counted until ``callback_leave``."""
+    return not ifrtpy_is_finalizing() and ifrtpy_callback_enter()
+
+
+cdef void callback_leave() noexcept nogil:
+    ifrtpy_callback_leave()
+
+
+def _stop_callbacks_at_exit(double timeout=5.0):
+    """From now on plugin threads drop callbacks instead of taking the GIL; wait (GIL
+    released, at most ``timeout`` seconds) for those already past that point. Run at
+    interpreter exit, after every other exit handler of code that imported ifrtpy."""
+    import time
+    ifrtpy_set_exiting()
+    deadline = time.monotonic() + timeout
+    while ifrtpy_callbacks_running() and time.monotonic() < deadline:
+        time.sleep(0.001)  # releases the GIL: the running callbacks can finish
+
+
+import atexit as _atexit
+_atexit.register(_stop_callbacks_at_exit)

@@ -64,5 +64,3 @@ cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil
 cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
 cdef void unpin_after_launch(BufferHandle buffer, bint donate) noexcept
 
-cdef bint callback_enter() noexcept nogil
-cdef void callback_leave() noexcept nogil

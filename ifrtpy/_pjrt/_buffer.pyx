@@ -29,7 +29,9 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, has_function, require, error_to_exception
+from ifrtpy._pjrt._base cimport (
+    PluginHandle, callback_enter, callback_leave, check, drop_error, has_function, require,
+    error_to_exception)
 from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
@@ -44,37 +46,8 @@ DEF MAX_RANK = 64
 
 cdef extern from *:
     """
-    #if PY_VERSION_HEX >= 0x030D0000
-    #define ifrtpy_is_finalizing() Py_IsFinalizing()
-    #else
-    #define ifrtpy_is_finalizing() _Py_IsFinalizing()
-    #endif
     typedef struct { const void* api; PyObject* payload; } ifrtpy_callback;
-    /* Exit guard: once set (at interpreter exit), plugin threads no longer take the GIL
-       for callbacks; `running` counts those that have passed the guard. */
-    static int ifrtpy_exiting = 0;
-    static long ifrtpy_running = 0;
-    static int ifrtpy_callback_enter(void) {
-        __atomic_add_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
-        if (!__atomic_load_n(&ifrtpy_exiting, __ATOMIC_SEQ_CST)) return 1;
-        __atomic_sub_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
-        return 0;
-    }
-    static void ifrtpy_callback_leave(void) {
-        __atomic_sub_fetch(&ifrtpy_running, 1, __ATOMIC_SEQ_CST);
-    }
-    static void ifrtpy_set_exiting(void) {
-        __atomic_store_n(&ifrtpy_exiting, 1, __ATOMIC_SEQ_CST);
-    }
-    static long ifrtpy_callbacks_running(void) {
-        return __atomic_load_n(&ifrtpy_running, __ATOMIC_SEQ_CST);
-    }
     """
-    int ifrtpy_is_finalizing() nogil
-    int ifrtpy_callback_enter() nogil
-    void ifrtpy_callback_leave() nogil
-    void ifrtpy_set_exiting() nogil
-    long ifrtpy_callbacks_running() nogil
     ctypedef struct ifrtpy_callback:
         const void* api
         PyObject* payload
@@ -85,38 +58,17 @@ cdef void _on_ready(PJRT_Error* error, void* user_arg) noexcept nogil:
     # (callable or None, kept object). Once the interpreter is exiting, taking the GIL
     # could block this plugin thread for good, or end it (Python ends threads that take
     # the GIL while it finalizes), and the plugin's own shutdown with it: then the error
-    # is dropped and the payload left to the process's end (see _stop_callbacks_at_exit).
+    # is dropped and the payload left to the process's end (see _base.callback_enter).
     cdef ifrtpy_callback* callback = <ifrtpy_callback*>user_arg
     cdef const PJRT_Api* api = <const PJRT_Api*>callback.api
-    if ifrtpy_is_finalizing() or not ifrtpy_callback_enter():
+    if not callback_enter():
         drop_error(api, error)
         free(callback)
         return
     with gil:
         _run_callback(api, error, callback.payload)
-    ifrtpy_callback_leave()
+    callback_leave()
     free(callback)
-
-
-cdef bint callback_enter() noexcept nogil:
-    """For a plugin or foreign thread about to take the GIL: False once the interpreter is
-    exiting (then it must not); otherwise counted until ``callback_leave``."""
-    return ifrtpy_callback_enter()
-
-
-cdef void callback_leave() noexcept nogil:
-    ifrtpy_callback_leave()
-
-
-def _stop_callbacks_at_exit(double timeout=5.0):
-    """From now on plugin threads drop callbacks instead of taking the GIL; wait (GIL
-    released, at most ``timeout`` seconds) for those already past that point. Run at
-    interpreter exit, after every other exit handler of code that imported ifrtpy."""
-    import time
-    ifrtpy_set_exiting()
-    deadline = time.monotonic() + timeout
-    while ifrtpy_callbacks_running() and time.monotonic() < deadline:
-        time.sleep(0.001)  # releases the GIL: the running callbacks can finish
 
 
 cdef void _run_callback(const PJRT_Api* api, PJRT_Error* error, PyObject* payload) noexcept:
@@ -130,8 +82,6 @@ cdef void _run_callback(const PJRT_Api* api, PJRT_Error* error, PyObject* payloa
         Py_DECREF(kept)
 
 
-import atexit as _atexit
-_atexit.register(_stop_callbacks_at_exit)
 
 
 cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except -1:

@@ -32,10 +32,10 @@ from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt.dlpack cimport *
-from ifrtpy._pjrt._base cimport check, drop_error, require
+from ifrtpy._pjrt._base cimport callback_enter, callback_leave, check, drop_error, require
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
-                                   callback_enter, callback_leave, DELETE_DEFERRED, DELETE_DONE)
+                                   DELETE_DEFERRED, DELETE_DONE)
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import DLPACK_OF_PJRT_BUFFER_TYPE, NUMPY_OF_PJRT_BUFFER_TYPE
 
@@ -102,7 +102,7 @@ cdef void _release(Export* e) noexcept nogil:
     if atomic_add(e.exports, -1) == 0 and atomic_cas(e.delete_state, DELETE_DEFERRED, DELETE_DONE):
         delete_now(e.api, e.buffer)
     free(e)
-    if is_finalizing() or not callback_enter():  # exiting: the reference is left behind
+    if not callback_enter():  # exiting: the reference is left behind
         return
     with gil:
         Py_DECREF(<object>owner)

@@ -7,8 +7,9 @@ call a Python ``store`` object with ``get(key, timeout_ms) -> bytes``,
 ``try_get(key) -> bytes`` and ``put(key, value)``; an exception becomes the PJRT_Error the
 plugin's ``callback_error`` makes, with the exception's ``ifrtpy.errors`` code (UNKNOWN for
 other exceptions). ``KeyValueCallbacks`` is the callbacks' ``user_arg``: the client handle
-keeps it alive as long as the client. The callbacks take the GIL; the plugin calls them
-from its own threads, and ``PJRT_Client_Create`` runs without the GIL.
+keeps it alive as long as the client. The callbacks take the GIL (the plugin calls them
+from its own threads, and ``PJRT_Client_Create`` runs without the GIL), except once the
+interpreter is exiting: then they return UNAVAILABLE without calling the store.
 
 ``call_get``, ``call_try_get`` and ``call_put`` call the callbacks through their C function
 pointers exactly as a plugin does (with a callback_error of their own), for tests.
@@ -16,8 +17,9 @@ pointers exactly as a plugin does (with a callback_error of their own), for test
 
 from cpython.ref cimport PyObject
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memset, strlen
 
+from ifrtpy._pjrt._base cimport callback_enter, callback_leave
 from ifrtpy import errors as _errors
 
 
@@ -57,11 +59,36 @@ cdef PJRT_Error* _return_value(object value, char** out, size_t* out_size,
     return NULL
 
 
-cdef PJRT_Error* _get(PJRT_KeyValueGetCallback_Args* args) noexcept with gil:
+cdef PJRT_Error* _exiting(PJRT_CallbackError* make_error) noexcept nogil:
+    """The error a callback returns once the interpreter is exiting (it must not take the
+    GIL then: see ``_base.callback_enter``)."""
+    cdef const char* text = b"the key-value store is gone: the Python interpreter is exiting"
+    return make_error[0](<PJRT_Error_Code>14, text, strlen(text))  # 14: UNAVAILABLE
+
+
+ctypedef PJRT_Error* (*_Body)(void* args) noexcept
+
+
+cdef PJRT_Error* _with_gil(_Body body, void* args, PJRT_CallbackError* make_error) noexcept nogil:
+    """``body(args)`` with the GIL, unless the interpreter is exiting."""
+    if not callback_enter():
+        return _exiting(make_error)
+    cdef PJRT_Error* error
+    with gil:
+        error = body(args)
+    callback_leave()
+    return error
+
+
+cdef PJRT_Error* _get(PJRT_KeyValueGetCallback_Args* args) noexcept nogil:
     # the outputs are defined on every path: the plugin may read them after an error
     args.value = NULL
     args.value_size = 0
     args.value_deleter_callback = _free_value
+    return _with_gil(<_Body>_get_with_gil, args, args.callback_error)
+
+
+cdef PJRT_Error* _get_with_gil(PJRT_KeyValueGetCallback_Args* args) noexcept:
     store = (<KeyValueCallbacks><PyObject*>args.user_arg).store
     try:
         value = store.get(args.key[:args.key_size].decode(), args.timeout_in_ms)
@@ -70,11 +97,15 @@ cdef PJRT_Error* _get(PJRT_KeyValueGetCallback_Args* args) noexcept with gil:
     return _return_value(value, &args.value, &args.value_size, args.callback_error)
 
 
-cdef PJRT_Error* _try_get(PJRT_KeyValueTryGetCallback_Args* args) noexcept with gil:
+cdef PJRT_Error* _try_get(PJRT_KeyValueTryGetCallback_Args* args) noexcept nogil:
     # the outputs are defined on every path: the plugin may read them after an error
     args.value = NULL
     args.value_size = 0
     args.value_deleter_callback = _free_value
+    return _with_gil(<_Body>_try_get_with_gil, args, args.callback_error)
+
+
+cdef PJRT_Error* _try_get_with_gil(PJRT_KeyValueTryGetCallback_Args* args) noexcept:
     store = (<KeyValueCallbacks><PyObject*>args.user_arg).store
     try:
         value = store.try_get(args.key[:args.key_size].decode())
@@ -83,7 +114,11 @@ cdef PJRT_Error* _try_get(PJRT_KeyValueTryGetCallback_Args* args) noexcept with 
     return _return_value(value, &args.value, &args.value_size, args.callback_error)
 
 
-cdef PJRT_Error* _put(PJRT_KeyValuePutCallback_Args* args) noexcept with gil:
+cdef PJRT_Error* _put(PJRT_KeyValuePutCallback_Args* args) noexcept nogil:
+    return _with_gil(<_Body>_put_with_gil, args, args.callback_error)
+
+
+cdef PJRT_Error* _put_with_gil(PJRT_KeyValuePutCallback_Args* args) noexcept:
     store = (<KeyValueCallbacks><PyObject*>args.user_arg).store
     try:
         store.put(args.key[:args.key_size].decode(), args.value[:args.value_size])
