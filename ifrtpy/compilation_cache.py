@@ -7,7 +7,8 @@ own directory, or turn the cache off, with ``CompileOptions(compilation_cache_di
 
 An entry is one file, named by the SHA-256 key of what determines the executable (the
 program bytes sent to the plugin, the serialized compile options, the plugin's identity
-and version, the devices' kinds and count). It holds the key and the plugin's sealed
+and version, the devices' kinds and count, and for CPU devices the host processor's model
+and features). It holds the key and the plugin's sealed
 serialized executable (plugin identity + SHA-256 checksum, see ``ifrtpy._pjrt._seal``),
 so a truncated, corrupted or foreign entry is detected before the plugin sees it: it is
 discarded with a :class:`CompilationCacheWarning` and the program compiled afresh.
@@ -26,8 +27,10 @@ gives a warning and the compile goes on without storing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import platform
 import stat
 import tempfile
 import time
@@ -67,6 +70,29 @@ def cache_key(parts: Iterable[bytes]) -> str:
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_identity() -> bytes:
+    """This machine's processor as a CPU plugin compiles for it: the architecture, and on
+    Linux the model and feature flags of ``/proc/cpuinfo``. Part of the key of CPU
+    executables, so that a cache shared between machines never hands one machine code
+    using instructions its processor lacks (which would end the process)."""
+    parts = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, sep, value = line.partition(":")
+                name = name.strip()
+                if sep and name in ("flags", "Features"):
+                    parts.append(f"{name}={' '.join(sorted(value.split()))}")
+                elif sep and name in ("model name", "CPU implementer", "CPU part"):
+                    parts.append(f"{name}={value.strip()}")
+                elif not line.strip() and len(parts) > 2:
+                    break  # the first processor's fields are enough
+    except OSError:
+        pass
+    return "\n".join(parts).encode()
 
 
 def warn(message: str) -> None:

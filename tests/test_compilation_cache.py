@@ -262,3 +262,24 @@ def test_a_hit_of_a_partitioned_program_has_the_compiled_shardings(cache_dir, mo
     client = hit.client
     [y] = hit(client.make_array_from_host_buffer(x, hit.parameter_shardings()[0]))
     np.testing.assert_array_equal(np.asarray(y), 2 * x)
+
+
+def test_a_cpu_entry_is_not_loaded_on_another_processor(planted, cache_dir, monkeypatch):
+    """The key of a CPU executable holds the host processor's model and features: on a
+    machine with another processor the entry (here planted, computing x * 3) is not used."""
+    path, data = planted
+    with open(path, "wb") as f:
+        f.write(data)
+    identity = compilation_cache.host_cpu_identity()
+    assert platform_flags_in(identity)
+    _, y = compile_and_run(ADD_ONE, cache_dir)
+    np.testing.assert_array_equal(y, X * 3)  # the same processor: the entry is loaded
+    monkeypatch.setattr(compilation_cache, "host_cpu_identity", lambda: identity + b" avx9")
+    _, y = compile_and_run(ADD_ONE, cache_dir)
+    np.testing.assert_array_equal(y, X + 1)  # another processor: compiled afresh
+    assert len(entry_files(cache_dir)) == 2
+
+
+def platform_flags_in(identity: bytes) -> bool:
+    """Whether ``identity`` names the processor's features where the OS lists them."""
+    return not sys.platform.startswith("linux") or b"flags=" in identity or b"Features=" in identity

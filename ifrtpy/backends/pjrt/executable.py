@@ -156,7 +156,8 @@ def _compile_through(cache, client, program: HloProgram, target, compile_options
     key = compilation_cache.cache_key([
         program.text.encode(), repr((target, stablehlo_version(), _jaxlib.version_text())).encode(),
         compile_options, identity, repr(kinds).encode(),
-        str(len(devices) if devices is not None else 0).encode()])
+        str(len(devices) if devices is not None else 0).encode(),
+        compilation_cache.host_cpu_identity() if client.platform_name == "cpu" else b""])
     sealed = cache.load(key, lambda data: _seal.unseal(identity, data))
     if sealed is not None:
         try:
