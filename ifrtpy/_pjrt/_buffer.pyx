@@ -108,8 +108,15 @@ cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except
 
 
 cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) except -1:
-    """Hold a reference to ``obj`` until ``event`` fires."""
-    return _register(api, event, (None, obj))
+    """Hold a reference to ``obj`` (memory the plugin reads or writes) until ``event``
+    fires. Never fails: where the callback cannot be registered (no memory, a plugin
+    error), ``obj`` is kept for the life of the process, a leak rather than a use after
+    free."""
+    try:
+        _register(api, event, (None, obj))
+    except Exception:
+        Py_INCREF(obj)
+    return 0
 
 
 @cython.no_gc  # holds only its client and a weak reference: never part of a cycle
