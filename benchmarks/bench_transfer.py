@@ -49,6 +49,34 @@ def median_s(fn, repeats, number=1, setup=None):
     return statistics.median(times), statistics.median(faults)
 
 
+def sharded_get(name, data, t_floor, floor_name, r, client, sharded, jsharded, memories,
+                _pjrt, jax, number=1):
+    """The row of reading ``data`` back from an array split over the devices: the plugin's
+    copies of each shard into one new array, ``np.asarray`` of the ifrtpy array, and
+    jax's first read of a new array (jax caches an array's host value)."""
+    buffers = [_pjrt.buffer_from_host_buffer(client._handle, p, None, m, 0)[0]
+               for p, m in zip(np.split(data, len(memories)), memories)]
+
+    def plugin_get(_):
+        out = np.empty_like(data)
+        events = [b.to_host_buffer(o)[1] for b, o in zip(buffers, np.split(out, len(buffers)))]
+        for event in events:
+            event.await_()
+        return out
+
+    t_plugin = median_s(plugin_get, r, number)[0]
+    array = client.make_array_from_host_buffer(data, sharded)
+    t_ours, faults = median_s(lambda _: np.asarray(array), r, number)
+    fresh = [jax.device_put(data, jsharded).block_until_ready() for _ in range(number)]
+
+    def jax_get(arrays):
+        for ja in arrays:
+            np.array(ja)
+
+    t_jax = median_s(jax_get, r, setup=lambda: [jax.device_put(data, jsharded) for _ in fresh])[0]
+    return name, t_floor, t_plugin, t_ours, t_jax / number, faults, floor_name
+
+
 def measure(r, floor, client, jax, _pjrt, ifrt):
     devices = client.devices()
     dev0 = devices[0]
@@ -123,21 +151,12 @@ def measure(r, floor, client, jax, _pjrt, ifrt):
     t_jsput = median_s(lambda _: jax.device_put(big, jsharded).block_until_ready(), r)[0]
     rows.append(("sharded put 64 MiB / 8", t_copy, t_plugin, t_sput, t_jsput, f_sput, fresh_copy))
 
-    buffers = plugin_sharded_put(None)
-
-    def plugin_sharded_get(_):
-        out = np.empty_like(big)
-        events = [b.to_host_buffer(o)[1] for b, o in zip(buffers, np.split(out, len(buffers)))]
-        for event in events:
-            event.await_()
-        return out
-
-    t_plugin = median_s(plugin_sharded_get, r)[0]
-    s = client.make_array_from_host_buffer(big, sharded)
-    t_sget, f_sget = median_s(lambda _: np.asarray(s), r)
-    t_jsget = median_s(lambda js: np.array(js), r,
-                       setup=lambda: jax.device_put(big, jsharded).block_until_ready())[0]
-    rows.append(("sharded get 64 MiB / 8", t_copy, t_plugin, t_sget, t_jsget, f_sget, fresh_copy))
+    rows.append(sharded_get("sharded get 64 MiB / 8", big, t_copy, fresh_copy, r,
+                            client, sharded, jsharded, memories, _pjrt, jax))
+    medium = big[:256 * 1024 // 4]  # 256 KiB: the per-call cost shows
+    t_medium = median_s(lambda _: np.copyto(np.empty_like(medium), medium), r, number=100)[0]
+    rows.append(sharded_get("sharded get 256 KiB / 8", medium, t_medium, fresh_copy, r,
+                            client, sharded, jsharded, memories, _pjrt, jax, number=100))
     return rows
 
 

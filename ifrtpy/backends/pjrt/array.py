@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import math
 import threading
 import time
 import weakref
@@ -155,30 +156,31 @@ class PjrtArray(ArrayCore, Array):
         fresh = out is None and byte_strides is None  # a new dense array, still unmapped
         out = self._host_buffer(out, byte_strides)
         if buffers and self._sharding.is_fully_replicated:
-            future, events = _copy_shard(buffers[0], out)
-            if fresh:
-                _populate(out, events)
-            return future
-        if isinstance(self._sharding, OpaqueSharding):
-            raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
-        domains = self._sharding.index_domains(self._shape, ADDRESSABLE)
-        unique: dict[IndexDomain, Any] = {}
-        for domain, buffer in zip(domains, buffers):
-            unique.setdefault(domain, buffer)  # one copy per replicated domain
-        covered = sum(int(np.prod(d.shape.dims, dtype=np.int64)) for d in unique)
-        if covered != out.size:
-            raise UnimplementedError(
-                f"copy_to_host_buffer: the addressable shards hold {covered} of the {out.size} "
-                f"elements of {self.debug_string()}")
-        futures, events = [], []
-        for domain, buffer in unique.items():
-            future, issued = _copy_shard(buffer, out[(*domain.slices(), ...)])
-            futures.append(future)
-            events += issued
+            copies = [(buffers[0], out)]
+        else:
+            if isinstance(self._sharding, OpaqueSharding):
+                raise InvalidArgumentError(
+                    "an array with an OpaqueSharding cannot be copied to the host")
+            domains = self._sharding.index_domains(self._shape, ADDRESSABLE)
+            unique: dict[IndexDomain, Any] = {}
+            for domain, buffer in zip(domains, buffers):
+                unique.setdefault(domain, buffer)  # one copy per replicated domain
+            covered = sum(math.prod(d.shape.dims) for d in unique)
+            if covered != out.size:
+                raise UnimplementedError(
+                    f"copy_to_host_buffer: the addressable shards hold {covered} of the "
+                    f"{out.size} elements of {self.debug_string()}")
+            copies = [(buffer, out[(*domain.slices(), ...)]) for domain, buffer in unique.items()]
+        staged, events = [], []
+        for buffer, target in copies:
+            if target.flags.c_contiguous:  # straight into ``out``
+                events.append(buffer.to_host_buffer(target)[1])
+            else:
+                staged.append(_staged_copy(buffer, target))
         if fresh:
             _populate(out, events)
-        return _join_to(futures, out)
-
+        direct = future_of_events(events, out)  # one future for every direct copy
+        return _then_value(join_futures(staged + [direct]), out) if staged else direct
 
     # -- zero-copy exchange (DLPack, NumPy views) -----------------------------------------
 
@@ -256,12 +258,8 @@ def _populate(out: np.ndarray, events: list) -> None:
         populate_while_pending(out, events)
 
 
-def _copy_shard(buffer, out: np.ndarray) -> tuple[Future[np.ndarray], list]:
-    """Start copying ``buffer`` into ``out`` (any strides): directly when ``out`` is dense.
-    Returns the future of ``out`` and the events of copies into ``out`` itself."""
-    if out.flags.c_contiguous:
-        _, event = buffer.to_host_buffer(out)
-        return future_of_events([event], out), [event]
+def _staged_copy(buffer, out: np.ndarray) -> Future[np.ndarray]:
+    """Copy ``buffer`` into ``out`` (not C-contiguous) through a dense staging array."""
     staging, event = buffer.to_host_buffer()
     done = future_of_events([event], out)
     promise = Promise()
@@ -275,11 +273,7 @@ def _copy_shard(buffer, out: np.ndarray) -> tuple[Future[np.ndarray], list]:
             promise.set_result(out)
 
     done.add_done_callback(place)
-    return promise.future, []
-
-
-def _join_to(futures: Sequence[Future], value: Any) -> Future:
-    return _then_value(join_futures(futures), value)
+    return promise.future
 
 
 def _with_copy_semantics(array: PjrtArray, semantics: ArrayCopySemantics) -> tuple:
