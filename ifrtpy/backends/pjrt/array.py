@@ -216,13 +216,16 @@ class PjrtArray(ArrayCore, Array):
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """NumPy form of the array. A single-device array in memory the host can read is
-        viewed without a copy (read-only, pinning the buffer) unless ``copy=True``; other
-        arrays are gathered into a new array, and ``copy=False`` raises ValueError for them."""
+        viewed without a copy (read-only, pinning the buffer), or with ``copy=True`` copied
+        from that view (writeable); other arrays are gathered into a new array, and
+        ``copy=False`` raises ValueError for them."""
         buffers = self._buffers
-        if (copy is not True and len(buffers) == 1 and self._error is None and not self._deleted
+        if (len(buffers) == 1 and self._error is None and not self._deleted
                 and (self._client._host_platform or buffers[0].memory.kind in _interop.HOST_MEMORY_KINDS)):
             view = _host_view(buffers[0])
             if view is not None:
+                if copy is True:  # NumPy's copy of the view: no plugin call
+                    return np.array(view, dtype=dtype, copy=True)
                 if dtype is None or np.dtype(dtype) == view.dtype:
                     return view
                 if copy is False:
