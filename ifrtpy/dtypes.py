@@ -155,8 +155,9 @@ class DType:
         """The DType of a NumPy dtype (or anything ``np.dtype`` accepts).
 
         Raises InvalidArgumentError for dtypes with no XLA kind (object, str, datetime,
-        structured, ...). Object and ``StringDType`` arrays of strings are STRING data,
-        recognised by :func:`host_form` (which checks their elements), not here.
+        structured, ...). Object, ``StringDType`` and fixed-width ``str``/``bytes`` arrays
+        of strings are STRING data, recognised by :func:`host_form` (which checks their
+        elements), not here.
         """
         try:
             np_dtype = np.dtype(dtype)
@@ -164,7 +165,7 @@ class DType:
             raise invalid_argument("dtype", "a NumPy dtype or a name NumPy knows", dtype) from None
         kind = _KIND_OF_NUMPY.get(np_dtype)
         if kind is None:
-            hint = (" (object and StringDType arrays of str/bytes are DType STRING data: "
+            hint = (" (object, StringDType and fixed-width str/bytes arrays are DType STRING data: "
                     "pass the array itself, or name DType(DType.Kind.STRING))"
                     if np_dtype.kind in _STRING_HOST_KINDS else "")
             raise InvalidArgumentError(
@@ -227,13 +228,15 @@ class DType:
         return self._kind.name.lower()
 
 
-#: NumPy dtype kinds that may hold STRING data: object ("O") and NumPy 2's StringDType ("T").
-_STRING_HOST_KINDS = "OT"
+#: NumPy dtype kinds that may hold STRING data: object ("O"), NumPy 2's StringDType ("T"),
+#: and fixed-width unicode ("U") and bytes ("S").
+_STRING_HOST_KINDS = "OTUS"
 _STRING = DType(K.STRING)
 
 
 def is_string_host_dtype(np_dtype: np.dtype) -> bool:
-    """Whether arrays of ``np_dtype`` may hold STRING data (object or StringDType)."""
+    """Whether arrays of ``np_dtype`` may hold STRING data (object, StringDType, or
+    fixed-width unicode or bytes)."""
     return np_dtype.kind in _STRING_HOST_KINDS
 
 
@@ -242,15 +245,17 @@ def host_form(data: np.ndarray) -> tuple[np.ndarray, DType]:
 
     Numeric data is returned as it is, with ``DType.from_numpy(data.dtype)``. An object
     array whose elements are all ``str`` or ``bytes`` is STRING data and is returned as
-    it is; a ``StringDType`` array becomes an object array of ``str`` (STRING's host form,
-    what ``copy_to_host_buffer`` returns). InvalidArgumentError for any other dtype
+    it is; a ``StringDType`` or fixed-width unicode array becomes an object array of
+    ``str``, a fixed-width bytes array one of ``bytes`` (STRING's host form, what
+    ``copy_to_host_buffer`` returns; NumPy's fixed-width elements have their trailing NULs
+    stripped). InvalidArgumentError for any other dtype
     without an XLA kind, and for an object array holding anything but ``str``/``bytes``
     (naming the first such element).
     """
     if not is_string_host_dtype(data.dtype):
         return data, DType.from_numpy(data.dtype)
-    if data.dtype.kind == "T":
-        data = data.astype(object)
+    if data.dtype.kind != "O":
+        return data.astype(object), _STRING  # every element a str (or bytes, for "S")
     for index, element in zip(np.ndindex(data.shape), data.flat):
         if not isinstance(element, (str, bytes)):
             raise InvalidArgumentError(

@@ -115,6 +115,19 @@ def test_string_dtype_input_round_trips_as_object_str(client):
     np.testing.assert_array_equal(np.asarray(array), data.astype(object))
 
 
+@pytest.mark.parametrize("data", [
+    np.array([["x", "ÿ", ""], ["long " * 5, "🙂", "z"]]),      # fixed-width unicode
+    np.array([b"\x00\xff", b"text", b"", b"a\x00b"]),          # fixed-width bytes
+])
+def test_fixed_width_input_round_trips_as_object_str_or_bytes(client, data):
+    array = _put(client, data)
+    assert array.dtype == STRING
+    expected = data.astype(object)  # NumPy's own conversion (trailing NULs stripped)
+    _assert_holds(array, expected)
+    np.testing.assert_array_equal(np.asarray(array), expected)
+    assert type(np.asarray(array).flat[0]) is type(data.flat[0].item())
+
+
 def test_bytes_and_str_elements_are_kept_as_given(client):
     data = np.array([b"\x00\xff", "text", b""], dtype=object)
     _assert_holds(_put(client, data), data)
