@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -27,7 +27,8 @@ from ifrtpy import _jaxlib
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import (
-    Code, FailedPreconditionError, InvalidArgumentError, UnimplementedError, error_from_code,
+    Code, FailedPreconditionError, InvalidArgumentError, UnimplementedError, UnknownError,
+    error_from_code,
 )
 from ifrtpy.future import Future, Promise
 from ifrtpy.backends.jax._fastpath import JaxArrayCore
@@ -174,12 +175,12 @@ class JaxArray(JaxArrayCore, Array):
             return Future.failed(e)
         return future_of(value)
 
-    def _wait_failed(self, error: Exception | None) -> None:
+    def _wait_failed(self, error: Exception | None) -> NoReturn:
         """Raise for ``block_until_ready``: FailedPreconditionError if deleted (here or
         through jax), else jax's ``error`` as an ifrtpy error."""
-        self.jax_value
-        assert error is not None
-        raise translate(error) from None
+        value = self.jax_value  # raises FailedPreconditionError once deleted
+        raise translate(error) if error is not None else UnknownError(
+            f"waiting for {value!r} failed") from None
 
     def delete(self) -> Future[None]:
         with _arrays_lock:
