@@ -20,7 +20,7 @@ import math
 import threading
 from typing import Any
 
-from ifrtpy import _jaxlib
+from ifrtpy import _jaxlib, _join
 from ifrtpy.errors import (
     Code, FailedPreconditionError, InvalidArgumentError, UnknownError, error_from_code,
 )
@@ -115,8 +115,9 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
                backend: str = "pjrt", local_device_count: int | None = None,
                initialization_timeout: float = 300, heartbeat_timeout: float = 100,
                shutdown_timeout: float = 300) -> None:
-    """Join the job: process 0 starts the coordination service at ``coordinator_address``
-    (``host:port``, bound exactly there), every process connects to it.
+    """Join the job: the processes meet at ``coordinator_address`` (``host:port``, where
+    process 0 listens, bound exactly there), then process 0 starts the coordination
+    service there and every process connects to it.
 
     ``backend="pjrt"`` (the default) serves PJRT clients made afterwards (their key-value
     callbacks). ``backend="jax"`` brings up jax's distributed runtime instead, for
@@ -126,9 +127,10 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     (see :mod:`ifrtpy.backends.jax.distributed`), and :func:`key_value_store` is not
     offered.
 
-    Blocks until all ``num_processes`` processes have connected, at most
-    ``initialization_timeout`` seconds (then DeadlineExceededError). A process that dies
-    does not take the others down (the service is started recoverable, unlike jax's): their
+    Blocks until all ``num_processes`` processes have joined, at most
+    ``initialization_timeout`` seconds: then every waiting process raises
+    DeadlineExceededError naming the missing ones (jaxlib's own connect would abort it).
+    A process that dies does not take the others down (the service is started recoverable, unlike jax's): their
     key-value gets end with DeadlineExceededError at their timeout, and :func:`shutdown`
     returns within ``shutdown_timeout``. Raises InvalidArgumentError for bad arguments and
     FailedPreconditionError when already initialized.
@@ -164,6 +166,8 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
                                    heartbeat_timeout_s=heartbeat_s)
             _state = _State(None, None, num_processes, process_id)
             return
+        # Meet first: jaxlib's connect() ends the process when a peer never comes.
+        _join.join(address, num_processes, process_id, init_s)
         service = None
         if process_id == 0:
             service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
