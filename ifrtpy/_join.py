@@ -11,6 +11,13 @@ come within the timeout, every waiting process raises DeadlineExceededError (pro
 names the missing processes and tells the ones that came); nothing of jaxlib has started
 yet, so nothing aborts.
 
+The connections stay open for the life of the job (:class:`Membership`): a process that
+leaves closes its own after its coordination client has left the service, and the
+system closes it when the process dies. That is how process 0 knows when the others are
+gone, so that it stops the service only then (jaxlib aborts a process whose service
+disappears, or whose client's shutdown finds none); jaxlib's service itself does not say
+when a client has left.
+
 The protocol is one line each way: ``IFRTPY-JOIN 1 <num_processes> <process_id>\\n``,
 answered by ``GO\\n`` or ``FAIL <CODE> <message>\\n``. Like the service, it has no
 authentication.
@@ -18,6 +25,7 @@ authentication.
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 
@@ -25,7 +33,7 @@ from ifrtpy.errors import (
     Code, DeadlineExceededError, IfrtError, UnavailableError, error_from_code,
 )
 
-__all__ = ["join"]
+__all__ = ["join", "Membership"]
 
 _HELLO = "IFRTPY-JOIN 1"
 _MAX_LINE = 512
@@ -71,22 +79,52 @@ def _send(conn: socket.socket, line: str) -> None:
         pass  # that peer is gone; it finds out by itself
 
 
-def join(address: str, num_processes: int, process_id: int, timeout_s: float) -> None:
+class Membership:
+    """This process's open connections of the join, by the other process's id: process 0's
+    to each other process, or another process's to process 0 (none in a job of one)."""
+
+    def __init__(self, connections: dict[int, socket.socket]):
+        self._connections = connections
+
+    def wait_until_the_others_leave(self, timeout_s: float) -> list[int]:
+        """Process 0: wait until every other process has closed its connection (it left
+        the job, or died), at most ``timeout_s`` seconds; the ids of the processes whose
+        connections are still open then (empty: all gone)."""
+        deadline = time.monotonic() + timeout_s
+        still_open = dict(self._connections)
+        while still_open:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            readable, _, _ = select.select(list(still_open.values()), [], [], left)
+            for pid, conn in list(still_open.items()):
+                if conn in readable and _gone(conn):
+                    del still_open[pid]
+        return sorted(still_open)
+
+    def close(self) -> None:
+        """Close the connections (for another process: tells process 0 it has left)."""
+        for conn in self._connections.values():
+            conn.close()
+        self._connections = {}
+
+
+def join(address: str, num_processes: int, process_id: int, timeout_s: float) -> Membership:
     """Return once all ``num_processes`` processes have joined at ``address`` (process 0
-    listens there until then); DeadlineExceededError after ``timeout_s`` seconds when they
-    have not, UnavailableError when process 0 cannot listen at ``address``, and
-    InvalidArgumentError when process 0 refuses this process (another ``num_processes``,
-    or its ``process_id`` already joined)."""
+    listens there until then), with this process's open connections of the join;
+    DeadlineExceededError after ``timeout_s`` seconds when they have not, UnavailableError
+    when process 0 cannot listen at ``address``, and InvalidArgumentError when process 0
+    refuses this process (another ``num_processes``, or its ``process_id`` already
+    joined)."""
     if num_processes == 1:
-        return
+        return Membership({})
     deadline = time.monotonic() + timeout_s
     if process_id == 0:
-        _lead(address, num_processes, deadline, timeout_s)
-    else:
-        _follow(address, num_processes, process_id, deadline, timeout_s)
+        return _lead(address, num_processes, deadline, timeout_s)
+    return _follow(address, num_processes, process_id, deadline, timeout_s)
 
 
-def _lead(address: str, num_processes: int, deadline: float, timeout_s: float) -> None:
+def _lead(address: str, num_processes: int, deadline: float, timeout_s: float) -> Membership:
     host, port = _host_port(address)
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
@@ -132,21 +170,30 @@ def _lead(address: str, num_processes: int, deadline: float, timeout_s: float) -
             raise DeadlineExceededError(message)
         for conn in joined.values():
             _send(conn, "GO")
+        membership, joined = Membership(joined), {}
     finally:
-        for conn in joined.values():
+        for conn in joined.values():  # all of them when it raised
             conn.close()
         server.close()
+    return membership
 
 
 def _gone(conn: socket.socket) -> bool:
-    """Whether the peer of ``conn`` has closed it (it sends nothing after its hello)."""
+    """Whether the peer of ``conn`` has closed it (or the connection broke); what it sent
+    is read and dropped (nothing is sent after the join)."""
+    timeout = conn.gettimeout()
+    conn.setblocking(False)
     try:
-        conn.setblocking(False)
-        return conn.recv(1, socket.MSG_PEEK) == b""
+        for _ in range(64):
+            if not conn.recv(_MAX_LINE):
+                return True
+        return False
     except BlockingIOError:
         return False
     except OSError:
         return True
+    finally:
+        conn.settimeout(timeout)
 
 
 def _refusal(line: str | None, num_processes: int, joined: dict[int, socket.socket]) -> str | None:
@@ -165,7 +212,7 @@ def _refusal(line: str | None, num_processes: int, joined: dict[int, socket.sock
 
 
 def _follow(address: str, num_processes: int, process_id: int, deadline: float,
-            timeout_s: float) -> None:
+            timeout_s: float) -> Membership:
     host, port = _host_port(address)
     last_error = "no answer"
     while time.monotonic() < deadline:
@@ -176,15 +223,16 @@ def _follow(address: str, num_processes: int, process_id: int, deadline: float,
             last_error = str(e)
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
-        with conn:
-            _send(conn, f"{_HELLO} {num_processes} {process_id}")
-            line = _read_line(conn, deadline)
+        _send(conn, f"{_HELLO} {num_processes} {process_id}")
+        line = _read_line(conn, deadline)
+        if line == "GO":
+            conn.settimeout(None)
+            return Membership({0: conn})
+        conn.close()
         if line is None:  # process 0 went away, or is busy with other joins: try again
             last_error = "process 0 did not answer"
             time.sleep(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
             continue
-        if line == "GO":
-            return
         code, _, message = line.removeprefix("FAIL ").partition(" ")
         if line.startswith("FAIL ") and code in Code.__members__:
             error: IfrtError = error_from_code(Code[code], message)

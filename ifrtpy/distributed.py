@@ -16,6 +16,7 @@ or private-network address.
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 from typing import Any
@@ -78,11 +79,14 @@ def _as_ifrt_error(e: BaseException) -> BaseException:
 
 
 class _State:
-    def __init__(self, service: Any, client: Any, num_processes: int, process_id: int):
-        self.service = service
+    def __init__(self, service: Any, client: Any, num_processes: int, process_id: int,
+                 membership: _join.Membership | None = None, shutdown_s: int = 0):
+        self.service = service  # process 0's, else None
         self.client = client  # None: the job runs on jax's distributed runtime
         self.num_processes = num_processes
         self.process_id = process_id
+        self.membership = membership  # the join's open connections
+        self.shutdown_s = shutdown_s
         self.store = CoordinationStore(client)
 
 
@@ -92,6 +96,7 @@ class _State:
 RECOVERABLE = True
 _lock = threading.Lock()
 _state: _State | None = None
+_exit_hook_registered = False
 
 
 def _seconds(name: str, value: float) -> int:
@@ -135,7 +140,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     returns within ``shutdown_timeout``. Raises InvalidArgumentError for bad arguments and
     FailedPreconditionError when already initialized.
     """
-    global _state
+    global _state, _exit_hook_registered
     address = _check_address(coordinator_address)
     for name, value in (("num_processes", num_processes), ("process_id", process_id)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -167,28 +172,34 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
             _state = _State(None, None, num_processes, process_id)
             return
         # Meet first: jaxlib's connect() ends the process when a peer never comes.
-        _join.join(address, num_processes, process_id, init_s)
+        membership = _join.join(address, num_processes, process_id, init_s)
         service = None
-        if process_id == 0:
-            service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
-                            heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
-                            shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
-        try:  # a failure anywhere below stops the service this process started
+        try:  # a failure anywhere below stops what this process started
+            if process_id == 0:
+                service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
+                                heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
+                                shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
             client = _call(_jaxlib.distributed_runtime_client, address, process_id,
                            init_timeout=init_s, heartbeat_timeout=heartbeat_s,
                            shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
-            state = _State(service, client, num_processes, process_id)
+            state = _State(service, client, num_processes, process_id, membership, shutdown_s)
             _call(client.connect)
         except BaseException:
             if service is not None:
                 service.shutdown()
+            membership.close()
             raise
         _state = state
+        if not _exit_hook_registered:
+            atexit.register(_shutdown_at_exit)
+            _exit_hook_registered = True
 
 
 def shutdown() -> None:
-    """Leave the job (process 0 also stops the service). Waits for the other processes at
-    most ``shutdown_timeout`` seconds. Nothing happens when not initialized."""
+    """Leave the job. Process 0, which serves the coordination service, first waits (at
+    most ``shutdown_timeout`` seconds) until every other process has left or died, then
+    stops the service: jaxlib terminates a process still in the job after that. The others
+    leave at once. Runs at exit when not called. Nothing happens when not initialized."""
     global _state
     with _lock:
         state, _state = _state, None
@@ -199,11 +210,31 @@ def shutdown() -> None:
 
         jax.distributed.shutdown()
         return
+    _leave(state)
+
+
+def _leave(state: _State) -> None:
+    """Process 0: the others gone (at most ``shutdown_s``), its client and service stop.
+    Another process: its client leaves the service, then it closes its join connection,
+    which tells process 0."""
+    assert state.membership is not None
     try:
-        _call(state.client.shutdown)
-    finally:
         if state.service is not None:
-            state.service.shutdown()
+            state.membership.wait_until_the_others_leave(state.shutdown_s)
+    finally:
+        try:
+            _call(state.client.shutdown)
+        finally:
+            if state.service is not None:
+                state.service.shutdown()
+            state.membership.close()
+
+
+def _shutdown_at_exit() -> None:
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - nothing to report to at exit
+        pass
 
 
 def is_initialized() -> bool:

@@ -60,6 +60,16 @@ WORKER = textwrap.dedent("""
         if pid == 1:
             os._exit(7)  # gone without a word: no shutdown, no heartbeats
         out["get"] = attempt(lambda: _kv.call_get(callbacks, "from1", 6000))
+    elif scenario == "late-leaver":  # process 1 leaves 2 s after process 0 asked to
+        if pid == 1:
+            time.sleep(2)
+            print("RESULT " + json.dumps(out), flush=True)
+            sys.exit(0)  # leaves the job at exit
+        start = time.monotonic()
+        distributed.shutdown()
+        out["shutdown_s"] = time.monotonic() - start
+        print("RESULT " + json.dumps(out), flush=True)
+        sys.exit(0)
     out["counts"] = distributed.key_value_store().counts
     try:
         distributed.shutdown()
@@ -129,6 +139,15 @@ def test_a_process_that_dies_does_not_hang_the_others():
                                     "InternalError", "FailedPreconditionError")
     assert out0["get"]["s"] < 15
     assert time.monotonic() - start < DEADLINE_S
+
+
+def test_process_0_leaves_after_the_others():
+    """Process 0 serves the service: its shutdown() waits until process 1 has left (at exit,
+    2 s later), which would otherwise be terminated by jaxlib once the service is gone."""
+    (code0, out0, stderr0), (code1, out1, stderr1) = _run_job(2, "late-leaver")
+    assert code1 == 0 and out1 is not None, stderr1
+    assert code0 == 0 and out0 is not None, stderr0
+    assert 1.5 < out0["shutdown_s"] < 5
 
 
 @pytest.mark.parametrize("pid", [0, 1])
@@ -204,7 +223,20 @@ def test_join_returns_once_every_process_has_come():
 
     address = f"127.0.0.1:{_free_loopback_port()}"
     waits = [_in_thread(_join.join, address, 3, pid, 20) for pid in (2, 0, 1)]
-    assert [w() for w in waits] == [("ok", None)] * 3
+    outcomes = [w() for w in waits]
+    assert [kind for kind, _ in outcomes] == ["ok"] * 3
+    two, zero, one = (membership for _, membership in outcomes)
+    # the connections stay open until a process leaves: process 0 waits for that
+    start = time.monotonic()
+    assert zero.wait_until_the_others_leave(0.3) == [1, 2]
+    assert 0.25 < time.monotonic() - start < 3
+    one.close()
+    assert zero.wait_until_the_others_leave(0.3) == [2]
+    two.close()
+    start = time.monotonic()
+    assert zero.wait_until_the_others_leave(10) == []
+    assert time.monotonic() - start < 1
+    zero.close()
 
 
 def test_join_refuses_another_job_size_and_a_second_process_of_one_id():
@@ -260,4 +292,7 @@ def test_join_forgets_a_process_that_gave_up_waiting():
     late = _in_thread(_join.join, address, 3, 2, 20)
     time.sleep(0.3)  # process 2 has joined: process 0 still waits for a process 1
     again = _in_thread(_join.join, address, 3, 1, 20)
-    assert [leader(), late(), again()] == [("ok", None)] * 3
+    outcomes = [leader(), late(), again()]
+    assert [kind for kind, _ in outcomes] == ["ok"] * 3
+    for _, membership in outcomes:
+        membership.close()
