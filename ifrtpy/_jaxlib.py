@@ -29,7 +29,7 @@ __all__ = [
     "backends_are_initialized", "runtime_client", "device_list", "compile_options",
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
-    "dlpack_to_buffer",
+    "dlpack_to_buffer", "jax_distributed_state",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -65,6 +65,8 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     # jax.Array's class: built from checked per-device arrays without jax's checks.
     "ArrayImpl": [((0, 10), "jax._src.array:ArrayImpl")],
     "JaxRuntimeError": [((0, 10), "jax.errors:JaxRuntimeError")],
+    # jax's distributed runtime state (the coordination client its CPU backend and gloo use).
+    "jax_distributed_state": [((0, 10), "jax._src.distributed:global_state")],
 }
 
 #: array_result_handler's keyword arguments beyond (aval, sharding, committed), newest first:
@@ -169,6 +171,13 @@ def hlo_module_from_text(text: str) -> Any:
 def backends_are_initialized() -> bool:
     """Whether jax has created its runtime clients (after that the CPU device count is fixed)."""
     return bool(_lookup("backends_are_initialized")())
+
+
+def jax_distributed_state() -> Any:
+    """jax's distributed runtime state (``service``, ``client``, ``process_id``,
+    ``num_processes``, ``coordinator_address``): what jax's CPU backend reads when it starts
+    (its coordination client, for the topology exchange and gloo's rendezvous)."""
+    return _lookup("jax_distributed_state")
 
 
 def runtime_client(platform: str | None) -> Any:

@@ -1,13 +1,20 @@
 """Several processes, one job: the coordination service and the plugins' key-value store.
 
 ``initialize(coordinator_address, num_processes, process_id)`` works as
-``jax.distributed.initialize``: process 0 starts jaxlib's coordination service at
-``coordinator_address``, and every process connects to it as one of ``num_processes``.
-PJRT clients created afterwards get ``node_id`` / ``num_nodes`` (for plugins whose create
-options have them: CUDA, ROCm) and the key-value callbacks of ``PJRT_Client_Create``, which
-read and write the service's key-value store; a multi-process plugin exchanges its
-topology there, and the devices of other processes appear as non-addressable devices with
-their ``process_index``.
+``jax.distributed.initialize``: once all ``num_processes`` processes have met at
+``coordinator_address`` (:mod:`ifrtpy._join`), process 0 starts jaxlib's coordination
+service there, and every process connects to it. PJRT clients created afterwards get
+``node_id`` / ``num_nodes`` (for plugins whose create options have them: CUDA, ROCm) and
+the key-value callbacks of ``PJRT_Client_Create``, which read and write the service's
+key-value store; a multi-process plugin exchanges its topology there, and the devices of
+other processes appear as non-addressable devices with their ``process_index``.
+
+With ``backend="jax"`` the service and client go to jax's runtime instead
+(:mod:`ifrtpy.backends.jax.distributed`).
+
+Failures are Python errors of :mod:`ifrtpy.errors` within the timeouts given, with one
+exception: process 0 serves the service, and jaxlib's client ends (SIGABRT) any process
+whose service is gone. See :func:`initialize` and :func:`shutdown`.
 
 The service has no authentication (as jax's): it listens exactly at the address given,
 and anyone who can reach it can join the job or read and write its keys. Use a loopback
@@ -16,11 +23,12 @@ or private-network address.
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 from typing import Any
 
-from ifrtpy import _jaxlib
+from ifrtpy import _jaxlib, _join
 from ifrtpy.errors import (
     Code, FailedPreconditionError, InvalidArgumentError, UnknownError, error_from_code,
 )
@@ -78,11 +86,15 @@ def _as_ifrt_error(e: BaseException) -> BaseException:
 
 
 class _State:
-    def __init__(self, service: Any, client: Any, num_processes: int, process_id: int):
-        self.service = service
-        self.client = client  # None: the job runs on jax's distributed runtime
+    def __init__(self, service: Any, client: Any, num_processes: int, process_id: int,
+                 membership: _join.Membership, backend: str, shutdown_s: int):
+        self.service = service  # process 0's, else None
+        self.client = client
         self.num_processes = num_processes
         self.process_id = process_id
+        self.membership = membership  # the join's open connections
+        self.backend = backend
+        self.shutdown_s = shutdown_s
         self.store = CoordinationStore(client)
 
 
@@ -90,8 +102,11 @@ class _State:
 #: heartbeats is not reported to the others as a fatal error (jaxlib's client would then
 #: terminate them); they see their gets time out instead.
 RECOVERABLE = True
+#: The default ``collective_timeout`` of backend="jax", in seconds.
+COLLECTIVE_TIMEOUT_S = 300
 _lock = threading.Lock()
 _state: _State | None = None
+_exit_hook_registered = False
 
 
 def _seconds(name: str, value: float) -> int:
@@ -114,26 +129,31 @@ def _check_address(address: Any) -> str:
 def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
                backend: str = "pjrt", local_device_count: int | None = None,
                initialization_timeout: float = 300, heartbeat_timeout: float = 100,
-               shutdown_timeout: float = 300) -> None:
-    """Join the job: process 0 starts the coordination service at ``coordinator_address``
-    (``host:port``, bound exactly there), every process connects to it.
+               shutdown_timeout: float = 300, collective_timeout: float | None = None) -> None:
+    """Join the job: the processes meet at ``coordinator_address`` (``host:port``, where
+    process 0 listens, bound exactly there), then process 0 starts the coordination
+    service there and every process connects to it. Timeouts are in seconds.
 
     ``backend="pjrt"`` (the default) serves PJRT clients made afterwards (their key-value
-    callbacks). ``backend="jax"`` brings up jax's distributed runtime instead, for
-    ``get_client("jax")``: jax's own coordination service at the same address, gloo for
-    CPU collectives, ``local_device_count`` CPU devices in this process (default: jax's).
-    It must run before jax starts its runtime; its failures end the processes as jax's do
-    (see :mod:`ifrtpy.backends.jax.distributed`), and :func:`key_value_store` is not
-    offered.
+    callbacks). ``backend="jax"`` hands the service and client to jax's runtime instead,
+    for ``get_client("jax")``: gloo for CPU collectives, each waiting for the other
+    processes at most ``collective_timeout`` (default 300; this backend only),
+    ``local_device_count`` CPU devices in this process (default: jax's). It must run
+    before jax starts its runtime, and :func:`key_value_store` is not offered; its
+    failures are told in :mod:`ifrtpy.backends.jax.distributed`.
 
-    Blocks until all ``num_processes`` processes have connected, at most
-    ``initialization_timeout`` seconds (then DeadlineExceededError). A process that dies
-    does not take the others down (the service is started recoverable, unlike jax's): their
-    key-value gets end with DeadlineExceededError at their timeout, and :func:`shutdown`
-    returns within ``shutdown_timeout``. Raises InvalidArgumentError for bad arguments and
-    FailedPreconditionError when already initialized.
+    Blocks until all ``num_processes`` processes have joined, at most
+    ``initialization_timeout``: then every waiting process raises DeadlineExceededError
+    naming the missing ones (jaxlib's own connect would abort it). A process that dies
+    later does not take the others down (the service is started recoverable, unlike
+    jax's): their key-value gets end with DeadlineExceededError at their timeout. Process
+    0 is the exception: it serves the service, and jaxlib's client terminates the others
+    (SIGABRT) once it is gone. Raises InvalidArgumentError for bad arguments,
+    FailedPreconditionError when already initialized, UnavailableError when process 0
+    cannot listen at the address. When it raises, it leaves nothing started (and jax's
+    settings as they were).
     """
-    global _state
+    global _state, _exit_hook_registered
     address = _check_address(coordinator_address)
     for name, value in (("num_processes", num_processes), ("process_id", process_id)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -148,58 +168,99 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         raise InvalidArgumentError(
             "local_device_count is for backend='jax'; a PJRT client takes its device count "
             "from its create options")
+    if backend == "pjrt" and collective_timeout is not None:
+        raise InvalidArgumentError(
+            "collective_timeout is for backend='jax'; a PJRT plugin bounds its own "
+            "collectives")
+    if local_device_count is not None and (
+            isinstance(local_device_count, bool) or not isinstance(local_device_count, int)
+            or local_device_count < 1):
+        raise InvalidArgumentError(
+            f"local_device_count must be an int >= 1, got {local_device_count!r}")
     init_s = _seconds("initialization_timeout", initialization_timeout)
     heartbeat_s = _seconds("heartbeat_timeout", heartbeat_timeout)
     shutdown_s = _seconds("shutdown_timeout", shutdown_timeout)
+    collective_s = _seconds("collective_timeout", COLLECTIVE_TIMEOUT_S
+                            if collective_timeout is None else collective_timeout)
     with _lock:
         if _state is not None:
             raise FailedPreconditionError(
                 "ifrtpy.distributed is already initialized; call shutdown() first")
         if backend == "jax":
-            from ifrtpy.backends.jax.distributed import initialize_distributed
+            from ifrtpy.backends.jax import distributed as jax_distributed
 
-            initialize_distributed(address, num_processes, process_id,
-                                   local_device_count=local_device_count,
-                                   initialization_timeout_s=init_s,
-                                   heartbeat_timeout_s=heartbeat_s)
-            _state = _State(None, None, num_processes, process_id)
-            return
+            jax_distributed.check_can_start()
+        # Meet first: jaxlib's connect() ends the process when a peer never comes.
+        membership = _join.join(address, num_processes, process_id, init_s)
         service = None
-        if process_id == 0:
-            service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
-                            heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
-                            shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
-        try:  # a failure anywhere below stops the service this process started
+        try:  # a failure anywhere below stops what this process started
+            if process_id == 0:
+                service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
+                                heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
+                                shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
             client = _call(_jaxlib.distributed_runtime_client, address, process_id,
                            init_timeout=init_s, heartbeat_timeout=heartbeat_s,
                            shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
-            state = _State(service, client, num_processes, process_id)
             _call(client.connect)
         except BaseException:
             if service is not None:
                 service.shutdown()
+            membership.close()
             raise
+        state = _State(service, client, num_processes, process_id, membership, backend,
+                       shutdown_s)
+        if backend == "jax":
+            try:
+                jax_distributed.attach(
+                    service, client, address, num_processes, process_id,
+                    local_device_count=local_device_count, initialization_timeout_s=init_s,
+                    collective_timeout_s=collective_s)
+            except BaseException:
+                _leave(state)
+                raise
         _state = state
+        if not _exit_hook_registered:
+            atexit.register(_shutdown_at_exit)
+            _exit_hook_registered = True
 
 
 def shutdown() -> None:
-    """Leave the job (process 0 also stops the service). Waits for the other processes at
-    most ``shutdown_timeout`` seconds. Nothing happens when not initialized."""
+    """Leave the job. Process 0, which serves the coordination service, first waits (at
+    most ``shutdown_timeout`` seconds) until every other process has left or died, then
+    stops the service: jaxlib terminates a process still in the job after that. The others
+    leave at once. Runs at exit when not called. Nothing happens when not initialized."""
     global _state
     with _lock:
         state, _state = _state, None
-    if state is None:
-        return
-    if state.client is None:
-        import jax
+    if state is not None:
+        _leave(state)
 
-        jax.distributed.shutdown()
-        return
+
+def _leave(state: _State) -> None:
+    """Process 0: the others gone (at most ``shutdown_s``), its client and service stop.
+    Another process: its client leaves the service, then it closes its join connection,
+    which tells process 0."""
     try:
-        _call(state.client.shutdown)
-    finally:
         if state.service is not None:
-            state.service.shutdown()
+            state.membership.wait_until_the_others_leave(state.shutdown_s)
+    finally:
+        try:
+            if state.backend == "jax":
+                from ifrtpy.backends.jax import distributed as jax_distributed
+
+                jax_distributed.detach()
+            _call(state.client.shutdown)
+        finally:
+            if state.service is not None:
+                state.service.shutdown()
+            state.membership.close()
+
+
+def _shutdown_at_exit() -> None:
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - nothing to report to at exit
+        pass
 
 
 def is_initialized() -> bool:
@@ -209,7 +270,7 @@ def is_initialized() -> bool:
 def _serves_pjrt_clients() -> bool:
     """Whether a job for PJRT clients is initialized (not one on jax's runtime)."""
     state = _state
-    return state is not None and state.client is not None
+    return state is not None and state.backend == "pjrt"
 
 
 def _current() -> _State:
@@ -233,7 +294,7 @@ def key_value_store() -> CoordinationStore:
     """The job's key-value store. FailedPreconditionError when not initialized, or when
     the job runs on jax's distributed runtime (``backend="jax"``)."""
     state = _current()
-    if state.client is None:
+    if state.backend == "jax":
         raise FailedPreconditionError(
             "ifrtpy.distributed was initialized with backend='jax': the job's key-value "
             "store is jax's own")

@@ -1,11 +1,18 @@
 """One process of a 2-process x 4-CPU-device run of the jax backend on loopback (run by
-tests/test_jax_multiprocess.py): ``python jax_multiprocess_worker.py PROCESS_ID PORT MODE
-[lone]`` (``lone``: its peer will not come, so wait for it 3 s instead of 60 s).
+tests/test_jax_multiprocess.py): ``python jax_multiprocess_worker.py PROCESS_ID PORT MODE``.
 
 MODE ``spmd``: a global array assembled from per-process shards, an SPMD program with
 psum and all_gather across the processes, resharding across the process boundary, and
 copy_to_host_buffer of a non-fully-addressable array refused; prints OK at the end.
-MODE ``die``: process 1 exits right after joining; process 0 then waits for jax to end it.
+MODE ``lone``: the other process never comes: initialize raises (printed as ``ERROR``).
+MODEs ``dies-after``, ``dies-during``, ``coordinator-dies``, ``coordinator-leaves``: both
+processes run a psum together (``FIRST OK``), then process 1 (process 0 for the
+``coordinator`` ones) dies at once, or 1 s into the survivor's next psum, or process 0
+leaves the job (``shutdown()``) while process 1 goes on; the survivor runs the psum
+again and prints the ifrtpy error it gets (``ERROR <class> <seconds> ...``), then leaves.
+MODE ``half-state`` (one process): initialize(backend="jax") failing at its last step, and
+after jax has started, leaves jax's settings and state, XLA_FLAGS and the port as they were.
+Every mode that survives prints ``EXITING`` last and exits 0.
 """
 
 import os
@@ -19,6 +26,8 @@ from ifrtpy.backends.jax import initialize_distributed
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+INITIALIZATION_TIMEOUT_LONE_S = 3
+HEARTBEAT_S, SHUTDOWN_S, COLLECTIVE_S = 3, 5, 3
 
 
 def check_shards(array, expected):
@@ -80,31 +89,166 @@ def spmd(client):
     print("OK", flush=True)
 
 
+def psum_program(client):
+    """A psum over all 8 devices (both processes) of a [16] array split over them, compiled;
+    and its argument."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    devices = client.devices()
+    split = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    full = np.arange(16, dtype=np.float32)
+    domains = split.index_domains(ifrt.Shape([16]), ADDRESSABLE)
+    (x,) = client.make_arrays_from_host_buffer_shards([ifrt.HostBufferShards(
+        [([j], full[d.slices()]) for j, d in enumerate(domains)],
+        ifrt.ArraySpec(np.float32, ifrt.Shape([16]), split))])
+    mesh = jax.sharding.Mesh(np.array([d.jax_device for d in devices]), ("x",))
+    program = jax.jit(jax.shard_map(lambda b: jax.lax.psum(b, "x"), mesh=mesh,
+                                    in_specs=P("x"), out_specs=P(), check_vma=False))
+    lowered = program.lower(jax.ShapeDtypeStruct(
+        (16,), np.float32, sharding=jax.sharding.NamedSharding(mesh, P("x"))))
+    executable = client.compile(lowered, ifrt.CompileOptions(
+        devices=client.make_device_list(devices), num_partitions=8))
+    return executable, x
+
+
+def run_psum(executable, x):
+    """The psum's first addressable shard, read back (where a failed collective raises)."""
+    (total,) = executable.execute([x]).outputs
+    return total.disassemble_into_single_device_arrays()[0].copy_to_host_buffer().result(120)
+
+
+def report_failure(what, fn):
+    """Run ``fn``; print ``ERROR <ifrtpy error class> <seconds> <message>`` when it raises an
+    ifrtpy error (the worker then goes on and exits normally)."""
+    start = time.monotonic()
+    try:
+        fn()
+    except ifrt.errors.IfrtError as e:
+        message = str(e).replace("\n", " ")[:300]
+        print(f"ERROR {type(e).__name__} {time.monotonic() - start:.2f} {what}: {message}",
+              flush=True)
+        return True
+    print(f"NO ERROR {what} {time.monotonic() - start:.2f}", flush=True)
+    return False
+
+
+def jax_state():
+    """What initialize(backend="jax") changes: jax's settings and distributed state,
+    XLA_FLAGS."""
+    import jax
+    from ifrtpy import _jaxlib
+
+    names = ("jax_cpu_collectives_implementation", "jax_num_cpu_devices",
+             "jax_cpu_get_local_topology_timeout_minutes",
+             "jax_cpu_get_global_topology_timeout_minutes")
+    state = _jaxlib.jax_distributed_state()
+    return ({name: getattr(jax.config, name) for name in names},
+            (state.service, state.client, state.process_id, state.num_processes),
+            os.environ.get("XLA_FLAGS"))
+
+
+def port_is_free(port):
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def half_state(address, port):
+    """initialize(backend="jax") failing after its service and client started (the hand-over
+    to jax raises), then after jax has started: nothing changed, nothing left running."""
+    from ifrtpy.backends.jax import distributed as jax_distributed
+
+    before = jax_state()
+
+    def broken(flags, seconds):
+        raise RuntimeError("injected failure")
+
+    jax_distributed.with_collective_timeout = broken
+    try:
+        ifrt.distributed.initialize(address, 1, 0, backend="jax", local_device_count=2,
+                                    initialization_timeout=5, heartbeat_timeout=3)
+        raise AssertionError("initialize passed")
+    except RuntimeError as e:
+        assert "injected failure" in str(e), e
+    assert jax_state() == before, (jax_state(), before)
+    assert not ifrt.distributed.is_initialized() and port_is_free(port)
+
+    import jax
+
+    jax.devices()  # jax's runtime starts
+    report_failure("initialize after jax started", lambda: ifrt.distributed.initialize(
+        address, 1, 0, backend="jax", initialization_timeout=5))
+    assert jax_state() == before and not ifrt.distributed.is_initialized() and port_is_free(port)
+
+
+def timed_shutdown():
+    start = time.monotonic()
+    ifrt.distributed.shutdown()
+    print(f"SHUTDOWN {time.monotonic() - start:.2f}", flush=True)
+
+
 def main():
     process_id, port, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    # a lone process (MODE spmd with one process started) waits 3 s for its peer
-    lone = len(sys.argv) > 4 and sys.argv[4] == "lone"
+    address = f"127.0.0.1:{port}"
+    if mode == "lone":  # the other process never comes
+        report_failure("initialize", lambda: ifrt.distributed.initialize(
+            address, 2, process_id, backend="jax", local_device_count=4,
+            initialization_timeout=INITIALIZATION_TIMEOUT_LONE_S, heartbeat_timeout=3))
+        assert not ifrt.distributed.is_initialized()
+        assert jax_state()[1][1] is None and os.environ.get("XLA_FLAGS") is None
+        if process_id == 0:
+            assert port_is_free(int(port))
+        print("EXITING", flush=True)
+        return
+    if mode == "half-state":
+        half_state(address, int(port))
+        print("EXITING", flush=True)
+        return
     if mode == "spmd":  # the public entry point, shared with the PJRT path
-        ifrt.distributed.initialize(f"127.0.0.1:{port}", 2, process_id, backend="jax",
-                                    local_device_count=4,
-                                    initialization_timeout=3 if lone else 60, heartbeat_timeout=3)
+        ifrt.distributed.initialize(address, 2, process_id, backend="jax",
+                                    local_device_count=4, initialization_timeout=60,
+                                    heartbeat_timeout=3)
         assert ifrt.distributed.process_id() == process_id and ifrt.distributed.num_processes() == 2
         try:  # the job's store is jax's own
             ifrt.distributed.key_value_store()
             raise AssertionError("key_value_store() in a job on jax's runtime")
         except ifrt.errors.FailedPreconditionError:
             pass
-    else:
-        initialize_distributed(f"127.0.0.1:{port}", 2, process_id, local_device_count=4,
-                               initialization_timeout_s=3 if lone else 60, heartbeat_timeout_s=3)
-    client = ifrt.get_client("jax")
-    if mode == "spmd":
-        spmd(client)
-    elif mode == "die":
-        if process_id == 1:
-            os._exit(0)
-        time.sleep(60)
-        print("NOT ENDED", flush=True)
+        spmd(ifrt.get_client("jax"))
+        return  # leaves the job at exit
+    # A process dies once both have run one program together: the backend's own entry point.
+    initialize_distributed(address, 2, process_id, local_device_count=4,
+                           initialization_timeout_s=60, heartbeat_timeout_s=HEARTBEAT_S,
+                           shutdown_timeout_s=SHUTDOWN_S, collective_timeout_s=COLLECTIVE_S)
+    executable, x = psum_program(ifrt.get_client("jax"))
+    np.testing.assert_array_equal(run_psum(executable, x), [56.0, 64.0])
+    print("FIRST OK", flush=True)
+    if mode == "coordinator-leaves":
+        if process_id == 0:
+            timed_shutdown()  # waits for process 1 to leave, which it does not
+            print("EXITING", flush=True)
+        else:
+            time.sleep(30)
+            print("NOT ENDED", flush=True)
+        return
+    victim = 0 if mode == "coordinator-dies" else 1
+    if process_id == victim:
+        if mode == "dies-during":
+            time.sleep(1)  # the other process is inside the psum by then
+        os._exit(0)  # gone without a word
+    if mode != "dies-during":
+        time.sleep(0.5)  # the other process is gone by then
+    report_failure("execute", lambda: run_psum(executable, x))
+    report_failure("execute again", lambda: run_psum(executable, x))
+    timed_shutdown()
+    print("EXITING", flush=True)
 
 
 if __name__ == "__main__":

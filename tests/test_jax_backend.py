@@ -188,7 +188,7 @@ def test_device_count_is_refused_once_jax_has_started(client):
 
 
 def test_initialize_distributed_checks_its_arguments_and_when_it_runs(client):
-    with pytest.raises(ifrt.errors.InvalidArgumentError, match="process_id must be <"):
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="process_id < num_processes"):
         initialize_distributed("127.0.0.1:1234", 2, 2)
     with pytest.raises(ifrt.errors.InvalidArgumentError, match="host:port"):
         initialize_distributed("localhost", 2, 0)

@@ -1,10 +1,14 @@
-"""The jax backend over 2 processes x 4 CPU devices on loopback (jax.distributed, gloo).
+"""The jax backend over 2 processes x 4 CPU devices on loopback (ifrtpy's coordination
+service handed to jax, gloo collectives), and what each process sees when another one
+never comes, dies, or is process 0 and dies or leaves.
 
 Each case starts the processes of tests/jax_multiprocess_worker.py, waits for them with
 a time limit and kills any still running (no stray processes)."""
 
 import os
 import pathlib
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +18,14 @@ import pytest
 
 pytest.importorskip("jax")
 
+from jax_multiprocess_worker import (
+    COLLECTIVE_S, HEARTBEAT_S, INITIALIZATION_TIMEOUT_LONE_S, SHUTDOWN_S,
+)
+
 WORKER = pathlib.Path(__file__).with_name("jax_multiprocess_worker.py")
+
+ABORTED = -signal.SIGABRT
+JAXLIB_TERMINATES = "Terminating process because the JAX distributed service detected fatal errors"
 
 
 def _free_port() -> int:
@@ -23,24 +34,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(mode: str, process_ids, timeout_s: float, *extra: str) -> list[tuple[int, str, str]]:
-    """(exit status, stdout, stderr) of each process, all started at once; the processes
-    still running after ``timeout_s`` are killed and the case fails."""
+def _run(mode: str, process_ids, timeout_s: float) -> list[tuple[int, str, str, float]]:
+    """(exit status, stdout, stderr, seconds from the start to its end) of each process,
+    all started at once; the processes still running after ``timeout_s`` are killed and
+    the case fails."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
     port = str(_free_port())
-    processes = [subprocess.Popen([sys.executable, str(WORKER), str(i), port, mode, *extra],
+    start = time.monotonic()
+    processes = [subprocess.Popen([sys.executable, str(WORKER), str(i), port, mode],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=env) for i in process_ids]
-    deadline = time.monotonic() + timeout_s
+    ended: dict[int, float] = {}
     try:
+        while len(ended) < len(processes):  # their end times (outputs are small: no deadlock)
+            if time.monotonic() - start > timeout_s:
+                pytest.fail(f"the {mode!r} processes did not end within {timeout_s} s")
+            for i, p in enumerate(processes):
+                if i not in ended and p.poll() is not None:
+                    ended[i] = time.monotonic() - start
+            time.sleep(0.02)
         results = []
-        for p in processes:
-            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            results.append((p.returncode, out, err))
+        for i, p in enumerate(processes):
+            out, err = p.communicate(timeout=10)
+            results.append((p.returncode, out, err, ended[i]))
         return results
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the {mode!r} processes did not end within {timeout_s} s")
     finally:
         for p in processes:
             if p.poll() is None:
@@ -48,24 +66,82 @@ def _run(mode: str, process_ids, timeout_s: float, *extra: str) -> list[tuple[in
                 p.communicate()
 
 
+def _error(out: str, what: str) -> tuple[str, float, str]:
+    """(ifrtpy error class, seconds, message) the worker printed for ``what``."""
+    match = re.search(rf"^ERROR (\w+) ([\d.]+) {what}: (.*)$", out, re.M)
+    assert match, out
+    return match.group(1), float(match.group(2)), match.group(3)
+
+
 def test_global_array_spmd_collectives_and_resharding_across_processes():
     """Shards from each process make one array; psum and all_gather across the processes
     equal NumPy; resharding moves shards to the other process; a host copy of an array
-    spanning both processes is refused (the worker asserts each step)."""
-    for status, out, err in _run("spmd", [0, 1], timeout_s=180):
+    spanning both processes is refused (the worker asserts each step); both leave the job
+    at exit."""
+    for status, out, err, _ in _run("spmd", [0, 1], timeout_s=120):
         assert status == 0 and "OK" in out, err[-3000:]
 
 
-def test_a_process_that_never_joins_ends_its_peer_within_the_timeout():
-    start = time.monotonic()
-    ((status, out, err),) = _run("spmd", [0], 90, "lone")  # process 1 never starts
-    assert status != 0 and "OK" not in out
-    assert "DEADLINE_EXCEEDED" in err and "RegisterTask" in err, err[-3000:]
-    assert time.monotonic() - start < 90
+@pytest.mark.parametrize("process_id", [0, 1])
+def test_a_process_that_never_joins_gives_the_waiting_one_a_deadline_exceeded_error(process_id):
+    """Process 0 (which would serve the service) or process 1 (whose coordinator never
+    comes) waits initialization_timeout, raises DeadlineExceededError, and exits normally
+    with nothing left behind (the worker checks jax's state, XLA_FLAGS and the port)."""
+    ((status, out, err, seconds),) = _run("lone", [process_id], timeout_s=60)
+    assert status == 0 and "EXITING" in out, err[-3000:]
+    cls, waited, message = _error(out, "initialize")
+    assert cls == "DeadlineExceededError"
+    assert ("process(es) [1] of 2 did not join" if process_id == 0
+            else "process 1 could not join") in message
+    assert INITIALIZATION_TIMEOUT_LONE_S - 0.5 < waited < INITIALIZATION_TIMEOUT_LONE_S + 2
 
 
-def test_a_process_that_dies_ends_its_peer_within_the_heartbeat_timeout():
-    (status0, out0, err0), (status1, _, _) = _run("die", [0, 1], timeout_s=90)
-    assert status1 == 0  # it left on purpose, right after joining
-    assert status0 != 0 and "NOT ENDED" not in out0
-    assert "stopped sending heartbeats" in err0, err0[-3000:]
+@pytest.mark.parametrize("mode", ["dies-after", "dies-during"])
+def test_a_process_that_dies_fails_the_survivors_collectives_within_the_collective_timeout(mode):
+    """Process 1 dies before process 0's next psum, or while process 0 is inside it: the
+    psum fails with an ifrtpy error within collective_timeout, the next one at once, and
+    process 0 leaves the job and exits normally."""
+    (status0, out0, err0, _), (status1, out1, _, _) = _run(mode, [0, 1], timeout_s=60)
+    assert status1 == 0 and "FIRST OK" in out1  # it left on purpose, without a word
+    assert status0 == 0 and "EXITING" in out0, err0[-3000:]
+    cls, waited, message = _error(out0, "execute")
+    assert cls == "UnknownError" and "Gloo" in message
+    assert waited < COLLECTIVE_S + 2
+    cls, waited, _ = _error(out0, "execute again")
+    assert cls == "UnknownError" and waited < 1
+    shutdown_s = float(re.search(r"^SHUTDOWN ([\d.]+)$", out0, re.M).group(1))
+    assert shutdown_s < HEARTBEAT_S + 1  # process 1 is known dead by then, or soon
+
+
+def test_when_process_0_dies_jaxlib_ends_the_others_at_once():
+    """Process 0 serves the coordination service: when it dies, jaxlib's client in process
+    1 sees its connection break and aborts the process (no Python error can be had)."""
+    (status0, out0, _, end0), (status1, out1, err1, end1) = _run(
+        "coordinator-dies", [0, 1], timeout_s=60)
+    assert status0 == 0 and "FIRST OK" in out0
+    assert status1 == ABORTED and "NOT ENDED" not in out1 and "EXITING" not in out1
+    assert JAXLIB_TERMINATES in err1, err1[-3000:]
+    assert end1 - end0 < HEARTBEAT_S + 1
+
+
+def test_process_0_leaving_waits_shutdown_timeout_then_jaxlib_ends_the_others():
+    """Process 0's shutdown() waits shutdown_timeout for process 1 to leave (it does not),
+    stops the service (jaxlib's stop adds a few seconds) and exits normally; jaxlib then
+    aborts process 1."""
+    (status0, out0, err0, end0), (status1, out1, err1, end1) = _run(
+        "coordinator-leaves", [0, 1], timeout_s=60)
+    assert status0 == 0 and "EXITING" in out0, err0[-3000:]
+    shutdown_s = float(re.search(r"^SHUTDOWN ([\d.]+)$", out0, re.M).group(1))
+    assert SHUTDOWN_S - 0.5 < shutdown_s < SHUTDOWN_S + 5
+    assert status1 == ABORTED and "NOT ENDED" not in out1
+    assert JAXLIB_TERMINATES in err1, err1[-3000:]
+    assert end1 - end0 < HEARTBEAT_S + 1
+
+
+def test_a_failed_initialize_leaves_jax_and_the_port_as_they_were():
+    """initialize(backend="jax") failing after its service and client started, and after
+    jax's runtime started (FailedPreconditionError): jax's settings and distributed state,
+    XLA_FLAGS and the port are as before (the worker asserts them)."""
+    ((status, out, err, _),) = _run("half-state", [0], timeout_s=60)
+    assert status == 0 and "EXITING" in out, err[-3000:]
+    assert _error(out, "initialize after jax started")[0] == "FailedPreconditionError"

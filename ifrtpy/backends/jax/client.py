@@ -7,6 +7,7 @@ kinds); array operations live in :mod:`ifrtpy.backends.jax.array`, compilation i
 
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,9 +20,14 @@ from ifrtpy.backends.jax import executable as _executable
 from ifrtpy.client import Client
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.errors import Code, InvalidArgumentError, NotFoundError, error_from_code
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+
+
+#: jax's error for a backend whose client failed to start (e.g. a multi-process CPU client
+#: whose topology exchange timed out), with jaxlib's status code.
+_BACKEND_FAILED = re.compile(r"Unable to initialize backend '[^']*': ([A-Z_]+): ")
 
 
 def create_client(platform: str | None = None, device_count: int | None = None) -> JaxClient:
@@ -47,6 +53,11 @@ def create_client(platform: str | None = None, device_count: int | None = None) 
     try:
         runtime = _jaxlib.runtime_client(platform)
     except RuntimeError as e:
+        failed = _BACKEND_FAILED.search(str(e))
+        if failed and failed.group(1) in Code.__members__:  # it exists, but did not start
+            raise error_from_code(Code[failed.group(1)],
+                                  f"jax's runtime for platform {platform!r} did not start: {e}"
+                                  ) from None
         raise InvalidArgumentError(f"jax has no backend for platform {platform!r}: {e}") from None
     if device_count is not None and runtime.device_count() != device_count:
         raise InvalidArgumentError(

@@ -1,65 +1,146 @@
-"""Multi-process runs of the jax backend: jax's distributed runtime (its coordination
-service, and gloo collectives between CPU processes).
+"""Multi-process runs of the jax backend: jax's runtime over ifrtpy's coordination service
+(and gloo collectives between CPU processes).
 
-Every process calls :func:`initialize_distributed` before anything uses jax, then
-``ifrtpy.get_client("jax")`` lists the devices of all processes (``is_addressable`` for
-its own).
-
-Failures end the processes, as jax does (their pending collectives could never complete):
-when a process does not join within ``initialization_timeout_s``, the others end with
-``DEADLINE_EXCEEDED ... RegisterTask`` on stderr; when a process dies later, the others'
-coordination service notices within ``heartbeat_timeout_s`` and ends them with
-``The following tasks are unhealthy (stopped sending heartbeats)``. Exit status: SIGABRT.
+Every process calls ``ifrtpy.distributed.initialize(..., backend="jax")`` (or
+:func:`initialize_distributed`, the same with this backend's parameter names) before
+anything uses jax; then ``ifrtpy.get_client("jax")`` lists the devices of all processes
+(``is_addressable`` for its own). The service and its clients are the ones
+:mod:`ifrtpy.distributed` makes (jaxlib's, started *recoverable*), handed to jax in place
+of those ``jax.distributed.initialize`` would make; so a process that fails does not end
+the others, which get Python errors instead, unless it is process 0 (see
+:func:`initialize_distributed` for which errors, and when).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from typing import Any
 
 from ifrtpy import _jaxlib
-from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
+from ifrtpy.errors import FailedPreconditionError
 
+__all__ = ["initialize_distributed"]
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgumentError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
+#: The XLA flag bounding each CPU collective's wait for the other processes (gloo's timeout).
+COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_timeout_seconds"
 
 
 def initialize_distributed(coordinator_address: str, num_processes: int, process_id: int, *,
                            local_device_count: int | None = None,
-                           initialization_timeout_s: int = 60,
-                           heartbeat_timeout_s: int = 30) -> None:
-    """Join this process to a run of ``num_processes`` processes over jax's runtime.
+                           initialization_timeout_s: float = 60,
+                           heartbeat_timeout_s: float = 30,
+                           shutdown_timeout_s: float = 300,
+                           collective_timeout_s: float = 300) -> None:
+    """Join this process to a run of ``num_processes`` processes over jax's runtime:
+    ``ifrtpy.distributed.initialize(..., backend="jax")`` with these timeouts (seconds).
 
     ``coordinator_address`` (``host:port``) is where process 0 serves the coordination
     service and the others reach it. ``local_device_count`` sets this process's number of
     CPU devices (CPU only; default: jax's). CPU collectives between processes use gloo.
     Must be called before jax starts its runtime (FailedPreconditionError otherwise).
-    Blocks until every process has joined; see the module docstring for failures.
-    """
-    if not isinstance(coordinator_address, str) or ":" not in coordinator_address:
-        raise InvalidArgumentError(
-            f"coordinator_address must be 'host:port', got {coordinator_address!r}")
-    _check_int("num_processes", num_processes, 1)
-    _check_int("process_id", process_id, 0)
-    if process_id >= num_processes:
-        raise InvalidArgumentError(
-            f"process_id must be < num_processes={num_processes}, got {process_id}")
-    if local_device_count is not None:
-        _check_int("local_device_count", local_device_count, 1)
-    _check_int("initialization_timeout_s", initialization_timeout_s, 1)
-    _check_int("heartbeat_timeout_s", heartbeat_timeout_s, 1)
-    import jax
 
+    What the other processes see when one fails (ifrtpy errors, the process goes on):
+
+    * It never joins: each waiting process raises DeadlineExceededError naming it after
+      ``initialization_timeout_s``.
+    * It dies after joining: a program whose collectives need it fails within
+      ``collective_timeout_s`` (gloo's wait, set through ``XLA_FLAGS``; UnknownError
+      "Gloo ... failed: ...", raised where the results are read), the next ones at once.
+      The first collective over a set of devices sets up gloo's connections, which waits
+      30 s for a dead process (jaxlib's fixed timeout) instead. Dead before
+      ``get_client("jax")``: that raises InternalError (the topology exchange) after
+      ``initialization_timeout_s`` rounded up to whole minutes.
+    * Process 0 dies: the others cannot get a Python error. It serves the coordination
+      service, and jaxlib's client ends them (SIGABRT, "Terminating process because the
+      JAX distributed service detected fatal errors") as soon as their connection to it
+      breaks, or within about ``heartbeat_timeout_s`` when it stops answering. So does a
+      process still in the job once process 0 has left it: process 0's ``shutdown()``
+      (also at exit) waits ``shutdown_timeout_s`` for the others to leave first.
+    """
+    from ifrtpy import distributed
+
+    distributed.initialize(coordinator_address, num_processes, process_id, backend="jax",
+                           local_device_count=local_device_count,
+                           initialization_timeout=initialization_timeout_s,
+                           heartbeat_timeout=heartbeat_timeout_s,
+                           shutdown_timeout=shutdown_timeout_s,
+                           collective_timeout=collective_timeout_s)
+
+
+def check_can_start() -> None:
+    """FailedPreconditionError when jax has started its runtime, or its distributed runtime
+    is up (then jax would not use ours)."""
     if _jaxlib.backends_are_initialized():
         raise FailedPreconditionError(
-            "initialize_distributed must run before jax starts its runtime (before any "
+            "initialize(backend='jax') must run before jax starts its runtime (before any "
             "get_client('jax'), jax.devices() or jax computation in this process)")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # type: ignore[no-untyped-call]
+    if _jaxlib.jax_distributed_state().client is not None:
+        raise FailedPreconditionError(
+            "jax's distributed runtime is already initialized (jax.distributed.initialize)")
+
+
+def attach(service: Any, client: Any, coordinator_address: str, num_processes: int,
+           process_id: int, *, local_device_count: int | None, initialization_timeout_s: int,
+           collective_timeout_s: int) -> None:
+    """Make jax's runtime use ``client`` (connected) and ``service`` (process 0's, else
+    None), with gloo collectives bounded by ``collective_timeout_s`` and the CPU topology
+    exchange by ``initialization_timeout_s`` (whole minutes, at least 1). When it raises,
+    jax's state and settings and ``XLA_FLAGS`` are as they were (the service and client
+    are the caller's to stop)."""
+    import jax
+
+    minutes = max(1, math.ceil(initialization_timeout_s / 60))
+    settings: dict[str, Any] = {
+        "jax_cpu_collectives_implementation": "gloo",
+        # the wait of get_client('jax') for the other processes' devices
+        "jax_cpu_get_local_topology_timeout_minutes": minutes,
+        "jax_cpu_get_global_topology_timeout_minutes": minutes + 1,  # jax: must be greater
+    }
     if local_device_count is not None:
-        jax.config.update("jax_num_cpu_devices", local_device_count)  # type: ignore[no-untyped-call]
-    jax.distributed.initialize(
-        coordinator_address, num_processes, process_id,
-        initialization_timeout=initialization_timeout_s,
-        heartbeat_timeout_seconds=heartbeat_timeout_s)
+        settings["jax_num_cpu_devices"] = local_device_count
+    state = _jaxlib.jax_distributed_state()
+    fields = ("service", "client", "process_id", "num_processes", "coordinator_address")
+    saved_state = {name: getattr(state, name) for name in fields}
+    saved_settings: dict[str, Any] = {}
+    saved_flags = os.environ.get("XLA_FLAGS")
+
+    def undo() -> None:
+        for name, value in saved_state.items():
+            setattr(state, name, value)
+        for name, value in saved_settings.items():
+            jax.config.update(name, value)  # type: ignore[no-untyped-call]
+        if saved_flags is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = saved_flags
+
+    try:
+        for name, value in settings.items():
+            saved_settings[name] = getattr(jax.config, name)
+            jax.config.update(name, value)  # type: ignore[no-untyped-call]
+        os.environ["XLA_FLAGS"] = with_collective_timeout(saved_flags, collective_timeout_s)
+        for name, value in zip(fields, (service, client, process_id, num_processes,
+                                        coordinator_address)):
+            setattr(state, name, value)
+    except BaseException:
+        undo()
+        raise
+
+
+def with_collective_timeout(xla_flags: str | None, seconds: int) -> str:
+    """``XLA_FLAGS`` with the CPU collective timeout (one already there wins). XLA reads
+    these flags once per process, when first needed: when jax starts its runtime."""
+    flags = xla_flags or ""
+    if re.search(rf"(^|\s){re.escape(COLLECTIVE_TIMEOUT_FLAG)}=", flags):
+        return flags
+    return f"{flags} {COLLECTIVE_TIMEOUT_FLAG}={seconds}".strip()
+
+
+def detach() -> None:
+    """jax's distributed state cleared, as the job is left (jax's runtime, once started,
+    keeps its devices and its reference to the client)."""
+    state = _jaxlib.jax_distributed_state()
+    state.service = None
+    state.client = None
