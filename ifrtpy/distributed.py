@@ -139,8 +139,8 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     for ``get_client("jax")``: gloo for CPU collectives, each waiting for the other
     processes at most ``collective_timeout`` (default 300; this backend only),
     ``local_device_count`` CPU devices in this process (default: jax's). It must run
-    before jax starts its runtime, and :func:`key_value_store` is not offered; its
-    failures are told in :mod:`ifrtpy.backends.jax.distributed`.
+    before jax starts its runtime; its failures are told in
+    :mod:`ifrtpy.backends.jax.distributed`.
 
     Blocks until all ``num_processes`` processes have joined, at most
     ``initialization_timeout``: then every waiting process raises DeadlineExceededError
@@ -291,14 +291,10 @@ def num_processes() -> int:
 
 
 def key_value_store() -> CoordinationStore:
-    """The job's key-value store. FailedPreconditionError when not initialized, or when
-    the job runs on jax's distributed runtime (``backend="jax"``)."""
-    state = _current()
-    if state.backend == "jax":
-        raise FailedPreconditionError(
-            "ifrtpy.distributed was initialized with backend='jax': the job's key-value "
-            "store is jax's own")
-    return state.store
+    """The job's key-value store (with ``backend="jax"`` too, where jax's runtime keeps its
+    own keys in the same store: choose keys of your own). FailedPreconditionError when not
+    initialized."""
+    return _current().store
 
 
 def _client_kv_callbacks(plugin_name: str) -> Any:

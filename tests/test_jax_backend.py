@@ -175,6 +175,25 @@ def test_execute_checks_again_whatever_changed_since_the_last_argument(client):
             call()
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("UNKNOWN: Gloo all-reduce failed: [pair.cc:589] Connection closed by peer [::1]:4",
+     ifrt.errors.UnavailableError),
+    ("UNKNOWN: Gloo all-reduce failed: Application timeout caused pair closure",
+     ifrt.errors.UnavailableError),
+    ("UNKNOWN: Gloo all-gather failed: [unbound_buffer.cc:81] Timed out waiting 3000ms",
+     ifrt.errors.DeadlineExceededError),
+    ("UNKNOWN: Gloo all-reduce failed: something else", ifrt.errors.UnknownError),
+    ("UNKNOWN: Timed out, but not gloo", ifrt.errors.UnknownError),
+    ("INVALID_ARGUMENT: Gloo's own code wins", ifrt.errors.InvalidArgumentError),
+])
+def test_a_failed_gloo_collective_says_whether_a_process_is_gone_or_late(text, expected):
+    from ifrtpy import _jaxlib
+    from ifrtpy.backends.jax.array import translate
+
+    error = translate(_jaxlib.runtime_error_type()(text))
+    assert type(error) is expected and text.split(": ", 1)[1] in str(error)
+
+
 def jnp_sin(x):
     import jax.numpy as jnp
     return jnp.sin(x)

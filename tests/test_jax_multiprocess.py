@@ -76,8 +76,8 @@ def _error(out: str, what: str) -> tuple[str, float, str]:
 def test_global_array_spmd_collectives_and_resharding_across_processes():
     """Shards from each process make one array; psum and all_gather across the processes
     equal NumPy; resharding moves shards to the other process; a host copy of an array
-    spanning both processes is refused (the worker asserts each step); both leave the job
-    at exit."""
+    spanning both processes is refused; the processes exchange values through the job's
+    key-value store (the worker asserts each step); both leave the job at exit."""
     for status, out, err, _ in _run("spmd", [0, 1], timeout_s=120):
         assert status == 0 and "OK" in out, err[-3000:]
 
@@ -96,6 +96,11 @@ def test_a_process_that_never_joins_gives_the_waiting_one_a_deadline_exceeded_er
     assert INITIALIZATION_TIMEOUT_LONE_S - 0.5 < waited < INITIALIZATION_TIMEOUT_LONE_S + 2
 
 
+#: A collective with a process gone: UnavailableError when gloo saw its connection close,
+#: DeadlineExceededError when it waited for it the collective timeout.
+GLOO_FAILURES = ("UnavailableError", "DeadlineExceededError")
+
+
 @pytest.mark.parametrize("mode", ["dies-after", "dies-during"])
 def test_a_process_that_dies_fails_the_survivors_collectives_within_the_collective_timeout(mode):
     """Process 1 dies before process 0's next psum, or while process 0 is inside it: the
@@ -105,10 +110,10 @@ def test_a_process_that_dies_fails_the_survivors_collectives_within_the_collecti
     assert status1 == 0 and "FIRST OK" in out1  # it left on purpose, without a word
     assert status0 == 0 and "EXITING" in out0, err0[-3000:]
     cls, waited, message = _error(out0, "execute")
-    assert cls == "UnknownError" and "Gloo" in message
+    assert cls in GLOO_FAILURES and "Gloo" in message
     assert waited < COLLECTIVE_S + 2
-    cls, waited, _ = _error(out0, "execute again")
-    assert cls == "UnknownError" and waited < 1
+    cls, waited, message = _error(out0, "execute again")
+    assert cls in GLOO_FAILURES and waited < 1
     shutdown_s = float(re.search(r"^SHUTDOWN ([\d.]+)$", out0, re.M).group(1))
     assert shutdown_s < HEARTBEAT_S + 1  # process 1 is known dead by then, or soon
 

@@ -49,14 +49,29 @@ DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 _STATUS = re.compile(r"^([A-Z_]+): ")
 
 
+#: jaxlib reports a failed gloo collective (CPU, several processes) with status UNKNOWN;
+#: what failed is in its text: another process gone, or not there in time.
+_GLOO_CAUSES = (("Connection closed by peer", Code.UNAVAILABLE),
+                ("Connection reset by peer", Code.UNAVAILABLE),
+                ("Connection refused", Code.UNAVAILABLE),
+                ("pair closure", Code.UNAVAILABLE),  # a connection closed by an earlier failure
+                ("Timed out", Code.DEADLINE_EXCEEDED))
+
+
 def translate(error: BaseException) -> BaseException:
-    """jax's runtime error as the ifrtpy error of its status code (others unchanged)."""
-    if isinstance(error, _jaxlib.runtime_error_type()):
-        match = _STATUS.match(str(error))
-        if match and match.group(1) in Code.__members__:
-            return error_from_code(Code[match.group(1)], str(error)[match.end():])
-        return error_from_code(Code.UNKNOWN, str(error))
-    return error
+    """jax's runtime error as the ifrtpy error of its status code (others unchanged); a
+    failed gloo collective as UnavailableError (a process gone) or DeadlineExceededError
+    (a process late past the collective timeout)."""
+    if not isinstance(error, _jaxlib.runtime_error_type()):
+        return error
+    text = str(error)
+    match = _STATUS.match(text)
+    code, message = Code.UNKNOWN, text
+    if match and match.group(1) in Code.__members__:
+        code, message = Code[match.group(1)], text[match.end():]
+    if code == Code.UNKNOWN and "Gloo" in message:
+        code = next((c for needle, c in _GLOO_CAUSES if needle in message), code)
+    return error_from_code(code, message)
 
 
 def call_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

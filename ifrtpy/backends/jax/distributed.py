@@ -46,8 +46,9 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
     * It never joins: each waiting process raises DeadlineExceededError naming it after
       ``initialization_timeout_s``.
     * It dies after joining: a program whose collectives need it fails within
-      ``collective_timeout_s`` (gloo's wait, set through ``XLA_FLAGS``; UnknownError
-      "Gloo ... failed: ...", raised where the results are read), the next ones at once.
+      ``collective_timeout_s`` (gloo's wait, set through ``XLA_FLAGS``;
+      DeadlineExceededError or UnavailableError "Gloo ... failed: ...", raised where the
+      results are read), the next ones at once (UnavailableError).
       The first collective over a set of devices sets up gloo's connections, which waits
       30 s for a dead process (jaxlib's fixed timeout) instead. Dead before
       ``get_client("jax")``: that raises InternalError (the topology exchange) after
