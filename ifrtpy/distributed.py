@@ -1,9 +1,10 @@
 """Several processes, one job: the coordination service and the plugins' key-value store.
 
 ``initialize(coordinator_address, num_processes, process_id)`` works as
-``jax.distributed.initialize``: once all ``num_processes`` processes have met at
-``coordinator_address`` (:mod:`ifrtpy._join`), process 0 starts jaxlib's coordination
-service there, and every process connects to it. PJRT clients created afterwards get
+``jax.distributed.initialize``: process 0 starts the job's coordinator (a process of its
+own, :mod:`ifrtpy._coordinator`) at ``coordinator_address``; once all ``num_processes``
+processes have met there (:mod:`ifrtpy._join`), it serves jaxlib's coordination service
+there, and every process connects to it. PJRT clients created afterwards get
 ``node_id`` / ``num_nodes`` (for plugins whose create options have them: CUDA, ROCm) and
 the key-value callbacks of ``PJRT_Client_Create``, which read and write the service's
 key-value store; a multi-process plugin exchanges its topology there, and the devices of
@@ -12,9 +13,9 @@ other processes appear as non-addressable devices with their ``process_index``.
 With ``backend="jax"`` the service and client go to jax's runtime instead
 (:mod:`ifrtpy.backends.jax.distributed`).
 
-Failures are Python errors of :mod:`ifrtpy.errors` within the timeouts given, with one
-exception: process 0 serves the service, and jaxlib's client ends (SIGABRT) any process
-whose service is gone. See :func:`initialize` and :func:`shutdown`.
+Failures are Python errors of :mod:`ifrtpy.errors` within the timeouts given: no process's
+end takes the service from the others (jaxlib's client ends, SIGABRT, any process whose
+service is gone; only the coordinator's own end would do that). See :func:`initialize`.
 
 The service has no authentication (as jax's): it listens exactly at the address given,
 and anyone who can reach it can join the job or read and write its keys. Use a loopback
@@ -28,7 +29,7 @@ import math
 import threading
 from typing import Any
 
-from ifrtpy import _jaxlib, _join
+from ifrtpy import _coordinator, _jaxlib, _join
 from ifrtpy.errors import (
     Code, FailedPreconditionError, InvalidArgumentError, UnknownError, error_from_code,
 )
@@ -86,15 +87,14 @@ def _as_ifrt_error(e: BaseException) -> BaseException:
 
 
 class _State:
-    def __init__(self, service: Any, client: Any, num_processes: int, process_id: int,
-                 membership: _join.Membership, backend: str, shutdown_s: int):
-        self.service = service  # process 0's, else None
+    def __init__(self, client: Any, num_processes: int, process_id: int,
+                 membership: _join.Membership, backend: str, coordinator: Any):
         self.client = client
+        self.coordinator = coordinator  # process 0: the coordinator's subprocess.Popen
         self.num_processes = num_processes
         self.process_id = process_id
-        self.membership = membership  # the join's open connections
+        self.membership = membership  # the join's open connection
         self.backend = backend
-        self.shutdown_s = shutdown_s
         self.store = CoordinationStore(client)
 
 
@@ -130,13 +130,14 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
                backend: str = "pjrt", local_device_count: int | None = None,
                initialization_timeout: float = 300, heartbeat_timeout: float = 100,
                shutdown_timeout: float = 300, collective_timeout: float | None = None) -> None:
-    """Join the job: the processes meet at ``coordinator_address`` (``host:port``, where
-    process 0 listens, bound exactly there), then process 0 starts the coordination
-    service there and every process connects to it. Timeouts are in seconds.
+    """Join the job: process 0 starts the job's coordinator at ``coordinator_address``
+    (``host:port``, bound exactly there; a process of its own), every process joins there,
+    and once all have, connects to the coordination service it then serves. Timeouts are
+    in seconds.
 
     ``backend="pjrt"`` (the default) serves PJRT clients made afterwards (their key-value
-    callbacks). ``backend="jax"`` hands the service and client to jax's runtime instead,
-    for ``get_client("jax")``: gloo for CPU collectives, each waiting for the other
+    callbacks). ``backend="jax"`` hands the client to jax's runtime instead, for
+    ``get_client("jax")``: gloo for CPU collectives, each waiting for the other
     processes at most ``collective_timeout`` (default 300; this backend only),
     ``local_device_count`` CPU devices in this process (default: jax's). It must run
     before jax starts its runtime; its failures are told in
@@ -145,13 +146,13 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     Blocks until all ``num_processes`` processes have joined, at most
     ``initialization_timeout``: then every waiting process raises DeadlineExceededError
     naming the missing ones (jaxlib's own connect would abort it). A process that dies
-    later does not take the others down (the service is started recoverable, unlike
-    jax's): their key-value gets end with DeadlineExceededError at their timeout. Process
-    0 is the exception: it serves the service, and jaxlib's client terminates the others
-    (SIGABRT) once it is gone. Raises InvalidArgumentError for bad arguments,
-    FailedPreconditionError when already initialized, UnavailableError when process 0
-    cannot listen at the address. When it raises, it leaves nothing started (and jax's
-    settings as they were).
+    later, process 0 included, does not take the others down (the service runs in the
+    coordinator's process, recoverable): their key-value gets end with
+    DeadlineExceededError at their timeout. The coordinator stops the service and exits
+    once every process has left the job or died. Raises InvalidArgumentError for bad
+    arguments, FailedPreconditionError when already initialized, UnavailableError when
+    the coordinator cannot listen at the address. When it raises, it leaves nothing
+    started (and jax's settings as they were).
     """
     global _state, _exit_hook_registered
     address = _check_address(coordinator_address)
@@ -191,44 +192,52 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
 
             jax_distributed.check_can_start()
         # Meet first: jaxlib's connect() ends the process when a peer never comes.
-        membership = _join.join(address, num_processes, process_id, init_s)
-        service = None
-        try:  # a failure anywhere below stops what this process started
-            if process_id == 0:
-                service = _call(_jaxlib.distributed_runtime_service, address, num_processes,
-                                heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
-                                shutdown_timeout=shutdown_s, recoverable=RECOVERABLE)
+        coordinator = (_coordinator.start(address, num_processes, init_s, heartbeat_s,
+                                          shutdown_s) if process_id == 0 else None)
+        membership: _join.Membership | None = None
+        state: _State | None = None
+        try:  # a failure anywhere below leaves the job, and ends the coordinator started
+            membership = _join.join(address, num_processes, process_id, init_s)
             client = _call(_jaxlib.distributed_runtime_client, address, process_id,
                            init_timeout=init_s, heartbeat_timeout=heartbeat_s,
                            shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
             _call(client.connect)
-        except BaseException:
-            if service is not None:
-                service.shutdown()
-            membership.close()
-            raise
-        state = _State(service, client, num_processes, process_id, membership, backend,
-                       shutdown_s)
-        if backend == "jax":
-            try:
+            state = _State(client, num_processes, process_id, membership, backend,
+                           coordinator)
+            if backend == "jax":
                 jax_distributed.attach(
-                    service, client, address, num_processes, process_id,
+                    client, address, num_processes, process_id,
                     local_device_count=local_device_count, initialization_timeout_s=init_s,
                     collective_timeout_s=collective_s)
-            except BaseException:
-                _leave(state)
-                raise
+        except BaseException:
+            try:
+                if state is not None:
+                    _leave(state)
+                elif membership is not None:
+                    membership.close()
+            finally:
+                if coordinator is not None:  # it ends once the processes have gone
+                    _end(coordinator)
+            raise
         _state = state
         if not _exit_hook_registered:
             atexit.register(_shutdown_at_exit)
             _exit_hook_registered = True
 
 
+def _end(coordinator: Any) -> None:
+    """Wait (15 s at most) for a coordinator that is ending, else end it."""
+    try:
+        coordinator.wait(timeout=15)
+    except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
+        coordinator.kill()
+        coordinator.wait()
+
+
 def shutdown() -> None:
-    """Leave the job. Process 0, which serves the coordination service, first waits (at
-    most ``shutdown_timeout`` seconds) until every other process has left or died, then
-    stops the service: jaxlib terminates a process still in the job after that. The others
-    leave at once. Runs at exit when not called. Nothing happens when not initialized."""
+    """Leave the job, at once: this process's client leaves the service, then its join
+    connection closes (the coordinator stops the service once every process has left or
+    died). Runs at exit when not called. Nothing happens when not initialized."""
     global _state
     with _lock:
         state, _state = _state, None
@@ -237,23 +246,16 @@ def shutdown() -> None:
 
 
 def _leave(state: _State) -> None:
-    """Process 0: the others gone (at most ``shutdown_s``), its client and service stop.
-    Another process: its client leaves the service, then it closes its join connection,
-    which tells process 0."""
+    """The client leaves the service (and jax's runtime, for backend="jax"), then the join
+    connection closes, which tells the coordinator."""
     try:
-        if state.service is not None:
-            state.membership.wait_until_the_others_leave(state.shutdown_s)
-    finally:
-        try:
-            if state.backend == "jax":
-                from ifrtpy.backends.jax import distributed as jax_distributed
+        if state.backend == "jax":
+            from ifrtpy.backends.jax import distributed as jax_distributed
 
-                jax_distributed.detach()
-            _call(state.client.shutdown)
-        finally:
-            if state.service is not None:
-                state.service.shutdown()
-            state.membership.close()
+            jax_distributed.detach()
+        _call(state.client.shutdown)
+    finally:
+        state.membership.close()
 
 
 def _shutdown_at_exit() -> None:

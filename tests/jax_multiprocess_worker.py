@@ -6,10 +6,11 @@ psum and all_gather across the processes, resharding across the process boundary
 copy_to_host_buffer of a non-fully-addressable array refused; prints OK at the end.
 MODE ``lone``: the other process never comes: initialize raises (printed as ``ERROR``).
 MODEs ``dies-after``, ``dies-during``, ``coordinator-dies``, ``coordinator-leaves``: both
-processes run a psum together (``FIRST OK``), then process 1 (process 0 for the
-``coordinator`` ones) dies at once, or 1 s into the survivor's next psum, or process 0
-leaves the job (``shutdown()``) while process 1 goes on; the survivor runs the psum
-again and prints the ifrtpy error it gets (``ERROR <class> <seconds> ...``), then leaves.
+processes run a psum together (``FIRST OK``), then process 1 (process 0, which started
+the job's coordinator, for the ``coordinator`` ones) dies at once, or 1 s into the
+survivor's next psum, or leaves the job (``shutdown()``, printing the coordinator's pid)
+and exits; the survivor runs the psum again and prints the ifrtpy error it gets
+(``ERROR <class> <seconds> ...``), then leaves.
 MODE ``half-state`` (one process): initialize(backend="jax") failing at its last step, and
 after jax has started, leaves jax's settings and state, XLA_FLAGS and the port as they were.
 Every mode that survives prints ``EXITING`` last and exits 0.
@@ -229,16 +230,13 @@ def main():
     executable, x = psum_program(ifrt.get_client("jax"))
     np.testing.assert_array_equal(run_psum(executable, x), [56.0, 64.0])
     print("FIRST OK", flush=True)
-    if mode == "coordinator-leaves":
-        if process_id == 0:
-            timed_shutdown()  # waits for process 1 to leave, which it does not
-            print("EXITING", flush=True)
-        else:
-            time.sleep(30)
-            print("NOT ENDED", flush=True)
-        return
-    victim = 0 if mode == "coordinator-dies" else 1
+    victim = 0 if mode.startswith("coordinator") else 1
     if process_id == victim:
+        if mode == "coordinator-leaves":
+            print(f"COORDINATOR {ifrt.distributed._state.coordinator.pid}", flush=True)
+            timed_shutdown()  # at once: the service stays with the job's coordinator
+            print("EXITING", flush=True)
+            return
         if mode == "dies-during":
             time.sleep(1)  # the other process is inside the psum by then
         os._exit(0)  # gone without a word

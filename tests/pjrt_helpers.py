@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -230,3 +231,17 @@ def too_new_for_the_plugin(program_text: str) -> bool:
 
 
 REFUSED_AS_TOO_NEW = r"jaxlib writes StableHLO .*, this plugin reads StableHLO up to"
+
+
+def assert_ends(pid: int, within_s: float) -> None:
+    """The process ``pid`` ends (or is left a zombie for its new parent) in time."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} still runs {within_s} s later")

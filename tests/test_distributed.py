@@ -13,6 +13,7 @@ import time
 import pytest
 
 from ifrtpy import distributed, errors
+from pjrt_helpers import assert_ends
 
 DEADLINE_S = 90
 
@@ -56,20 +57,24 @@ WORKER = textwrap.dedent("""
                          client._handle.kv_callbacks is not None]
     elif scenario == "timeout":
         out["get"] = attempt(lambda: _kv.call_get(callbacks, "never-written", 500))
-    elif scenario == "dies":
-        if pid == 1:
+    elif scenario in ("dies", "dies0"):  # process 1, or process 0
+        victim = 0 if scenario == "dies0" else 1
+        if pid == victim:
             os._exit(7)  # gone without a word: no shutdown, no heartbeats
-        out["get"] = attempt(lambda: _kv.call_get(callbacks, "from1", 6000))
-    elif scenario == "late-leaver":  # process 1 leaves 2 s after process 0 asked to
-        if pid == 1:
-            time.sleep(2)
+        out["get"] = attempt(lambda: _kv.call_get(callbacks, f"from{victim}", 6000))
+    elif scenario == "first-leaver":  # process 0 leaves (and ends) first, process 1 goes on
+        if pid == 0:
+            out["coordinator"] = distributed._state.coordinator.pid
+            start = time.monotonic()
+            distributed.shutdown()
+            out["shutdown_s"] = time.monotonic() - start
             print("RESULT " + json.dumps(out), flush=True)
-            sys.exit(0)  # leaves the job at exit
-        start = time.monotonic()
-        distributed.shutdown()
-        out["shutdown_s"] = time.monotonic() - start
+            sys.exit(0)
+        time.sleep(2)  # process 0 is gone by then; the service is not
+        _kv.call_put(callbacks, "late", b"still here")
+        out["get"] = attempt(lambda: _kv.call_get(callbacks, "late", 5000))
         print("RESULT " + json.dumps(out), flush=True)
-        sys.exit(0)
+        sys.exit(0)  # leaves the job at exit
     out["counts"] = distributed.key_value_store().counts
     try:
         distributed.shutdown()
@@ -130,24 +135,32 @@ def test_a_get_that_times_out_fails_in_bounded_time():
     assert 0.4 < out["get"]["s"] < 10
 
 
-def test_a_process_that_dies_does_not_hang_the_others():
+@pytest.mark.parametrize("scenario, victim", [("dies", 1), ("dies0", 0)])
+def test_a_process_that_dies_does_not_hang_the_others(scenario, victim):
+    """Process 1, or process 0 (which started the job's coordinator), dies without a word:
+    the other's get fails in bounded time and it leaves the job and exits normally."""
     start = time.monotonic()
-    (code0, out0, stderr0), (code1, out1, _) = _run_job(2, "dies")
-    assert code1 == 7 and out1 is None
-    assert code0 == 0 and out0 is not None, stderr0
-    assert out0["get"]["error"] in ("DeadlineExceededError", "UnavailableError", "AbortedError",
-                                    "InternalError", "FailedPreconditionError")
-    assert out0["get"]["s"] < 15
+    results = _run_job(2, scenario)
+    code, out, _ = results[victim]
+    assert code == 7 and out is None
+    code, out, stderr = results[1 - victim]
+    assert code == 0 and out is not None, stderr
+    assert out["get"]["error"] in ("DeadlineExceededError", "UnavailableError", "AbortedError",
+                                   "InternalError", "FailedPreconditionError")
+    assert out["get"]["s"] < 15 and out["shutdown"] == "ok"
     assert time.monotonic() - start < DEADLINE_S
 
 
-def test_process_0_leaves_after_the_others():
-    """Process 0 serves the service: its shutdown() waits until process 1 has left (at exit,
-    2 s later), which would otherwise be terminated by jaxlib once the service is gone."""
-    (code0, out0, stderr0), (code1, out1, stderr1) = _run_job(2, "late-leaver")
-    assert code1 == 0 and out1 is not None, stderr1
+def test_process_0_leaving_first_leaves_the_service_to_the_others():
+    """Process 0 leaves at once and ends; the service runs on in the job's coordinator
+    process, so process 1 still uses it 2 s later and leaves normally; the coordinator
+    ends once both have gone."""
+    (code0, out0, stderr0), (code1, out1, stderr1) = _run_job(2, "first-leaver")
     assert code0 == 0 and out0 is not None, stderr0
-    assert 1.5 < out0["shutdown_s"] < 5
+    assert out0["shutdown_s"] < 1
+    assert code1 == 0 and out1 is not None, stderr1
+    assert out1["get"].get("value") == "still here", out1
+    assert_ends(out0["coordinator"], within_s=30)
 
 
 @pytest.mark.parametrize("pid", [0, 1])
@@ -222,40 +235,59 @@ def test_join_returns_once_every_process_has_come():
     from ifrtpy import _join
 
     address = f"127.0.0.1:{_free_loopback_port()}"
+    coordinator = _in_thread(_join.serve, address, 3, 20)
     waits = [_in_thread(_join.join, address, 3, pid, 20) for pid in (2, 0, 1)]
     outcomes = [w() for w in waits]
     assert [kind for kind, _ in outcomes] == ["ok"] * 3
+    kind, members = coordinator()
+    assert kind == "ok"
     two, zero, one = (membership for _, membership in outcomes)
-    # the connections stay open until a process leaves: process 0 waits for that
+    # the connections stay open until a process leaves: the coordinator waits for that
     start = time.monotonic()
-    assert zero.wait_until_the_others_leave(0.3) == [1, 2]
+    assert members.wait_until_all_leave(0.3) == [0, 1, 2]
     assert 0.25 < time.monotonic() - start < 3
     one.close()
-    assert zero.wait_until_the_others_leave(0.3) == [2]
+    assert members.wait_until_all_leave(0.3) == [0, 2]
     two.close()
-    start = time.monotonic()
-    assert zero.wait_until_the_others_leave(10) == []
-    assert time.monotonic() - start < 1
     zero.close()
+    start = time.monotonic()
+    assert members.wait_until_all_leave() == []
+    assert time.monotonic() - start < 1
+    members.close()
 
 
 def test_join_refuses_another_job_size_and_a_second_process_of_one_id():
     from ifrtpy import _join
 
     address = f"127.0.0.1:{_free_loopback_port()}"
-    leader = _in_thread(_join.join, address, 3, 0, 3)
+    coordinator = _in_thread(_join.serve, address, 3, 3)
     first = _in_thread(_join.join, address, 3, 1, 20)
     with pytest.raises(errors.InvalidArgumentError, match="a job of 3 processes, not 2"):
         _join.join(address, 2, 1, 20)
     time.sleep(0.5)  # the first process 1 has joined by then
     with pytest.raises(errors.InvalidArgumentError, match="process_id 1 has already joined"):
         _join.join(address, 3, 1, 20)
-    kind, error = leader()
+    kind, error = coordinator()
     assert kind == "error" and isinstance(error, errors.DeadlineExceededError)
-    assert "process(es) [2] of 3 did not join" in str(error)
-    kind, error = first()  # told by process 0
+    assert "process(es) [0, 2] of 3 did not join" in str(error)
+    kind, error = first()  # told by the coordinator
     assert kind == "error" and isinstance(error, errors.DeadlineExceededError)
-    assert "process(es) [2] of 3 did not join" in str(error)
+    assert "process(es) [0, 2] of 3 did not join" in str(error)
+
+
+def test_a_service_that_does_not_start_fails_every_join_with_its_error():
+    from ifrtpy import _join
+
+    def no_service():
+        raise errors.UnavailableError("the port went to someone else")
+
+    address = f"127.0.0.1:{_free_loopback_port()}"
+    coordinator = _in_thread(_join.serve, address, 2, 20, lambda: None, no_service)
+    joins = [_in_thread(_join.join, address, 2, pid, 20) for pid in (0, 1)]
+    for outcome in [j() for j in joins] + [coordinator()]:
+        kind, error = outcome
+        assert kind == "error" and isinstance(error, errors.UnavailableError)
+        assert "the port went to someone else" in str(error)
 
 
 def test_join_at_an_address_that_is_not_an_ifrtpy_coordinator():
@@ -265,9 +297,9 @@ def test_join_at_an_address_that_is_not_an_ifrtpy_coordinator():
         server.bind(("127.0.0.1", 0))
         server.listen()
         address = f"127.0.0.1:{server.getsockname()[1]}"
-        # process 0 cannot listen where something else does
+        # the coordinator cannot listen where something else does
         with pytest.raises(errors.UnavailableError, match="cannot listen"):
-            _join.join(address, 2, 0, 5)
+            _join.serve(address, 2, 5)
 
         def answer():
             conn, _ = server.accept()
@@ -281,18 +313,19 @@ def test_join_at_an_address_that_is_not_an_ifrtpy_coordinator():
 
 
 def test_join_forgets_a_process_that_gave_up_waiting():
-    """Process 1 gives up before process 2 comes; process 0 does not count it (it would
-    otherwise start a service one process would never reach), and a new process 1 joins."""
+    """Process 1 gives up before the others come; the coordinator does not count it (it
+    would otherwise start a service one process would never reach), and a new process 1
+    joins."""
     from ifrtpy import _join
 
     address = f"127.0.0.1:{_free_loopback_port()}"
-    leader = _in_thread(_join.join, address, 3, 0, 20)
+    coordinator = _in_thread(_join.serve, address, 3, 20)
     with pytest.raises(errors.DeadlineExceededError, match="process 1 could not join"):
         _join.join(address, 3, 1, 0.5)
-    late = _in_thread(_join.join, address, 3, 2, 20)
-    time.sleep(0.3)  # process 2 has joined: process 0 still waits for a process 1
+    late = [_in_thread(_join.join, address, 3, pid, 20) for pid in (2, 0)]
+    time.sleep(0.3)  # processes 2 and 0 have joined: the coordinator still waits for a 1
     again = _in_thread(_join.join, address, 3, 1, 20)
-    outcomes = [leader(), late(), again()]
-    assert [kind for kind, _ in outcomes] == ["ok"] * 3
+    outcomes = [coordinator(), *(w() for w in late), again()]
+    assert [kind for kind, _ in outcomes] == ["ok"] * 4
     for _, membership in outcomes:
         membership.close()

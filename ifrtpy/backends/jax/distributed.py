@@ -4,11 +4,11 @@
 Every process calls ``ifrtpy.distributed.initialize(..., backend="jax")`` (or
 :func:`initialize_distributed`, the same with this backend's parameter names) before
 anything uses jax; then ``ifrtpy.get_client("jax")`` lists the devices of all processes
-(``is_addressable`` for its own). The service and its clients are the ones
-:mod:`ifrtpy.distributed` makes (jaxlib's, started *recoverable*), handed to jax in place
-of those ``jax.distributed.initialize`` would make; so a process that fails does not end
-the others, which get Python errors instead, unless it is process 0 (see
-:func:`initialize_distributed` for which errors, and when).
+(``is_addressable`` for its own). The coordination client is the one
+:mod:`ifrtpy.distributed` makes (of jaxlib's service, started *recoverable* in the job's
+coordinator process), handed to jax in place of the one ``jax.distributed.initialize``
+would make; so a process that fails, process 0 included, does not end the others, which
+get Python errors instead (see :func:`initialize_distributed` for which, and when).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
     """Join this process to a run of ``num_processes`` processes over jax's runtime:
     ``ifrtpy.distributed.initialize(..., backend="jax")`` with these timeouts (seconds).
 
-    ``coordinator_address`` (``host:port``) is where process 0 serves the coordination
-    service and the others reach it. ``local_device_count`` sets this process's number of
+    ``coordinator_address`` (``host:port``) is where process 0 starts the job's
+    coordinator (a process of its own, serving the coordination service) and every
+    process reaches it. ``local_device_count`` sets this process's number of
     CPU devices (CPU only; default: jax's). CPU collectives between processes use gloo.
     Must be called before jax starts its runtime (FailedPreconditionError otherwise).
 
@@ -53,12 +54,11 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
       30 s for a dead process (jaxlib's fixed timeout) instead. Dead before
       ``get_client("jax")``: that raises InternalError (the topology exchange) after
       ``initialization_timeout_s`` rounded up to whole minutes.
-    * Process 0 dies: the others cannot get a Python error. It serves the coordination
-      service, and jaxlib's client ends them (SIGABRT, "Terminating process because the
-      JAX distributed service detected fatal errors") as soon as their connection to it
-      breaks, or within about ``heartbeat_timeout_s`` when it stops answering. So does a
-      process still in the job once process 0 has left it: process 0's ``shutdown()``
-      (also at exit) waits ``shutdown_timeout_s`` for the others to leave first.
+    * Process 0 dies or leaves: as any other process (the service runs in the
+      coordinator's process, which ends once every process has left or died). Only the
+      coordinator's own end (killed) would end the others: jaxlib's client terminates a
+      process whose service is gone (SIGABRT, "Terminating process because the JAX
+      distributed service detected fatal errors").
     """
     from ifrtpy import distributed
 
@@ -82,14 +82,14 @@ def check_can_start() -> None:
             "jax's distributed runtime is already initialized (jax.distributed.initialize)")
 
 
-def attach(service: Any, client: Any, coordinator_address: str, num_processes: int,
+def attach(client: Any, coordinator_address: str, num_processes: int,
            process_id: int, *, local_device_count: int | None, initialization_timeout_s: int,
            collective_timeout_s: int) -> None:
-    """Make jax's runtime use ``client`` (connected) and ``service`` (process 0's, else
-    None), with gloo collectives bounded by ``collective_timeout_s`` and the CPU topology
+    """Make jax's runtime use ``client`` (connected; the service runs in the job's
+    coordinator), with gloo collectives bounded by ``collective_timeout_s`` and the CPU topology
     exchange by ``initialization_timeout_s`` (whole minutes, at least 1). When it raises,
-    jax's state and settings and ``XLA_FLAGS`` are as they were (the service and client
-    are the caller's to stop)."""
+    jax's state and settings and ``XLA_FLAGS`` are as they were (the client is the
+    caller's to stop)."""
     import jax
 
     minutes = max(1, math.ceil(initialization_timeout_s / 60))
@@ -122,7 +122,7 @@ def attach(service: Any, client: Any, coordinator_address: str, num_processes: i
             saved_settings[name] = getattr(jax.config, name)
             jax.config.update(name, value)  # type: ignore[no-untyped-call]
         os.environ["XLA_FLAGS"] = with_collective_timeout(saved_flags, collective_timeout_s)
-        for name, value in zip(fields, (service, client, process_id, num_processes,
+        for name, value in zip(fields, (None, client, process_id, num_processes,
                                         coordinator_address)):
             setattr(state, name, value)
     except BaseException:
