@@ -44,17 +44,24 @@ def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
     import ifrtpy
 
     env = dict(os.environ)
+    # this ifrtpy, where the child would not find it otherwise (last: nothing is shadowed)
     root = os.path.dirname(os.path.dirname(os.path.abspath(ifrtpy.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
     process = subprocess.Popen(
         [sys.executable, "-m", "ifrtpy._coordinator", address, str(num_processes),
          str(init_s), str(heartbeat_s), str(shutdown_s)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True, env=env, start_new_session=True)
     assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT_S)
-    line = process.stdout.readline().strip() if ready else ""
-    process.stdout.close()
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT_S)
+        line = process.stdout.readline().strip() if ready else ""
+    except BaseException:  # interrupted: no coordinator is left listening
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        process.stdout.close()
     if line != _READY:
         if process.poll() is None:
             process.kill()

@@ -24,7 +24,7 @@ authentication.
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import time
 from typing import Callable
@@ -111,14 +111,17 @@ class Membership:
         processes whose connections are still open then (empty: all gone)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         still_open = dict(self._connections)
-        while still_open:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            readable, _, _ = select.select(list(still_open.values()), [], [], left)
-            for pid, conn in list(still_open.items()):
-                if conn in readable and _gone(conn):
-                    del still_open[pid]
+        with selectors.DefaultSelector() as selector:  # no limit on descriptor numbers
+            for pid, conn in still_open.items():
+                selector.register(conn, selectors.EVENT_READ, pid)
+            while still_open:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                for key, _ in selector.select(left):
+                    if _gone(key.fileobj):  # type: ignore[arg-type]
+                        selector.unregister(key.fileobj)
+                        del still_open[key.data]
         return sorted(still_open)
 
     def close(self) -> None:

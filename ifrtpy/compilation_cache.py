@@ -8,7 +8,7 @@ own directory, or turn the cache off, with ``CompileOptions(compilation_cache_di
 An entry is one file, named by the SHA-256 key of what determines the executable (the
 program bytes sent to the plugin, the serialized compile options, the plugin's identity
 and version, the devices' kinds and count, and for CPU devices the host processor's model
-and features). It holds the key and the plugin's sealed
+and features, on Linux). It holds the key and the plugin's sealed
 serialized executable (plugin identity + SHA-256 checksum, see ``ifrtpy._pjrt._seal``),
 so a truncated, corrupted or foreign entry is detected before the plugin sees it: it is
 discarded with a :class:`CompilationCacheWarning` and the program compiled afresh.

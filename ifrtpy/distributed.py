@@ -195,43 +195,50 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         coordinator = (_coordinator.start(address, num_processes, init_s, heartbeat_s,
                                           shutdown_s) if process_id == 0 else None)
         membership: _join.Membership | None = None
-        state: _State | None = None
-        try:  # a failure anywhere below leaves the job, and ends the coordinator started
+        connected: Any = None
+        try:
             membership = _join.join(address, num_processes, process_id, init_s)
             client = _call(_jaxlib.distributed_runtime_client, address, process_id,
                            init_timeout=init_s, heartbeat_timeout=heartbeat_s,
                            shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
             _call(client.connect)
-            state = _State(client, num_processes, process_id, membership, backend,
-                           coordinator)
+            connected = client
             if backend == "jax":
                 jax_distributed.attach(
                     client, address, num_processes, process_id,
                     local_device_count=local_device_count, initialization_timeout_s=init_s,
                     collective_timeout_s=collective_s)
         except BaseException:
-            try:
-                if state is not None:
-                    _leave(state)
-                elif membership is not None:
-                    membership.close()
-            finally:
-                if coordinator is not None:  # it ends once the processes have gone
-                    _end(coordinator)
+            _abandon(coordinator, membership, connected, num_processes)
             raise
+        state = _State(client, num_processes, process_id, membership, backend, coordinator)
         _state = state
         if not _exit_hook_registered:
             atexit.register(_shutdown_at_exit)
             _exit_hook_registered = True
 
 
-def _end(coordinator: Any) -> None:
-    """Wait (15 s at most) for a coordinator that is ending, else end it."""
+def _abandon(coordinator: Any, membership: _join.Membership | None, client: Any,
+             num_processes: int) -> None:
+    """Undo a failed ``initialize``: the connected ``client`` leaves the service, the join
+    connection closes. The coordinator this process started ends by itself once every
+    process has left: it is waited for when no other process is in the job (this one
+    never joined, or is alone), and ended after 15 s if it has not; once the others have
+    joined it is left to serve them. Errors here give way to the one being raised."""
     try:
-        coordinator.wait(timeout=15)
-    except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
-        coordinator.kill()
-        coordinator.wait()
+        if client is not None:
+            client.shutdown()
+    except Exception:  # noqa: BLE001 - the failure of initialize is what is reported
+        pass
+    finally:
+        if membership is not None:
+            membership.close()
+        if coordinator is not None and (membership is None or num_processes == 1):
+            try:
+                coordinator.wait(timeout=15)
+            except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired
+                coordinator.kill()
+                coordinator.wait()
 
 
 def shutdown() -> None:

@@ -212,6 +212,30 @@ def main():
         half_state(address, int(port))
         print("EXITING", flush=True)
         return
+    if mode == "initialize-fails-in-0":  # after the join: process 1 must not notice
+        if process_id == 0:
+            from ifrtpy.backends.jax import distributed as jax_distributed
+
+            def broken(flags, seconds):
+                raise RuntimeError("injected failure")
+
+            jax_distributed.with_collective_timeout = broken
+        start = time.monotonic()
+        try:
+            ifrt.distributed.initialize(address, 2, process_id, backend="jax",
+                                        local_device_count=4, initialization_timeout=20,
+                                        heartbeat_timeout=3)
+        except RuntimeError as e:
+            print(f"FAILED {time.monotonic() - start:.2f} {e}", flush=True)
+            print("EXITING", flush=True)
+            return
+        time.sleep(2)  # process 0 has failed and gone by then
+        store = ifrt.distributed.key_value_store()
+        store.put("test:alive", b"yes")
+        assert store.get("test:alive", 5000) == b"yes"
+        timed_shutdown()
+        print("EXITING", flush=True)
+        return
     if mode == "spmd":  # the public entry point, shared with the PJRT path
         ifrt.distributed.initialize(address, 2, process_id, backend="jax",
                                     local_device_count=4, initialization_timeout=60,

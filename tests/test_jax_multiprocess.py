@@ -127,6 +127,18 @@ def test_a_process_that_dies_or_leaves_fails_the_survivors_collectives_in_bounde
         assert_ends(int(re.search(r"^COORDINATOR (\d+)$", leaving, re.M).group(1)), 30)
 
 
+def test_process_0_failing_in_initialize_after_the_join_leaves_the_others_running():
+    """initialize fails in process 0 after every process has joined: process 0 raises at
+    once and exits; process 1, already in the job, keeps the service (it lives in the
+    coordinator's process) and leaves normally."""
+    (status0, out0, err0, _), (status1, out1, err1, _) = _run(
+        "initialize-fails-in-0", [0, 1], timeout_s=60)
+    assert status0 == 0 and "EXITING" in out0, err0[-3000:]
+    failed = re.search(r"^FAILED ([\d.]+) injected failure$", out0, re.M)
+    assert failed and float(failed.group(1)) < 10, out0
+    assert status1 == 0 and "EXITING" in out1, err1[-3000:]
+
+
 def test_a_failed_initialize_leaves_jax_and_the_port_as_they_were():
     """initialize(backend="jax") failing after its service and client started, and after
     jax's runtime started (FailedPreconditionError): jax's settings and distributed state,

@@ -1,6 +1,6 @@
 """Futures over PJRT events (``ifrtpy.backends.pjrt.events``): ready, failed and pending
 events, checked with stand-in events that record which calls the future made (a pending
-future must not register ready callbacks until one is needed)."""
+future registers ready callbacks only when waited on or given a callback, and once)."""
 
 import threading
 
@@ -14,23 +14,15 @@ from ifrtpy.backends.pjrt.events import future_of_events
 class StandInEvent:
     """The EventHandle interface over a threading.Event; records on_ready calls."""
 
-    def __init__(self, error=None, await_error=None):
+    def __init__(self, error=None):
         self._fired = threading.Event()
         self._error = error
-        self._await_error = await_error  # raised by await_ while pending (a guarded event)
         self._callbacks = []
         self._lock = threading.Lock()
         self.registered = 0
 
     def is_ready(self):
         return self._fired.is_set()
-
-    def await_(self):
-        if self._await_error is not None and not self._fired.is_set():
-            raise self._await_error
-        self._fired.wait()
-        if self._error is not None:
-            raise self._error
 
     def error(self):
         assert self._fired.is_set(), "error() of a pending event"
@@ -66,14 +58,26 @@ def test_events_already_fired_give_a_ready_or_failed_future():
     assert ok.registered == bad.registered == 0
 
 
-def test_a_blocking_result_awaits_the_events_without_callbacks():
+def test_a_blocking_result_registers_the_callbacks_once():
     events = [StandInEvent() for _ in range(8)]
     future = future_of_events(events, "value")
     assert not future.done() and not future.is_ready()
+    assert [e.registered for e in events] == [0] * 8  # none until a wait
     fire_later(*events)
-    assert future.result() == "value"
+    assert future.result() == "value" and future.result() == "value"
     assert future.done() and future.is_ready()
-    assert [e.registered for e in events] == [0] * 8
+    assert [e.registered for e in events] == [1] * 8
+
+
+def test_an_event_whose_callback_the_plugin_refuses_fails_the_future():
+    class Refusing(StandInEvent):
+        def on_ready(self, callback):
+            raise errors.InternalError("no callbacks today")
+
+    events = [StandInEvent(), Refusing()]
+    future = future_of_events(events, "value")
+    with pytest.raises(errors.InternalError, match="no callbacks today"):
+        future.result(timeout=5)
 
 
 def test_done_turns_true_once_the_events_fired_without_callbacks():
@@ -116,17 +120,6 @@ def test_a_wait_with_a_timeout_expires_then_succeeds():
         future.result(timeout=0.01)
     events[0].fire()
     assert future.result(timeout=5) == "v"
-
-
-def test_an_event_that_cannot_be_awaited_is_waited_for_through_its_callback():
-    """A done event of a zero-copy buffer refuses await_ while the buffer lives; the future
-    then waits for its callback instead (here with a timeout, then after it fires)."""
-    event = StandInEvent(await_error=errors.FailedPreconditionError("would never return"))
-    future = future_of_events([event], "v")
-    with pytest.raises(errors.DeadlineExceededError):
-        future.result(timeout=0.05)
-    fire_later(event)
-    assert future.result() == "v"
 
 
 def test_many_threads_waiting_and_joined_futures_all_see_the_value():

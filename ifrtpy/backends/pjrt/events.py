@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from ifrtpy.future import Future
+
+#: How long a wait asks whether the events fired before it registers their callbacks.
+_POLL_S = 0.001
 
 
 def future_of_events(events: Sequence[Any], value: Any = None) -> Future:
@@ -22,11 +26,10 @@ def future_of_events(events: Sequence[Any], value: Any = None) -> Future:
 
 class _EventsFuture(Future):
     """A future of pending PJRT events that asks the plugin for no callback until one is
-    needed. ``result()`` / ``exception()`` without a timeout await the events in C with
-    the GIL released, and ``done()`` asks whether they fired; only callbacks (and waits
-    with a timeout) register the events' ready callbacks, each of which has to take the
-    GIL on a plugin thread: for the shards of an array read at once that costs more than
-    the copies themselves."""
+    needed: ``done()`` asks whether the events fired; a wait asks for up to 1 ms, then,
+    like a callback, registers the events' ready callbacks (each of which takes the GIL on
+    a plugin thread: for the shards of one array read at once, that cost more than the
+    copies). Waits stay interruptible (``threading.Event``)."""
 
     __slots__ = ("_events", "_result", "_armed")
 
@@ -47,24 +50,20 @@ class _EventsFuture(Future):
     is_ready = done
 
     def _wait(self, timeout: float | None) -> None:
-        events = self._events
-        if self._callbacks is None or events is None:
-            return
-        if timeout is None:
-            for e in events:
-                if not e.is_ready():
-                    try:
-                        e.await_()  # the GIL released; an event's own error is read below
-                    except Exception:
-                        pass  # e.g. a done event that fires only when its buffer goes
-            if all(e.is_ready() for e in events):
-                self._settle(events)
+        # Most waits are short (the copies of small shards): ask first, yielding the GIL,
+        # for up to _POLL_S; then have the plugin call back.
+        start = time.monotonic()
+        poll_until = start + (_POLL_S if timeout is None else min(_POLL_S, timeout))
+        while not self.done():
+            if time.monotonic() >= poll_until:
+                self._arm()
+                left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+                super()._wait(left)
                 return
-        self._arm()
-        super()._wait(timeout)
+            time.sleep(0)
 
     def add_done_callback(self, fn: Callable[[Future[Any]], Any]) -> None:
-        if self._callbacks is not None:
+        if not self.done():
             self._arm()
         super().add_done_callback(fn)
 
@@ -75,7 +74,8 @@ class _EventsFuture(Future):
         self._events = None
 
     def _arm(self) -> None:
-        """Register the events' ready callbacks (once): the last one completes the future."""
+        """Register the events' ready callbacks (once): the last one completes the future;
+        one the plugin refuses fails it."""
         with self._lock:
             events = self._events
             if self._armed or events is None:
@@ -92,4 +92,8 @@ class _EventsFuture(Future):
             self._settle(events)
 
         for e in events:
-            e.on_ready(fired)
+            try:
+                e.on_ready(fired)
+            except Exception as exc:  # noqa: BLE001 - the future fails with it
+                self._complete(None, exc)
+                return
