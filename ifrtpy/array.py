@@ -67,6 +67,31 @@ class HostBufferSemantics(enum.IntEnum):
     MUTABLE_ZERO_COPY = 3
 
 
+def single_device_piece(array: Array, pieces: tuple[Any, ...], what: str) -> Any:
+    """For a backend's zero-copy exports: the one piece (buffer, shard data) of the
+    single-device ``array``; InvalidArgumentError naming ``what`` for an array on several
+    devices."""
+    if len(pieces) != 1 or len(array.sharding.devices) != 1:
+        raise InvalidArgumentError(
+            f"{what} needs a single-device array; this one is on "
+            f"{len(array.sharding.devices)} devices: export each shard of "
+            "disassemble_into_single_device_arrays() instead")
+    return pieces[0]
+
+
+def numpy_of_view(view: np.ndarray, dtype: Any, copy: bool | None) -> np.ndarray:
+    """``__array__(dtype, copy)`` of an array whose data ``view`` is (read-only): the view
+    itself, NumPy's copy of it with ``copy=True``, or its conversion to another ``dtype``
+    (ValueError with ``copy=False``)."""
+    if copy is True:
+        return np.array(view, dtype=dtype, copy=True)
+    if dtype is None or np.dtype(dtype) == view.dtype:
+        return view
+    if copy is False:
+        raise ValueError(f"viewing a {view.dtype} array as {np.dtype(dtype)} needs a copy")
+    return view.astype(dtype)
+
+
 def _dims(shape: Any) -> tuple[int, ...]:
     """The dimensions of a Shape (or of any sequence of ints) as a tuple."""
     dims = getattr(shape, "dims", shape)

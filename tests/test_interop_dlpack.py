@@ -391,3 +391,69 @@ def test_import_refuses_bad_inputs(client):
 
     with pytest.raises(InvalidArgumentError, match=r"\(2, 0\)"):
         ifrt.from_dlpack(OnGpu(), client)
+
+
+# -- the reference backend ------------------------------------------------------------------
+
+@given(data=st.data(), dtype=st.sampled_from(WHOLE_BYTE), shape=S.shapes())
+def test_reference_arrays_are_numpy_views_and_dlpack_producers(data, dtype, shape):
+    """A single-device reference array is its own read-only data to NumPy and DLPack
+    (versioned, zero-copy); a legacy request gets a copy (it cannot say read-only); what
+    DLPack has no code for is refused with UnimplementedError."""
+    reference = ifrt.get_client("reference", device_count=2)
+    x = data.draw(S.host_arrays(dtype, shape))
+    a = reference.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(reference.devices()[1]))
+    view = np.asarray(a)
+    assert view is a.shards[0] and not view.flags.writeable and _bytes(view) == _bytes(x)
+    copied = np.array(a)
+    assert copied.flags.writeable and not np.shares_memory(copied, view)
+    assert _bytes(copied) == _bytes(x) and a.__dlpack_device__() == (1, 0)
+    if x.dtype.num >= 256 or x.dtype == np.bool_ and np.lib.NumpyVersion(np.__version__) < "2.1.0":
+        with pytest.raises(UnimplementedError, match="__dlpack__"):
+            a.__dlpack__(max_version=(1, 0))
+        return
+    exported = np.from_dlpack(a)  # versioned: the same memory, read-only
+    assert not exported.flags.writeable and _bytes(exported) == _bytes(x)
+    if x.size:
+        assert np.shares_memory(exported, view)
+    legacy = np.from_dlpack(_Legacy(a))  # a copy, writeable
+    assert _bytes(legacy) == _bytes(x) and not (x.size and np.shares_memory(legacy, view))
+    with pytest.raises(UnimplementedError, match="readonly"):
+        a.__dlpack__(copy=False)
+
+
+class _Legacy:
+    """A consumer's view of ``array`` that asks for a legacy capsule (as jax 0.10 does)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(stream=kwargs.get("stream"))
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_reference_arrays_that_dlpack_cannot_carry_are_refused():
+    reference = ifrt.get_client("reference", device_count=2)
+    devices = reference.devices()
+    split = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
+    sharded = reference.make_array_from_host_buffer(np.arange(4, dtype=np.float32), split)
+    with pytest.raises(InvalidArgumentError, match="single-device array"):
+        sharded.__dlpack__()
+    np.testing.assert_array_equal(np.asarray(sharded), np.arange(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="without a copy"):
+        np.array(sharded, copy=False)
+    one = ifrt.SingleDeviceSharding(devices[0])
+    strings = reference.make_array_from_host_buffer(np.array(["a", "b"], dtype=object), one)
+    with pytest.raises(UnimplementedError, match="STRING"):
+        strings.__dlpack__(max_version=(1, 0))
+    assert np.asarray(strings).tolist() == ["a", "b"]
+    gone = reference.make_array_from_host_buffer(np.ones(3, np.float32), one)
+    gone.delete()
+    with pytest.raises(FailedPreconditionError, match="deleted"):
+        gone.__dlpack__(max_version=(1, 0))
+    with pytest.raises(ValueError, match="needs a copy"):
+        np.array(reference.make_array_from_host_buffer(np.ones(3, np.float32), one),
+                 dtype=np.float64, copy=False)

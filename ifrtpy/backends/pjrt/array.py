@@ -19,7 +19,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy import _pjrt
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, _then_value
+from ifrtpy.array import (
+    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, _then_value, numpy_of_view,
+    single_device_piece,
+)
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, PopulateBehind, populate_while_pending
 from ifrtpy._pjrt._dlpack import host_view as _host_view
 from ifrtpy.backends.pjrt import interop as _interop
@@ -188,13 +191,7 @@ class PjrtArray(ArrayCore, Array):
         """The one buffer of a single-device array, for ``what``; clear errors otherwise."""
         if self._error is not None:
             raise self._error
-        buffers = self._live_buffers()
-        if len(buffers) != 1 or len(self._sharding.devices) != 1:
-            raise InvalidArgumentError(
-                f"{what} needs a single-device array; this one is on "
-                f"{len(self._sharding.devices)} devices: export each shard of "
-                "disassemble_into_single_device_arrays() instead")
-        return buffers[0]
+        return single_device_piece(self, self._live_buffers(), what)
 
     def unsafe_buffer_pointer(self) -> int:
         """The address of a single-device array's data (device memory for accelerators).
@@ -223,14 +220,8 @@ class PjrtArray(ArrayCore, Array):
         if (len(buffers) == 1 and self._error is None and not self._deleted
                 and (self._client._host_platform or buffers[0].memory.kind in _interop.HOST_MEMORY_KINDS)):
             view = _host_view(buffers[0])
-            if view is not None:
-                if copy is True:  # NumPy's copy of the view: no plugin call
-                    return np.array(view, dtype=dtype, copy=True)
-                if dtype is None or np.dtype(dtype) == view.dtype:
-                    return view
-                if copy is False:
-                    raise ValueError(f"viewing a {view.dtype} array as {np.dtype(dtype)} needs a copy")
-                return view.astype(dtype)
+            if view is not None:  # copy=True: NumPy's copy of the view, no plugin call
+                return numpy_of_view(view, dtype, copy)
         if copy is False:
             raise ValueError(
                 f"np.array(copy=False) of {self.debug_string()} needs a copy: only single-device "

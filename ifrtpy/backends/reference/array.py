@@ -14,7 +14,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
+from ifrtpy.array import (
+    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, numpy_of_view, single_device_piece,
+)
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType, host_form
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -175,6 +177,51 @@ class ReferenceArray(Array):
         out = self._host_buffer(out, byte_strides)
         np.copyto(out, global_value(self, shards))
         return Future.ready(out)
+
+
+    # -- zero-copy exchange (DLPack, NumPy views) -----------------------------------------
+
+    def _single_shard(self, what: str) -> np.ndarray:
+        """The data of a single-device numeric array, for ``what``; clear errors otherwise."""
+        if self._error is not None:
+            raise self._error
+        shard = single_device_piece(self, self._live_shards(), what)
+        if self._dtype.kind == DType.Kind.STRING:
+            raise UnimplementedError(f"{what}: a STRING array holds Python objects, which "
+                                     "DLPack cannot carry")
+        return shard
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCPU, 0)`` for a single-device array: the reference backend's memory is the
+        host's."""
+        self._single_shard("__dlpack_device__()")
+        return (1, 0)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule of a single-device array's (read-only) data, as NumPy exports
+        it: zero-copy and versioned, with the read-only flag, where ``max_version`` allows
+        DLPack 1.x; a legacy capsule (which cannot say read-only) of a copy otherwise, and
+        UnimplementedError for one with ``copy=False``, or for dtypes DLPack has no code
+        for."""
+        shard = self._single_shard("__dlpack__()")
+        if copy is None and (max_version is None or max_version[0] < 1):
+            copy = True
+        try:
+            return shard.__dlpack__(stream=stream, max_version=max_version,
+                                    dl_device=dl_device, copy=copy)
+        except (BufferError, TypeError) as e:
+            raise UnimplementedError(f"__dlpack__ of {self.debug_string()}: {e}") from None
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """NumPy form of the array: a single-device numeric array is its own (read-only)
+        data, without a copy unless ``copy=True``; other arrays are gathered into a new
+        array, and ``copy=False`` raises ValueError for them."""
+        shards = self._shards
+        if (len(shards) == 1 and len(self._sharding.devices) == 1 and self._error is None
+                and not self._deleted and self._dtype.kind != DType.Kind.STRING):
+            return numpy_of_view(shards[0], dtype, copy)
+        return super().__array__(dtype, copy)
 
 
 def _new_array(client, dtype: DType, shape: Shape, sharding: Sharding, shards: tuple,
