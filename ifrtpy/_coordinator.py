@@ -33,6 +33,10 @@ from ifrtpy.errors import IfrtError, UnavailableError
 __all__ = ["start"]
 
 _READY = "READY"
+#: The service runs in jaxlib's "recoverable" mode: a process that stops sending
+#: heartbeats is not reported to the others as a fatal error (jaxlib's client would then
+#: terminate them); they see their gets time out instead.
+RECOVERABLE = True
 #: How long process 0 waits for the coordinator to listen (a Python start and an import).
 _START_TIMEOUT_S = 120.0
 
@@ -90,7 +94,7 @@ def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
     def start_service() -> None:
         service.append(_call(_jaxlib.distributed_runtime_service, address, num_processes,
                              heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
-                             shutdown_timeout=shutdown_s, recoverable=True))
+                             shutdown_timeout=shutdown_s, recoverable=RECOVERABLE))
 
     membership = _join.serve(address, num_processes, init_s, on_listening=ready,
                              start=start_service)

@@ -98,10 +98,6 @@ class _State:
         self.store = CoordinationStore(client)
 
 
-#: The service runs in jaxlib's "recoverable" mode: a process that stops sending
-#: heartbeats is not reported to the others as a fatal error (jaxlib's client would then
-#: terminate them); they see their gets time out instead.
-RECOVERABLE = True
 #: The default ``collective_timeout`` of backend="jax", in seconds.
 COLLECTIVE_TIMEOUT_S = 300
 _lock = threading.Lock()
