@@ -38,11 +38,11 @@ from ifrtpy.executable import LoadedExecutable as LoadedExecutable
 from ifrtpy.future import Future as Future
 from ifrtpy.future import Promise as Promise
 from ifrtpy.future import join_futures as join_futures
-from ifrtpy.hlo_sharding import HloSharding as HloSharding
+from ifrtpy.sharding import HloSharding as HloSharding
 from ifrtpy.layout import Layout as Layout
-from ifrtpy.mesh import Mesh as Mesh
-from ifrtpy.mesh import NamedSharding as NamedSharding
-from ifrtpy.mesh import PartitionSpec as PartitionSpec
+from ifrtpy.sharding import Mesh as Mesh
+from ifrtpy.sharding import NamedSharding as NamedSharding
+from ifrtpy.sharding import PartitionSpec as PartitionSpec
 from ifrtpy.plugins import PluginInfo as PluginInfo
 from ifrtpy.plugins import available_plugins as available_plugins
 from ifrtpy.program import HloProgram as HloProgram

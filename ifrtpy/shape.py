@@ -24,7 +24,9 @@ _tuple_new = tuple.__new__
 MAX_ELEMENTS = 2**63 - 1
 
 
-def _ints(values: Iterable[int], what: str) -> tuple[int, ...]:
+def int_tuple(values: Iterable[int], what: str) -> tuple[int, ...]:
+    """``values`` as a tuple of ints; InvalidArgumentError naming ``what`` for anything
+    that is not a sequence of integers."""
     try:
         return tuple(map(operator.index, values))
     except TypeError:
@@ -47,7 +49,7 @@ class Shape(tuple):
     def __new__(cls, dims: Iterable[int] = ()) -> Shape:
         if type(dims) is cls:
             return dims  # type: ignore[return-value]
-        values = _ints(dims, "Shape dims")
+        values = int_tuple(dims, "Shape dims")
         for d in values:
             if d < 0:
                 raise InvalidArgumentError(f"Shape dims must be non-negative, got {list(values)}")
@@ -82,8 +84,9 @@ class Shape(tuple):
         return (Shape, (tuple(self),))
 
 
-# A Shape from a tuple already known to hold non-negative ints (hot paths only).
-_shape_unchecked = functools.partial(_tuple_new, Shape)
+#: ``trusted_shape(dims)``: a Shape of a tuple already known to hold valid dims, without
+#: the checks (for hot paths that computed the dims from valid shapes).
+trusted_shape = functools.partial(_tuple_new, Shape)
 
 
 class BoundedDynamicShapeTag:
@@ -194,7 +197,7 @@ class Index(tuple):
     def __new__(cls, elements: Iterable[int] = ()) -> Index:
         if type(elements) is cls:
             return elements  # type: ignore[return-value]
-        return _tuple_new(cls, _ints(elements, "Index elements"))
+        return _tuple_new(cls, int_tuple(elements, "Index elements"))
 
     @classmethod
     def zeros(cls, num_elements: int) -> Index:
@@ -277,7 +280,7 @@ class IndexDomain(tuple):
             shape = Shape(origin_or_shape)
             origin = (0,) * len(shape)
         else:
-            origin = _ints(origin_or_shape, "IndexDomain origin")
+            origin = int_tuple(origin_or_shape, "IndexDomain origin")
             shape = Shape(shape)
             if len(origin) != len(shape):
                 raise InvalidArgumentError(

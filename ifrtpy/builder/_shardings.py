@@ -39,8 +39,8 @@ def hlo_sharding_string(sharding: Any, rank: int, devices: Optional[Sequence] = 
     """The HLO sharding text (``"{devices=[2,1]<=[2]}"``) of ``sharding`` for an array of
     ``rank``: a string (returned as is, after XLA parses it), an ifrtpy HloSharding,
     ShardingParamSharding, NamedSharding or SingleDeviceSharding."""
-    from ifrtpy.hlo_sharding import HloSharding
-    from ifrtpy.mesh import NamedSharding
+    from ifrtpy.sharding import HloSharding
+    from ifrtpy.sharding import NamedSharding
     from ifrtpy.sharding import ShardingParamSharding, SingleDeviceSharding
 
     if isinstance(sharding, str):

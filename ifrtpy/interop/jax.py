@@ -25,8 +25,8 @@ from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
-from ifrtpy.hlo_sharding import HloSharding
-from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
+from ifrtpy.sharding import HloSharding
+from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 
 __all__ = ["default_client", "from_jax", "to_jax", "sharding_from_jax", "sharding_to_jax",

@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ifrtpy.device import Device
-from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
+from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceSharding
 
 __all__ = [

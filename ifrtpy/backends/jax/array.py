@@ -34,7 +34,7 @@ from ifrtpy.future import Future, Promise
 from ifrtpy.backends.jax._fastpath import JaxArrayCore
 from ifrtpy.interop.jax import _cached_to_jax
 from ifrtpy.shape import Shape
-from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.sharding import HloSharding
 from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,
     SingleDeviceShardSemantics,

@@ -28,7 +28,7 @@ from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
 )
 from ifrtpy.future import Future, join_futures
-from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import Sharding, SingleDeviceSharding

@@ -37,7 +37,7 @@ from ifrtpy.errors import (
 from ifrtpy.future import Future, Promise, join_futures
 from ifrtpy.interop import jax as _jax_bridge
 from ifrtpy.layout import Layout
-from ifrtpy.shape import IndexDomain, Shape, _shape_unchecked
+from ifrtpy.shape import IndexDomain, Shape, trusted_shape
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
@@ -443,7 +443,7 @@ def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding,
     if shape is None:
         if len(_SHAPES) >= 4096:
             _SHAPES.clear()
-        shape = _SHAPES[data.shape] = _shape_unchecked(data.shape)
+        shape = _SHAPES[data.shape] = trusted_shape(data.shape)
     if data.nbytes >= _LARGE_BYTES and _stages(client, dtype, semantics):
         data, semantics = _staged_copies([data])[0], 2  # the buffer aliases the copy
     buffer, _ = _pjrt.buffer_from_host_buffer(client._handle, data, None, memory, semantics)

@@ -41,7 +41,7 @@ from ifrtpy.executable import (
     program_layouts,
 )
 from ifrtpy.future import Future
-from ifrtpy.hlo_sharding import HloSharding
+from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, _context
 from ifrtpy.sharding import Sharding, SingleDeviceSharding, SingleDeviceShardSemantics

@@ -26,7 +26,7 @@ import pytest
 
 import ifrtpy as ifrt
 from ifrtpy.errors import FailedPreconditionError, IfrtError, UnimplementedError
-from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
+from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding
 from ifrtpy.testing.conformance._helpers import addressable_devices as _devices

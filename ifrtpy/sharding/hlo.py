@@ -1,0 +1,219 @@
+"""HloSharding: an XLA ``HloSharding`` (or ``OpSharding`` proto) over a device list.
+
+Mirrors PjRt-IFRT's ``xla_sharding.h``; this is what compiled executables report for
+their parameters and outputs. Tile-assignment values are indices into ``devices``.
+The XLA object comes from jaxlib (``jaxlib.xla_client.HloSharding`` / ``OpSharding``);
+it is read once at construction into plain tuples, and all shard math is pure Python.
+
+Supported kinds: replicated, maximal, manual, unknown and tiled (iota or explicit tile
+assignments, partial replication via ``last_tile_dim_replicate`` and subgroups in
+``last_tile_dims``). Uneven tiles are ``ceil(dim / tiles)`` long with the last ones
+clipped, as XLA does. Tuple and unreduced shardings are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.shape import IndexDomain, Shape, trusted_shape
+from ifrtpy.sharding._common import (
+    ALL_SHARDS, _as_device_list, _compact, _semantics, _static_shape, _tiled_index_domains,
+)
+from ifrtpy.sharding.base import Sharding
+
+__all__ = ["HloSharding"]
+
+# OpSharding.Type numbers (xla_data.proto).
+_REPLICATED, _MAXIMAL, _TUPLE, _OTHER, _MANUAL, _UNKNOWN, _UNREDUCED = 0, 1, 2, 3, 4, 5, 6
+_TYPE_NAMES = {_REPLICATED: "replicated", _MAXIMAL: "maximal", _MANUAL: "manual",
+               _UNKNOWN: "unknown", _OTHER: "tiled"}
+
+
+def _xla_client():
+    from ifrtpy._jaxlib import xla_client  # deferred: jaxlib is only needed for HloSharding
+    return xla_client()
+
+
+def _as_xla_hlo_sharding(value: Any):
+    xc = _xla_client()
+    if isinstance(value, xc.HloSharding):
+        return value
+    if isinstance(value, xc.OpSharding):
+        return xc.HloSharding.from_proto(value)
+    if isinstance(value, str):
+        return xc.HloSharding.from_string(value)
+    raise TypeError(f"expected an xla HloSharding, OpSharding or sharding string, got {value!r}")
+
+
+class HloSharding(Sharding):
+    """An XLA HloSharding over ``devices`` (``xla_hlo_sharding`` may also be an OpSharding
+    or the HLO text form, e.g. ``"{devices=[2,3]<=[6]}"``).
+
+    Fully replicated for replicated shardings, maximal shardings on one device, and tiled
+    shardings whose data dims are all 1 with only replicated subgroups. Index domains of
+    maximal shardings are the whole array on every device (as in IFRT); manual and unknown
+    shardings have none.
+    """
+
+    __slots__ = ("_xla", "_kind", "_tile_dims", "_data_rank", "_subgroup_types",
+                 "_assignment", "_text", "_tile_of_device")
+
+    def __init__(self, devices, xla_hlo_sharding: Any, memory_kind=None):
+        devices = _as_device_list(devices)
+        xla = _as_xla_hlo_sharding(xla_hlo_sharding)
+        proto = xla.to_proto()
+        kind = int(proto.type)
+        if kind not in _TYPE_NAMES:
+            raise InvalidArgumentError(f"HloSharding does not support the sharding {xla}")
+        tile_dims: tuple[int, ...] = ()
+        subgroups: tuple[int, ...] = ()
+        assignment: tuple[int, ...] = ()
+        if kind in (_OTHER, _MAXIMAL):
+            assignment = tuple(xla.tile_assignment_devices())
+        if kind == _OTHER:
+            tile_dims = tuple(xla.tile_assignment_dimensions())
+            if xla.replicate_on_last_tile_dim():
+                subgroups = (_REPLICATED,)
+            else:
+                subgroups = tuple(int(t) for t in xla.subgroup_types())
+            if _UNREDUCED in subgroups:
+                raise InvalidArgumentError(f"HloSharding does not support the sharding {xla}")
+        self._xla = xla
+        self._kind = kind
+        self._tile_dims = tile_dims
+        self._data_rank = len(tile_dims) - len(subgroups)
+        self._subgroup_types = subgroups
+        self._assignment = assignment
+        self._text = str(xla)
+        self._tile_of_device: Optional[Sequence[int]] = None
+        super().__init__(devices, memory_kind, self._compute_fully_replicated(len(devices)))
+
+    def _compute_fully_replicated(self, num_devices: int) -> bool:
+        if self._kind == _REPLICATED:
+            return True
+        if self._kind == _MAXIMAL:
+            return num_devices == 1
+        if self._kind == _OTHER:
+            return (math.prod(self._tile_dims[:self._data_rank]) == 1
+                    and all(t == _REPLICATED for t in self._subgroup_types))
+        return False
+
+    @property
+    def xla_hlo_sharding(self):
+        """The jaxlib ``HloSharding``."""
+        return self._xla
+
+    @property
+    def op_sharding(self):
+        """The jaxlib ``OpSharding`` proto."""
+        return self._xla.to_proto()
+
+    # -- shapes --------------------------------------------------------------------------
+
+    def _is_tiled(self) -> bool:
+        return self._kind == _OTHER
+
+    def _data_tiles(self) -> tuple[int, ...]:
+        return self._tile_dims[:self._data_rank]
+
+    def shard_shape(self, shape) -> Shape:
+        shape = _static_shape(shape, "HloSharding")
+        if not self._is_tiled():
+            return shape
+        num_tiles = math.prod(self._tile_dims)
+        if num_tiles != len(self._devices):
+            raise InvalidArgumentError(
+                f"sharding's tile count and device count does not match: {num_tiles} vs. "
+                f"{len(self._devices)}; shape={shape.debug_string()}, sharding={self._text}")
+        if len(shape) != self._data_rank:
+            raise InvalidArgumentError(
+                f"Numbers of dimensions don't match. From Shape {len(shape)} vs from "
+                f"HloSharding {self._data_rank}")
+        return trusted_shape(tuple(-(-d // t) for d, t in zip(shape, self._data_tiles())))
+
+    def _check_rank(self, shape: Shape) -> None:
+        if len(shape) != self._data_rank:
+            raise InvalidArgumentError(
+                f"shape must have {self._data_rank} dimensions, but has {len(shape)} "
+                f"dimensions: shape={shape.debug_string()}, sharding={self._text}")
+
+    def disassemble(self, shape, semantics=ALL_SHARDS):
+        all_shards = _semantics(semantics)
+        shape = _static_shape(shape, "HloSharding")
+        if self._is_tiled():
+            self._check_rank(shape)
+            if any(d % t for d, t in zip(shape, self._data_tiles())):
+                domains = self.index_domains(shape, ALL_SHARDS)
+                shards = self._single_device_shardings(True)
+                mask = self._mask(all_shards) or (True,) * len(shards)
+                return [(dom.shape, s) for dom, s, keep in zip(domains, shards, mask) if keep]
+        return self._even_disassemble(self.shard_shape(shape), all_shards)
+
+    def tile_of_device(self) -> Sequence[int]:
+        """For each device position, the (row-major) data tile it holds (cached)."""
+        if self._tile_of_device is None:
+            n = len(self._devices)
+            if len(self._assignment) != n:
+                raise InvalidArgumentError(
+                    "sharding's tile_assignment_devices and device count does not match: "
+                    f"{len(self._assignment)} vs. {n}; sharding={self._text}")
+            assignment = np.asarray(self._assignment, dtype=np.int64)
+            bad = assignment[(assignment < 0) | (assignment >= n)]
+            if bad.size:
+                raise InvalidArgumentError(
+                    f"Out of range device id in device_assignment: {int(bad[0])}; valid range: "
+                    f"[0, {n})")
+            replicas = math.prod(self._tile_dims[self._data_rank:])
+            tiles = np.full(n, -1, dtype=np.int64)
+            tiles[assignment] = np.arange(n) // replicas
+            if (tiles < 0).any():
+                raise InvalidArgumentError(
+                    f"tile assignment {self._text} does not use every one of the {n} devices")
+            self._tile_of_device = _compact(tiles.tolist())
+        return self._tile_of_device
+
+    def index_domains(self, shape, semantics=ALL_SHARDS):
+        all_shards = _semantics(semantics)
+        shape = _static_shape(shape, "HloSharding")
+        if self._kind in (_MANUAL, _UNKNOWN):
+            raise InvalidArgumentError(
+                f"{_TYPE_NAMES[self._kind].capitalize()} sharding does not support IndexDomains")
+        if not self._is_tiled():  # replicated or maximal: the whole array everywhere
+            devices = self._devices if all_shards else self._devices.addressable_device_list()
+            count = len(devices)
+            return [IndexDomain(shape)] * count
+        tile_of_device = self.tile_of_device()
+        self._check_rank(shape)
+        return _tiled_index_domains(shape, self._data_tiles(), tile_of_device,
+                                    self._mask(all_shards))
+
+    # -- identity ------------------------------------------------------------------------
+
+    def has_same_partitioning(self, other):
+        return self is other or (isinstance(other, HloSharding)
+                                 and len(self._devices) == len(other._devices)
+                                 and self._partitioning_key() == other._partitioning_key())
+
+    def with_device_assignment(self, devices=None, memory_kind=None) -> HloSharding:
+        devices = self._check_device_count(devices)
+        return HloSharding(self._devices if devices is None else devices, self._xla,
+                           self._memory_kind if memory_kind is None else memory_kind)
+
+    def _partitioning_key(self):
+        return (self._kind, self._tile_dims, self._data_rank, self._subgroup_types,
+                self._assignment)
+
+    def debug_string(self) -> str:
+        return f"HloSharding(memory_kind: {self._memory_kind}, hlo_sharding: {self._text})"
+
+    def __reduce__(self):
+        return (_hlo_sharding_from_text, (self._devices, self._text, self._memory_kind))
+
+
+def _hlo_sharding_from_text(devices, text: str, memory_kind) -> HloSharding:
+    return HloSharding(devices, text, memory_kind)
