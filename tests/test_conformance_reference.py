@@ -37,7 +37,7 @@ class TestArraysWithNonAddressableDevices:
 
 # -- the reference backend's own paths --------------------------------------------------------
 
-from ifrtpy.program import _ELEMENT_TYPES  # noqa: E402
+from ifrtpy.program.mlir import ELEMENT_TYPES  # noqa: E402
 from ifrtpy.testing import strategies as S  # noqa: E402
 from ifrtpy.testing.asserts import assert_array_matches  # noqa: E402
 
@@ -49,7 +49,7 @@ def test_every_dtype_passes_through_the_interpreter(client, dtype):
     import numpy as np
 
     kind = ifrt.DType.from_numpy(dtype).kind
-    element = next(k for k, v in _ELEMENT_TYPES.items() if v == kind)
+    element = next(k for k, v in ELEMENT_TYPES.items() if v == kind)
     tensor = f"tensor<2x3x{element}>"
     program = (f"module @identity {{ func.func @main(%a: {tensor}, %b: {tensor}) -> ({tensor}, "
                f"{tensor}) {{ return %b, %a : {tensor}, {tensor} }} }}")

@@ -12,7 +12,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import ifrtpy as ifrt
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.program import HloProgram, Program, TensorType, _context, stablehlo_version
+from ifrtpy.program import HloProgram, Program, TensorType, stablehlo_version
+from ifrtpy.program.mlir import context as _context
 from ifrtpy.shape import Shape
 from pjrt_helpers import shardy_lowering
 

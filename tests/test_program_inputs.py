@@ -74,7 +74,7 @@ def test_each_front_end_runs(name):
 
 
 def test_bytes_are_read_once_per_process():
-    from ifrtpy import _program_input
+    from ifrtpy.program import inputs as _program_input
 
     data = hlo_proto()
     first = ifrt.HloProgram(data)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.program import HloProgram, TensorType, _context
+from ifrtpy.program import HloProgram, TensorType, mlir
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder._shardings import hlo_sharding_string
@@ -156,7 +156,7 @@ class BuilderCore:
         self._ir = ir
         self._name = name
         self._devices = None if devices is None else list(devices)
-        self._ctx = _context()
+        self._ctx = mlir.context()
         with self._ctx, ir.Location.unknown():
             self._module = ir.Module.create()
             self._module.operation.attributes["sym_name"] = ir.StringAttr.get(name)

@@ -12,11 +12,11 @@ import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.program import _ELEMENT_TYPES
+from ifrtpy.program.mlir import ELEMENT_TYPES
 from ifrtpy.shape import Shape
 
 K = DType.Kind
-MLIR_NAME = {kind: name for name, kind in _ELEMENT_TYPES.items()}
+MLIR_NAME = {kind: name for name, kind in ELEMENT_TYPES.items()}
 
 SIGNED = frozenset({K.S2, K.S4, K.S8, K.S16, K.S32, K.S64})
 UNSIGNED = frozenset({K.U2, K.U4, K.U8, K.U16, K.U32, K.U64})
@@ -37,8 +37,8 @@ def as_dtype(dtype: Any, who: str = "dtype") -> DType:
         result = dtype
     elif isinstance(dtype, K):
         result = DType(dtype)
-    elif isinstance(dtype, str) and dtype in _ELEMENT_TYPES:
-        result = DType(_ELEMENT_TYPES[dtype])
+    elif isinstance(dtype, str) and dtype in ELEMENT_TYPES:
+        result = DType(ELEMENT_TYPES[dtype])
     else:
         try:
             result = DType.from_numpy(dtype)

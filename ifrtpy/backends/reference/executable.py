@@ -43,7 +43,7 @@ from ifrtpy.executable import (
 from ifrtpy.future import Future
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
-from ifrtpy.program import HloProgram, _context
+from ifrtpy.program import HloProgram, mlir
 from ifrtpy.sharding import Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
 
 _MAGIC = b"IFRTPY-REFERENCE-EXECUTABLE-1\n"
@@ -314,7 +314,7 @@ class _Interpretable:
     def run(self, values: Sequence[np.ndarray]) -> list[np.ndarray]:
         from jaxlib.mlir import ir
         from jaxlib.mlir.dialects import stablehlo
-        with _LOCK, _context(), ir.Location.unknown():
+        with _LOCK, mlir.context(), ir.Location.unknown():
             if self._module is None:
                 self._module = ir.Module.parse(self.text)
             args = []
@@ -344,8 +344,7 @@ class _Interpretable:
 
 
 def _tensor_text(tensor_type) -> str:
-    from ifrtpy.program import _ELEMENT_TYPES
-    element = next(k for k, v in _ELEMENT_TYPES.items() if v == tensor_type.dtype.kind)
+    element = next(k for k, v in mlir.ELEMENT_TYPES.items() if v == tensor_type.dtype.kind)
     return "tensor<" + "".join(f"{d}x" for d in tensor_type.shape.dims) + element + ">"
 
 
@@ -372,7 +371,7 @@ _ATTR_DTYPES = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32,
 def _prepare(program: HloProgram, devices: DeviceList | None):
     """(interpretable, parameter shardings, output shardings, op count)."""
     from jaxlib.mlir import ir
-    with _LOCK, _context(), ir.Location.unknown():
+    with _LOCK, mlir.context(), ir.Location.unknown():
         module = ir.Module.parse(program.text)
         main = _functions(module)["main"]
         if devices is None:

@@ -1,4 +1,4 @@
-"""Every front end into :class:`ifrtpy.HloProgram`, turned into StableHLO text.
+"""Every front end of :class:`ifrtpy.HloProgram`, turned into StableHLO text.
 
 What a program can be made from, and how it becomes StableHLO text:
 
@@ -30,15 +30,13 @@ import re
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ifrtpy import _jaxlib
+from ifrtpy.program import mlir
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
-if TYPE_CHECKING:
-    from ifrtpy.program import HloProgram
-
-__all__ = ["stablehlo_text", "from_tensorflow", "convert_isolated"]
+__all__ = ["stablehlo_text", "tensorflow_hlo", "convert_isolated"]
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
 _MEMO_ENTRIES = 64
@@ -101,12 +99,10 @@ def _computation_text(computation: Any) -> str:
     return str(_jaxlib.xla_computation_to_mlir_module(computation))
 
 
-def from_tensorflow(function: Any, *args: Any, **kwargs: Any) -> HloProgram:
-    """An HloProgram of a ``tf.function(jit_compile=True)`` traced for ``args``, through
-    TensorFlow's own compiler IR export (``experimental_get_compiler_ir``, stage
-    ``hlo_serialized``). Needs TensorFlow; InvalidArgumentError for other functions."""
-    from ifrtpy.program import HloProgram
-
+def tensorflow_hlo(function: Any, *args: Any, **kwargs: Any) -> bytes:
+    """The serialized HloModuleProto of a ``tf.function(jit_compile=True)`` traced for
+    ``args`` (TensorFlow's ``experimental_get_compiler_ir``, stage ``hlo_serialized``);
+    InvalidArgumentError for other functions."""
     get_ir = getattr(function, "experimental_get_compiler_ir", None)
     if get_ir is None:
         raise InvalidArgumentError(
@@ -115,7 +111,7 @@ def from_tensorflow(function: Any, *args: Any, **kwargs: Any) -> HloProgram:
         proto = get_ir(*args, **kwargs)(stage="hlo_serialized")
     except Exception as e:  # noqa: BLE001 - TensorFlow's own error types
         raise InvalidArgumentError(f"TensorFlow could not export the function's HLO: {e}") from None
-    return HloProgram(bytes(proto))
+    return bytes(proto)
 
 
 def convert_isolated(data: bytes, kind: str) -> str:
@@ -133,8 +129,8 @@ def convert_isolated(data: bytes, kind: str) -> str:
     # `-c` puts the working directory first on sys.path: it is dropped before the import,
     # so the child runs this ifrtpy (from package_root), never a package found there.
     code = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
-            "from ifrtpy._program_input import _child_main; _child_main()")
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            "from ifrtpy.program.inputs import _child_main; _child_main()")
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     try:
@@ -199,9 +195,7 @@ def _bytecode_text(data: bytes) -> str:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from ifrtpy.program import _context
-
-    with _context():
+    with mlir.context():
         try:  # a StableHLO portable artifact (versioned bytecode)?
             module = ir.Module.parse(stablehlo.deserialize_portable_artifact_str(data))
         except Exception:  # noqa: BLE001 - then plain MLIR bytecode

@@ -1,6 +1,6 @@
-"""Programs: ``HloProgram``, a StableHLO module, and what a backend needs to know of it.
+"""``HloProgram``: a StableHLO module, and what a backend needs to know of it.
 
-An HloProgram is made from any front end :mod:`ifrtpy._program_input` lists (StableHLO
+An HloProgram is made from any front end :mod:`ifrtpy.program.inputs` lists (StableHLO
 or HLO text, MLIR bytecode or a portable artifact, a serialized HloModuleProto, a jaxlib
 MLIR module or XlaComputation, jax Lowered/Compiled/Exported stages, TensorFlow through
 :func:`from_tensorflow`); all become StableHLO text. It parses the module once, with
@@ -16,26 +16,15 @@ using Shardy (``sdy``) cannot be serialized that way by jaxlib and go as text.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Sequence
 
-from ifrtpy import _program_input
+from ifrtpy.program import inputs, mlir
+from ifrtpy.program.mlir import ELEMENT_TYPES, stablehlo_version
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
-__all__ = ["Program", "HloProgram", "TensorType", "stablehlo_version", "from_tensorflow"]
-
-K = DType.Kind
-_ELEMENT_TYPES = {
-    "i1": K.PRED, "i2": K.S2, "i4": K.S4, "i8": K.S8, "i16": K.S16, "i32": K.S32, "i64": K.S64,
-    "ui2": K.U2, "ui4": K.U4, "ui8": K.U8, "ui16": K.U16, "ui32": K.U32, "ui64": K.U64,
-    "f16": K.F16, "f32": K.F32, "f64": K.F64, "bf16": K.BF16,
-    "complex<f32>": K.C64, "complex<f64>": K.C128,
-    "f8E3M4": K.F8E3M4, "f8E4M3": K.F8E4M3, "f8E4M3FN": K.F8E4M3FN,
-    "f8E4M3B11FNUZ": K.F8E4M3B11FNUZ, "f8E4M3FNUZ": K.F8E4M3FNUZ, "f8E5M2": K.F8E5M2,
-    "f8E5M2FNUZ": K.F8E5M2FNUZ, "f8E8M0FNU": K.F8E8M0FNU, "f4E2M1FN": K.F4E2M1FN,
-}
+__all__ = ["Program", "HloProgram", "TensorType", "from_tensorflow"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,47 +38,15 @@ class TensorType:
         return f"{self.dtype}{list(self.shape)}"
 
 
-from_tensorflow = _program_input.from_tensorflow
+def from_tensorflow(function: Any, *args: Any, **kwargs: Any) -> HloProgram:
+    """An HloProgram of a ``tf.function(jit_compile=True)`` traced for ``args``, through
+    TensorFlow's own compiler IR export (``experimental_get_compiler_ir``, stage
+    ``hlo_serialized``). Needs TensorFlow; InvalidArgumentError for other functions."""
+    return HloProgram(inputs.tensorflow_hlo(function, *args, **kwargs))
 
 
 class Program:
     """Base of the programs a Compiler accepts."""
-
-
-def stablehlo_version() -> tuple[int, ...]:
-    """The StableHLO version jaxlib writes (the producer's version)."""
-    from jaxlib.mlir.dialects import stablehlo
-
-    return tuple(int(p) for p in stablehlo.get_current_version().split("."))
-
-
-@functools.lru_cache(maxsize=None)
-def _context():
-    from jaxlib.mlir import ir
-    from ifrtpy._jaxlib import register_jax_dialects
-    from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
-
-    context = ir.Context()
-    registry = ir.DialectRegistry()
-    register_jax_dialects(registry)  # func and the other upstream dialects
-    context.append_dialect_registry(registry)
-    context.load_all_available_dialects()
-    stablehlo.register_dialect(context)
-    chlo.register_dialect(context)
-    sdy.register_dialect(context)
-    mhlo.register_mhlo_dialect(context)
-    return context
-
-
-def _parse(text: str) -> Any:
-    """The module of StableHLO ``text`` (the MLIR text parser fails cleanly on anything)."""
-    from jaxlib.mlir import ir
-
-    with _context():
-        try:
-            return ir.Module.parse(text)
-        except Exception as e:  # noqa: BLE001 - MLIR raises its own error types
-            raise InvalidArgumentError(f"not a StableHLO module: {e}") from None
 
 
 class HloProgram(Program):
@@ -103,8 +60,8 @@ class HloProgram(Program):
     def __init__(self, program: Any):
         if isinstance(program, HloProgram):
             program = program.text
-        module = _parse(_program_input.stablehlo_text(program))
-        with _context():
+        module = mlir.parse(inputs.stablehlo_text(program))
+        with mlir.context():
             self._text = module.operation.get_asm(enable_debug_info=True)
             self._read(module)
 
@@ -221,7 +178,7 @@ def _tensor_type(mlir_type, what: str, index: int) -> TensorType:
         raise InvalidArgumentError(f"{what} {index} of main has type {mlir_type}; ifrtpy needs ranked tensors")
     tensor = ir.RankedTensorType(mlir_type)
     element = str(tensor.element_type)
-    kind = _ELEMENT_TYPES.get(element)
+    kind = ELEMENT_TYPES.get(element)
     if kind is None:
         raise InvalidArgumentError(f"{what} {index} of main has element type {element}, which has no XLA kind")
     if not tensor.has_static_shape:
