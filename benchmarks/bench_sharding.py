@@ -26,7 +26,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np  # noqa: E402
 
 from ifrtpy.device import Device, Memory, MemoryKind  # noqa: E402
-from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 MESH_SHAPE = (16, 16, 16)
 AXES = ("a", "b", "c")

@@ -485,7 +485,7 @@ def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
     A name that is not a registered backend is a PJRT plugin name (``"cpu"``,
     ``"cuda"``, ...) found by :func:`ifrtpy.plugins.find_plugin` (or at ``plugin=``, a
     path); the other ``kwargs`` are its create options, typed and checked before the
-    call (:mod:`ifrtpy.plugin_options`). NotFoundError listing the registered backends,
+    call (:mod:`ifrtpy.plugins.options`). NotFoundError listing the registered backends,
     the plugins found and where ifrtpy looked for a name found nowhere. Importing a
     backend's module may raise ImportError (e.g. the Cython extension is not built).
     """
@@ -510,12 +510,12 @@ def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
     from ifrtpy.backends.pjrt import create_client
-    from ifrtpy.plugins import _first_named
+    from ifrtpy.plugins import find_plugin
 
     plugin = kwargs.pop("plugin", None)
     if plugin is None:
         try:
-            plugin = _first_named(name).path
+            plugin = find_plugin(name).path
         except NotFoundError as e:
             raise NotFoundError(
                 f"unknown ifrtpy backend {name!r} (registered: "

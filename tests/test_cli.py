@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import ifrtpy
-from ifrtpy import _bench
+from ifrtpy.cli import bench as _bench
 from ifrtpy.__main__ import main
 from ifrtpy.errors import NotFoundError
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import ifrtpy
-from ifrtpy.__main__ import DEMO_PROGRAM
+from ifrtpy.cli.demo import DEMO_PROGRAM
 from ifrtpy._log import _native_level
 from ifrtpy.errors import InvalidArgumentError
 

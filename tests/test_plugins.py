@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import ifrtpy as ifrt
-from ifrtpy import _pjrt, errors, plugins
-from ifrtpy.plugin_options import MAX_CPU_DEVICE_COUNT, check_options
+from ifrtpy import _pjrt, errors
+from ifrtpy.plugins import discovery as plugins
+from ifrtpy.plugins.options import MAX_CPU_DEVICE_COUNT, check_options
 
 CPU_SO = os.path.realpath(_pjrt.default_plugin_path())
 

@@ -7,7 +7,7 @@ Differences from the C API:
   aborts the process on a ``cpu_device_count`` that is not an int64, gives a client
   with no devices for a count below 1, and takes time quadratic in the count (10**6
   never returns); all three are refused here (the cap is
-  ``ifrtpy.plugin_options.MAX_CPU_DEVICE_COUNT``).
+  ``ifrtpy.plugins.MAX_CPU_DEVICE_COUNT``).
 * A ClientHandle builds one DeviceHandle per device and one MemoryHandle per addressable
   memory at creation, so lookups return the same objects. Device and memory handles
   borrow their C pointers and keep the client alive.
@@ -22,7 +22,7 @@ cimport cython
 
 from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
 from ifrtpy import errors as _errors
-from ifrtpy.plugin_options import MAX_CPU_DEVICE_COUNT, _WHY_DEVICE_LIMIT
+from ifrtpy.plugins.options import MAX_CPU_DEVICE_COUNT, WHY_DEVICE_LIMIT
 
 #: Options whose type the plugin trusts blindly (a mismatch aborts the process).
 _OPTION_TYPES = {"cpu_device_count": int}
@@ -50,7 +50,7 @@ def create_client(PluginHandle plugin not None, options=None, KeyValueCallbacks 
     if count is not None and not 1 <= count <= MAX_CPU_DEVICE_COUNT:
         raise _errors.InvalidArgumentError(
             f"client option 'cpu_device_count' must be in [1, {MAX_CPU_DEVICE_COUNT}] "
-            f"({_WHY_DEVICE_LIMIT}), got {count}")
+            f"({WHY_DEVICE_LIMIT}), got {count}")
     cdef ClientHandle client = ClientHandle.__new__(ClientHandle)
     client.plugin = plugin
     client.api = plugin.api

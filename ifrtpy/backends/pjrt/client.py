@@ -16,8 +16,7 @@ from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
-from ifrtpy.plugin_options import check_options, known_options
-from ifrtpy.plugins import find_plugin, preload_nvidia_libraries
+from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -30,7 +29,7 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     names the plugin whose option table applies (default: ``plugin`` when it is a name).
     Neither given: xla-cpu-pjrt's CPU plugin. ``device_count`` sets ``cpu_device_count``.
     ``options`` and ``named_options`` are the plugin's create options, checked against
-    its table in :mod:`ifrtpy.plugin_options` where ifrtpy knows the plugin. After
+    its table in :mod:`ifrtpy.plugins.options` where ifrtpy knows the plugin. After
     :func:`ifrtpy.distributed.initialize`, the client gets the job's key-value store
     callbacks, and ``node_id`` / ``num_nodes`` where the plugin's table has them.
     """

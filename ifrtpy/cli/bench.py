@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ifrtpy.cli.demo import DEMO_PROGRAM
+
 Loop = Callable[[int], float]
 #: Sets a case up; returns its loops (ifrtpy, jax or None).
 Make = Callable[[], tuple[Loop, Optional[Loop]]]
@@ -85,7 +87,6 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
     """Measure every case on ``client`` (all its addressable devices for the sharded ones)
     and return the rows. ``quick``: small sizes and few repeats (seconds; figures rough)."""
     import ifrtpy as ifrt
-    from ifrtpy.__main__ import DEMO_PROGRAM
     from ifrtpy.builder import Builder
 
     devices = client.addressable_devices()
@@ -223,3 +224,16 @@ def plot(rows: list[Row], path: str) -> None:
 
 def progress_to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def bench(client: Any, quick: bool = False, plot_file: str | None = None) -> None:
+    """The command: measure, print the table, and draw it into ``plot_file`` if given."""
+    if plot_file:
+        require_matplotlib()  # before measuring, not after
+    rows = run(client, quick=quick, progress=progress_to_stderr)
+    print(f"median time per call, {len(client.addressable_devices())} devices"
+          f"{' (--quick: small sizes, rough figures)' if quick else ''}")
+    print(table(rows))
+    if plot_file:
+        plot(rows, plot_file)
+        print(f"plot written to {plot_file}")

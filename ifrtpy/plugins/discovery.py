@@ -230,15 +230,9 @@ def find_plugin(name: str) -> PluginInfo:
 
     NotFoundError listing the plugins found and where ifrtpy looked.
     """
-    info = _first_named(name)
-    return dataclasses.replace(info, api_version=_loaded_version(info.path))
-
-
-def _first_named(name: str) -> PluginInfo:
-    """:func:`find_plugin` without the API version (what creating a client needs)."""
     for info in _search():
         if info.name == name:
-            return info
+            return dataclasses.replace(info, api_version=_loaded_version(info.path))
     found = available_plugins()
     listing = ", ".join(f"{i.name!r} ({i.path}, from {i.source})" for i in found) or "none"
     raise NotFoundError(
@@ -246,6 +240,8 @@ def _first_named(name: str) -> PluginInfo:
         f"{'; '.join(SEARCH_ORDER)}. Give a path with plugin='/path/to/plugin.so', or "
         f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda')"
     )
+
+
 
 
 #: Libraries of the ``nvidia-*`` wheels the CUDA plugin links against, loaded (in this

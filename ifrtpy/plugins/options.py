@@ -1,0 +1,162 @@
+"""Typed client-create options of the PJRT plugins ifrtpy knows.
+
+Each known plugin (by name: ``"cpu"``, ``"cuda"``, ``"rocm"``) has a table of the options
+its ``PJRT_Client_Create`` reads, with their PJRT value type. :func:`check_options` refuses
+an unknown name, a value of the wrong type and a value out of range before the plugin
+sees it (the official CPU plugin aborts the process on a wrongly typed
+``cpu_device_count`` and silently ignores unknown names). Options of a plugin not in the
+tables pass through with only the generic checks of ``ifrtpy._pjrt.create_client``.
+Where each option comes from is said in ``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from ifrtpy.errors import InvalidArgumentError
+
+__all__ = ["OptionSpec", "MAX_CPU_DEVICE_COUNT", "WHY_DEVICE_LIMIT", "known_options", "check_options"]
+
+#: Most devices a CPU client may have. Creating a CPU client costs time quadratic in its
+#: device count (measured on the official plugin, see docs/plugins.md): 2048 devices take
+#: about 1 s, 4096 about 3 s, 8192 about 16 s and 0.8 GiB, 10**6 never return. 4096 is
+#: the largest power of two that stays within seconds.
+MAX_CPU_DEVICE_COUNT = 4096
+
+#: Why the count is capped, as the errors about it say.
+WHY_DEVICE_LIMIT = (
+    "creating a CPU client costs time quadratic in its device count (about 3 s for 4096 "
+    "devices, 16 s for 8192), so ifrtpy caps it"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    """One create option: its PJRT value ``kind`` (``"int"``, ``"float"``, ``"bool"``,
+    ``"str"`` or ``"int_list"``), a one-line ``doc``, and an optional ``check`` returning
+    an error text (None when the value is fine)."""
+
+    kind: str
+    doc: str
+    check: Callable[[Any], str | None] | None = None
+
+
+def _between(low: int | float, high: int | float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be in [{low}, {high}]"
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(map(repr, choices))}"
+
+    return check
+
+
+def _non_negative_ids(value: Any) -> str | None:
+    if any(v < 0 for v in value):
+        return "must hold device ordinals >= 0"
+    if len(set(value)) != len(value):
+        return "must not repeat a device"
+    return None
+
+
+_CPU = {
+    "cpu_device_count": OptionSpec(
+        "int", "number of CPU devices (default 4)",
+        lambda n: None if 1 <= n <= MAX_CPU_DEVICE_COUNT else
+        f"must be in [1, {MAX_CPU_DEVICE_COUNT}] ({WHY_DEVICE_LIMIT})"),
+    "asynchronous": OptionSpec("bool", "dispatch computations asynchronously (newer builds)"),
+    "max_inflight_computations": OptionSpec(
+        "int", "computations in flight per device (newer builds)", _between(1, 2**31 - 1)),
+    "pooling_allocator": OptionSpec("bool", "pool device allocations (newer builds)"),
+}
+
+_GPU = {
+    "platform_name": OptionSpec("str", "StreamExecutor platform, e.g. 'cuda' or 'rocm'"),
+    "allocator": OptionSpec(
+        "str", "device allocator", _one_of("default", "platform", "bfc", "cuda_async")),
+    "memory_fraction": OptionSpec(
+        "float", "fraction of device memory the BFC allocator may take", _between(0.0, 1.0)),
+    "preallocate": OptionSpec("bool", "allocate memory_fraction of the memory at creation"),
+    "collective_memory_size": OptionSpec(
+        "int", "bytes reserved for collectives", _between(0, 2**63 - 1)),
+    "visible_devices": OptionSpec(
+        "int_list", "local device ordinals the client uses (default: all)", _non_negative_ids),
+    "node_id": OptionSpec("int", "this process's index among num_nodes", _between(0, 2**31 - 1)),
+    "num_nodes": OptionSpec("int", "number of processes sharing the devices", _between(1, 2**31 - 1)),
+    "should_stage_host_to_device_transfers": OptionSpec(
+        "bool", "stage host-to-device copies through pinned host memory"),
+    "abort_collectives_on_failure": OptionSpec("bool", "abort collectives when a peer fails"),
+    "use_tfrt_gpu_client": OptionSpec("bool", "use the TFRT GPU client implementation"),
+    "enable_mock_nccl": OptionSpec("bool", "mock NCCL (testing multi-node topologies)"),
+    "mock_gpu_topology": OptionSpec("str", "topology for enable_mock_nccl"),
+    "partition_index": OptionSpec("int", "index of this partition (slice)", _between(0, 2**31 - 1)),
+}
+
+_KNOWN: dict[str, Mapping[str, OptionSpec]] = {"cpu": _CPU, "cuda": _GPU, "rocm": _GPU}
+
+
+def known_options(plugin: str) -> Mapping[str, OptionSpec] | None:
+    """The option table of the plugin named ``plugin``; None for a plugin not known."""
+    return _KNOWN.get(plugin)
+
+
+def _kind_of(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, (list, tuple)) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return "int_list"
+    return None
+
+
+def check_options(plugin: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` checked against the table of ``plugin`` (a dict, list values as lists).
+
+    InvalidArgumentError naming the option and what it got for an unknown name (listing
+    the known ones), a wrong type or a value out of range. An int is accepted for a float
+    option. A plugin without a table gets ``dict(options)`` back unchecked.
+    """
+    table = known_options(plugin)
+    if table is None:
+        return dict(options)
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        spec = table.get(name)
+        if spec is None:
+            raise InvalidArgumentError(
+                f"the {plugin!r} plugin has no create option {name!r}; "
+                f"known options: {', '.join(sorted(table))}"
+            )
+        kind = _kind_of(value)
+        if spec.kind == "float" and kind == "int":
+            try:
+                value, kind = float(value), "float"
+            except OverflowError:
+                raise InvalidArgumentError(
+                    f"create option {name!r} of the {plugin!r} plugin must be a float, got "
+                    f"an int too large for one ({value})") from None
+        if kind != spec.kind:
+            raise InvalidArgumentError(
+                f"create option {name!r} of the {plugin!r} plugin must be of type "
+                f"{spec.kind}, got {type(value).__name__} {value!r}"
+            )
+        if kind == "int_list":
+            value = list(value)
+        problem = spec.check(value) if spec.check is not None else None
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"create option {name!r} of the {plugin!r} plugin {problem}, got {value!r}"
+            )
+        out[name] = value
+    return out
