@@ -181,6 +181,13 @@ class Array(Value):
         """The on-device layout; None means the default layout for the dtype/shape/memory."""
         return None
 
+    @property
+    def error(self) -> BaseException | None:
+        """The error of an error array (``Client.make_error_arrays``, or one made from an
+        error array): its ready future fails with it. None for other arrays, whose
+        computation may still fail (see :meth:`ready_future`)."""
+        return None
+
     @abc.abstractmethod
     def disassemble_into_single_device_arrays(
         self,

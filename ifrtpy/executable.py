@@ -16,6 +16,7 @@ from ifrtpy._execute_result import ExecuteResult as ExecuteResult
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
+from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
 
 if TYPE_CHECKING:
     from ifrtpy.array import Array
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from ifrtpy.future import Future
     from ifrtpy.program import TensorType
     from ifrtpy.shape import Shape
-    from ifrtpy.sharding import Sharding
 
 __all__ = [
     "CompileOptions",
@@ -387,3 +387,54 @@ class LoadedExecutable(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.num_devices} device(s)>"
+
+
+# -- the argument checks of execute, shared by every backend --------------------------------
+
+def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
+    """Argument ``i`` of executable ``name`` (an array of the right client) is usable for
+    parameter ``param``: not an error array, not deleted, of its dtype and shape."""
+    if arg.error is not None:
+        raise InvalidArgumentError(f"argument {i} of {name} is an error array: {arg.error}")
+    if arg.is_deleted():
+        raise InvalidArgumentError(f"argument {i} of {name} has been deleted")
+    if arg.dtype != param.dtype or arg.shape != param.shape:
+        raise InvalidArgumentError(
+            f"argument {i} of {name} is {arg.dtype}{list(arg.shape)}, the program's "
+            f"parameter {i} is {param}")
+
+
+def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: Sharding, *,
+                             compare_domains: bool = True) -> None:
+    """Argument ``i`` lies on the devices of the compiled parameter sharding and (with
+    ``compare_domains``) holds the same shard on each device."""
+    if arg.sharding.devices != sharding.devices:
+        raise InvalidArgumentError(
+            f"argument {i} of {name} is on {arg.sharding.devices.to_string()}, the "
+            f"executable runs on {sharding.devices.to_string()}")
+    if compare_domains and not same_domains(arg.sharding, sharding, param.shape):
+        raise InvalidArgumentError(
+            f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
+            f"parameter {i} has sharding {sharding!r} (different shards per device)")
+
+
+def _holds_whole(sharding: Sharding, shape: Shape) -> bool:
+    """Whether every device of ``sharding`` holds the whole array."""
+    if sharding.is_fully_replicated:
+        return True
+    try:
+        return sharding.shard_shape(shape) == shape
+    except InvalidArgumentError:
+        return False
+
+
+def same_domains(a: Sharding, b: Sharding, shape: Shape) -> bool:
+    """Whether ``a`` and ``b`` put the same index domain of an array of ``shape`` on each
+    (addressable) device: both hold the whole array everywhere, or their domains match."""
+    if _holds_whole(a, shape) and _holds_whole(b, shape):
+        return True
+    semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+    try:
+        return list(a.index_domains(shape, semantics)) == list(b.index_domains(shape, semantics))
+    except InvalidArgumentError:
+        return False

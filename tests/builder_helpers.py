@@ -113,7 +113,7 @@ def optimized_hlo(executable) -> str:
     the program, with its metadata)."""
     from jaxlib._hlo import HloModule
 
-    from ifrtpy.backends.pjrt.executable import _proto_field
+    from ifrtpy._xla import proto_field as _proto_field
 
     fmt, code = executable._handle.optimized_program()
     if fmt == "hlo_with_config":

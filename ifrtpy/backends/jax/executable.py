@@ -14,18 +14,17 @@ from typing import Any, NoReturn, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import _serialized
-from ifrtpy import _jaxlib
+from ifrtpy import _jaxlib, _xla
 from ifrtpy.backends.jax._fastpath import JaxExecutableCore
 from ifrtpy.backends.jax.array import (
     JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
 )
-from ifrtpy.backends.pjrt.executable import (
-    _xla_compile_options, check_argument_placement, check_argument_value, module_layouts)
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
+    check_argument_placement, check_argument_value,
 )
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
@@ -60,7 +59,7 @@ def compile_program(client: Any, program: Any, options: CompileOptions | None
     program = program if isinstance(program, HloProgram) else HloProgram(program)
     options = options if options is not None else CompileOptions()
     devices = _devices_of(client, options)
-    proto = _jaxlib.compile_options(_xla_compile_options(options, program, devices,
+    proto = _jaxlib.compile_options(_xla.compile_options_proto(options, program, devices,
                                                              client.platform_name))
     jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
     handle = call_jax(client.runtime.compile_and_load, program.text, jax_devices, proto)
@@ -205,11 +204,11 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
 
     def parameter_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        return module_layouts(self.hlo_modules()[0])[0]
+        return _xla.module_layouts(self.hlo_modules()[0])[0]
 
     def output_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        return module_layouts(self.hlo_modules()[0])[1]
+        return _xla.module_layouts(self.hlo_modules()[0])[1]
 
     def hlo_modules(self) -> list[Any]:
         """The optimized HLO modules (``jaxlib`` HloModule objects) of jaxlib's executable;

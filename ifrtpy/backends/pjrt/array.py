@@ -89,6 +89,10 @@ class PjrtArray(ArrayCore, Array):
         return Layout(*self._live_buffers()[0].memory_layout)
 
     @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    @property
     def buffers(self) -> tuple:
         """The ``_pjrt.BufferHandle`` of each addressable shard, in device order."""
         return self._live_buffers()

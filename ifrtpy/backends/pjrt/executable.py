@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy import _jaxlib, _pjrt, compilation_cache
+from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.backends import _serialized
@@ -31,84 +31,16 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    program_layouts,
+    check_argument_placement, check_argument_value,
 )
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
-from ifrtpy.program import HloProgram, TensorType, stablehlo_version
-from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.program import HloProgram, stablehlo_version
+from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
 MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
-
-
-def _xla_compile_options(options: CompileOptions, program: HloProgram, devices: DeviceList | None,
-                         platform: str) -> bytes:
-    """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
-    xla_client = _jaxlib.xla_client()
-    argument_layouts, result_layouts = program_layouts(options, program.parameters, program.results)
-
-    proto = xla_client.CompileOptions()
-    build = proto.executable_build_options
-    build.num_replicas = options.num_replicas
-    build.num_partitions = options.num_partitions
-    spmd = options.use_spmd_partitioning
-    build.use_spmd_partitioning = options.num_partitions > 1 if spmd is None else spmd
-    shardy = options.use_shardy_partitioner
-    build.use_shardy_partitioner = program.uses_shardy if shardy is None else shardy
-    if devices is not None:
-        ids = np.array([d.id for d in devices]).reshape(options.num_replicas, options.num_partitions)
-        build.device_assignment = xla_client.DeviceAssignment.create(ids)
-    proto.compile_portable_executable = options.compile_portable_executable
-    if argument_layouts is not None or result_layouts is not None:
-        # Both are set: XLA drops a result layout that comes without argument layouts.
-        proto.argument_layouts = _layout_shapes(program.parameters, argument_layouts, platform)
-        results = _layout_shapes(program.results, result_layouts, platform)
-        build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
-    for name, value in options.debug_options.items():
-        if not isinstance(name, str) or name.startswith("_") or not hasattr(build.debug_options, name):
-            raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
-        expected = type(getattr(build.debug_options, name))
-        try:
-            setattr(build.debug_options, name, value)
-        except (TypeError, ValueError, OverflowError, AttributeError):
-            raise invalid_argument(f"CompileOptions.debug_options[{name!r}]",
-                                   f"a {expected.__name__}", value) from None
-    if options.env_option_overrides:
-        try:
-            proto.env_option_overrides = list(options.env_option_overrides.items())
-        except (TypeError, ValueError, OverflowError):
-            raise invalid_argument("CompileOptions.env_option_overrides",
-                                   "XLA flag names with str, bool, int or float values",
-                                   options.env_option_overrides) from None
-    return proto.SerializeAsString()
-
-
-def _layout_shapes(values: Sequence[TensorType], layouts: Sequence[Layout | None] | None,
-                   platform: str) -> list:
-    """jaxlib Shapes of ``values`` in ``layouts`` (row-major where None).
-
-    UnimplementedError for a tiled layout (a jaxlib Shape takes only the dimension order)
-    and, on the CPU platform, for any layout but row-major: the CPU plugin compiles a
-    column-major parameter or result but reads and writes host buffers in row-major order,
-    so the values would come out transposed (measured on PJRT 0.81, tests/test_layout.py).
-    """
-    xla_client = _jaxlib.xla_client()
-    shapes = []
-    for i, value in enumerate(values):
-        rank = len(value.shape.dims)
-        layout = layouts[i] if layouts is not None and layouts[i] is not None else Layout.row_major(rank)
-        if layout.tiles:
-            raise UnimplementedError(f"a compile layout cannot be tiled, got {layout} for {value}")
-        if platform == "cpu" and layout != Layout.row_major(rank):
-            raise UnimplementedError(
-                f"cannot compile for layout {layout} ({value}) on the CPU platform: XLA's CPU "
-                f"client reads and writes host buffers in row-major order whatever the "
-                f"compiled layout, so the values would be transposed")
-        shapes.append(xla_client.Shape.array_shape(value.dtype.to_numpy(), tuple(value.shape.dims),
-                                                   layout.minor_to_major))
-    return shapes
 
 
 def compile_program(client, program: Any, options: CompileOptions | None) -> PjrtLoadedExecutable:
@@ -136,7 +68,7 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
             raise InvalidArgumentError(
                 f"the program needs {count} devices, the client has {len(available)} addressable")
         devices = DeviceList(available[:count])
-    compile_options = _xla_compile_options(options, program, devices, client.platform_name)
+    compile_options = _xla.compile_options_proto(options, program, devices, client.platform_name)
     target = client.plugin.attributes.get("stablehlo_current_version")
     cache = compilation_cache.cache_for(options.compilation_cache_dir)
     if cache is None:
@@ -244,24 +176,10 @@ def _optimized_module(handle):
 
     fmt, code = handle.optimized_program()
     if fmt == "hlo_with_config":
-        code = _proto_field(code, 1)  # HloModuleProtoWithConfig.hlo_module
+        code = _xla.proto_field(code, 1)  # HloModuleProtoWithConfig.hlo_module
     elif fmt != "hlo":
         return None
     return HloModule.from_serialized_hlo_module_proto(code)
-
-
-def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
-    """The parameter and result layouts of a jaxlib HloModule's entry computation (read
-    through jaxlib's XlaComputation program shape)."""
-    shape = _jaxlib.xla_client().XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
-    result = shape.result_shape()
-    results = result.tuple_shapes() if result.is_tuple() else [result]
-    return [_layout_of(s) for s in shape.parameter_shapes()], [_layout_of(s) for s in results]
-
-
-def _layout_of(shape: Any) -> Layout:
-    layout = shape.layout()
-    return Layout(layout.minor_to_major(), layout.tiling())
 
 
 def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
@@ -274,37 +192,6 @@ def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
     if output is not None:
         output = list(output.tuple_shardings) if output.type == output.type.TUPLE else [output]
     return (list(params) if params else None), output
-
-
-def _proto_field(data: bytes, number: int) -> bytes:
-    """The bytes of length-delimited field ``number`` of a serialized protobuf message."""
-    i = 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        wire = key & 7
-        if wire == 2:
-            size, i = _varint(data, i)
-            if key >> 3 == number:
-                return data[i:i + size]
-            i += size
-        elif wire == 0:
-            _, i = _varint(data, i)
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            break
-    raise InvalidArgumentError(f"field {number} missing from the plugin's optimized program")
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, i
 
 
 class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
@@ -390,11 +277,11 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
     def parameter_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        return module_layouts(self.hlo_modules()[0])[0]
+        return _xla.module_layouts(self.hlo_modules()[0])[0]
 
     def output_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        return module_layouts(self.hlo_modules()[0])[1]
+        return _xla.module_layouts(self.hlo_modules()[0])[1]
 
     @property
     def fingerprint(self) -> str | None:
@@ -553,48 +440,3 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._checked[key] = None
 
 
-def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
-    """Argument ``i`` of executable ``name`` (an array of the right client) is usable for
-    parameter ``param``: not an error array, not deleted, of its dtype and shape."""
-    if arg._error is not None:
-        raise InvalidArgumentError(f"argument {i} of {name} is an error array: {arg._error}")
-    if arg.is_deleted():
-        raise InvalidArgumentError(f"argument {i} of {name} has been deleted")
-    if arg.dtype != param.dtype or arg.shape != param.shape:
-        raise InvalidArgumentError(
-            f"argument {i} of {name} is {arg.dtype}{list(arg.shape)}, the program's "
-            f"parameter {i} is {param}")
-
-
-def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: Sharding, *,
-                             compare_domains: bool = True) -> None:
-    """Argument ``i`` lies on the devices of the compiled parameter sharding and (with
-    ``compare_domains``) holds the same shard on each device."""
-    if arg.sharding.devices != sharding.devices:
-        raise InvalidArgumentError(
-            f"argument {i} of {name} is on {arg.sharding.devices.to_string()}, the "
-            f"executable runs on {sharding.devices.to_string()}")
-    if compare_domains and not _same_domains(arg.sharding, sharding, param.shape):
-        raise InvalidArgumentError(
-            f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
-            f"parameter {i} has sharding {sharding!r} (different shards per device)")
-
-
-def _holds_whole(sharding: Sharding, shape) -> bool:
-    """Whether every device of ``sharding`` holds the whole array."""
-    if sharding.is_fully_replicated:
-        return True
-    try:
-        return sharding.shard_shape(shape) == shape
-    except InvalidArgumentError:
-        return False
-
-
-def _same_domains(a: Sharding, b: Sharding, shape) -> bool:
-    if _holds_whole(a, shape) and _holds_whole(b, shape):
-        return True
-    semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-    try:
-        return list(a.index_domains(shape, semantics)) == list(b.index_domains(shape, semantics))
-    except InvalidArgumentError:
-        return False

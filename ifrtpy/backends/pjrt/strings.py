@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, Sequence
 
-from ifrtpy.array import Array, ArraySpec
+from ifrtpy.array import ArraySpec
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError

@@ -38,13 +38,13 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    program_layouts,
+    check_argument_placement, check_argument_value, program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, mlir
-from ifrtpy.sharding import Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.sharding import Sharding, SingleDeviceSharding
 
 _MAGIC = b"IFRTPY-REFERENCE-EXECUTABLE-1\n"
 _LOCK = threading.RLock()  # the MLIR context is shared: parse, rewrite and run one at a time
@@ -622,30 +622,5 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             raise InvalidArgumentError(f"{self.name} takes {len(params)} arguments, got {len(args)}")
         for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
             check_is_array(self._client, arg, i)
-            if arg.error is not None:
-                raise InvalidArgumentError(
-                    f"argument {i} of {self.name} is an error array: {arg.error}")
-            if arg.is_deleted():
-                raise InvalidArgumentError(f"argument {i} of {self.name} has been deleted")
-            if arg.dtype != param.dtype or arg.shape != param.shape:
-                raise InvalidArgumentError(
-                    f"argument {i} of {self.name} is {arg.dtype}{list(arg.shape)}, the program's "
-                    f"parameter {i} is {param}")
-            if arg.sharding.devices != sharding.devices:
-                raise InvalidArgumentError(
-                    f"argument {i} of {self.name} is on {arg.sharding.devices.to_string()}, the "
-                    f"executable runs on {sharding.devices.to_string()}")
-            if not _same_domains(arg.sharding, sharding, param.shape):
-                raise InvalidArgumentError(
-                    f"argument {i} of {self.name} has sharding {arg.sharding!r}; the compiled "
-                    f"parameter {i} has sharding {sharding!r} (different shards per device)")
-
-
-def _same_domains(a: Sharding, b: Sharding, shape) -> bool:
-    if a.is_fully_replicated and b.is_fully_replicated:
-        return True
-    semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-    try:
-        return list(a.index_domains(shape, semantics)) == list(b.index_domains(shape, semantics))
-    except InvalidArgumentError:
-        return False
+            check_argument_value(self.name, i, arg, param)
+            check_argument_placement(self.name, i, arg, param, sharding)

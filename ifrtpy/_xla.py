@@ -1,0 +1,132 @@
+"""XLA's protos as ifrtpy fills and reads them: the ``CompileOptionsProto`` of a compile
+(with layouts and debug options), the layouts of a compiled module's entry computation,
+and length-delimited fields read by hand. Neutral: the PjRt and jax backends both use it."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ifrtpy import _jaxlib
+from ifrtpy.device import DeviceList
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError, invalid_argument
+from ifrtpy.executable import CompileOptions, program_layouts
+from ifrtpy.layout import Layout
+from ifrtpy.program import HloProgram, TensorType
+
+__all__ = ["compile_options_proto", "layout_shapes", "module_layouts", "layout_of", "proto_field"]
+
+
+def compile_options_proto(options: CompileOptions, program: HloProgram, devices: DeviceList | None,
+                         platform: str) -> bytes:
+    """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
+    xla_client = _jaxlib.xla_client()
+    argument_layouts, result_layouts = program_layouts(options, program.parameters, program.results)
+
+    proto = xla_client.CompileOptions()
+    build = proto.executable_build_options
+    build.num_replicas = options.num_replicas
+    build.num_partitions = options.num_partitions
+    spmd = options.use_spmd_partitioning
+    build.use_spmd_partitioning = options.num_partitions > 1 if spmd is None else spmd
+    shardy = options.use_shardy_partitioner
+    build.use_shardy_partitioner = program.uses_shardy if shardy is None else shardy
+    if devices is not None:
+        ids = np.array([d.id for d in devices]).reshape(options.num_replicas, options.num_partitions)
+        build.device_assignment = xla_client.DeviceAssignment.create(ids)
+    proto.compile_portable_executable = options.compile_portable_executable
+    if argument_layouts is not None or result_layouts is not None:
+        # Both are set: XLA drops a result layout that comes without argument layouts.
+        proto.argument_layouts = layout_shapes(program.parameters, argument_layouts, platform)
+        results = layout_shapes(program.results, result_layouts, platform)
+        build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
+    for name, value in options.debug_options.items():
+        if not isinstance(name, str) or name.startswith("_") or not hasattr(build.debug_options, name):
+            raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
+        expected = type(getattr(build.debug_options, name))
+        try:
+            setattr(build.debug_options, name, value)
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            raise invalid_argument(f"CompileOptions.debug_options[{name!r}]",
+                                   f"a {expected.__name__}", value) from None
+    if options.env_option_overrides:
+        try:
+            proto.env_option_overrides = list(options.env_option_overrides.items())
+        except (TypeError, ValueError, OverflowError):
+            raise invalid_argument("CompileOptions.env_option_overrides",
+                                   "XLA flag names with str, bool, int or float values",
+                                   options.env_option_overrides) from None
+    return proto.SerializeAsString()
+
+
+def layout_shapes(values: Sequence[TensorType], layouts: Sequence[Layout | None] | None,
+                   platform: str) -> list:
+    """jaxlib Shapes of ``values`` in ``layouts`` (row-major where None).
+
+    UnimplementedError for a tiled layout (a jaxlib Shape takes only the dimension order)
+    and, on the CPU platform, for any layout but row-major: the CPU plugin compiles a
+    column-major parameter or result but reads and writes host buffers in row-major order,
+    so the values would come out transposed (measured on PJRT 0.81, tests/test_layout.py).
+    """
+    xla_client = _jaxlib.xla_client()
+    shapes = []
+    for i, value in enumerate(values):
+        rank = len(value.shape.dims)
+        asked = layouts[i] if layouts is not None else None
+        layout = asked if asked is not None else Layout.row_major(rank)
+        if layout.tiles:
+            raise UnimplementedError(f"a compile layout cannot be tiled, got {layout} for {value}")
+        if platform == "cpu" and layout != Layout.row_major(rank):
+            raise UnimplementedError(
+                f"cannot compile for layout {layout} ({value}) on the CPU platform: XLA's CPU "
+                f"client reads and writes host buffers in row-major order whatever the "
+                f"compiled layout, so the values would be transposed")
+        shapes.append(xla_client.Shape.array_shape(value.dtype.to_numpy(), tuple(value.shape.dims),
+                                                   layout.minor_to_major))
+    return shapes
+
+
+def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
+    """The parameter and result layouts of a jaxlib HloModule's entry computation (read
+    through jaxlib's XlaComputation program shape)."""
+    shape = _jaxlib.xla_client().XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
+    result = shape.result_shape()
+    results = result.tuple_shapes() if result.is_tuple() else [result]
+    return [layout_of(s) for s in shape.parameter_shapes()], [layout_of(s) for s in results]
+
+
+def layout_of(shape: Any) -> Layout:
+    layout = shape.layout()
+    return Layout(layout.minor_to_major(), layout.tiling())
+
+
+def proto_field(data: bytes, number: int) -> bytes:
+    """The bytes of length-delimited field ``number`` of a serialized protobuf message."""
+    i = 0
+    while i < len(data):
+        key, i = varint(data, i)
+        wire = key & 7
+        if wire == 2:
+            size, i = varint(data, i)
+            if key >> 3 == number:
+                return data[i:i + size]
+            i += size
+        elif wire == 0:
+            _, i = varint(data, i)
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            break
+    raise InvalidArgumentError(f"field {number} missing from the plugin's optimized program")
+
+
+def varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
