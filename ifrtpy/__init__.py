@@ -21,9 +21,9 @@ from ifrtpy.array import Value as Value
 from ifrtpy.client import Client as Client
 from ifrtpy.client import Compiler as Compiler
 from ifrtpy.client import HostBufferShards as HostBufferShards
-from ifrtpy.client import get_client as get_client
-from ifrtpy.client import register_backend as register_backend
-from ifrtpy.client import registered_backends as registered_backends
+from ifrtpy.backends import get_client as get_client
+from ifrtpy.backends import register_backend as register_backend
+from ifrtpy.backends import registered_backends as registered_backends
 from ifrtpy.device import Device as Device
 from ifrtpy.device import DeviceList as DeviceList
 from ifrtpy.device import Memory as Memory

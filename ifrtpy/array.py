@@ -20,7 +20,7 @@ from ifrtpy.errors import (
     InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
     invalid_argument,
 )
-from ifrtpy.future import Future, Promise, join_futures
+from ifrtpy.future import Future, join_futures, then_value
 from ifrtpy.shape import DynamicShape, Shape
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
@@ -248,6 +248,19 @@ class Array(Value):
             f"sharding={self.sharding!r})"
         )
 
+    def dlpack_shards(self) -> list[Any]:
+        """A legacy (unversioned) DLPack capsule of each addressable shard, in the
+        sharding's device order, each keeping its shard's memory alive until consumed: how
+        the jax bridge hands an array to jax. The default exports each single-device
+        array of :meth:`disassemble_into_single_device_arrays` (those must be DLPack
+        producers); UnimplementedError where they are not."""
+        if self.error is not None:
+            raise self.error
+        shards = self.disassemble_into_single_device_arrays()
+        if not all(hasattr(s, "__dlpack__") for s in shards):
+            raise UnimplementedError(f"the shards of {self.debug_string()} are not DLPack producers")
+        return [getattr(s, "__dlpack__")() for s in shards]
+
     def block_until_ready(self) -> Array:
         """Wait (releasing the GIL) until the data is ready; raise its error; return self."""
         self.ready_future().result()
@@ -320,7 +333,7 @@ class Array(Value):
         futures = [
             shard.copy_to_host_buffer(out[domain.slices()]) for domain, shard in seen.items()
         ]
-        return _then_value(join_futures(futures), out)
+        return then_value(join_futures(futures), out)
 
 
 def _num_elements(dims: tuple[int, ...]) -> int:
@@ -328,24 +341,6 @@ def _num_elements(dims: tuple[int, ...]) -> int:
     for d in dims:
         n *= d
     return n
-
-
-def _then_value(done: Future[Any], value: Any) -> Future[Any]:
-    """A future that fails as ``done`` does, or else is ready with ``value``."""
-    if done.done():
-        exc = done.exception()
-        return Future.ready(value) if exc is None else Future.failed(exc)
-    promise: Promise[Any] = Promise()
-
-    def forward(f: Future[Any]) -> None:
-        exc = f.exception()
-        if exc is None:
-            promise.set_result(value)
-        else:
-            promise.set_exception(exc)
-
-    done.add_done_callback(forward)
-    return promise.future
 
 
 def _byte_strides(byte_strides: Any) -> tuple[int, ...]:

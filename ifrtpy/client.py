@@ -1,18 +1,14 @@
-"""The client: IFRT's ``Client`` and ``Compiler`` interfaces, and the backend registry.
+"""The client: IFRT's ``Client`` and ``Compiler`` interfaces.
 
 A :class:`Client` is the entry point of one backend: it lists devices, makes arrays from
 host data, moves arrays between devices and compiles programs. Get one with
-:func:`get_client`; backends are named and created by a factory registered with
-:func:`register_backend`. Built-in backends are registered by import path and imported
-only when first asked for, so ``import ifrtpy`` never loads the Cython extension.
+:func:`ifrtpy.get_client` (the backend registry is :mod:`ifrtpy.backends`).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
-import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -26,34 +22,21 @@ from ifrtpy.array import (
     Value,
     _dims,
 )
-from ifrtpy.dtypes import host_form, is_string_host_dtype
-from ifrtpy.errors import (
-    AlreadyExistsError,
-    InvalidArgumentError,
-    NotFoundError,
-    UnimplementedError,
-)
+from ifrtpy.dtypes import DType, host_form, is_string_host_dtype
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
+from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 _DEFAULT_COMPILE_OPTIONS = CompileOptions()  # one object: its hash is computed once
 
 if TYPE_CHECKING:
     from ifrtpy.device import Device, DeviceList, MemoryKind
-    from ifrtpy.dtypes import DType
     from ifrtpy.layout import Layout
-    from ifrtpy.shape import Shape
     from ifrtpy.sharding import Sharding
 
-__all__ = [
-    "Client",
-    "Compiler",
-    "HostBufferShards",
-    "register_backend",
-    "registered_backends",
-    "get_client",
-]
+__all__ = ["Client", "Compiler", "HostBufferShards"]
 
 
 class Compiler(abc.ABC):
@@ -142,9 +125,10 @@ class Client(abc.ABC):
     def devices(self) -> list[Device]:
         """Every device of the client, addressable or not, sorted by id."""
 
-    @abc.abstractmethod
     def addressable_devices(self) -> list[Device]:
-        """The devices this process can drive, sorted by id."""
+        """The devices this process can drive, sorted by id. The default keeps the
+        addressable ones of :meth:`devices`."""
+        return [d for d in self.devices() if d.is_addressable]
 
     def device_count(self) -> int:
         return len(self.devices())
@@ -152,9 +136,15 @@ class Client(abc.ABC):
     def addressable_device_count(self) -> int:
         return len(self.addressable_devices())
 
-    @abc.abstractmethod
     def lookup_device(self, device_id: int) -> Device:
-        """The device with this id (the same object each time); NotFoundError if none."""
+        """The device with this id (the same object each time); NotFoundError naming the
+        ids there are. The default searches :meth:`devices`."""
+        device_id = check_int(device_id, "device_id")
+        devices = self.devices()
+        for device in devices:
+            if device.id == device_id:
+                return device
+        raise NotFoundError(f"no device with id {device_id}; ids are {sorted(d.id for d in devices)}")
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int) -> np.ndarray:
         """Device ids for a computation of ``num_replicas`` x ``num_partitions``, as an int
@@ -377,6 +367,26 @@ class Client(abc.ABC):
         host = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.from_dlpack(_CapsuleHolder(x))
         return self.make_array_from_host_buffer(host, SingleDeviceSharding(device))
 
+    def assemble_array_from_dlpack(self, shape: Shape | Sequence[int], sharding: Sharding,
+                                   tensors: Sequence[Any], dtype: Any = None) -> Array:
+        """One array of global ``shape`` and ``sharding`` from one DLPack producer (or
+        unconsumed capsule) per addressable shard, in the sharding's device order: how the
+        jax bridge brings a ``jax.Array`` in. ``dtype`` (a NumPy dtype or DType) is needed
+        when there are no tensors. The default takes each tensor with :meth:`from_dlpack`
+        onto its shard's device and assembles them; backends that can alias the tensors'
+        memory in one step override it (the PjRt backend on host platforms does).
+        """
+        devices = sharding.devices.addressable_device_list()
+        if len(tensors) != len(devices):
+            raise InvalidArgumentError(
+                f"assemble_array_from_dlpack needs one tensor per addressable device of the "
+                f"sharding: {len(devices)} devices, got {len(tensors)} tensors")
+        pieces = [self.from_dlpack(t, d) for t, d in zip(tensors, devices)]
+        if dtype is not None and not isinstance(dtype, DType):
+            dtype = DType.from_numpy(dtype)
+        return self.assemble_array_from_single_device_arrays(
+            Shape(shape), sharding, pieces, ArrayCopySemantics.DONATE_INPUT, dtype=dtype)
+
     def cancel_execution(self, result: ExecuteResult, error: BaseException | None = None) -> bool:
         """Best-effort cancellation of the execution that gave ``result`` (IFRT
         ``CancelExecution``): True when it was cancelled (its status and outputs then fail
@@ -424,48 +434,6 @@ class Client(abc.ABC):
         )
 
 
-# -- backend registry ------------------------------------------------------------------------
-
-_registry_lock = threading.Lock()
-#: name -> factory, or "module:function" for a factory imported on first use.
-_BACKENDS: dict[str, Callable[..., Client] | str] = {
-    "pjrt": "ifrtpy.backends.pjrt:create_client",
-    "reference": "ifrtpy.backends.reference:create_client",
-    "jax": "ifrtpy.backends.jax:create_client",
-}
-
-
-def register_backend(
-    name: str, factory: Callable[..., Client] | str, *, replace: bool = False
-) -> None:
-    """Register a backend for :func:`get_client`.
-
-    ``factory`` is a callable taking the keyword arguments of ``get_client`` and
-    returning a :class:`Client`, or a ``"module:function"`` path imported on first use.
-    AlreadyExistsError if ``name`` is taken, unless ``replace``.
-    """
-    if not isinstance(name, str) or not name:
-        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        if not module or not attr:
-            raise InvalidArgumentError(
-                f"backend factory path must be 'module:function', got {factory!r}"
-            )
-    elif not callable(factory):
-        raise InvalidArgumentError(f"backend factory must be callable, got {factory!r}")
-    with _registry_lock:
-        if name in _BACKENDS and not replace:
-            raise AlreadyExistsError(f"backend {name!r} is already registered")
-        _BACKENDS[name] = factory
-
-
-def registered_backends() -> list[str]:
-    """The names :func:`get_client` accepts, sorted."""
-    with _registry_lock:
-        return sorted(_BACKENDS)
-
-
 class _CapsuleHolder:
     """A bare DLPack capsule dressed as a producer on the host, for ``np.from_dlpack``."""
 
@@ -477,56 +445,3 @@ class _CapsuleHolder:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)
-
-
-def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
-    """A new client of the named backend or PJRT plugin; ``kwargs`` go to its factory.
-
-    A name that is not a registered backend is a PJRT plugin name (``"cpu"``,
-    ``"cuda"``, ...) found by :func:`ifrtpy.plugins.find_plugin` (or at ``plugin=``, a
-    path); the other ``kwargs`` are its create options, typed and checked before the
-    call (:mod:`ifrtpy.plugins.options`). NotFoundError listing the registered backends,
-    the plugins found and where ifrtpy looked for a name found nowhere. Importing a
-    backend's module may raise ImportError (e.g. the Cython extension is not built).
-    """
-    with _registry_lock:
-        factory = _BACKENDS.get(backend)
-    if factory is None:
-        return _plugin_client(backend, kwargs)
-    if isinstance(factory, str):
-        module_name, _, attr = factory.partition(":")
-        module = importlib.import_module(module_name)
-        try:
-            factory = getattr(module, attr)
-        except AttributeError:
-            raise NotFoundError(
-                f"backend {backend!r}: module {module_name!r} has no {attr!r}"
-            ) from None
-    return _checked(backend, factory(**kwargs))
-
-
-def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
-    """A PjRt-backend client of the plugin called ``name``."""
-    if not isinstance(name, str) or not name:
-        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
-    from ifrtpy.backends.pjrt import create_client
-    from ifrtpy.plugins import find_plugin
-
-    plugin = kwargs.pop("plugin", None)
-    if plugin is None:
-        try:
-            plugin = find_plugin(name).path
-        except NotFoundError as e:
-            raise NotFoundError(
-                f"unknown ifrtpy backend {name!r} (registered: "
-                f"{', '.join(registered_backends())}), and {e.message}"
-            ) from None
-    return _checked(name, create_client(plugin, name=name, **kwargs))
-
-
-def _checked(backend: str, client: Any) -> Client:
-    if not isinstance(client, Client):
-        raise InvalidArgumentError(
-            f"backend {backend!r} factory returned {type(client).__name__}, not a Client"
-        )
-    return client

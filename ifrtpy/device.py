@@ -168,6 +168,21 @@ class Device(abc.ABC):
     def default_memory(self) -> Memory:
         """The memory used when none is named; raises if the device has none."""
 
+    def memory(self, kind: Union[MemoryKind, str, None] = None) -> Memory:
+        """The memory of ``kind`` (the default memory for the default kind);
+        InvalidArgumentError naming the kinds the device has when none is of ``kind``."""
+        kind = kind if isinstance(kind, MemoryKind) else MemoryKind(kind)
+        if not kind:
+            return self.default_memory()
+        memories = self.memories()
+        for memory in memories:
+            if memory.kind == kind:
+                return memory
+        available = ", ".join(str(m.kind) for m in memories)
+        raise InvalidArgumentError(
+            f"Invalid memory kind {kind} for device {self.to_string()}; "
+            f"available memory kinds: {available}")
+
     @abc.abstractmethod
     def to_string(self) -> str:
         """A short, human-readable name."""

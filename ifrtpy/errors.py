@@ -3,8 +3,10 @@
 Every error is an :class:`IfrtError` carrying the absl/PJRT status ``code`` it stands for
 and a message. Each code has one class, which also inherits the Python builtin a caller
 would naturally catch (``InvalidArgumentError`` is a ``ValueError``, ``NotFoundError`` a
-``LookupError``, ...). :func:`error_from_code` maps a code to its class; it is the only
-place where codes become exceptions, for the Cython layer and the backends alike.
+``LookupError``, ...). :func:`error_from_code` maps a code to its class, and
+:func:`error_from_status_text` a status in jaxlib's text form: they are the only places
+where codes become exceptions, for the Cython layer, the backends and the distributed
+runtime alike.
 """
 
 from __future__ import annotations
@@ -132,6 +134,16 @@ def error_from_code(code: int, message: str) -> IfrtError:
     if cls is None:
         return UnknownError(f"(status code {int(code)}) {message}")
     return cls(message)
+
+
+def error_from_status_text(text: str) -> IfrtError:
+    """The exception for a status in text form, ``"CODE: message"`` (as jaxlib's runtime
+    errors read): the code's class with the message after the code, or UnknownError with
+    the whole text when it starts with no code name."""
+    name, sep, message = text.partition(": ")
+    if sep and name in Code.__members__:
+        return error_from_code(Code[name], message)
+    return UnknownError(text)
 
 
 def describe(value: object) -> str:

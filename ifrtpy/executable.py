@@ -260,8 +260,8 @@ class LoadedExecutable(abc.ABC):
 
     Thread-safe: ``execute`` may be called concurrently from several threads. Abstract:
     ``client``, ``name``, ``devices``, ``addressable_devices``, the parameter/output
-    queries, ``execute``, ``delete`` and ``is_deleted``. The optional queries default to
-    UnimplementedError.
+    queries (``output_memory_kinds`` among them), ``execute``, ``delete`` and
+    ``is_deleted``. The optional queries default to UnimplementedError.
     """
 
     __slots__ = ()
@@ -305,6 +305,10 @@ class LoadedExecutable(abc.ABC):
     @abc.abstractmethod
     def output_shapes(self) -> list[Shape]:
         """The global shape of each output."""
+
+    @abc.abstractmethod
+    def output_memory_kinds(self) -> list[str]:
+        """The memory kind each output is placed in (e.g. ``"device"``)."""
 
     def donatable_input_indices(self) -> frozenset[int]:
         """Indices of the arguments the program may donate (``jax.buffer_donor``, aliases).

@@ -15,7 +15,7 @@ from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from ifrtpy.errors import DeadlineExceededError, FailedPreconditionError, InvalidArgumentError
 
-__all__ = ["Future", "Promise", "join_futures"]
+__all__ = ["Future", "Promise", "join_futures", "then_value"]
 
 T = TypeVar("T")
 
@@ -241,3 +241,21 @@ def _first_exception(futures: list[Future[Any]]) -> BaseException | None:
 def _joined(futures: list[Future[Any]]) -> Future[None]:
     exc = _first_exception(futures)
     return Future.ready(None) if exc is None else Future.failed(exc)
+
+
+def then_value(done: Future[Any], value: T) -> Future[T]:
+    """A future that fails as ``done`` does, or else is ready with ``value``."""
+    if done.done():
+        exc = done.exception()
+        return Future.ready(value) if exc is None else Future.failed(exc)
+    promise: Promise[T] = Promise()
+
+    def forward(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is None:
+            promise.set_result(value)
+        else:
+            promise.set_exception(exc)
+
+    done.add_done_callback(forward)
+    return promise.future

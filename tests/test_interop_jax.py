@@ -14,6 +14,7 @@ jax = pytest.importorskip("jax")
 import ifrtpy as ifrt  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError  # noqa: E402
 from ifrtpy.interop import jax as ij  # noqa: E402
+from ifrtpy.sharding import jax_shardings  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 
@@ -161,7 +162,7 @@ def test_devices_of_another_platform_are_refused(client):
         platform, id = "gpu", 0
 
     with pytest.raises(InvalidArgumentError, match="gpu device.*platform is cpu"):
-        ij._ifrt_device(client, GpuDevice())
+        jax_shardings._ifrt_device(client, GpuDevice())
 
 
 def test_unsupported_inputs_are_refused(client):

@@ -188,7 +188,7 @@ def test_execute_checks_again_whatever_changed_since_the_last_argument(client):
 ])
 def test_a_failed_gloo_collective_says_whether_a_process_is_gone_or_late(text, expected):
     from ifrtpy import _jaxlib
-    from ifrtpy.backends.jax.array import translate
+    from ifrtpy.backends.jax.calls import translate
 
     error = translate(_jaxlib.runtime_error_type()(text))
     assert type(error) is expected and text.split(": ", 1)[1] in str(error)

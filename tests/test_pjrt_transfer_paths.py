@@ -15,6 +15,7 @@ from ifrtpy import _pjrt
 from ifrtpy.backends.pjrt._fastpath import PopulateBehind, populate_while_pending
 from ifrtpy.array import HostBufferSemantics
 from ifrtpy.backends.pjrt import array as pjrt_array
+from ifrtpy.backends.pjrt import put as pjrt_put
 from ifrtpy.errors import InvalidArgumentError
 from pjrt_helpers import aligned_empty, compile_options, lower
 
@@ -34,14 +35,14 @@ def client():
 def staged(monkeypatch):
     """Records the copies each large put stages (a list of lists)."""
     calls = []
-    real = pjrt_array._staged_copies
+    real = pjrt_put._staged_copies
 
     def recording(pieces):
         copies = real(pieces)
         calls.append(copies)
         return copies
 
-    monkeypatch.setattr(pjrt_array, "_staged_copies", recording)
+    monkeypatch.setattr(pjrt_put, "_staged_copies", recording)
     return calls
 
 
@@ -99,29 +100,29 @@ def test_changing_the_host_array_after_a_put_leaves_the_array_alone(client, sema
 def test_large_put_keeps_its_copy_exactly_as_long_as_the_buffer(client, staged):
     # The buffer holds its staging block while it lives; then the block goes back to the
     # staging pool (for the next large put), which release_staging_memory empties.
-    pjrt_array.release_staging_memory()
+    pjrt_put.release_staging_memory()
     array = client.make_array_from_host_buffer(_large(), ifrt.SingleDeviceSharding(client.devices()[0]))
     root = weakref.ref(_root(staged[0][0]))
     staged.clear()
     gc.collect()
     assert root() is not None
-    assert not pjrt_array._STAGING._free
+    assert not pjrt_put._STAGING._free
     np.asarray(array)
     array.delete()
     del array
     gc.collect()
     # The block comes back when the plugin fires the buffer's done event, on its own thread.
     deadline = time.monotonic() + 30
-    while not pjrt_array._STAGING._free and time.monotonic() < deadline:
+    while not pjrt_put._STAGING._free and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert [b.ctypes.data for b in pjrt_array._STAGING._free] == [root().ctypes.data]
-    pjrt_array.release_staging_memory()
+    assert [b.ctypes.data for b in pjrt_put._STAGING._free] == [root().ctypes.data]
+    pjrt_put.release_staging_memory()
     gc.collect()
     assert root() is None
 
 
 def test_a_released_staging_block_serves_the_next_large_put(client):
-    pjrt_array.release_staging_memory()
+    pjrt_put.release_staging_memory()
     device = ifrt.SingleDeviceSharding(client.devices()[0])
     first = client.make_array_from_host_buffer(_large(), device)
     address = first.buffers[0].unsafe_pointer
@@ -129,14 +130,14 @@ def test_a_released_staging_block_serves_the_next_large_put(client):
     del first
     gc.collect()
     deadline = time.monotonic() + 30  # the block comes back on the plugin's thread
-    while not pjrt_array._STAGING._free and time.monotonic() < deadline:
+    while not pjrt_put._STAGING._free and time.monotonic() < deadline:
         time.sleep(0.01)
     data = _large() + 1
     second = client.make_array_from_host_buffer(data, device)
     assert abs(second.buffers[0].unsafe_pointer - address) < 64  # the same block, realigned
     data[:] = 0  # the put copied: the caller's array is its own
     np.testing.assert_array_equal(np.asarray(second), _large() + 1)
-    pjrt_array.release_staging_memory()
+    pjrt_put.release_staging_memory()
 
 
 def test_sharded_large_put_gives_each_shard_its_own_aligned_copy(client, staged):

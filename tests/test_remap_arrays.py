@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 pytest.importorskip("ifrtpy.backends.pjrt")
 
 from ifrtpy.array import ArrayCopySemantics  # noqa: E402
-from ifrtpy.client import get_client  # noqa: E402
+from ifrtpy import get_client  # noqa: E402
 from ifrtpy.dtypes import DType  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError  # noqa: E402
 from ifrtpy.remap import remap_arrays  # noqa: E402

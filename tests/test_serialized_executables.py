@@ -1,4 +1,4 @@
-"""The form both backends serialize executables in (``ifrtpy.backends._serialized``):
+"""The form both backends serialize executables in (``ifrtpy.backends.serialized``):
 round trips, and bytes that are not one, or are cut short, refused with
 InvalidArgumentError on every backend."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ifrtpy as ifrt
-from ifrtpy.backends import _serialized
+from ifrtpy.backends import serialized
 from ifrtpy.errors import InvalidArgumentError
 
 MAGIC = b"TEST-EXECUTABLE-1\n"
@@ -28,29 +28,29 @@ module @add_one {
 
 @pytest.mark.parametrize("ids,payload", [([0, 3], b"\x00plugin bytes"), (None, b"")])
 def test_round_trip(ids, payload):
-    data = _serialized.pack(MAGIC, PROGRAM, ids, payload)
-    assert _serialized.unpack(MAGIC, data, "test executable") == (PROGRAM, ids, payload)
+    data = serialized.pack(MAGIC, PROGRAM, ids, payload)
+    assert serialized.unpack(MAGIC, data, "test executable") == (PROGRAM, ids, payload)
 
 
 def test_other_bytes_are_not_one():
     with pytest.raises(InvalidArgumentError, match="not a serialized test executable"):
-        _serialized.unpack(MAGIC, b"IFRTPY-OTHER-1\n" + bytes(16), "test executable")
+        serialized.unpack(MAGIC, b"IFRTPY-OTHER-1\n" + bytes(16), "test executable")
 
 
 def test_any_changed_byte_is_refused():
-    data = _serialized.pack(MAGIC, PROGRAM, [0], b"payload")
+    data = serialized.pack(MAGIC, PROGRAM, [0], b"payload")
     for position in range(len(MAGIC), len(data)):
         changed = bytearray(data)
         changed[position] ^= 0x01
         with pytest.raises(InvalidArgumentError, match="corrupt serialized executable"):
-            _serialized.unpack(MAGIC, bytes(changed), "test executable")
+            serialized.unpack(MAGIC, bytes(changed), "test executable")
 
 
 def test_every_cut_into_the_header_is_refused():
-    data = _serialized.pack(MAGIC, PROGRAM, [0], b"")
+    data = serialized.pack(MAGIC, PROGRAM, [0], b"")
     for cut in range(len(MAGIC), len(data)):
         with pytest.raises(InvalidArgumentError, match="corrupt serialized executable"):
-            _serialized.unpack(MAGIC, data[:cut], "test executable")
+            serialized.unpack(MAGIC, data[:cut], "test executable")
 
 
 @pytest.mark.parametrize("header", [b"[1, 2]", b'{"devices": null}', b"\xff\xfe"])
@@ -58,7 +58,7 @@ def test_a_header_of_the_wrong_form_is_refused(header):
     size = struct.pack("<Q", len(header))
     data = MAGIC + size + hashlib.sha256(size + header).digest() + header
     with pytest.raises(InvalidArgumentError, match="corrupt serialized executable: (ValueError|KeyError|TypeError|UnicodeDecodeError|JSONDecodeError)"):
-        _serialized.unpack(MAGIC, data, "test executable")
+        serialized.unpack(MAGIC, data, "test executable")
 
 
 @pytest.mark.parametrize("backend", ["pjrt", "reference"])

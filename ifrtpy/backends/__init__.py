@@ -1,2 +1,116 @@
-"""Backends implementing ifrtpy's interfaces: ``pjrt`` (any PJRT plugin, through the
-Cython layer). Each registers a factory by name with :func:`ifrtpy.client.register_backend`."""
+"""The backends, and the registry that names them.
+
+:func:`get_client` makes a client of a named backend: ``"pjrt"`` (a PJRT plugin through
+the C API), ``"reference"`` (NumPy and the StableHLO interpreter), ``"jax"`` (jax's
+runtime), anything added with :func:`register_backend`, or a PJRT plugin by name
+(``"cpu"``, ``"cuda"``). Built-in backends are registered by import path and imported
+only when first asked for, so ``import ifrtpy`` never loads the Cython extension.
+
+Each backend is a subpackage that imports the layers below it and never another backend.
+What two backends share lives here: :mod:`.host_arrays` (arrays held as NumPy data, the
+reference backend's and the PjRt backend's STRING arrays) and :mod:`.serialized` (the
+envelope of serialized executables).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Callable
+
+from ifrtpy.client import Client
+from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from ifrtpy.plugins import find_plugin
+
+__all__ = ["register_backend", "registered_backends", "get_client"]
+
+_registry_lock = threading.Lock()
+#: name -> factory, or "module:function" for a factory imported on first use.
+_BACKENDS: dict[str, Callable[..., Client] | str] = {
+    "pjrt": "ifrtpy.backends.pjrt:create_client",
+    "reference": "ifrtpy.backends.reference:create_client",
+    "jax": "ifrtpy.backends.jax:create_client",
+}
+
+
+def register_backend(
+    name: str, factory: Callable[..., Client] | str, *, replace: bool = False
+) -> None:
+    """Register a backend for :func:`get_client`.
+
+    ``factory`` is a callable taking the keyword arguments of ``get_client`` and
+    returning a :class:`Client`, or a ``"module:function"`` path imported on first use.
+    AlreadyExistsError if ``name`` is taken, unless ``replace``.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        if not module or not attr:
+            raise InvalidArgumentError(
+                f"backend factory path must be 'module:function', got {factory!r}"
+            )
+    elif not callable(factory):
+        raise InvalidArgumentError(f"backend factory must be callable, got {factory!r}")
+    with _registry_lock:
+        if name in _BACKENDS and not replace:
+            raise AlreadyExistsError(f"backend {name!r} is already registered")
+        _BACKENDS[name] = factory
+
+
+def registered_backends() -> list[str]:
+    """The names :func:`get_client` accepts, sorted."""
+    with _registry_lock:
+        return sorted(_BACKENDS)
+
+
+def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
+    """A new client of the named backend or PJRT plugin; ``kwargs`` go to its factory.
+
+    A name that is not a registered backend is a PJRT plugin name (``"cpu"``,
+    ``"cuda"``, ...) found by :func:`ifrtpy.plugins.find_plugin` (or at ``plugin=``, a
+    path); the other ``kwargs`` are its create options, typed and checked before the
+    call (:mod:`ifrtpy.plugins.options`). NotFoundError listing the registered backends,
+    the plugins found and where ifrtpy looked for a name found nowhere. Importing a
+    backend's module may raise ImportError (e.g. the Cython extension is not built).
+    """
+    with _registry_lock:
+        factory = _BACKENDS.get(backend)
+    if factory is None:
+        return _plugin_client(backend, kwargs)
+    if isinstance(factory, str):
+        module_name, _, attr = factory.partition(":")
+        module = importlib.import_module(module_name)
+        try:
+            factory = getattr(module, attr)
+        except AttributeError:
+            raise NotFoundError(
+                f"backend {backend!r}: module {module_name!r} has no {attr!r}"
+            ) from None
+    return _checked(backend, factory(**kwargs))
+
+
+def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
+    """A PjRt-backend client of the plugin called ``name``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"backend name must be a non-empty str, got {name!r}")
+    from ifrtpy.backends.pjrt import create_client
+
+    plugin = kwargs.pop("plugin", None)
+    if plugin is None:
+        try:
+            plugin = find_plugin(name).path
+        except NotFoundError as e:
+            raise NotFoundError(
+                f"unknown ifrtpy backend {name!r} (registered: "
+                f"{', '.join(registered_backends())}), and {e.message}"
+            ) from None
+    return _checked(name, create_client(plugin, name=name, **kwargs))
+
+
+def _checked(backend: str, client: Any) -> Client:
+    if not isinstance(client, Client):
+        raise InvalidArgumentError(
+            f"backend {backend!r} factory returned {type(client).__name__}, not a Client"
+        )
+    return client

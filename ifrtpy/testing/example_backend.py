@@ -18,7 +18,7 @@ from ifrtpy.client import Client, Compiler
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, NotFoundError, UnimplementedError,
+    FailedPreconditionError, InvalidArgumentError, UnimplementedError,
 )
 from ifrtpy.future import Future
 from ifrtpy.shape import Shape
@@ -144,15 +144,6 @@ class ExampleClient(Client):
 
     def devices(self):
         return list(self._devices)
-
-    def addressable_devices(self):
-        return list(self._devices)
-
-    def lookup_device(self, device_id):
-        for device in self._devices:
-            if device.id == device_id:
-                return device
-        raise NotFoundError(f"no device with id {device_id}")
 
     def default_compiler(self):
         return self._compiler

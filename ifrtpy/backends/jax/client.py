@@ -1,8 +1,8 @@
 """JaxClient, JaxDevice and JaxMemory: jax's runtime client seen through ifrtpy's interfaces.
 
 Devices and memories are jax's own (same ids, process indices, addressability and memory
-kinds); array operations live in :mod:`ifrtpy.backends.jax.array`, compilation in
-:mod:`ifrtpy.backends.jax.executable`.
+kinds); arrays are :mod:`ifrtpy.backends.jax.array`, made and moved by :mod:`.put` and
+:mod:`.operations`; compilation is :mod:`ifrtpy.backends.jax.executable`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy import _jaxlib
-from ifrtpy.backends.jax import array as _array
+from ifrtpy.backends.jax import operations as _operations
+from ifrtpy.backends.jax import put as _put
 from ifrtpy.backends.jax import executable as _executable
 from ifrtpy.client import Client
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import Code, InvalidArgumentError, NotFoundError, error_from_code
+from ifrtpy.errors import Code, InvalidArgumentError, error_from_code
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
 
@@ -95,7 +96,7 @@ class JaxMemory(Memory):
 class JaxDevice(Device):
     """A jax device (``jax_device``); one object per device, compared by identity."""
 
-    __slots__ = ("_client", "_jax", "_memories", "_default", "_memory_of_kind")
+    __slots__ = ("_client", "_jax", "_memories", "_default")
 
     def __init__(self, client: JaxClient, jax_device: Any):
         self._client = client
@@ -107,8 +108,7 @@ class JaxDevice(Device):
             kinds, default = ["device"], "device"
         self._memories = tuple(JaxMemory(jax_device.id * 16 + k, kind, self)
                                for k, kind in enumerate(kinds))
-        self._memory_of_kind = {m.kind: m for m in self._memories}
-        self._default = self._memory_of_kind[MemoryKind(default)]
+        self._default = next(m for m in self._memories if m.kind == MemoryKind(default))
 
     @property
     def jax_device(self) -> Any:
@@ -145,20 +145,6 @@ class JaxDevice(Device):
     def default_memory(self) -> JaxMemory:
         return self._default
 
-    def memory(self, kind: MemoryKind | str | None = None) -> JaxMemory:
-        """The memory of ``kind`` (default: the default memory); InvalidArgumentError
-        naming the available kinds when there is none."""
-        kind = MemoryKind(kind)
-        if not kind:
-            return self._default
-        memory = self._memory_of_kind.get(kind)
-        if memory is None:
-            available = ", ".join(str(k) for k in self._memory_of_kind)
-            raise InvalidArgumentError(
-                f"Invalid memory kind {kind} for device {self.to_string()}; "
-                f"available memory kinds: {available}")
-        return memory
-
     def to_string(self) -> str:
         return str(self._jax)
 
@@ -171,7 +157,6 @@ class JaxClient(Client):
         self._process_index = int(runtime.process_index())
         self._devices = sorted((JaxDevice(self, d) for d in runtime.devices()),
                                key=lambda d: d.id)
-        self._by_id = {d.id: d for d in self._devices}
         self._addressable = [d for d in self._devices if d.is_addressable]
         self._compiler = _executable.JaxCompiler(self)
 
@@ -212,13 +197,6 @@ class JaxClient(Client):
     def addressable_devices(self) -> list[Device]:
         return list(self._addressable)
 
-    def lookup_device(self, device_id: int) -> JaxDevice:
-        device = (self._by_id.get(device_id)
-                  if isinstance(device_id, int) and not isinstance(device_id, bool) else None)
-        if device is None:
-            raise NotFoundError(f"no device with id {device_id!r}; ids are {sorted(self._by_id)}")
-        return device
-
     # -- arrays ---------------------------------------------------------------------------
 
     def make_array_from_host_buffer(
@@ -226,7 +204,7 @@ class JaxClient(Client):
         semantics: HostBufferSemantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
         on_done: Callable[[], None] | None = None, *, layout: Any = None,
     ) -> Array:
-        return _array.make_array_from_host_buffer(self, data, sharding, semantics, on_done,
+        return _put.make_array_from_host_buffer(self, data, sharding, semantics, on_done,
                                                   layout)
 
     def assemble_array_from_single_device_arrays(
@@ -236,7 +214,7 @@ class JaxClient(Client):
             SingleDeviceShardSemantics.ADDRESSABLE_SHARDS),
         dtype: DType | None = None,
     ) -> Array:
-        return _array.assemble(self, shape, sharding, arrays, copy_semantics,
+        return _operations.assemble(self, shape, sharding, arrays, copy_semantics,
                                single_device_shard_semantics, dtype)
 
     def copy_arrays(
@@ -244,16 +222,16 @@ class JaxClient(Client):
         memory_kind: MemoryKind | None = None,
         semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
     ) -> list[Array]:
-        return list(_array.copy_arrays(self, arrays, devices, memory_kind, semantics))
+        return list(_operations.copy_arrays(self, arrays, devices, memory_kind, semantics))
 
     def reshard_arrays(
         self, arrays: Sequence[Array], specs: Sequence[ArraySpec],
         semantics: ArrayCopySemantics = ArrayCopySemantics.ALWAYS_COPY,
     ) -> list[Array]:
-        return list(_array.reshard_arrays(self, arrays, specs, semantics))
+        return list(_operations.reshard_arrays(self, arrays, specs, semantics))
 
     def make_error_arrays(self, error: BaseException, specs: Sequence[ArraySpec]) -> list[Array]:
-        return list(_array.make_error_arrays(self, error, specs))
+        return list(_operations.make_error_arrays(self, error, specs))
 
     # -- programs -------------------------------------------------------------------------
 

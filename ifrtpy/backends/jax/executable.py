@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any, NoReturn, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics
-from ifrtpy.backends import _serialized
+from ifrtpy.backends import serialized
 from ifrtpy import _jaxlib, _xla
 from ifrtpy.backends.jax._fastpath import JaxExecutableCore
-from ifrtpy.backends.jax.array import (
-    JaxArray, call_jax, check_array, jax_device, to_jax_sharding, translate,
-)
+from ifrtpy.array_plans import check_of_client
+from ifrtpy.backends.jax.array import JaxArray, jax_device, to_jax_sharding
+from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
@@ -69,7 +69,7 @@ def compile_program(client: Any, program: Any, options: CompileOptions | None
 def deserialize_executable(client: Any, data: bytes, options: CompileOptions | None
                            ) -> JaxLoadedExecutable:
     """Load what :meth:`JaxLoadedExecutable.serialize` wrote, with the same jaxlib."""
-    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "ifrtpy jax executable")
+    text, device_ids, payload = serialized.unpack(_MAGIC, data, "ifrtpy jax executable")
     program = HloProgram(text)
     devices = DeviceList([client.lookup_device(i) for i in device_ids or ()])
     if options is not None and options.devices is not None and options.devices != devices:
@@ -183,7 +183,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
     def serialize(self) -> bytes:
         payload = call_jax(self._client.runtime.serialize_executable,
                            self._live_handle())
-        return _serialized.pack(_MAGIC, self._program.text, [d.id for d in self._devices],
+        return serialized.pack(_MAGIC, self._program.text, [d.id for d in self._devices],
                                 payload)
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
@@ -299,11 +299,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         return value
 
     def _check_argument(self, i: int, arg: Any, param: Any, sharding: Sharding) -> None:
-        try:
-            check_array(self._client, arg, i)
-        except InvalidArgumentError:
-            raise InvalidArgumentError(
-                f"argument {i} of {self.name} is not an array of this client") from None
+        check_of_client(self._client, arg, f"argument {i} of {self.name}", JaxArray)
         check_argument_value(self.name, i, arg, param)
         check_argument_placement(self.name, i, arg, param, sharding)
         self._checked[(i, arg.dtype, arg.shape, arg.sharding)] = None

@@ -7,15 +7,15 @@ import os
 from typing import Any, Mapping
 
 from ifrtpy import _pjrt, distributed
-from ifrtpy.backends.pjrt import array as _array
+from ifrtpy.backends.pjrt import dlpack_import as _dlpack_import
 from ifrtpy.backends.pjrt import executable as _executable
-from ifrtpy.backends.pjrt import interop as _interop
+from ifrtpy.backends.pjrt import operations as _operations
+from ifrtpy.backends.pjrt import put as _put
 from ifrtpy.backends.pjrt import reshard as _reshard
-from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
+from ifrtpy.errors import NotFoundError, UnimplementedError
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
@@ -95,7 +95,7 @@ class PjrtMemory(Memory):
 class PjrtDevice(Device):
     """A device of a PJRT client. Compares by identity; one object per device."""
 
-    __slots__ = ("_client", "_handle", "_memories", "_default_memory", "_memory_of_kind")
+    __slots__ = ("_client", "_handle", "_memories", "_default_memory")
 
     def __init__(self, client: PjrtClient, handle):
         self._client = client
@@ -103,7 +103,6 @@ class PjrtDevice(Device):
         self._memories = tuple(PjrtMemory(client, m) for m in handle.memories)
         default = handle.default_memory
         self._default_memory = next((m for m in self._memories if m._handle is default), None)
-        self._memory_of_kind = {m.kind: m for m in self._memories}
 
     @property
     def client(self) -> PjrtClient:
@@ -141,21 +140,6 @@ class PjrtDevice(Device):
             raise NotFoundError(f"device {self.to_string()} has no default memory")
         return self._default_memory
 
-    def memory(self, kind: MemoryKind | str | None = None) -> PjrtMemory:
-        """The memory of ``kind`` (default: the default memory); InvalidArgumentError
-        naming the available kinds when there is none."""
-        kind = MemoryKind(kind)
-        if not kind:
-            return self.default_memory()
-        memory = self._memory_of_kind.get(kind)
-        if memory is None:
-            available = ", ".join(str(k) for k in self._memory_of_kind)
-            raise InvalidArgumentError(
-                f"Invalid memory kind {kind} for device {self.to_string()}; "
-                f"available memory kinds: {available}"
-            )
-        return memory
-
     def memory_stats(self) -> dict[str, int]:
         """Allocator statistics; UnimplementedError where the plugin has none."""
         return self._handle.memory_stats()
@@ -172,9 +156,6 @@ class PjrtClient(Client):
 
     Thread-safe: the plugin is, and the client's own state is fixed at creation.
     """
-
-    #: The class of its STRING arrays, held on the host (see :mod:`.strings`).
-    host_array_type = BasicStringArray
 
     def __init__(self, handle):
         self._handle = handle
@@ -229,12 +210,8 @@ class PjrtClient(Client):
         return list(self._addressable)
 
     def lookup_device(self, device_id: int) -> PjrtDevice:
-        device = self._device_of_handle.get(check_int(device_id, "device_id"))
-        if device is None:
-            raise NotFoundError(
-                f"no device with id {device_id}; ids are {sorted(self._device_of_handle)}"
-            )
-        return device
+        device = self._device_of_handle.get(device_id)  # a plugin may have thousands
+        return device if device is not None else super().lookup_device(device_id)
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int):
         """The plugin's own assignment (PJRT_Client_DefaultDeviceAssignment), after the
@@ -245,36 +222,32 @@ class PjrtClient(Client):
         ids = self._handle.default_device_assignment(num_replicas, num_partitions)
         return np.array(ids, dtype=np.int64).reshape(num_replicas, num_partitions)
 
-    def default_memory_kinds(self) -> dict[int, MemoryKind]:
-        """The default memory kind of each addressable device, by device id."""
-        return {d.id: d.default_memory().kind for d in self._addressable}
-
     # -- arrays -------------------------------------------------------------------------
 
     def make_array_from_host_buffer(self, data, sharding, semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
                                     on_done=None, *, layout=None):
-        return _array.make_array_from_host_buffer(self, data, sharding, semantics, on_done, layout)
+        return _put.make_array_from_host_buffer(self, data, sharding, semantics, on_done, layout)
 
     def assemble_array_from_single_device_arrays(
             self, shape, sharding, arrays, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
             single_device_shard_semantics=SingleDeviceShardSemantics.ADDRESSABLE_SHARDS, dtype=None):
-        return _array.assemble(self, shape, sharding, arrays, copy_semantics,
+        return _operations.assemble(self, shape, sharding, arrays, copy_semantics,
                               single_device_shard_semantics, dtype)
 
     def copy_arrays(self, arrays, devices=None, memory_kind=None,
                     semantics=ArrayCopySemantics.ALWAYS_COPY):
-        return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
+        return _operations.copy_arrays(self, arrays, devices, memory_kind, semantics)
 
     def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
         return _reshard.reshard_arrays(self, arrays, specs, semantics)
 
     def bitcast_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
-        return _array.bitcast_arrays(self, arrays, specs, semantics)
+        return _operations.bitcast_arrays(self, arrays, specs, semantics)
 
     def make_error_arrays(self, error, specs):
-        return _array.make_error_arrays(self, error, specs)
+        return _operations.make_error_arrays(self, error, specs)
 
-    def from_dlpack(self, x: Any, device: Device | None = None, copy: bool | None = None) -> _array.PjrtArray:
+    def from_dlpack(self, x: Any, device: Device | None = None, copy: bool | None = None) -> Any:
         """A single-device array holding ``x``, any DLPack producer (NumPy, jax, torch,
         cupy, TensorFlow) or an unconsumed DLPack capsule.
 
@@ -284,7 +257,15 @@ class PjrtClient(Client):
         copies. The array lands on ``device`` if given, else on the device the tensor is on
         (accelerators, by local hardware id) or the first device for host memory.
         """
-        return _interop.from_dlpack(self, x, device, copy)
+        return _dlpack_import.from_dlpack(self, x, device, copy)
+
+    def assemble_array_from_dlpack(self, shape, sharding, tensors, dtype=None):
+        """On a plugin whose memories are host RAM (the CPU plugin): each host-memory
+        tensor aliased in place where the plugin can, else copied, in one step. Elsewhere
+        :meth:`ifrtpy.Client.assemble_array_from_dlpack`'s way."""
+        if not self._host_platform:
+            return super().assemble_array_from_dlpack(shape, sharding, tensors, dtype)
+        return _dlpack_import.assemble_from_dlpack(self, shape, sharding, tensors, dtype)
 
     # -- programs -----------------------------------------------------------------------
 

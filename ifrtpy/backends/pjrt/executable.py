@@ -18,7 +18,8 @@ import numpy as np
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
-from ifrtpy.backends import _serialized
+from ifrtpy.array_plans import canonical_kind
+from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.strings import BasicStringArray
@@ -119,7 +120,7 @@ def _compile(client, program: HloProgram, target, compile_options: bytes):
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None) -> PjrtLoadedExecutable:
     """Load what :meth:`PjrtLoadedExecutable.serialize` wrote, with the same plugin."""
-    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "ifrtpy executable")
+    text, device_ids, payload = serialized.unpack(_MAGIC, data, "ifrtpy executable")
     program = HloProgram(text)
     devices = None if device_ids is None else DeviceList([client.lookup_device(i) for i in device_ids])
     if options is not None and options.devices is not None and DeviceList(options.devices) != devices:
@@ -292,7 +293,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
     def serialize(self) -> bytes:
         ids = None if self._devices is None else [d.id for d in self._devices]
-        return _serialized.pack(_MAGIC, self._program.text, ids, self._handle.serialize())
+        return serialized.pack(_MAGIC, self._program.text, ids, self._handle.serialize())
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         return CompiledMemoryStats(**self._handle.compiled_memory_stats())
@@ -320,8 +321,15 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         return [module]
 
     def output_memory_kinds(self) -> list[str]:
-        """Memory kind of each output; UnimplementedError where the plugin cannot say."""
-        return self._handle.output_memory_kinds()
+        """The memory kind of each output: the plugin's answer, or where it has none (the
+        CPU plugin) the kinds of the compiled output shardings, which the outputs carry;
+        UnimplementedError for a portable executable on such a plugin."""
+        try:
+            return self._handle.output_memory_kinds()
+        except UnimplementedError:
+            if self._output_shardings is None:
+                raise
+            return [str(canonical_kind(s)) for s in self._output_shardings]
 
     def delete(self):
         from ifrtpy.future import Future

@@ -14,39 +14,24 @@ import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
-from ifrtpy.backends.pjrt.array import (
-    PjrtArray, _device_memories, _host_domains,
-)
-from ifrtpy.backends.pjrt import strings as _strings
-from ifrtpy.backends.reference import array as _host
-from ifrtpy.errors import InvalidArgumentError, check_enum
+from ifrtpy.array_plans import arrays_of, plan_reshard
+from ifrtpy.backends import host_arrays
+from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.operations import ARRAY_TYPES
+from ifrtpy.backends.pjrt.put import _device_memories, _host_domains
+from ifrtpy.backends.pjrt.strings import BasicStringArray, is_string_call
 from ifrtpy.shape import IndexDomain
 
 
 def reshard_arrays(client, arrays: Sequence[Array], specs: Sequence[ArraySpec],
                    semantics: ArrayCopySemantics) -> list[Array]:
-    arrays, specs = list(arrays), list(specs)
-    if _strings.is_string_call(arrays, "reshard_arrays"):
-        return list(_host.reshard_arrays(client, arrays, specs, semantics))
-    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
-    if len(arrays) != len(specs):
-        raise InvalidArgumentError(f"reshard_arrays got {len(arrays)} arrays and {len(specs)} specs")
-    if semantics == ArrayCopySemantics.REUSE_INPUT:
-        raise InvalidArgumentError("reshard_arrays does not allow REUSE_INPUT; use ALWAYS_COPY or DONATE_INPUT")
-    plans = []
-    for i, (array, spec) in enumerate(zip(arrays, specs)):
-        if not isinstance(array, PjrtArray) or array.client is not client:
-            raise InvalidArgumentError(f"array {i} is not an array of this client")
-        if spec.dtype != array.dtype or spec.shape != array.shape:
-            raise InvalidArgumentError(
-                f"reshard_arrays keeps dtype and shape: array {i} is {array.dtype}{array.shape}, "
-                f"spec {i} is {spec.dtype}{spec.shape}")
-        if spec.layout is not None:
-            raise InvalidArgumentError("reshard_arrays supports only the default layout")
-        buffers = array._live_buffers()
-        memories = _device_memories(client, spec.sharding)
-        plans.append((array, spec, buffers, memories))
-    return [_reshard_one(client, *plan, semantics) for plan in plans]
+    arrays = arrays_of(client, arrays, "reshard_arrays arrays", ARRAY_TYPES)
+    if is_string_call(arrays, "reshard_arrays"):
+        return host_arrays.reshard_arrays(BasicStringArray, client, arrays, specs, semantics)
+    plan = plan_reshard(client, arrays, specs, semantics, PjrtArray)
+    targets = [(array, spec, array._buffers, _device_memories(client, spec.sharding))
+               for array, spec in zip(plan.arrays, plan.specs)]
+    return [_reshard_one(client, *target, plan.semantics) for target in targets]
 
 
 def _reshard_one(client, array: PjrtArray, spec: ArraySpec, buffers: tuple, memories: list,

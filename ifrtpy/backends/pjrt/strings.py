@@ -1,9 +1,9 @@
 """STRING arrays of the PjRt backend, held on the host as IFRT's ``BasicStringArray`` is.
 
 PJRT buffers cannot hold strings, so a STRING array keeps one read-only NumPy object
-array (of ``str``/``bytes``) per addressable shard, in its sharding's device order. Its
-operations are the reference backend's, which hold shards the same way; this module
-routes the PjRt client's calls to them when strings are involved. XLA programs take no
+array (of ``str``/``bytes``) per addressable shard, in its sharding's device order: a
+host-held array of :mod:`ifrtpy.backends.host_arrays`, whose operations the PjRt client
+calls when strings are involved. XLA programs take no
 strings, and there is no device memory to export: execute, DLPack and buffer pointers
 refuse STRING arrays with UnimplementedError. Numeric puts never reach this module (the
 put path checks for object/StringDType data only where a dtype is seen the first time).
@@ -13,16 +13,14 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, Sequence
 
-from ifrtpy.array import ArraySpec
-from ifrtpy.backends.reference.array import ReferenceArray
+from ifrtpy.backends.host_arrays import HostArray
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
-from ifrtpy.shape import Shape
 
 STRING = DType(DType.Kind.STRING)
 
 
-class BasicStringArray(ReferenceArray):
+class BasicStringArray(HostArray):
     """A STRING array of a PjrtClient: ``shards[i]`` is the object array of the i-th
     addressable shard. Made by the client's operations, not by users."""
 
@@ -60,8 +58,3 @@ def is_string_call(arrays: Sequence[Any], what: str) -> bool:
             f"{what}: array {i} is not a STRING array, array {strings.index(True)} is; STRING "
             f"arrays are held on the host and cannot be mixed with others in one call")
     return True
-
-
-def make_error_array(client: Any, error: BaseException, spec: ArraySpec) -> BasicStringArray:
-    """A STRING array of ``spec`` whose ready future fails with ``error``."""
-    return BasicStringArray(client, spec.dtype, Shape(spec.shape), spec.sharding, (), error)

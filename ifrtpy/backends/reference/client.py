@@ -1,6 +1,6 @@
 """ReferenceClient, ReferenceDevice and ReferenceMemory: N virtual CPU devices.
 
-Array operations live in :mod:`ifrtpy.backends.reference.array`, compilation in
+Array operations are those of :mod:`ifrtpy.backends.host_arrays`, compilation in
 :mod:`ifrtpy.backends.reference.executable`.
 """
 
@@ -10,12 +10,13 @@ import zlib
 from typing import Any, Mapping
 
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
-from ifrtpy.backends.reference import array as _array
+from ifrtpy.backends import host_arrays as _host
+from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.backends.reference import executable as _executable
 from ifrtpy.client import Client
 from ifrtpy.executable import ExecuteResult
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError
+from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 #: The memory kinds of every device, default first (as the CPU plugin has them).
@@ -73,7 +74,7 @@ class ReferenceMemory(Memory):
 class ReferenceDevice(Device):
     """A virtual CPU device. Compares by identity; one object per device."""
 
-    __slots__ = ("_client", "_id", "_process_index", "_memories", "_memory_of_kind")
+    __slots__ = ("_client", "_id", "_process_index", "_memories")
 
     def __init__(self, client: ReferenceClient, device_id: int, process_index: int):
         self._client = client
@@ -81,7 +82,6 @@ class ReferenceDevice(Device):
         self._process_index = process_index
         self._memories = tuple(ReferenceMemory(device_id * len(MEMORY_KINDS) + k, kind, self)
                                for k, kind in enumerate(MEMORY_KINDS))
-        self._memory_of_kind = {m.kind: m for m in self._memories}
 
     @property
     def client(self) -> ReferenceClient:
@@ -112,20 +112,6 @@ class ReferenceDevice(Device):
 
     def default_memory(self) -> ReferenceMemory:
         return self._memories[0]
-
-    def memory(self, kind: MemoryKind | str | None = None) -> ReferenceMemory:
-        """The memory of ``kind`` (default: the default memory); InvalidArgumentError
-        naming the available kinds when there is none."""
-        kind = MemoryKind(kind)
-        if not kind:
-            return self.default_memory()
-        memory = self._memory_of_kind.get(kind)
-        if memory is None:
-            available = ", ".join(str(k) for k in self._memory_of_kind)
-            raise InvalidArgumentError(
-                f"Invalid memory kind {kind} for device {self.to_string()}; "
-                f"available memory kinds: {available}")
-        return memory
 
     def to_string(self) -> str:
         return f"REF_CPU_{self._id}"
@@ -177,38 +163,33 @@ class ReferenceClient(Client):
     def addressable_devices(self) -> list[ReferenceDevice]:
         return list(self._addressable)
 
-    def lookup_device(self, device_id: int) -> ReferenceDevice:
-        if (isinstance(device_id, int) and not isinstance(device_id, bool)
-                and 0 <= device_id < len(self._devices)):
-            return self._devices[device_id]
-        raise NotFoundError(f"no device with id {device_id!r}; ids are 0..{len(self._devices) - 1}")
-
     # -- arrays ---------------------------------------------------------------------------
 
     def make_array_from_host_buffer(self, data, sharding,
                                     semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
                                     on_done=None, *, layout=None):
-        return _array.make_array_from_host_buffer(self, data, sharding, semantics, on_done, layout)
+        return _host.make_array_from_host_buffer(ReferenceArray, self, data, sharding, semantics,
+                                                 on_done, layout)
 
     def assemble_array_from_single_device_arrays(
             self, shape, sharding, arrays, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
             single_device_shard_semantics=SingleDeviceShardSemantics.ADDRESSABLE_SHARDS,
             dtype=None):
-        return _array.assemble(self, shape, sharding, arrays, copy_semantics,
-                               single_device_shard_semantics, dtype)
+        return _host.assemble(ReferenceArray, self, shape, sharding, arrays, copy_semantics,
+                              single_device_shard_semantics, dtype)
 
     def bitcast_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
-        return _array.bitcast_arrays(self, arrays, specs, semantics)
+        return _host.bitcast_arrays(ReferenceArray, self, arrays, specs, semantics)
 
     def copy_arrays(self, arrays, devices=None, memory_kind=None,
                     semantics=ArrayCopySemantics.ALWAYS_COPY):
-        return _array.copy_arrays(self, arrays, devices, memory_kind, semantics)
+        return _host.copy_arrays(ReferenceArray, self, arrays, devices, memory_kind, semantics)
 
     def reshard_arrays(self, arrays, specs, semantics=ArrayCopySemantics.ALWAYS_COPY):
-        return _array.reshard_arrays(self, arrays, specs, semantics)
+        return _host.reshard_arrays(ReferenceArray, self, arrays, specs, semantics)
 
     def make_error_arrays(self, error, specs):
-        return _array.make_error_arrays(self, error, specs)
+        return _host.make_error_arrays(ReferenceArray, self, error, specs)
 
     # -- programs -------------------------------------------------------------------------
 

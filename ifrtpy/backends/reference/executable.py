@@ -27,12 +27,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy.array import Array
-from ifrtpy.backends import _serialized
-from ifrtpy.backends.reference.array import (
-    ReferenceArray, check_is_array, check_layout, global_value, split,
-)
+from ifrtpy.array_plans import check_of_client
+from ifrtpy.backends import serialized
+from ifrtpy.backends.host_arrays import check_layout, global_value, split
+from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList, MemoryKind
+from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError, UnimplementedError,
 )
@@ -420,7 +421,7 @@ def compile_program(client, program: Any, options: CompileOptions | None
 
 def deserialize_executable(client, data: bytes, options: CompileOptions | None
                            ) -> ReferenceLoadedExecutable:
-    text, device_ids, payload = _serialized.unpack(_MAGIC, data, "reference-backend executable")
+    text, device_ids, payload = serialized.unpack(_MAGIC, data, "reference-backend executable")
     program = HloProgram(text)
     layouts = _stored_layouts(payload)
     if options is not None and (options.devices is not None or options.compile_portable_executable):
@@ -550,7 +551,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         layouts = json.dumps({
             "argument_layouts": [layout.minor_to_major for layout in self._parameter_layouts],
             "result_layouts": [layout.minor_to_major for layout in self._output_layouts]})
-        return _serialized.pack(_MAGIC, self._program.text, ids, layouts.encode())
+        return serialized.pack(_MAGIC, self._program.text, ids, layouts.encode())
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         args, outs = _nbytes(self._program.parameters), _nbytes(self._program.results)
@@ -621,6 +622,9 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         if len(args) != len(params):
             raise InvalidArgumentError(f"{self.name} takes {len(params)} arguments, got {len(args)}")
         for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
-            check_is_array(self._client, arg, i)
+            check_of_client(self._client, arg, f"argument {i} of {self.name}", ReferenceArray)
+            if arg.dtype.kind == DType.Kind.STRING:
+                raise UnimplementedError(
+                    f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
             check_argument_value(self.name, i, arg, param)
             check_argument_placement(self.name, i, arg, param, sharding)

@@ -175,11 +175,8 @@ def test_properties(client, serialize):
 @SERIALIZE
 def test_output_memory_kinds(client, serialize):
     executable = _compile(client, ADD_SUB, _devices(client, 2), serialize)
-    memory_kinds = getattr(executable, "output_memory_kinds", None)
-    if memory_kinds is None:
-        pytest.skip("not ported: ifrtpy's LoadedExecutable has no output_memory_kinds")
     with _skip_if_unimplemented("output memory kinds"):
-        kinds = memory_kinds()
+        kinds = executable.output_memory_kinds()
     assert [str(getattr(k, "kind", k)) for k in kinds] == ["device", "device"]
 
 

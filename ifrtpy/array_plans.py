@@ -1,0 +1,263 @@
+"""The preconditions of the Client's array operations, written once for every backend.
+
+IFRT's ``AssembleArrayFromSingleDeviceArrays``, ``CopyArrays``, ``ReshardArrays`` and
+``MakeErrorArrays`` refuse the same inputs whatever the runtime: arrays of another
+client, mismatched counts, devices, dtypes, shapes and memory kinds, deleted inputs.
+Each ``plan_*`` function checks a call completely (raising the IFRT error for the first
+problem) and returns what the backend then carries out, so that a backend moves no data
+and deletes no input before every argument is known to be good. The backends keep their
+own data movement and their own extra limits (a sharding jax cannot express, a copy
+across processes PJRT cannot make).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
+from ifrtpy.device import DeviceList, MemoryKind
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import (
+    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum, check_type,
+    invalid_argument,
+)
+from ifrtpy.shape import Shape
+from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceShardSemantics
+
+__all__ = [
+    "AssemblePlan", "CopyPlan", "ReshardPlan", "plan_assemble", "plan_copy", "plan_reshard",
+    "plan_error_arrays", "arrays_of", "check_of_client", "check_placement", "check_live",
+    "canonical_kind",
+]
+
+ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
+DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
+
+
+# -- the checks the plans share ---------------------------------------------------------------
+
+def check_of_client(client: Any, array: Any, what: str, array_type: Any = Array) -> Any:
+    """``array`` if it is an array of ``client`` (an instance of ``array_type``, the
+    backend's array class); InvalidArgumentError naming ``what`` otherwise."""
+    if not isinstance(array, Array):
+        raise invalid_argument(what, "an Array of this client", array)
+    if not isinstance(array, array_type) or array.client is not client:
+        raise InvalidArgumentError(
+            f"{what} is not an array of this client: it is a {type(array).__name__} of "
+            f"{array.client!r}")
+    return array
+
+
+def arrays_of(client: Any, arrays: Any, parameter: str, array_type: Any = Array) -> list[Any]:
+    """``arrays`` (any sequence, not one array) as a list, each an array of ``client``."""
+    if isinstance(arrays, (str, bytes, np.ndarray, Array)) or not hasattr(arrays, "__iter__"):
+        raise invalid_argument(parameter, "a sequence of Arrays", arrays)
+    arrays = list(arrays)
+    for i, array in enumerate(arrays):
+        check_of_client(client, array, f"{parameter}[{i}]", array_type)
+    return arrays
+
+
+def check_placement(client: Any, sharding: Any) -> Sharding:
+    """``sharding`` if it is a Sharding over devices of ``client`` whose addressable ones
+    have its memory kind; InvalidArgumentError otherwise."""
+    check_type(sharding, Sharding, "sharding", "a Sharding")
+    for device in sharding.devices:
+        if device.client is not client:
+            raise InvalidArgumentError(f"device {device} belongs to another client")
+        if device.is_addressable:
+            device.memory(sharding.memory_kind)  # InvalidArgumentError naming the kinds
+    return sharding
+
+
+def check_live(array: Array) -> None:
+    """FailedPreconditionError if ``array`` was deleted or donated (an error array is
+    never live, and is not refused here: operations pass its error on)."""
+    if array.error is None and array.is_deleted():
+        raise FailedPreconditionError(f"Array has been deleted: {array.debug_string()}")
+
+
+def canonical_kind(sharding: Sharding) -> MemoryKind:
+    """The memory kind of ``sharding``, the default named (as IFRT compares kinds)."""
+    return sharding.memory_kind.canonicalize(sharding.devices[0])
+
+
+def _shape(shape: Any) -> Shape:
+    return shape if isinstance(shape, Shape) else Shape(shape)
+
+
+# -- assemble ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class AssemblePlan:
+    """A checked ``assemble_array_from_single_device_arrays``: ``arrays[i]`` holds shard
+    ``i`` (in the sharding's addressable device order); ``error`` is the first input's
+    error, which the result takes instead of data."""
+
+    shape: Shape
+    sharding: Sharding
+    arrays: list[Any]
+    dtype: DType
+    copy_semantics: ArrayCopySemantics
+    error: BaseException | None
+
+
+def plan_assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_semantics: Any,
+                  shard_semantics: Any, dtype: Any, array_type: Any = Array) -> AssemblePlan:
+    """Check an assemble: one single-device array of ``client`` per addressable shard of
+    ``sharding`` (every shard with ALL_SHARDS, which needs every device addressable), each
+    on its shard's device and memory kind, with the shard's shape and one dtype (``dtype``,
+    needed when there are no arrays), live, and no array twice when donated."""
+    shape = _shape(shape)
+    check_placement(client, sharding)
+    arrays = arrays_of(client, arrays, "assemble arrays", array_type)
+    copy_semantics = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics")
+    if (check_enum(SingleDeviceShardSemantics, shard_semantics, "single_device_shard_semantics")
+            == ALL_SHARDS and not sharding.devices.is_fully_addressable):
+        raise InvalidArgumentError(
+            "SingleDeviceShardSemantics.ALL_SHARDS was requested, but the sharding has "
+            f"non-addressable devices: {sharding!r}")
+    devices = sharding.devices.addressable_device_list()
+    if len(arrays) != len(devices):
+        raise InvalidArgumentError(
+            f"assemble needs one array per addressable device of the sharding: "
+            f"{len(devices)} devices, got {len(arrays)} arrays")
+    if dtype is None:
+        if not arrays:
+            raise InvalidArgumentError("assemble of no arrays needs a dtype")
+        dtype = arrays[0].dtype
+    dtype = dtype if isinstance(dtype, DType) else DType.from_numpy(dtype)
+    if copy_semantics == DONATE_INPUT and len({id(a) for a in arrays}) != len(arrays):
+        raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
+    shard_shapes = (None if isinstance(sharding, OpaqueSharding)
+                    else [_shape(s) for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
+    kind = canonical_kind(sharding)
+    for i, (array, device) in enumerate(zip(arrays, devices)):
+        if len(array.sharding.devices) != 1:
+            raise InvalidArgumentError(
+                f"array {i} is not a single-device array: it is on "
+                f"{len(array.sharding.devices)} devices")
+        if array.dtype != dtype:
+            raise InvalidArgumentError(f"array {i} has dtype {array.dtype}, expected {dtype}")
+        if shard_shapes is not None and array.shape != shard_shapes[i]:
+            raise InvalidArgumentError(
+                f"array {i} has shape {array.shape}, shard {i} of {shape} is {shard_shapes[i]}")
+        held = array.sharding.devices[0]
+        if held is not device:
+            raise InvalidArgumentError(
+                f"array {i} is on device {held}, shard {i} of the sharding is on {device}")
+        if canonical_kind(array.sharding) != kind:
+            raise InvalidArgumentError(
+                f"array {i} is in memory kind {canonical_kind(array.sharding)}, the sharding "
+                f"puts shard {i} in {kind}")
+        check_live(array)
+    error = next((a.error for a in arrays if a.error is not None), None)
+    return AssemblePlan(shape, sharding, arrays, dtype, copy_semantics, error)
+
+
+# -- copy ----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class CopyPlan:
+    """A checked ``copy_arrays``: ``targets[i]`` is the sharding of the copy of
+    ``arrays[i]`` (its partitioning over the new devices and memory kind)."""
+
+    arrays: list[Any]
+    targets: list[Sharding]
+    semantics: ArrayCopySemantics
+
+
+def plan_copy(client: Any, arrays: Any, devices: Any, memory_kind: Any, semantics: Any,
+              array_type: Any = Array) -> CopyPlan:
+    """Check a copy: live arrays of ``client``, all on one device list and memory kind;
+    ``devices`` (as many) and ``memory_kind`` of ``client``; every shard staying in its
+    process (UnimplementedError otherwise: copies move shards device to device)."""
+    arrays = arrays_of(client, arrays, "copy_arrays arrays", array_type)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
+    if not arrays:
+        return CopyPlan([], [], semantics)
+    first = arrays[0].sharding
+    for i, array in enumerate(arrays):
+        if array.sharding.devices != first.devices:
+            raise InvalidArgumentError(
+                f"copy_arrays needs every input on the same devices: array {i} is on "
+                f"{array.sharding.devices.to_string()}, array 0 on {first.devices.to_string()}")
+        if canonical_kind(array.sharding) != canonical_kind(first):
+            raise InvalidArgumentError(
+                f"copy_arrays needs every input in the same memory kind: array {i} is in "
+                f"{canonical_kind(array.sharding)}, array 0 in {canonical_kind(first)}")
+        check_live(array)
+    if devices is not None and not isinstance(devices, DeviceList):
+        devices = DeviceList(devices)
+    if devices is not None and len(devices) != len(first.devices):
+        raise InvalidArgumentError(
+            f"copy_arrays: the new device list has {len(devices)} devices, the arrays are on "
+            f"{len(first.devices)}")
+    targets = []
+    for i, array in enumerate(arrays):
+        target = check_placement(client, array.sharding.with_device_assignment(devices, memory_kind))
+        if target.devices.addressable_mask() != array.sharding.devices.addressable_mask():
+            raise UnimplementedError(
+                f"copy_arrays: array {i}'s shards would move between processes (copies move "
+                "each shard to the device in its place); reshard_arrays moves data across "
+                "processes where the backend can")
+        targets.append(target)
+    return CopyPlan(arrays, targets, semantics)
+
+
+# -- reshard -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ReshardPlan:
+    """A checked ``reshard_arrays``: ``arrays[i]`` goes to ``specs[i]``."""
+
+    arrays: list[Any]
+    specs: list[ArraySpec]
+    semantics: ArrayCopySemantics
+
+
+def plan_reshard(client: Any, arrays: Any, specs: Any, semantics: Any,
+                 array_type: Any = Array) -> ReshardPlan:
+    """Check a reshard: one spec per live array of ``client``, each of its dtype and shape
+    (a reshard moves data, it does not convert it), the default layout, and a sharding of
+    ``client`` with shard information; ALWAYS_COPY or DONATE_INPUT."""
+    arrays = arrays_of(client, arrays, "reshard_arrays arrays", array_type)
+    specs = list(specs)
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
+    if len(arrays) != len(specs):
+        raise InvalidArgumentError(f"reshard_arrays got {len(arrays)} arrays and {len(specs)} specs")
+    if semantics == ArrayCopySemantics.REUSE_INPUT:
+        raise InvalidArgumentError(
+            "reshard_arrays does not allow REUSE_INPUT; use ALWAYS_COPY or DONATE_INPUT")
+    for i, (array, spec) in enumerate(zip(arrays, specs)):
+        if not isinstance(spec, ArraySpec):
+            raise InvalidArgumentError(f"spec {i} is not an ArraySpec: {spec!r}")
+        if spec.dtype != array.dtype or _shape(spec.shape) != array.shape:
+            raise InvalidArgumentError(
+                f"reshard_arrays keeps dtype and shape: array {i} is {array.dtype}{array.shape}, "
+                f"spec {i} is {spec.dtype}{spec.shape}")
+        if spec.layout is not None:
+            raise InvalidArgumentError("reshard_arrays supports only the default layout")
+        check_placement(client, spec.sharding)
+        if isinstance(spec.sharding, OpaqueSharding):
+            raise InvalidArgumentError(f"spec {i}: cannot reshard to an OpaqueSharding")
+        check_live(array)
+    return ReshardPlan(arrays, specs, semantics)
+
+
+# -- error arrays ---------------------------------------------------------------------------------
+
+def plan_error_arrays(client: Any, error: Any, specs: Sequence[Any]) -> list[ArraySpec]:
+    """Check ``make_error_arrays``: an exception, and ArraySpecs placed on ``client``."""
+    if not isinstance(error, BaseException):
+        raise InvalidArgumentError(f"make_error_arrays needs an exception, got {error!r}")
+    specs = list(specs)
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, ArraySpec):
+            raise InvalidArgumentError(f"spec {i} is not an ArraySpec: {spec!r}")
+        check_placement(client, spec.sharding)
+    return specs

@@ -1,0 +1,96 @@
+"""PjRt arrays made from DLPack tensors (NumPy, jax, torch, cupy, TensorFlow, or bare
+capsules): aliased where the plugin can use the tensor's memory, else copied once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ifrtpy import _pjrt
+from ifrtpy._pjrt import _dlpack
+from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.dlpack import (
+    ALIGNMENT, DEFAULT_ALIGNMENT, capsule_of, host_types, same_device, source_device, stream_for,
+    target_device,
+)
+from ifrtpy.backends.pjrt.put import _dtype_of
+from ifrtpy.array_plans import check_placement
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.shape import Shape
+from ifrtpy.sharding import SingleDeviceSharding
+
+__all__ = ["from_dlpack", "assemble_from_dlpack"]
+
+
+def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = None) -> Any:
+    """``client.from_dlpack``: a single-device array holding ``x`` (a DLPack producer, or a
+    capsule), zero-copy where the plugin can alias its memory, else with one copy."""
+    if copy not in (None, True, False):
+        raise InvalidArgumentError(f"copy must be None, True or False, got {copy!r}")
+    source = source_device(x)
+    target = target_device(client, source, device)
+    memory = target.default_memory()
+    on_host = source[0] in host_types()
+    if not on_host and not same_device(client, source, target):
+        raise InvalidArgumentError(
+            f"the tensor is on DLPack device {source}, which is not {target} of this client; "
+            "move it there first")
+    # Host memory is aliased only by a plugin whose memories are host memory; device
+    # memory only on its own device (checked above).
+    view = copy is not True and (client._host_platform or not on_host)
+    element_type = -1
+    if isinstance(x, np.ndarray) and x.dtype.num >= 256:  # a user-defined (ml_dtypes) type
+        # NumPy exports no extension type (bfloat16, float8): its bytes, typed here
+        element_type = _dtype_of(x.dtype).pjrt_buffer_type
+        x = x.view(f"u{x.dtype.itemsize}")
+    stream = stream_for(client, target, source)
+    capsule = capsule_of(x, stream)
+    buffer, host = _dlpack.import_capsule(
+        client._handle, capsule, memory._handle, target._handle, view,
+        ALIGNMENT.get(client.platform_name, DEFAULT_ALIGNMENT), stream or 0,
+        element_type)
+    sharding = SingleDeviceSharding(target)
+    if buffer is not None:
+        dtype = _dtype_of(buffer.dtype)
+        return PjrtArray(client, dtype, Shape(buffer.dims), sharding, (buffer,))
+    if copy is False and host.size:  # an empty tensor has no memory to copy
+        raise ValueError(
+            "from_dlpack(copy=False): the tensor cannot be aliased (it must be dense, row-major "
+            f"and {ALIGNMENT.get(client.platform_name, DEFAULT_ALIGNMENT)}-byte aligned); "
+            "a copy is needed")
+    return client.make_array_from_host_buffer(host, sharding)
+
+
+def assemble_from_dlpack(client: Any, shape: Any, sharding: Any, capsules: list, dtype: Any
+                         ) -> PjrtArray:
+    """One array of ``sharding`` from one host-memory DLPack capsule (or producer) per
+    addressable device, in order: aliased where the plugin can, else copied."""
+    check_placement(client, sharding)
+    devices = sharding.devices.addressable_device_list()
+    if len(capsules) != len(devices):
+        raise InvalidArgumentError(
+            f"assemble_array_from_dlpack needs one tensor per addressable device of the "
+            f"sharding: {len(devices)} devices, got {len(capsules)} tensors")
+    handle = client._handle
+    alignment = ALIGNMENT.get(client.platform_name, DEFAULT_ALIGNMENT)
+    kind = sharding.memory_kind
+    buffers = []
+    for device, capsule in zip(devices, capsules):
+        source = source_device(capsule)
+        if source[0] not in host_types():
+            raise InvalidArgumentError(f"a tensor on DLPack device {source} is not host memory")
+        memory = device.memory(kind)
+        buffer, host = _dlpack.import_capsule(handle, capsule, memory._handle, device._handle,
+                                              True, alignment, 0)
+        if buffer is None:
+            buffer = _pjrt.buffer_from_host_buffer(handle, host, None, memory._handle, 0)[0]
+        buffers.append(buffer)
+    if dtype is None:
+        if not buffers:
+            raise InvalidArgumentError("assemble_array_from_dlpack of no tensors needs a dtype")
+        dtype = _dtype_of(buffers[0].dtype)
+    elif not isinstance(dtype, DType):
+        dtype = _dtype_of(np.dtype(dtype))
+    return PjrtArray(client, dtype, Shape(shape), sharding, tuple(buffers))

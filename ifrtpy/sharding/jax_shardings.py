@@ -1,0 +1,172 @@
+"""jax's shardings and ifrtpy's, each way, over devices matched by id.
+
+jax's device ``i`` of a client's platform is ifrtpy's device ``i``. jax ``NamedSharding``
+<-> ifrtpy :class:`NamedSharding` (same mesh shape, axis names and spec),
+``SingleDeviceSharding`` <-> :class:`SingleDeviceSharding`, any other jax sharding
+(``GSPMDSharding``) -> :class:`HloSharding`, and ifrtpy ``HloSharding`` -> jax
+``GSPMDSharding``; memory kinds are kept. A sharding that uses a device the other side lacks
+raises InvalidArgumentError naming it. jax is imported only inside these functions. Used
+by the jax bridge (:mod:`ifrtpy.interop.jax`) and by the backends that take jax shardings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ifrtpy import _jaxlib
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.sharding.base import Sharding, SingleDeviceSharding
+from ifrtpy.sharding.hlo import HloSharding
+from ifrtpy.sharding.mesh import Mesh, NamedSharding, PartitionSpec
+
+__all__ = ["sharding_from_jax", "sharding_to_jax", "cached_from_jax", "cached_to_jax",
+           "jax_device_of", "is_jax_array", "is_jax_target"]
+
+
+def is_jax_array(x: Any) -> bool:
+    """Whether ``x`` is a ``jax.Array`` (without importing jax)."""
+    return type(x).__module__.startswith(("jax", "jaxlib")) and hasattr(x, "addressable_shards")
+
+
+def is_jax_target(x: Any) -> bool:
+    """Whether ``x`` is a jax Device or jax Sharding (without importing jax)."""
+    module = type(x).__module__
+    return module.startswith(("jax", "jaxlib")) and (
+        hasattr(x, "device_set") or hasattr(x, "platform"))
+
+
+# -- devices -------------------------------------------------------------------------------
+
+def _ifrt_device(client: Any, jax_device: Any) -> Any:
+    platform = client.platform_name
+    if jax_device.platform != platform and not (jax_device.platform == "gpu" and platform in ("cuda", "rocm")):
+        raise InvalidArgumentError(
+            f"jax device {jax_device} is a {jax_device.platform} device; the ifrtpy client's "
+            f"platform is {platform}")
+    try:
+        return client.lookup_device(jax_device.id)
+    except LookupError:
+        raise InvalidArgumentError(
+            f"jax device {jax_device} (id {jax_device.id}) has no ifrtpy counterpart: the "
+            f"ifrtpy client has {len(client.devices())} devices (ids are matched)") from None
+
+
+_jax_devices: dict[str, dict[int, Any]] = {}
+
+
+def _jax_devices_by_id(platform: str) -> dict[int, Any]:
+    """jax's devices of ``platform`` by id (fixed once jax's backend exists)."""
+    devices = _jax_devices.get(platform)
+    if devices is None:
+        import jax
+        devices = _jax_devices[platform] = {d.id: d for d in jax.devices(platform)}
+    return devices
+
+
+def jax_device_of(device: Any) -> Any:
+    """jax's device with ``device``'s id on its client's platform."""
+    return _jax_device(device, _jax_devices_by_id(device.client.platform_name))
+
+
+def _jax_device(device: Any, jax_devices: dict[int, Any]) -> Any:
+    jax_device = jax_devices.get(device.id)
+    if jax_device is None:
+        raise InvalidArgumentError(
+            f"ifrtpy device {device.id} has no jax counterpart: jax has {len(jax_devices)} "
+            f"{device.client.platform_name} devices (ids are matched)")
+    return jax_device
+
+
+def _memory_kind(sharding: Any) -> str | None:
+    kind = getattr(sharding, "memory_kind", None)
+    return None if kind is None else str(kind)
+
+
+# -- shardings -----------------------------------------------------------------------------
+
+def sharding_from_jax(sharding: Any, client: Any, ndim: int | None = None) -> Sharding:
+    """The ifrtpy sharding equivalent to a jax ``sharding`` (a jax Device gives a
+    SingleDeviceSharding), over ``client``'s devices with the same ids. ``ndim`` (the
+    array's rank) is needed only for jax shardings other than Named and SingleDevice. Index
+    domains equal jax's ``devices_indices_map``."""
+    import jax
+    if isinstance(sharding, jax.Device):
+        return SingleDeviceSharding(_ifrt_device(client, sharding))
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return SingleDeviceSharding(_ifrt_device(client, device), _memory_kind(sharding))
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        mesh = sharding.mesh
+        devices = np.vectorize(lambda d: _ifrt_device(client, d), otypes=[object])(mesh.devices)
+        spec = PartitionSpec(*[_spec_entry(e) for e in sharding.spec])
+        return NamedSharding(Mesh(devices, mesh.axis_names), spec, _memory_kind(sharding))
+    if isinstance(sharding, jax.sharding.Sharding):
+        if ndim is None:
+            raise InvalidArgumentError(
+                f"sharding_from_jax of a {type(sharding).__name__} needs ndim (the array's rank)")
+        devices = [_ifrt_device(client, d) for d in sharding._device_assignment]
+        return HloSharding(devices, sharding._to_xla_hlo_sharding(ndim), _memory_kind(sharding))
+    raise InvalidArgumentError(f"expected a jax Sharding or Device, got {type(sharding).__name__}")
+
+
+def _spec_entry(entry: Any) -> Any:
+    if entry is None or isinstance(entry, str):
+        return entry
+    if isinstance(entry, (tuple, list)) and all(isinstance(e, str) for e in entry):
+        return tuple(entry)
+    raise UnimplementedError(f"PartitionSpec entry {entry!r} has no ifrtpy equivalent")
+
+
+def sharding_to_jax(sharding: Sharding) -> Any:
+    """The jax sharding equivalent to an ifrtpy ``sharding``, over jax's devices with the
+    same ids: Single -> SingleDeviceSharding, Named -> NamedSharding, Hlo -> GSPMDSharding.
+    Other kinds raise UnimplementedError (jax has no uneven or explicit-shape shardings)."""
+    import jax
+    devices = _jax_devices_by_id(sharding.devices[0].client.platform_name)
+    kind = None if not sharding.memory_kind else str(sharding.memory_kind)
+    if isinstance(sharding, SingleDeviceSharding):
+        return jax.sharding.SingleDeviceSharding(_jax_device(sharding.devices[0], devices), memory_kind=kind)
+    if isinstance(sharding, NamedSharding):
+        mesh = sharding.mesh
+        jax_devices = np.vectorize(lambda d: _jax_device(d, devices), otypes=[object])(mesh.devices)
+        return jax.sharding.NamedSharding(jax.sharding.Mesh(jax_devices, mesh.axis_names),
+                                          jax.sharding.PartitionSpec(*sharding.spec), memory_kind=kind)
+    if isinstance(sharding, HloSharding):
+        return _jaxlib.gspmd_sharding([_jax_device(d, devices) for d in sharding.devices],
+                                      sharding.xla_hlo_sharding, kind)
+    raise UnimplementedError(
+        f"sharding_to_jax: {type(sharding).__name__} has no jax equivalent; convert to a "
+        "NamedSharding or HloSharding first, or export shard by shard")
+
+
+# -- memoized, for the array paths -----------------------------------------------------------
+
+_CACHE_SIZE = 256
+_from_jax_cache: dict[Any, Any] = {}  # (id(client), jax sharding, ndim) -> (client, ifrtpy sharding)
+_to_jax_cache: dict[Any, Any] = {}  # ifrtpy sharding -> jax sharding
+
+
+def cached_from_jax(client: Any, jax_sharding: Any, ndim: int) -> Sharding:
+    """:func:`sharding_from_jax`, memoized (the array paths convert the same few shardings)."""
+    key = (id(client), jax_sharding, ndim)
+    hit = _from_jax_cache.get(key)
+    if hit is not None and hit[0] is client:
+        return hit[1]
+    sharding = sharding_from_jax(jax_sharding, client, ndim)
+    if len(_from_jax_cache) >= _CACHE_SIZE:
+        _from_jax_cache.clear()
+    _from_jax_cache[key] = (client, sharding)
+    return sharding
+
+
+def cached_to_jax(sharding: Sharding) -> Any:
+    """:func:`sharding_to_jax`, memoized."""
+    hit = _to_jax_cache.get(sharding)
+    if hit is None:
+        hit = sharding_to_jax(sharding)
+        if len(_to_jax_cache) >= _CACHE_SIZE:
+            _to_jax_cache.clear()
+        _to_jax_cache[sharding] = hit
+    return hit
