@@ -1053,7 +1053,7 @@ def test_interface_modules_do_not_import_backends():
 def _repo_root():
     import pathlib
 
-    return pathlib.Path(__file__).resolve().parents[1]
+    return pathlib.Path(__file__).resolve().parents[2]
 
 
 # -- property: host buffers with arbitrary byte strides --------------------------------------
