@@ -67,7 +67,7 @@ def layout_shapes(values: Sequence[TensorType], layouts: Sequence[Layout | None]
     UnimplementedError for a tiled layout (a jaxlib Shape takes only the dimension order)
     and, on the CPU platform, for any layout but row-major: the CPU plugin compiles a
     column-major parameter or result but reads and writes host buffers in row-major order,
-    so the values would come out transposed (measured on PJRT 0.81, tests/test_layout.py).
+    so the values would come out transposed (measured on PJRT 0.81, tests/core/test_layout.py).
     """
     xla_client = _jaxlib.xla_client()
     shapes = []

@@ -331,7 +331,7 @@ class Array(Value):
                 f"{out.size} elements of {self.debug_string()}"
             )
         futures = [
-            shard.copy_to_host_buffer(out[domain.slices()]) for domain, shard in seen.items()
+            shard.copy_to_host_buffer(out[(*domain.slices(), ...)]) for domain, shard in seen.items()
         ]
         return then_value(join_futures(futures), out)
 

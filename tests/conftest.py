@@ -4,9 +4,20 @@
   compare against jax.sharding with the same meshes.
 * Hypothesis profiles are ifrtpy's own (``ifrtpy.testing.strategies``): "ci" (the
   default here), "dev" and "debug"; choose with HYPOTHESIS_PROFILE.
+* tests/helpers (shared fixtures and helpers, worker scripts, data) goes on
+  ``sys.path``, so test modules in every folder import ``pjrt_helpers``,
+  ``builder_helpers``, ... by name. The folders mirror the package (tests/core,
+  tests/pjrt_layer, tests/backends/..., ...) and are not packages: every test module's
+  basename is unique across tests/.
 """
 
 import os
+import pathlib
+import sys
+
+HELPERS = pathlib.Path(__file__).resolve().parent / "helpers"
+if str(HELPERS) not in sys.path:
+    sys.path.insert(0, str(HELPERS))
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -7,5 +7,6 @@
   plugin ``ifrtpy.testing.conformance.plugin`` (needs ``pytest``).
 * :mod:`ifrtpy.testing.asserts`: per-shard comparisons of arrays against NumPy.
 * :mod:`ifrtpy.testing.example_backend`: the smallest complete backend, a worked example
-  (see docs/implementing-a-backend.md).
+  (see docs/implementing-a-backend.md), and the fake backend of ifrtpy's own tests
+  (devices that are not addressable, the memory kinds you name).
 """

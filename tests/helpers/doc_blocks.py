@@ -4,7 +4,7 @@ The convention (README.md and docs/*.md): every block fenced with ```python runs
 the blocks of one file share one namespace, in order, like a notebook. A block that cannot
 run has ``<!-- not-run: <reason> -->`` on the line just before its opening fence.
 
-Run a file's blocks by hand with ``python tests/doc_blocks.py docs/quickstart.md``.
+Run a file's blocks by hand with ``python tests/helpers/doc_blocks.py docs/quickstart.md``.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ if __name__ == "__main__":
 
     for arg in sys.argv[1:]:
         with tempfile.TemporaryDirectory() as cwd:
-            result = run(pathlib.Path(arg), pathlib.Path(__file__).resolve().parent.parent,
+            result = run(pathlib.Path(arg), pathlib.Path(__file__).resolve().parents[2],
                          pathlib.Path(cwd))
             sys.stdout.write(result.stdout)
             sys.stderr.write(result.stderr)

@@ -1,5 +1,5 @@
 """Docs that run: every ```python block of README.md and docs/*.md, each file's blocks in
-order in one fresh interpreter (see tests/doc_blocks.py for the convention)."""
+order in one fresh interpreter (see tests/helpers/doc_blocks.py for the convention)."""
 
 import pathlib
 import re
@@ -8,7 +8,7 @@ import pytest
 
 import doc_blocks
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -2,8 +2,8 @@
 service handed to jax, gloo collectives), and what each process sees when another one
 never comes, dies or leaves, process 0 included.
 
-Each case starts the processes of tests/jax_multiprocess_worker.py, waits for them with
-a time limit and kills any still running (no stray processes)."""
+Each case starts the processes of tests/helpers/jax_multiprocess_worker.py, waits for them
+with a time limit and kills any still running (no stray processes)."""
 
 import os
 import pathlib
@@ -22,7 +22,7 @@ from jax_multiprocess_worker import (
     COLLECTIVE_S, HEARTBEAT_S, INITIALIZATION_TIMEOUT_LONE_S, SHUTDOWN_S,
 )
 
-WORKER = pathlib.Path(__file__).with_name("jax_multiprocess_worker.py")
+WORKER = pathlib.Path(__file__).resolve().parents[2] / "helpers" / "jax_multiprocess_worker.py"
 
 
 

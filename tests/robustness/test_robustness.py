@@ -29,8 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "robustness_worker.py")
+HELPERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
+WORKER = os.path.join(HELPERS, "robustness_worker.py")
 LONG = os.environ.get("IFRTPY_ROBUSTNESS_LONG") == "1"
 
 
@@ -58,7 +58,7 @@ def _run(args: list[str], timeout: float, stdin: str | None = None) -> subproces
     non-zero exit, with the end of its stderr."""
     try:
         done = subprocess.run([sys.executable, *args], input=stdin, capture_output=True,
-                              text=True, timeout=timeout, env=_env(), cwd=HERE)
+                              text=True, timeout=timeout, env=_env(), cwd=HELPERS)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{args[:2]} hung (no exit within {timeout} s)")
     if done.returncode != 0:
@@ -331,7 +331,7 @@ class _FuzzWorker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, WORKER, "fuzz"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=_env(), cwd=HERE)
+                                     env=_env(), cwd=HELPERS)
         assert json.loads(self.proc.stdout.readline()).get("ready"), self.proc.stderr.read()[-3000:]
         self.calls = 0
 

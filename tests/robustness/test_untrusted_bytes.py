@@ -15,7 +15,7 @@ from ifrtpy._pjrt import _seal
 from ifrtpy.errors import InvalidArgumentError
 from pjrt_helpers import run_python
 
-HERE = os.path.dirname(__file__)
+HELPERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "helpers")
 
 ADD_ONE = """
 func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> {
@@ -51,7 +51,7 @@ def test_a_portable_artifact_with_a_changed_byte_is_refused(position, value):
 
 
 def test_the_corrupted_plugin_payload_is_refused_by_the_pjrt_layer():
-    payload = os.path.join(HERE, "data", "corrupt_executable_payload.b64")
+    payload = os.path.join(HELPERS, "data", "corrupt_executable_payload.b64")
     done = run_python(f"""
         import base64
         import ifrtpy as ifrt

@@ -1,6 +1,7 @@
 """Hypothesis laws for the sharding math, each checked against an independent NumPy (or
 jax) computation over random meshes, specs, sharding params, tile assignments and shapes."""
 
+import functools
 import math
 import pickle
 
@@ -9,7 +10,6 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from fake_devices import fake_client
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
@@ -18,11 +18,20 @@ from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, ShardingParam, ShardingParamSharding,
     SingleDeviceShardSemantics, SingleDeviceSharding,
 )
+from ifrtpy.testing.example_backend import create_client
 
 ALL = SingleDeviceShardSemantics.ALL_SHARDS
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 MAX_DEVICES = 8
 AXIS_NAMES = ("x", "y", "z")
+
+
+@functools.cache
+def example_client(num_devices, num_addressable):
+    """One client of the example backend per pair of counts (shardings drawn apart can share
+    devices): ``num_devices`` devices, the first ``num_addressable`` addressable."""
+    return create_client(num_devices, addressable_device_count=num_addressable,
+                         memory_kinds=("device", "pinned_host", "unpinned_host"))
 
 
 # -- strategies --------------------------------------------------------------------------------
@@ -52,9 +61,9 @@ def mesh_cases(draw, max_rank=3):
 
 
 def fake_mesh(sizes, perm, addressable):
-    client = fake_client(len(perm), addressable)
+    client = example_client(len(perm), addressable)
     devices = np.empty(len(perm), dtype=object)
-    devices[:] = [client.device(i) for i in perm]
+    devices[:] = [client.lookup_device(i) for i in perm]
     return Mesh(devices.reshape(sizes), AXIS_NAMES[:len(sizes)])
 
 
@@ -182,7 +191,7 @@ def test_has_same_partitioning_ignores_devices_and_memory_kind(case, others, kin
 @given(sharding_params(), st.lists(st.integers(0, 2), min_size=3, max_size=3))
 def test_sharding_param_matches_reference(param, multipliers):
     n = param.num_devices
-    sharding = ShardingParamSharding(param, fake_client(n, n).devices())
+    sharding = ShardingParamSharding(param, example_client(n, n).devices())
     shape = tuple(s * m for s, m in zip(param.dim_shards, multipliers))
     assert param.to_device_list() == reference_device_order(param)
     assert sharding.index_domains(shape) == reference_param_domains(param, shape)
@@ -218,7 +227,7 @@ def test_hlo_sharding_domains_match_numpy(case):
     op.tile_assignment_dimensions = dims
     op.tile_assignment_devices = devices
     op.replicate_on_last_tile_dim = replicate_last
-    sharding = HloSharding(fake_client(n, n).devices(), op)
+    sharding = HloSharding(example_client(n, n).devices(), op)
     rank = len(shape)
     assignment = np.asarray(devices).reshape(dims)
     expected = {}
@@ -256,7 +265,7 @@ def test_named_sharding_matches_jax(case):
 def test_value_types_round_trip_through_pickle(case, param):
     sharding, shape = named(case, "unpinned_host")
     n = param.num_devices
-    client = fake_client(n, max(1, n // 2))
+    client = example_client(n, max(1, n // 2))
     dynamic = DynamicShape(Shape([3, 4]), BoundedDynamicShapeTag([True, False]))
     values = [
         Shape(shape), Index(shape), IndexDomain(shape), dynamic, dynamic.tag, param,
@@ -264,7 +273,7 @@ def test_value_types_round_trip_through_pickle(case, param):
         sharding.lower(len(shape)), ShardingParamSharding(param, client.devices()),
         ConcreteSharding(client.devices(), Shape([n]), [Shape([1])] * n),
         ConcreteEvenSharding(client.devices(), Shape([n]), Shape([1])),
-        SingleDeviceSharding(client.device(0), "pinned_host"),
+        SingleDeviceSharding(client.lookup_device(0), "pinned_host"),
     ]
     for value in values:
         copy = pickle.loads(pickle.dumps(value))

@@ -745,7 +745,7 @@ def test_locations_reach_compiler_diagnostics():
 
 # -- the worked example of docs/builder.md ----------------------------------------------------------
 
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "builder.md"
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "builder.md"
 
 
 def test_docs_builder_examples_run():

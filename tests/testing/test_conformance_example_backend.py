@@ -1,6 +1,7 @@
 """The example backend of docs/implementing-a-backend.md through the conformance suite's
-core cases (``ifrtpy.testing.conformance.CORE_CASES``): 2 devices, single-device arrays,
-no programs. What it lacks skips with its UnimplementedError message."""
+core cases (``ifrtpy.testing.conformance.CORE_CASES``): 2 devices, arrays of any sharding
+with index domains, programs that are Python functions only. What it lacks skips with its
+UnimplementedError message."""
 
 import pytest
 
@@ -17,6 +18,6 @@ def client():
     return ifrt.get_client("example", device_count=2)
 
 
-def test_example_backend_compiles_nothing(client):
+def test_example_backend_compiles_no_stablehlo(client):
     with pytest.raises(ifrt.errors.UnimplementedError, match="does not compile"):
         client.compile("module { func.func @main() { return } }")

@@ -137,9 +137,10 @@ def test_the_jax_backend_has_no_module_of_its_own_private_names():
                  for path in root.rglob("*.py")
                  for line_no, name, _ in _imports(path, _module_name(root, path)) if name == removed]
     this_file = pathlib.Path(__file__).resolve()
-    others = [*this_file.parent.rglob("*.py")]
-    if (this_file.parent.parent / "benchmarks").is_dir():
-        others += (this_file.parent.parent / "benchmarks").rglob("*.py")
+    tests = this_file.parents[1]
+    others = [*tests.rglob("*.py")]
+    if (tests.parent / "benchmarks").is_dir():
+        others += (tests.parent / "benchmarks").rglob("*.py")
     pattern = re.compile(r"ifrtpy\.backends\.jax\._jaxlib\b"
                          r"|from\s+ifrtpy\.backends\.jax\s+import\b[^\n]*\b_jaxlib\b")
     for path in others:

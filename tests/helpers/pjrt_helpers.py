@@ -22,7 +22,7 @@ import pytest
 
 from ifrtpy import _pjrt
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
 
 # Noise the plugin writes to stderr on every run; filtered out of subprocess output.

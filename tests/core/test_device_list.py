@@ -1,4 +1,5 @@
-"""Device, Memory, MemoryKind and DeviceList over the fake 6-device, 4-addressable client."""
+"""Device, Memory, MemoryKind and DeviceList over a client of the example backend: 6 devices,
+4 addressable."""
 
 import pickle
 
@@ -6,13 +7,18 @@ import pytest
 
 from ifrtpy.errors import InvalidArgumentError
 
-from fake_devices import fake_client
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind, canonicalize_memory_kind
+from ifrtpy.testing.example_backend import create_client
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def client():
-    return fake_client(6, 4)
+    return create_client(6, addressable_device_count=4,
+                         memory_kinds=("device", "pinned_host", "unpinned_host"))
+
+
+def devs(client, *ids) -> DeviceList:
+    return DeviceList(client.lookup_device(i) for i in ids)
 
 
 def test_abstract_classes_refuse_instantiation():
@@ -22,17 +28,17 @@ def test_abstract_classes_refuse_instantiation():
         Memory()
 
 
-def test_fake_device_contract(client):
-    device = client.device(1)
+def test_example_device_contract(client):
+    device = client.lookup_device(1)
     assert isinstance(device, Device)
-    assert device.id == 1 and device.kind == "fake" and device.client is client
-    assert device.is_addressable and not client.device(5).is_addressable
+    assert device.id == 1 and device.kind == "example" and device.client is client
+    assert device.is_addressable and not client.lookup_device(5).is_addressable
     assert [m.kind for m in device.memories()] == [
         MemoryKind("device"), MemoryKind("pinned_host"), MemoryKind("unpinned_host")]
     assert device.default_memory().kind == MemoryKind("device")
     assert all(isinstance(m, Memory) and m.devices() == (device,) for m in device.memories())
     assert device.attributes == {}
-    assert str(device) == "FakeDevice(1)" == repr(device)
+    assert str(device) == "example_device_1" == repr(device)
 
 
 class TestMemoryKind:
@@ -49,7 +55,7 @@ class TestMemoryKind:
         assert len({MemoryKind("device"), MemoryKind("device"), MemoryKind()}) == 2
 
     def test_canonicalize(self, client):
-        device = client.device(0)
+        device = client.lookup_device(0)
         assert MemoryKind().canonicalize(device) == MemoryKind("device")
         assert MemoryKind("pinned_host").canonicalize(device) == MemoryKind("pinned_host")
         assert canonicalize_memory_kind(None, device) == MemoryKind("device")
@@ -67,33 +73,33 @@ class TestMemoryKind:
 
 class TestDeviceList:
     def test_sequence(self, client):
-        devices = client.devices([0, 1, 2])
+        devices = devs(client, 0, 1, 2)
         assert len(devices) == 3
-        assert list(devices) == [client.device(i) for i in range(3)]
-        assert devices[1] is client.device(1)
-        assert devices[1:] == client.devices([1, 2])
-        assert client.device(2) in devices
+        assert list(devices) == [client.lookup_device(i) for i in range(3)]
+        assert devices[1] is client.lookup_device(1)
+        assert devices[1:] == devs(client, 1, 2)
+        assert client.lookup_device(2) in devices
         assert devices.devices == tuple(devices)
 
     def test_ordered_and_may_repeat(self, client):
-        assert client.devices([0, 1]) != client.devices([1, 0])
-        repeated = client.devices([0, 0, 1])
-        assert len(repeated) == 3 and repeated == client.devices([0, 0, 1])
+        assert devs(client, 0, 1) != devs(client, 1, 0)
+        repeated = devs(client, 0, 0, 1)
+        assert len(repeated) == 3 and repeated == devs(client, 0, 0, 1)
 
     def test_hash_is_consistent_with_equality(self, client):
-        same = DeviceList([client.device(0), client.device(1)])
-        assert hash(client.devices([0, 1])) == hash(same)
-        assert len({client.devices([0, 1]), client.devices([0, 1]), client.devices([1, 0])}) == 2
+        same = DeviceList([client.lookup_device(0), client.lookup_device(1)])
+        assert hash(devs(client, 0, 1)) == hash(same)
+        assert len({devs(client, 0, 1), devs(client, 0, 1), devs(client, 1, 0)}) == 2
 
     def test_addressable_device_list(self, client):
-        everything = client.devices()
+        everything = DeviceList(client.devices())
         addressable = everything.addressable_device_list()
-        assert addressable == client.devices([0, 1, 2, 3])
+        assert addressable == devs(client, 0, 1, 2, 3)
         assert everything.addressable_device_list() is addressable  # cached
         assert not everything.is_fully_addressable
         assert addressable.is_fully_addressable
         assert addressable.addressable_device_list() is addressable
-        assert client.devices([4, 5]).addressable_device_list() == DeviceList()
+        assert devs(client, 4, 5).addressable_device_list() == DeviceList()
         assert everything.addressable_mask() == (True,) * 4 + (False,) * 2
 
     def test_empty(self):
@@ -101,7 +107,7 @@ class TestDeviceList:
         assert len(empty) == 0 and empty.is_fully_addressable and empty == DeviceList([])
 
     def test_pickle_and_strings(self, client):
-        devices = client.devices([3, 1])
+        devices = devs(client, 3, 1)
         assert pickle.loads(pickle.dumps(devices)) == devices
-        assert devices.to_string() == "[FakeDevice(3),FakeDevice(1)]"
-        assert "FakeDevice(3)" in repr(devices)
+        assert devices.to_string() == "[example_device_3,example_device_1]"
+        assert "example_device_3" in repr(devices)

@@ -1,15 +1,15 @@
 """The abstract interfaces (Value, Array, LoadedExecutable, Client, Compiler), their
 derived defaults, the option/value types, Tuple semantics and the backend registry.
 
-A tiny NumPy backend (``Mini*``) defined here is the "minimal subclass": it implements
-only the abstract methods and relies on every default.
+The example backend (``ifrtpy.testing.example_backend``) is the "minimal subclass": it
+implements only the abstract methods (and ``Client.make_error_arrays``) and relies on every
+other default.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import pickle
 import re
 import subprocess
@@ -33,7 +33,7 @@ from ifrtpy.array import (
 )
 from ifrtpy.backends import get_client, register_backend, registered_backends
 from ifrtpy.client import Client, Compiler, HostBufferShards
-from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
+from ifrtpy.device import Device, DeviceList, Memory
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     AlreadyExistsError,
@@ -59,275 +59,21 @@ from ifrtpy.sharding import (
     SingleDeviceShardSemantics,
     SingleDeviceSharding,
 )
+from ifrtpy.testing.example_backend import (
+    ExampleArray,
+    ExampleClient,
+    ExampleCompiler,
+    create_client,
+)
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 
-# -- a minimal backend -------------------------------------------------------------------------
-
-_DEVICES: dict[int, FakeDevice] = {}
-_CLIENT_NUMBERS = itertools.count(1)
-
-
-def _lookup_fake_device(device_id: int) -> FakeDevice:
-    return _DEVICES[device_id]
-
-
-class FakeMemory(Memory):
-    def __init__(self, device):
-        self._device = device
-
-    @property
-    def id(self):
-        return self._device.id
-
-    @property
-    def kind(self):
-        return MemoryKind("device")
-
-    def devices(self):
-        return [self._device]
-
-    def to_string(self):
-        return f"FakeMemory({self._device.id})"
-
-
-class FakeDevice(Device):
-    """A device that pickles by id, so unpickling gives the same object back."""
-
-    def __init__(self, device_id: int, client=None, addressable: bool = True):
-        self._id = device_id
-        self._client = client
-        self._addressable = addressable
-        self._memory = FakeMemory(self)
-        _DEVICES[device_id] = self
-
-    @property
-    def client(self):
-        return self._client
-
-    @property
-    def id(self):
-        return self._id
-
-    @property
-    def kind(self):
-        return "fake"
-
-    @property
-    def is_addressable(self):
-        return self._addressable
-
-    @property
-    def process_index(self):
-        return 0
-
-    def memories(self):
-        return [self._memory]
-
-    def default_memory(self):
-        return self._memory
-
-    def to_string(self):
-        return f"FakeDevice(id={self._id})"
-
-    def __reduce__(self):
-        return (_lookup_fake_device, (self._id,))
-
-
-class MiniArray(Array):
-    """Holds the global value as one NumPy array (every shard is a view of it)."""
-
-    native_copies = 0  # single-device copy_to_host_buffer calls, for the gather tests
-
-    def __init__(self, client, data: np.ndarray, sharding, error: BaseException | None = None):
-        self._client = client
-        self._data = data
-        self._sharding = sharding
-        self._error = error
-        self._deleted = False
-        self._delete_future: Future[None] | None = None
-
-    @property
-    def client(self):
-        return self._client
-
-    def ready_future(self):
-        if self._error is not None:
-            return Future.failed(self._error)
-        if self._deleted:
-            return Future.failed(FailedPreconditionError("array was deleted"))
-        return Future.ready()
-
-    def delete(self):
-        if self._delete_future is None:
-            self._deleted = True
-            self._delete_future = Future.ready()
-        return self._delete_future
-
-    def is_deleted(self):
-        return self._deleted
-
-    @property
-    def dtype(self):
-        return DType.from_numpy(self._data.dtype)
-
-    @property
-    def shape(self):
-        return Shape(self._data.shape)
-
-    @property
-    def sharding(self):
-        return self._sharding
-
-    def disassemble_into_single_device_arrays(
-        self, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
-        single_device_shard_semantics=ADDRESSABLE,
-    ):
-        pieces = self._sharding.disassemble(self.shape, single_device_shard_semantics)
-        domains = self._sharding.index_domains(self.shape, single_device_shard_semantics)
-        out = []
-        for (_, sd), dom in zip(pieces, domains):
-            data = self._data[dom.slices()]
-            if copy_semantics == ArrayCopySemantics.ALWAYS_COPY:
-                data = data.copy()
-            out.append(MiniArray(self._client, data, sd, self._error))
-        if copy_semantics == ArrayCopySemantics.DONATE_INPUT:
-            self.delete()
-        return out
-
-    def copy_to_host_buffer(self, out=None, byte_strides=None):
-        if len(self._sharding.devices) > 1:  # like PjRt: native copies are single-device
-            return self._gather_to_host_buffer(out, byte_strides)
-        out = self._host_buffer(out, byte_strides)
-        if self._deleted:
-            return Future.failed(FailedPreconditionError("array was deleted"))
-        if self._error is not None:
-            return Future.failed(self._error)
-        MiniArray.native_copies += 1
-        out[...] = self._data
-        return Future.ready(out)
-
-
-class MiniExecutable(LoadedExecutable):
-    """Runs a Python function of NumPy arrays on device 0."""
-
-    def __init__(self, client, fn, options):
-        self._client = client
-        self._fn = fn
-        self._options = options
-        self._deleted = False
-
-    @property
-    def client(self):
-        return self._client
-
-    @property
-    def name(self):
-        return self._fn.__name__
-
-    def devices(self):
-        return self._options.devices
-
-    def addressable_devices(self):
-        return list(self._options.devices or [])
-
-    def parameter_shardings(self):
-        return None
-
-    def output_shardings(self):
-        return None
-
-    def output_dtypes(self):
-        return []
-
-    def output_shapes(self):
-        return []
-
-    def output_memory_kinds(self):
-        return []
-
-    def execute(self, args, options=None, devices=None):
-        options = options or ExecuteOptions()
-        outs = self._fn(*[np.asarray(a) for a in args])
-        sharding = SingleDeviceSharding(self._client.devices()[0])
-        outputs = [MiniArray(self._client, np.asarray(o), sharding) for o in outs]
-        return ExecuteResult(Future.ready() if options.fill_status else None, outputs)
-
-    def delete(self):
-        self._deleted = True
-        return Future.ready()
-
-    def is_deleted(self):
-        return self._deleted
-
-
-class MiniCompiler(Compiler):
-    def __init__(self, client):
-        self.client = client
-        self.calls = []
-
-    def compile(self, program, options):
-        self.calls.append(("compile", program, options))
-        return MiniExecutable(self.client, program, options)
-
-    def deserialize_loaded_executable(self, data, options=None):
-        self.calls.append(("deserialize", data, options))
-        raise UnimplementedError("MiniCompiler cannot deserialize")
-
-
-class MiniClient(Client):
-    def __init__(self, device_count: int = 4):
-        base = 100 * next(_CLIENT_NUMBERS)  # device ids are unique across clients
-        self._devices = [FakeDevice(base + i, self) for i in range(device_count)]
-        self._compiler = MiniCompiler(self)
-
-    runtime_type = "mini"
-    platform_name = "fake"
-    platform_version = "0"
-    platform_id = 42
-
-    def process_index(self):
-        return 0
-
-    def devices(self):
-        return list(self._devices)
-
-    def make_array_from_host_buffer(self, data, sharding, semantics=HostBufferSemantics.
-                                    IMMUTABLE_ONLY_DURING_CALL, on_done=None, *, layout=None):
-        data = np.array(data, copy=True)
-        if on_done is not None:
-            on_done()
-        return MiniArray(self, data, sharding)
-
-    def assemble_array_from_single_device_arrays(
-        self, shape, sharding, arrays, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
-        single_device_shard_semantics=ADDRESSABLE, dtype=None,
-    ):
-        dtype = dtype or arrays[0].dtype
-        data = np.empty(tuple(shape), dtype.to_numpy())
-        for dom, a in zip(sharding.index_domains(shape, single_device_shard_semantics), arrays):
-            data[dom.slices()] = np.asarray(a)
-        if copy_semantics == ArrayCopySemantics.DONATE_INPUT:
-            for a in arrays:
-                a.delete()
-        return MiniArray(self, data, sharding)
-
-    def copy_arrays(self, arrays, devices=None, memory_kind=None,
-                    semantics=ArrayCopySemantics.ALWAYS_COPY):
-        return [MiniArray(self, a._data.copy(), a.sharding.with_device_assignment(
-            devices, memory_kind)) for a in arrays]
-
-    def default_compiler(self):
-        return self._compiler
-
-
-def make_mini_client(**kwargs):
-    return MiniClient(**kwargs)
+# -- the minimal backend: ifrtpy.testing.example_backend -----------------------------------------
 
 
 @pytest.fixture(scope="module")
 def client():
-    return MiniClient()
+    return create_client(device_count=4)
 
 
 @pytest.fixture
@@ -337,6 +83,31 @@ def x():
 
 def single(client, i=0):
     return SingleDeviceSharding(client.devices()[i])
+
+
+def error_array(client, x, sharding):
+    """An array of ``x``'s dtype and shape on ``sharding`` that failed with "injected error"."""
+    spec = ArraySpec(DType.from_numpy(x.dtype), Shape(x.shape), sharding)
+    return client.make_error_arrays(InternalError("injected error"), [spec])[0]
+
+
+@pytest.fixture
+def compiler_calls(monkeypatch):
+    """(method, program or data, options) of each call the example backend's compiler gets
+    during the test."""
+    calls = []
+
+    def recording(name):
+        method = getattr(ExampleCompiler, name)
+
+        def record(self, program, options=None):
+            calls.append((name, program, options))
+            return method(self, program, options)
+        return record
+
+    for name in ("compile", "deserialize_loaded_executable"):
+        monkeypatch.setattr(ExampleCompiler, name, recording(name))
+    return calls
 
 
 # -- ABCs --------------------------------------------------------------------------------------
@@ -363,6 +134,21 @@ def test_abstract_method_sets_are_the_documented_core():
         "devices", "make_array_from_host_buffer", "assemble_array_from_single_device_arrays",
         "copy_arrays", "default_compiler"}
     assert Compiler.__abstractmethods__ == {"compile", "deserialize_loaded_executable"}
+
+
+def test_the_example_backend_overrides_only_abstract_methods():
+    """What these tests call beyond the abstract methods is the interfaces' own code."""
+    from ifrtpy.testing import example_backend as example
+
+    pairs = [(example.ExampleArray, Array), (example.ExampleClient, Client),
+             (example.ExampleCompiler, Compiler), (example.ExampleExecutable, LoadedExecutable),
+             (example.ExampleDevice, Device), (example.ExampleMemory, Memory)]
+    for cls, interface in pairs:
+        inherited = {name for base in interface.__mro__ if base is not object
+                     for name in vars(base) if not name.startswith("__")}
+        overridden = {name for name in vars(cls) if name in inherited} - {"_abc_impl"}
+        expected = {"make_error_arrays"} if interface is Client else set()
+        assert overridden - interface.__abstractmethods__ == expected, cls
 
 
 def test_partial_subclass_still_refused():
@@ -397,7 +183,7 @@ def test_minimal_client_works_and_derives_counts(client):
     with pytest.raises(NotFoundError):
         client.lookup_device(7)
     assert client.attributes() == {}
-    assert "MiniClient" in repr(client) and "4 device(s)" in repr(client)
+    assert "ExampleClient" in repr(client) and "4 device(s)" in repr(client)
 
 
 def test_make_device_list(client):
@@ -410,40 +196,41 @@ def test_get_ready_future_joins_values(client, x):
     b = client.make_array_from_host_buffer(x, single(client, 1))
     assert client.get_ready_future([a, b]).result() is None
     assert client.get_ready_future([]).done()
-    bad = MiniArray(client, x, single(client), error=InternalError("injected error"))
+    bad = error_array(client, x, single(client))
     with pytest.raises(InternalError, match="injected error"):
         client.get_ready_future([a, bad, b]).result()
 
 
-def test_compile_goes_through_default_compiler(client):
+def test_compile_goes_through_default_compiler(client, compiler_calls):
     def add_one(a):
         return [a + 1]
 
     exe = client.compile(add_one)
     assert client.compiler is client.default_compiler()
-    kind, program, options = client.compiler.calls[-1]
+    kind, program, options = compiler_calls[-1]
     assert kind == "compile" and program is add_one and options == CompileOptions()
     opts = CompileOptions(num_partitions=2)
     client.compile(add_one, opts)
-    assert client.compiler.calls[-1][2] is opts
+    assert compiler_calls[-1][2] is opts
     assert isinstance(exe, LoadedExecutable)
     with pytest.raises(UnimplementedError):
         client.deserialize_executable(b"blob", opts)
-    assert client.compiler.calls[-1] == ("deserialize", b"blob", opts)
+    assert compiler_calls[-1] == ("deserialize_loaded_executable", b"blob", opts)
 
 
 @pytest.mark.parametrize(
     "call",
     [
         lambda c, a: c.reshard_arrays([a], [ArraySpec(a.dtype, a.shape, a.sharding)]),
-        lambda c, a: c.make_error_arrays(
-            InternalError("e"), [ArraySpec(a.dtype, a.shape, a.sharding)]),
+        # the interface's default (the example backend implements make_error_arrays)
+        lambda c, a: Client.make_error_arrays(
+            c, InternalError("e"), [ArraySpec(a.dtype, a.shape, a.sharding)]),
     ],
     ids=["reshard_arrays", "make_error_arrays"],
 )
 def test_optional_client_operations_default_to_unimplemented(client, x, call):
     a = client.make_array_from_host_buffer(x, single(client))
-    with pytest.raises(UnimplementedError, match="MiniClient"):
+    with pytest.raises(UnimplementedError, match="ExampleClient"):
         call(client, a)
 
 
@@ -505,12 +292,12 @@ def test_make_arrays_from_host_buffer_shards_errors(client, buffers, message):
 def test_make_arrays_from_host_buffer_shards_checks_everything_before_transfers():
     calls = []
 
-    class Counting(MiniClient):
+    class Counting(ExampleClient):
         def make_array_from_host_buffer(self, data, sharding, *args, **kwargs):
             calls.append(sharding)
             return super().make_array_from_host_buffer(data, sharding, *args, **kwargs)
 
-    c = Counting()
+    c = Counting(device_count=4)
     spec = ArraySpec(np.float32, (2, 3), two_way(c))
     good = HostBufferShards([([0, 1], np.zeros((1, 3), np.float32))], spec)
     bad = HostBufferShards([([0], np.zeros((1, 3), np.float32))], spec)
@@ -541,8 +328,8 @@ def test_array_defaults(client, x):
     assert np.array(a).dtype == np.float32
     with pytest.raises(ValueError):
         np.asarray(a, copy=False)
-    assert a.debug_string().startswith("MiniArray(dtype=f32, shape=[2, 3], sharding=")
-    assert repr(a).startswith("<MiniArray f32[2, 3] SingleDeviceSharding")
+    assert a.debug_string().startswith("ExampleArray(dtype=f32, shape=[2, 3], sharding=")
+    assert repr(a).startswith("<ExampleArray f32[2, 3] SingleDeviceSharding")
     a.delete()
     assert "deleted" in repr(a)
     with pytest.raises(FailedPreconditionError):
@@ -550,7 +337,7 @@ def test_array_defaults(client, x):
 
 
 def test_block_until_ready_raises_the_arrays_error(client, x):
-    bad = MiniArray(client, x, single(client), error=InternalError("injected error"))
+    bad = error_array(client, x, single(client))
     with pytest.raises(InternalError, match="injected error"):
         bad.block_until_ready()
 
@@ -652,32 +439,43 @@ def test_gather_to_host_buffer_tiled_2x2(client):
     np.testing.assert_array_equal(strided, x)
 
 
-def test_gather_copies_each_replicated_domain_once(client):
+def test_gather_copies_each_replicated_domain_once(client, monkeypatch):
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     # dim 0 split in 2, the other mesh axis (2) replicates: 4 devices, 2 distinct domains
     sh = ShardingParamSharding(ShardingParam([2, 1], [0, 1], [2, 2]), client.devices())
     a = client.make_array_from_host_buffer(x, sh)
-    before = MiniArray.native_copies
+    native_copies = []  # single-device copy_to_host_buffer calls
+    copy = ExampleArray.copy_to_host_buffer
+
+    def counting(self, out=None, byte_strides=None):
+        if len(self.sharding.devices) == 1:
+            native_copies.append(self)
+        return copy(self, out, byte_strides)
+
+    monkeypatch.setattr(ExampleArray, "copy_to_host_buffer", counting)
     np.testing.assert_array_equal(np.asarray(a), x)
-    assert MiniArray.native_copies - before == 2
+    assert len(native_copies) == 2
 
 
 def test_gather_propagates_shard_errors(client, x):
-    bad = MiniArray(client, x, two_way(client), error=InternalError("injected error"))
+    bad = error_array(client, x, two_way(client))
     with pytest.raises(InternalError, match="injected error"):
         bad.copy_to_host_buffer().result()
 
 
-def test_gather_refuses_partly_addressable_arrays(client, x):
-    remote = FakeDevice(99, client, addressable=False)
+def test_gather_refuses_partly_addressable_arrays(x):
+    client = create_client(device_count=2, addressable_device_count=1)
+    remote = client.devices()[1]
     sh = ShardingParamSharding(ShardingParam([2, 1], [0], [2]), [client.devices()[0], remote])
-    a = MiniArray(client, x, sh)
+    a = client.make_array_from_host_buffer(x, sh)  # holds the addressable shard only
     with pytest.raises(UnimplementedError, match="hold 3 of the 6 elements"):
         a.copy_to_host_buffer()
 
 
 def test_gather_refuses_opaque_sharding(client, x):
-    a = MiniArray(client, x, OpaqueSharding(client.devices()[:2]))
+    shards = [client.make_array_from_host_buffer(x[i:i + 1], single(client, i)) for i in range(2)]
+    a = client.assemble_array_from_single_device_arrays(
+        x.shape, OpaqueSharding(client.devices()[:2]), shards)
     with pytest.raises(InvalidArgumentError, match="OpaqueSharding"):
         np.asarray(a)
 
@@ -788,7 +586,7 @@ def test_tuple_delete_is_idempotent(client):
 
 
 def test_tuple_ready_future_fails_with_element_error(client, x):
-    bad = MiniArray(client, x, single(client), error=InternalError("injected error"))
+    bad = error_array(client, x, single(client))
     t = client.make_tuple([*arrays(client, 1), bad])
     with pytest.raises(InternalError, match="injected error"):
         t.ready_future().result()
@@ -818,9 +616,9 @@ def test_executable_defaults(client, x):
     assert exe.fingerprint is None
     for method in ("serialize", "compiled_memory_stats", "cost_analysis", "program_text",
                    "donatable_input_indices"):
-        with pytest.raises(UnimplementedError, match="MiniExecutable"):
+        with pytest.raises(UnimplementedError, match="ExampleExecutable"):
             getattr(exe, method)()
-    assert repr(exe) == "<MiniExecutable 'add_sub' on 1 device(s)>"
+    assert repr(exe) == "<ExampleExecutable 'add_sub' on 1 device(s)>"
     assert not exe.is_deleted()
     exe.delete()
     assert exe.is_deleted()
@@ -964,15 +762,15 @@ def test_unknown_backend_lists_registered_names(registry):
 
 
 def test_register_callable_backend_passes_kwargs(registry):
-    register_backend("mini", make_mini_client)
+    register_backend("mini", create_client)
     c = get_client("mini", device_count=2)
-    assert isinstance(c, MiniClient) and c.device_count() == 2
+    assert isinstance(c, ExampleClient) and c.device_count() == 2
     assert "mini" in registered_backends()
     assert get_client("mini") is not c  # a new client per call
 
 
 def test_register_by_import_path(registry):
-    register_backend("mini-path", f"{__name__}:make_mini_client")
+    register_backend("mini-path", "ifrtpy.testing.example_backend:create_client")
     assert get_client("mini-path", device_count=3).device_count() == 3
     register_backend("missing-attr", f"{__name__}:no_such_factory")
     with pytest.raises(NotFoundError, match="no_such_factory"):
@@ -983,20 +781,20 @@ def test_register_by_import_path(registry):
 
 
 def test_register_duplicate_and_replace(registry):
-    register_backend("mini", make_mini_client)
+    register_backend("mini", create_client)
     with pytest.raises(AlreadyExistsError, match="'mini'"):
-        register_backend("mini", make_mini_client)
-    register_backend("mini", lambda **kw: MiniClient(device_count=1), replace=True)
+        register_backend("mini", create_client)
+    register_backend("mini", lambda **kw: create_client(device_count=1), replace=True)
     assert get_client("mini").device_count() == 1
     with pytest.raises(AlreadyExistsError):
-        register_backend("pjrt", make_mini_client)
+        register_backend("pjrt", create_client)
 
 
 @pytest.mark.parametrize(
     "name, factory, message",
     [
-        ("", make_mini_client, "non-empty str"),
-        (3, make_mini_client, "non-empty str"),
+        ("", create_client, "non-empty str"),
+        (3, create_client, "non-empty str"),
         ("x", "no_colon", "'module:function'"),
         ("x", ":f", "'module:function'"),
         ("x", 42, "callable"),
@@ -1018,7 +816,7 @@ def test_registry_is_thread_safe(registry):
 
     def reg(i):
         try:
-            register_backend(f"t{i}", make_mini_client)
+            register_backend(f"t{i}", create_client)
         except Exception as e:  # pragma: no cover
             errors.append(e)
 
@@ -1043,7 +841,7 @@ def test_interface_modules_do_not_import_backends():
 def _repo_root():
     import pathlib
 
-    return pathlib.Path(__file__).resolve().parents[1]
+    return pathlib.Path(__file__).resolve().parents[2]
 
 
 # -- property: host buffers with arbitrary byte strides --------------------------------------
@@ -1066,7 +864,7 @@ def dims_and_strides(draw):
 @given(dims_and_strides())
 def test_copy_to_host_buffer_any_byte_strides_matches_numpy(ds):
     dims, strides = ds
-    client = MiniClient(device_count=1)
+    client = create_client(device_count=1)
     x = np.arange(int(np.prod(dims)), dtype=np.int32).reshape(dims)
     a = client.make_array_from_host_buffer(x, single(client))
     out = a.copy_to_host_buffer(byte_strides=strides).result()

@@ -1,5 +1,6 @@
-"""Laws of PjRt arrays beyond the conformance suite's (which tests/test_conformance_pjrt.py
-runs), checked against NumPy with hypothesis on an 8-device client.
+"""Laws of PjRt arrays beyond the conformance suite's (which
+tests/backends/pjrt/test_conformance_pjrt.py runs), checked against NumPy with hypothesis
+on an 8-device client.
 
 Values are compared byte-wise (floats may hold NaNs). Every sharding kind of
 ``ifrtpy.testing.strategies.shardings`` is drawn, over random device subsets, orders and

@@ -1,5 +1,5 @@
-"""Port of PjRt-IFRT's xla_sharding_test.cc (6 fake devices, 4 addressable), plus
-equivalence of ShardingParamSharding and HloSharding index domains."""
+"""Port of PjRt-IFRT's xla_sharding_test.cc (6 devices of the example backend, 4
+addressable), plus equivalence of ShardingParamSharding and HloSharding index domains."""
 
 import itertools
 import pickle
@@ -9,24 +9,25 @@ import pytest
 
 xc = pytest.importorskip("jaxlib.xla_client")
 
-from fake_devices import fake_client  # noqa: E402
-from ifrtpy.device import MemoryKind  # noqa: E402
+from ifrtpy.device import DeviceList, MemoryKind  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError  # noqa: E402
 from ifrtpy.hlo_sharding import HloSharding  # noqa: E402
 from ifrtpy.shape import BoundedDynamicShapeTag, DynamicShape, IndexDomain, Shape  # noqa: E402
 from ifrtpy.sharding import (  # noqa: E402
     ShardingParam, ShardingParamSharding, SingleDeviceShardSemantics, SingleDeviceSharding,
 )
+from ifrtpy.testing.example_backend import create_client  # noqa: E402
 
 ALL = SingleDeviceShardSemantics.ALL_SHARDS
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-CLIENT = fake_client(6, 4)
+CLIENT = create_client(6, addressable_device_count=4,
+                       memory_kinds=("device", "pinned_host", "unpinned_host"))
 XH = xc.HloSharding
 REPLICATED = xc.OpSharding.Type.REPLICATED
 
 
 def devs(*ids):
-    return CLIENT.devices(ids)
+    return DeviceList(CLIENT.lookup_device(i) for i in ids)
 
 
 def hlo(xla, ids=range(6), memory_kind=None):
@@ -74,9 +75,10 @@ def check_disassemble(sharding, shape, shard_shapes):
         result = sharding.disassemble(shape, *args)
         assert [s for s, _ in result] == shard_shapes
         assert [sh for _, sh in result] == \
-            [SingleDeviceSharding(CLIENT.device(i)) for i in range(6)]
+            [SingleDeviceSharding(CLIENT.lookup_device(i)) for i in range(6)]
     assert sharding.disassemble(shape, ADDRESSABLE) == \
-        [(s, SingleDeviceSharding(CLIENT.device(i))) for i, s in enumerate(shard_shapes[:4])]
+        [(s, SingleDeviceSharding(CLIENT.lookup_device(i)))
+         for i, s in enumerate(shard_shapes[:4])]
 
 
 def test_create_with_bad_device_list():

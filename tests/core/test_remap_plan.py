@@ -1,5 +1,6 @@
-"""RemapPlan: port of IFRT's remap_plan_test.cc (``mappings`` form) on 6 fake devices (the
-first 4 addressable), value-type checks, and hypothesis laws over random valid plans."""
+"""RemapPlan: port of IFRT's remap_plan_test.cc (``mappings`` form) on 6 devices of the
+example backend (the first 4 addressable), value-type checks, and hypothesis laws over
+random valid plans."""
 
 import pickle
 import random
@@ -8,16 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fake_devices import fake_client
 from ifrtpy.array import ArrayCopySemantics, ArraySpec
-from ifrtpy.device import MemoryKind
+from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.remap import Interval, Mapping, RemapPlan, remap_arrays
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceSharding
+from ifrtpy.testing.example_backend import create_client
 
-CLIENT = fake_client(6, 4)
+CLIENT = create_client(6, addressable_device_count=4,
+                       memory_kinds=("device", "pinned_host", "unpinned_host"))
 S32 = DType(DType.Kind.S32)
 F32 = DType(DType.Kind.F32)
 REUSE = ArrayCopySemantics.REUSE_INPUT
@@ -26,7 +28,7 @@ COPY = ArrayCopySemantics.ALWAYS_COPY
 
 
 def devs(*ids):
-    return CLIENT.devices(ids)
+    return DeviceList(CLIENT.lookup_device(i) for i in ids)
 
 
 def spec(device_ids, shape=(2, 3), shard_shape=(2, 3), dtype=S32, memory_kind=None,
@@ -278,9 +280,10 @@ def test_invalid_output_devices():
     plan = RemapPlan([spec([0, 1], (4, 3), (2, 3))], [spec([1, 0], (4, 3), (2, 3))],
                      [identity(n=2)])
     err = raises(plan, "Output array 0 devices and sharding devices do not match: Expected "
-                       "[FakeDevice(1),FakeDevice(0)], but got [FakeDevice(0),FakeDevice(1)]")
-    assert "output shard 0 is on FakeDevice(1), but input array 0 shard 0 is on FakeDevice(0)" \
-        in str(err)
+                       "[example_device_1,example_device_0], but got "
+                       "[example_device_0,example_device_1]")
+    assert ("output shard 0 is on example_device_1, but input array 0 shard 0 is on "
+            "example_device_0") in str(err)
 
 
 def test_input_shard_device_must_match_output_shard_device():
@@ -395,8 +398,8 @@ def test_non_addressable_shards_are_planned_like_the_others():
 
 
 def test_single_device_sharding_specs():
-    s0 = ArraySpec(S32, Shape((2, 3)), SingleDeviceSharding(CLIENT.device(0)))
-    s1 = ArraySpec(S32, Shape((2, 3)), SingleDeviceSharding(CLIENT.device(1)))
+    s0 = ArraySpec(S32, Shape((2, 3)), SingleDeviceSharding(CLIENT.lookup_device(0)))
+    s1 = ArraySpec(S32, Shape((2, 3)), SingleDeviceSharding(CLIENT.lookup_device(1)))
     pair = spec([0, 1], (4, 3))
     RemapPlan([s0, s1], [pair], [m(0, 0, [(0, 1, 1)], [(0, 1, 1)]),
                                  m(1, 0, [(0, 1, 1)], [(1, 2, 1)])]).validate()

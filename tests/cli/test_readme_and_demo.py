@@ -1,4 +1,4 @@
-"""The demo and info commands stay true (the README's blocks run in tests/test_docs.py)."""
+"""The demo and info commands stay true (the README's blocks run in tests/docs/test_docs.py)."""
 
 import pytest
 

@@ -1,10 +1,10 @@
-"""Port of IFRT's sharding_test.cc: 6 fake devices, the first 4 addressable."""
+"""Port of IFRT's sharding_test.cc: 6 devices of the example backend, the first 4
+addressable."""
 
 import pickle
 
 import pytest
 
-from fake_devices import fake_client
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import BoundedDynamicShapeTag, DynamicShape, Index, IndexDomain, Shape
@@ -12,18 +12,20 @@ from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, OpaqueSharding, Sharding, ShardingParam,
     ShardingParamSharding, SingleDeviceShardSemantics, SingleDeviceSharding,
 )
+from ifrtpy.testing.example_backend import create_client
 
 ALL = SingleDeviceShardSemantics.ALL_SHARDS
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-CLIENT = fake_client(6, 4)
+CLIENT = create_client(6, addressable_device_count=4,
+                       memory_kinds=("device", "pinned_host", "unpinned_host"))
 
 
 def devs(*ids) -> DeviceList:
-    return CLIENT.devices(ids)
+    return DeviceList(CLIENT.lookup_device(i) for i in ids)
 
 
 def single(i) -> SingleDeviceSharding:
-    return SingleDeviceSharding(CLIENT.device(i))
+    return SingleDeviceSharding(CLIENT.lookup_device(i))
 
 
 def dyn(*dims) -> DynamicShape:
@@ -55,10 +57,10 @@ def test_sharding_is_abstract():
 
 def test_memory_kind_is_canonicalized():
     assert single(0).memory_kind == MemoryKind("device")
-    pinned = SingleDeviceSharding(CLIENT.device(0), "pinned_host")
+    pinned = SingleDeviceSharding(CLIENT.lookup_device(0), "pinned_host")
     assert pinned.memory_kind == MemoryKind("pinned_host")
     assert pinned != single(0)
-    assert SingleDeviceSharding(CLIENT.device(0), MemoryKind("device")) == single(0)
+    assert SingleDeviceSharding(CLIENT.lookup_device(0), MemoryKind("device")) == single(0)
 
 
 class TestSingleDeviceSharding:

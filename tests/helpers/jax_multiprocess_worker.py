@@ -1,5 +1,5 @@
 """One process of a 2-process x 4-CPU-device run of the jax backend on loopback (run by
-tests/test_jax_multiprocess.py): ``python jax_multiprocess_worker.py PROCESS_ID PORT MODE``.
+tests/backends/jax/test_jax_multiprocess.py): ``python jax_multiprocess_worker.py PROCESS_ID PORT MODE``.
 
 MODE ``spmd``: a global array assembled from per-process shards, an SPMD program with
 psum and all_gather across the processes, resharding across the process boundary, and
