@@ -20,7 +20,7 @@ import functools
 import importlib
 from typing import Any, Sequence
 
-from ifrtpy.errors import UnimplementedError
+from ifrtpy.errors import UnimplementedError, error_from_status_text
 
 __all__ = [
     "SUPPORTED", "version", "version_text", "xla_client", "hlo_module_class",
@@ -134,6 +134,15 @@ def hlo_module_class() -> Any:
 def register_jax_dialects(registry: Any) -> None:
     """Add jaxlib's upstream MLIR dialects (func, ...) to an ``ir.DialectRegistry``."""
     _lookup("register_dialects")(registry)
+
+
+def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a call into jaxlib, with its "CODE: message" errors raised
+    as the ifrtpy errors of their codes."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error type
+        raise error_from_status_text(str(e)) from None
 
 
 def distributed_runtime_service(address: str, num_nodes: int, **timeouts: int) -> Any:

@@ -57,11 +57,12 @@ def compile_options_proto(options: CompileOptions, program: HloProgram, devices:
             raise invalid_argument("CompileOptions.env_option_overrides",
                                    "XLA flag names with str, bool, int or float values",
                                    options.env_option_overrides) from None
-    return proto.SerializeAsString()
+    serialized: bytes = proto.SerializeAsString()
+    return serialized
 
 
 def layout_shapes(values: Sequence[TensorType], layouts: Sequence[Layout | None] | None,
-                   platform: str) -> list:
+                  platform: str) -> list[Any]:
     """jaxlib Shapes of ``values`` in ``layouts`` (row-major where None).
 
     UnimplementedError for a tiled layout (a jaxlib Shape takes only the dimension order)

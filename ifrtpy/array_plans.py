@@ -21,7 +21,7 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum, check_type,
+    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum,
     invalid_argument,
 )
 from ifrtpy.shape import Shape
@@ -56,16 +56,17 @@ def arrays_of(client: Any, arrays: Any, parameter: str, array_type: Any = Array)
     """``arrays`` (any sequence, not one array) as a list, each an array of ``client``."""
     if isinstance(arrays, (str, bytes, np.ndarray, Array)) or not hasattr(arrays, "__iter__"):
         raise invalid_argument(parameter, "a sequence of Arrays", arrays)
-    arrays = list(arrays)
-    for i, array in enumerate(arrays):
+    checked = list(arrays)
+    for i, array in enumerate(checked):
         check_of_client(client, array, f"{parameter}[{i}]", array_type)
-    return arrays
+    return checked
 
 
 def check_placement(client: Any, sharding: Any) -> Sharding:
     """``sharding`` if it is a Sharding over devices of ``client`` whose addressable ones
     have its memory kind; InvalidArgumentError otherwise."""
-    check_type(sharding, Sharding, "sharding", "a Sharding")
+    if not isinstance(sharding, Sharding):
+        raise invalid_argument("sharding", "a Sharding", sharding)
     for device in sharding.devices:
         if device.client is not client:
             raise InvalidArgumentError(f"device {device} belongs to another client")

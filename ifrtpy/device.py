@@ -215,7 +215,7 @@ class DeviceList(Sequence):
         if isinstance(devices, DeviceList):
             self._devices: tuple[Device, ...] = devices._devices
         else:
-            self._devices = _device_tuple(devices)
+            self._devices = device_tuple(devices)
         self._repeats: Optional[bool] = None
         self._hash: Optional[int] = None
         self._addressable: Optional[DeviceList] = None
@@ -306,8 +306,9 @@ class DeviceList(Sequence):
 _DEVICE_TYPES: set[type] = set()  # Device subclasses seen: checked once per type
 
 
-def _device_tuple(devices: object, parameter: str = "devices") -> tuple[Device, ...]:
-    """``devices`` as a tuple, each entry checked to be a Device."""
+def device_tuple(devices: object, parameter: str = "devices") -> tuple[Device, ...]:
+    """``devices`` as a tuple, each entry checked to be a Device (InvalidArgumentError
+    naming ``parameter`` and the entry otherwise)."""
     if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
         raise invalid_argument(parameter, "an iterable of Devices", devices)
     items = tuple(devices)

@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ifrtpy.device import Device, DeviceList, MemoryKind, _device_tuple
+from ifrtpy.device import Device, DeviceList, MemoryKind, device_tuple
 from ifrtpy.errors import InvalidArgumentError, invalid_argument
 from ifrtpy.sharding._common import ALL_SHARDS, _static_shape
 from ifrtpy.sharding.base import Sharding
@@ -57,7 +57,7 @@ class Mesh:
         arr.flags.writeable = False
         self._devices = arr
         self._axis_names = names
-        self._device_list = DeviceList(_device_tuple(arr.flat, "Mesh devices"))
+        self._device_list = DeviceList(device_tuple(arr.flat, "Mesh devices"))
         self._device_list.check_distinct("Mesh devices")
         self._hash: Optional[int] = None
 

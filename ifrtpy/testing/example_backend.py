@@ -29,7 +29,7 @@ from ifrtpy.client import Client, Compiler
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError,
+    FailedPreconditionError, InvalidArgumentError, NotFoundError, UnimplementedError,
 )
 from ifrtpy.executable import CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future

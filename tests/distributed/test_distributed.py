@@ -22,6 +22,7 @@ WORKER = textwrap.dedent("""
     import ifrtpy as ifrt
     from ifrtpy import distributed, errors
     from ifrtpy._pjrt import _kv
+    from ifrtpy.backends.pjrt.client import job_kv_callbacks
 
     address, count, pid, scenario = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     out = {}
@@ -37,7 +38,7 @@ WORKER = textwrap.dedent("""
         sys.exit(0)
     distributed.initialize(address, count, pid, initialization_timeout=60,
                            heartbeat_timeout=3, shutdown_timeout=5)
-    callbacks = distributed._client_kv_callbacks("test")
+    callbacks = job_kv_callbacks("test")
 
     def attempt(fn):
         start = time.monotonic()
@@ -64,7 +65,7 @@ WORKER = textwrap.dedent("""
         out["get"] = attempt(lambda: _kv.call_get(callbacks, f"from{victim}", 6000))
     elif scenario == "first-leaver":  # process 0 leaves (and ends) first, process 1 goes on
         if pid == 0:
-            out["coordinator"] = distributed._state.coordinator.pid
+            out["coordinator"] = distributed.job._state.coordinator.pid
             start = time.monotonic()
             distributed.shutdown()
             out["shutdown_s"] = time.monotonic() - start
@@ -206,7 +207,7 @@ def test_not_initialized():
     distributed.shutdown()  # nothing to do
 
 
-# -- the join before the service starts (ifrtpy._join), in threads of this process ---------
+# -- the join before the service starts (ifrtpy.distributed._join), in threads of this process ---------
 
 def _in_thread(fn, *args):
     """Start ``fn(*args)`` in a thread; a callable that joins it and returns its outcome
@@ -232,7 +233,7 @@ def _in_thread(fn, *args):
 
 
 def test_join_returns_once_every_process_has_come():
-    from ifrtpy import _join
+    from ifrtpy.distributed import _join
 
     address = f"127.0.0.1:{_free_loopback_port()}"
     coordinator = _in_thread(_join.serve, address, 3, 20)
@@ -257,7 +258,7 @@ def test_join_returns_once_every_process_has_come():
 
 
 def test_join_refuses_another_job_size_and_a_second_process_of_one_id():
-    from ifrtpy import _join
+    from ifrtpy.distributed import _join
 
     address = f"127.0.0.1:{_free_loopback_port()}"
     coordinator = _in_thread(_join.serve, address, 3, 3)
@@ -276,7 +277,7 @@ def test_join_refuses_another_job_size_and_a_second_process_of_one_id():
 
 
 def test_a_service_that_does_not_start_fails_every_join_with_its_error():
-    from ifrtpy import _join
+    from ifrtpy.distributed import _join
 
     def no_service():
         raise errors.UnavailableError("the port went to someone else")
@@ -291,7 +292,7 @@ def test_a_service_that_does_not_start_fails_every_join_with_its_error():
 
 
 def test_join_at_an_address_that_is_not_an_ifrtpy_coordinator():
-    from ifrtpy import _join
+    from ifrtpy.distributed import _join
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -316,7 +317,7 @@ def test_join_forgets_a_process_that_gave_up_waiting():
     """Process 1 gives up before the others come; the coordinator does not count it (it
     would otherwise start a service one process would never reach), and a new process 1
     joins."""
-    from ifrtpy import _join
+    from ifrtpy.distributed import _join
 
     address = f"127.0.0.1:{_free_loopback_port()}"
     coordinator = _in_thread(_join.serve, address, 3, 20)

@@ -164,7 +164,7 @@ def port_is_free(port):
 def half_state(address, port):
     """initialize(backend="jax") failing after its service and client started (the hand-over
     to jax raises), then after jax has started: nothing changed, nothing left running."""
-    from ifrtpy.backends.jax import distributed as jax_distributed
+    from ifrtpy.distributed import jax_runtime as jax_distributed
 
     before = jax_state()
 
@@ -214,7 +214,7 @@ def main():
         return
     if mode == "initialize-fails-in-0":  # after the join: process 1 must not notice
         if process_id == 0:
-            from ifrtpy.backends.jax import distributed as jax_distributed
+            from ifrtpy.distributed import jax_runtime as jax_distributed
 
             def broken(flags, seconds):
                 raise RuntimeError("injected failure")
@@ -257,7 +257,7 @@ def main():
     victim = 0 if mode.startswith("coordinator") else 1
     if process_id == victim:
         if mode == "coordinator-leaves":
-            print(f"COORDINATOR {ifrt.distributed._state.coordinator.pid}", flush=True)
+            print(f"COORDINATOR {ifrt.distributed.job._state.coordinator.pid}", flush=True)
             timed_shutdown()  # at once: the service stays with the job's coordinator
             print("EXITING", flush=True)
             return

@@ -7,6 +7,7 @@ import os
 from typing import Any, Mapping
 
 from ifrtpy import _pjrt, distributed
+from ifrtpy._pjrt._kv import KeyValueCallbacks
 from ifrtpy.backends.pjrt import dlpack_import as _dlpack_import
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import operations as _operations
@@ -44,17 +45,25 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     else:
         path = plugin
     kv_callbacks = None
-    if distributed._serves_pjrt_clients():  # a multi-process job: node ids and the KV store
+    if distributed.job_backend() == "pjrt":  # a multi-process job: node ids and the KV store
         table = known_options(name) if name is not None else None
         if table is not None and "num_nodes" in table:
             opts.setdefault("node_id", distributed.process_id())
             opts.setdefault("num_nodes", distributed.num_processes())
-        kv_callbacks = distributed._client_kv_callbacks(name or os.path.basename(path))
+        kv_callbacks = job_kv_callbacks(name or os.path.basename(path))
     if name is not None:
         opts = check_options(name, opts)
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
     return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
+
+
+def job_kv_callbacks(plugin_name: str) -> Any:
+    """The PJRT key-value callbacks of a client of ``plugin_name`` in the job: the job's
+    store under the prefix ``ifrtpy:<plugin_name>:`` (so clients of other plugins, and
+    jax's, do not mix)."""
+    return KeyValueCallbacks(
+        distributed.key_value_store().with_prefix(f"ifrtpy:{plugin_name}:"))
 
 
 def _is_path(plugin: Any) -> bool:

@@ -4,7 +4,7 @@ jaxlib's coordination client ends the process (SIGABRT) when its ``connect()`` f
 instance when a process of the job never comes: the service's registration barrier times
 out and the client's error handler terminates every process waiting at it. So the
 processes first meet here, over a plain TCP socket at the coordinator's address: the
-coordinator (:mod:`ifrtpy._coordinator`, a process of its own) listens there, every
+coordinator (:mod:`ifrtpy.distributed._coordinator`, a process of its own) listens there, every
 process announces itself (``num_processes``, ``process_id``), and once all have come the
 coordinator stops listening, starts the service on that port and answers ``GO`` to each.
 When they do not all come within the timeout, every waiting process raises

@@ -6,7 +6,7 @@ leaving first) would end every other process. So process 0 starts the service in
 process (:func:`start`), which:
 
 1. listens at the job's address for the join of every process, ``0 .. N-1``
-   (:func:`ifrtpy._join.serve`), and says ``READY`` on its standard output once it does;
+   (:func:`ifrtpy.distributed._join.serve`), and says ``READY`` on its standard output once it does;
 2. once all have joined, starts jaxlib's service there (recoverable: a process that
    stops is not reported to the others as fatal) and lets them go on;
 3. stops the service and exits once every process has left the job or died (their join
@@ -16,7 +16,7 @@ No process's end takes the service from the others; only this process's would (i
 nothing but serve). It is started in a session of its own, so that an interrupt aimed at
 process 0's terminal does not reach it, and writes nothing once ready.
 
-    python -m ifrtpy._coordinator ADDRESS NUM_PROCESSES INIT_S HEARTBEAT_S SHUTDOWN_S
+    python -m ifrtpy.distributed._coordinator ADDRESS NUM_PROCESSES INIT_S HEARTBEAT_S SHUTDOWN_S
 """
 
 from __future__ import annotations
@@ -45,14 +45,12 @@ def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
           shutdown_s: int) -> subprocess.Popen[str]:
     """Start the coordinator of a job at ``address`` and return once it listens there;
     UnavailableError (its reason) when it cannot. A thread reaps it when it ends."""
-    import ifrtpy
-
     env = dict(os.environ)
     # this ifrtpy, where the child would not find it otherwise (last: nothing is shadowed)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(ifrtpy.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
     process = subprocess.Popen(
-        [sys.executable, "-m", "ifrtpy._coordinator", address, str(num_processes),
+        [sys.executable, "-m", "ifrtpy.distributed._coordinator", address, str(num_processes),
          str(init_s), str(heartbeat_s), str(shutdown_s)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True, env=env, start_new_session=True)
@@ -80,8 +78,7 @@ def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
 def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
            shutdown_s: int) -> None:
     from ifrtpy import _jaxlib
-    from ifrtpy import _join
-    from ifrtpy.distributed import _call
+    from ifrtpy.distributed import _join
 
     service: list[Any] = []
 
@@ -92,7 +89,7 @@ def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
         os.close(devnull)
 
     def start_service() -> None:
-        service.append(_call(_jaxlib.distributed_runtime_service, address, num_processes,
+        service.append(_jaxlib.call(_jaxlib.distributed_runtime_service, address, num_processes,
                              heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
                              shutdown_timeout=shutdown_s, recoverable=RECOVERABLE))
 

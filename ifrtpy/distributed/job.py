@@ -1,26 +1,5 @@
-"""Several processes, one job: the coordination service and the plugins' key-value store.
+"""The job: joining it, its coordination service and key-value store, leaving it."""
 
-``initialize(coordinator_address, num_processes, process_id)`` works as
-``jax.distributed.initialize``: process 0 starts the job's coordinator (a process of its
-own, :mod:`ifrtpy._coordinator`) at ``coordinator_address``; once all ``num_processes``
-processes have met there (:mod:`ifrtpy._join`), it serves jaxlib's coordination service
-there, and every process connects to it. PJRT clients created afterwards get
-``node_id`` / ``num_nodes`` (for plugins whose create options have them: CUDA, ROCm) and
-the key-value callbacks of ``PJRT_Client_Create``, which read and write the service's
-key-value store; a multi-process plugin exchanges its topology there, and the devices of
-other processes appear as non-addressable devices with their ``process_index``.
-
-With ``backend="jax"`` the service and client go to jax's runtime instead
-(:mod:`ifrtpy.backends.jax.distributed`).
-
-Failures are Python errors of :mod:`ifrtpy.errors` within the timeouts given: no process's
-end takes the service from the others (jaxlib's client ends, SIGABRT, any process whose
-service is gone; only the coordinator's own end would do that). See :func:`initialize`.
-
-The service has no authentication (as jax's): it listens exactly at the address given,
-and anyone who can reach it can join the job or read and write its keys. Use a loopback
-or private-network address.
-"""
 
 from __future__ import annotations
 
@@ -29,10 +8,9 @@ import math
 import threading
 from typing import Any
 
-from ifrtpy import _coordinator, _jaxlib, _join
-from ifrtpy.errors import (
-    Code, FailedPreconditionError, InvalidArgumentError, UnknownError, error_from_code,
-)
+from ifrtpy import _jaxlib
+from ifrtpy.distributed import _coordinator, _join, jax_runtime
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
 
 __all__ = [
     "initialize", "shutdown", "is_initialized", "process_id", "num_processes",
@@ -58,32 +36,18 @@ class CoordinationStore:
 
     def get(self, key: str, timeout_ms: int) -> bytes:
         self.counts["get"] += 1
-        return _call(self._client.blocking_key_value_get_bytes, self._prefix + key,
-                     max(int(timeout_ms), 0))
+        value: bytes = _jaxlib.call(self._client.blocking_key_value_get_bytes,
+                                    self._prefix + key, max(int(timeout_ms), 0))
+        return value
 
     def try_get(self, key: str) -> bytes:
         self.counts["try_get"] += 1
-        return _call(self._client.key_value_try_get_bytes, self._prefix + key)
+        value: bytes = _jaxlib.call(self._client.key_value_try_get_bytes, self._prefix + key)
+        return value
 
     def put(self, key: str, value: bytes) -> None:
         self.counts["put"] += 1
-        _call(self._client.key_value_set_bytes, self._prefix + key, bytes(value))
-
-
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` with jaxlib's "CODE: message" errors as ifrtpy errors."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error type
-        raise _as_ifrt_error(e) from None
-
-
-def _as_ifrt_error(e: BaseException) -> BaseException:
-    text = str(e)
-    name, sep, _ = text.partition(":")
-    if sep and name.strip() in Code.__members__:
-        return error_from_code(Code[name.strip()], text)
-    return UnknownError(f"{type(e).__name__}: {text}")
+        _jaxlib.call(self._client.key_value_set_bytes, self._prefix + key, bytes(value))
 
 
 class _State:
@@ -137,7 +101,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     processes at most ``collective_timeout`` (default 300; this backend only),
     ``local_device_count`` CPU devices in this process (default: jax's). It must run
     before jax starts its runtime; its failures are told in
-    :mod:`ifrtpy.backends.jax.distributed`.
+    :mod:`ifrtpy.distributed.jax_runtime`.
 
     Blocks until all ``num_processes`` processes have joined, at most
     ``initialization_timeout``: then every waiting process raises DeadlineExceededError
@@ -184,9 +148,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
             raise FailedPreconditionError(
                 "ifrtpy.distributed is already initialized; call shutdown() first")
         if backend == "jax":
-            from ifrtpy.backends.jax import distributed as jax_distributed
-
-            jax_distributed.check_can_start()
+            jax_runtime.check_can_start()
         # Meet first: jaxlib's connect() ends the process when a peer never comes.
         coordinator = (_coordinator.start(address, num_processes, init_s, heartbeat_s,
                                           shutdown_s) if process_id == 0 else None)
@@ -194,13 +156,13 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         connected: Any = None
         try:
             membership = _join.join(address, num_processes, process_id, init_s)
-            client = _call(_jaxlib.distributed_runtime_client, address, process_id,
+            client = _jaxlib.call(_jaxlib.distributed_runtime_client, address, process_id,
                            init_timeout=init_s, heartbeat_timeout=heartbeat_s,
                            shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
-            _call(client.connect)
+            _jaxlib.call(client.connect)
             connected = client
             if backend == "jax":
-                jax_distributed.attach(
+                jax_runtime.attach(
                     client, address, num_processes, process_id,
                     local_device_count=local_device_count, initialization_timeout_s=init_s,
                     collective_timeout_s=collective_s)
@@ -212,6 +174,47 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
         if not _exit_hook_registered:
             atexit.register(_shutdown_at_exit)
             _exit_hook_registered = True
+
+
+def initialize_distributed(coordinator_address: str, num_processes: int, process_id: int, *,
+                           local_device_count: int | None = None,
+                           initialization_timeout_s: float = 60,
+                           heartbeat_timeout_s: float = 30,
+                           shutdown_timeout_s: float = 300,
+                           collective_timeout_s: float = 300) -> None:
+    """Join this process to a run of ``num_processes`` processes over jax's runtime:
+    ``ifrtpy.distributed.initialize(..., backend="jax")`` with these timeouts (seconds).
+
+    ``coordinator_address`` (``host:port``) is where process 0 starts the job's
+    coordinator (a process of its own, serving the coordination service) and every
+    process reaches it. ``local_device_count`` sets this process's number of
+    CPU devices (CPU only; default: jax's). CPU collectives between processes use gloo.
+    Must be called before jax starts its runtime (FailedPreconditionError otherwise).
+
+    What the other processes see when one fails (ifrtpy errors, the process goes on):
+
+    * It never joins: each waiting process raises DeadlineExceededError naming it after
+      ``initialization_timeout_s``.
+    * It dies after joining: a program whose collectives need it fails within
+      ``collective_timeout_s`` (gloo's wait, set through ``XLA_FLAGS``;
+      DeadlineExceededError or UnavailableError "Gloo ... failed: ...", raised where the
+      results are read), the next ones at once (UnavailableError).
+      The first collective over a set of devices sets up gloo's connections, which waits
+      30 s for a dead process (jaxlib's fixed timeout) instead. Dead before
+      ``get_client("jax")``: that raises InternalError (the topology exchange) after
+      ``initialization_timeout_s`` rounded up to whole minutes.
+    * Process 0 dies or leaves: as any other process (the service runs in the
+      coordinator's process, which ends once every process has left or died). Only the
+      coordinator's own end (killed) would end the others: jaxlib's client terminates a
+      process whose service is gone (SIGABRT, "Terminating process because the JAX
+      distributed service detected fatal errors").
+    """
+    initialize(coordinator_address, num_processes, process_id, backend="jax",
+                           local_device_count=local_device_count,
+                           initialization_timeout=initialization_timeout_s,
+                           heartbeat_timeout=heartbeat_timeout_s,
+                           shutdown_timeout=shutdown_timeout_s,
+                           collective_timeout=collective_timeout_s)
 
 
 def _abandon(coordinator: Any, membership: _join.Membership | None, client: Any,
@@ -253,10 +256,8 @@ def _leave(state: _State) -> None:
     connection closes, which tells the coordinator."""
     try:
         if state.backend == "jax":
-            from ifrtpy.backends.jax import distributed as jax_distributed
-
-            jax_distributed.detach()
-        _call(state.client.shutdown)
+            jax_runtime.detach()
+        _jaxlib.call(state.client.shutdown)
     finally:
         state.membership.close()
 
@@ -272,10 +273,11 @@ def is_initialized() -> bool:
     return _state is not None
 
 
-def _serves_pjrt_clients() -> bool:
-    """Whether a job for PJRT clients is initialized (not one on jax's runtime)."""
+def job_backend() -> str | None:
+    """What the job was initialized for: ``"pjrt"`` (the PJRT clients made afterwards join
+    it), ``"jax"`` (jax's runtime was handed it), or None when not initialized."""
     state = _state
-    return state is not None and state.backend == "pjrt"
+    return None if state is None else state.backend
 
 
 def _current() -> _State:
@@ -300,11 +302,3 @@ def key_value_store() -> CoordinationStore:
     own keys in the same store: choose keys of your own). FailedPreconditionError when not
     initialized."""
     return _current().store
-
-
-def _client_kv_callbacks(plugin_name: str) -> Any:
-    """The PJRT key-value callbacks for a client of ``plugin_name``: the store under the
-    prefix ``ifrtpy:<plugin_name>:`` (so clients of other plugins, and jax's, do not mix)."""
-    from ifrtpy._pjrt._kv import KeyValueCallbacks
-
-    return KeyValueCallbacks(key_value_store().with_prefix(f"ifrtpy:{plugin_name}:"))
