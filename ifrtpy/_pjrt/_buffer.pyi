@@ -3,12 +3,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from ifrtpy._pjrt._client import ClientHandle, DeviceHandle, MemoryHandle
-
-class EventHandle:
-    def is_ready(self) -> bool: ...
-    def await_(self) -> None: ...
-    def error(self) -> BaseException | None: ...
-    def on_ready(self, callback: Callable[[BaseException | None], object]) -> None: ...
+from ifrtpy._pjrt._event import EventHandle
 
 def buffer_from_host_buffer(client: ClientHandle, data: np.ndarray,
                             device: DeviceHandle | None = None,

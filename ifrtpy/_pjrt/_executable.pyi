@@ -1,7 +1,8 @@
 from collections.abc import Collection, Sequence
 
 from ifrtpy._pjrt._base import NamedValue
-from ifrtpy._pjrt._buffer import BufferHandle, EventHandle
+from ifrtpy._pjrt._buffer import BufferHandle
+from ifrtpy._pjrt._event import EventHandle
 from ifrtpy._pjrt._client import ClientHandle, DeviceHandle
 
 def compile(client: ClientHandle, code: bytes, compile_options: bytes, format: str = "mlir"

@@ -28,7 +28,8 @@ cimport cython
 
 from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
-from ifrtpy._pjrt._buffer cimport BufferHandle, EventHandle, pin_for_launch, unpin_after_launch
+from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_launch, unpin_after_launch
+from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy import errors as _errors
 from ifrtpy._pjrt import _seal
 

@@ -5,7 +5,8 @@ from typing import Any, Literal, final
 import numpy as np
 from typing_extensions import Self
 
-from ifrtpy._pjrt._buffer import BufferHandle, EventHandle
+from ifrtpy._pjrt._buffer import BufferHandle
+from ifrtpy._pjrt._event import EventHandle
 from ifrtpy._pjrt._executable import ExecutableHandle
 from ifrtpy.array import Array
 from ifrtpy.device import Device

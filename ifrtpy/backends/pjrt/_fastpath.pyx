@@ -26,8 +26,8 @@ from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport check
-from ifrtpy._pjrt._buffer cimport (
-    BufferHandle, EventHandle, pin_for_launch, unpin_after_launch)
+from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_launch, unpin_after_launch
+from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport (
     ExecutableHandle, destroy_unowned, take_buffers, take_events)
 from ifrtpy._execute_result cimport ExecuteResult
