@@ -12,14 +12,16 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+import numpy as np
+
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
+from ifrtpy.array import Array
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
 from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
 
 if TYPE_CHECKING:
-    from ifrtpy.array import Array
     from ifrtpy.client import Client
     from ifrtpy.device import Device
     from ifrtpy.dtypes import DType
@@ -142,6 +144,25 @@ class CompileOptions:
                     f"{owner}: devices has {len(self.devices)} devices, but num_replicas * "
                     f"num_partitions = {self.num_replicas} * {self.num_partitions} = {num_devices}"
                 )
+
+    def resolve_devices(self, client: Client) -> DeviceList | None:
+        """The devices a compile with these options runs on: None for a portable
+        executable; ``devices``, each checked to be ``client``'s; or else the first
+        ``num_replicas * num_partitions`` addressable devices of ``client``.
+        InvalidArgumentError for a device of another client, or too few devices."""
+        if self.compile_portable_executable:
+            return None
+        if self.devices is not None:
+            for device in self.devices:
+                if device.client is not client:
+                    raise InvalidArgumentError(f"device {device} belongs to another client")
+            return self.devices
+        count = self.num_replicas * self.num_partitions
+        available = client.addressable_devices()
+        if count > len(available):
+            raise InvalidArgumentError(
+                f"the program needs {count} devices, the client has {len(available)} addressable")
+        return DeviceList(available[:count])
 
     def __hash__(self) -> int:
         cached = self.__dict__.get("_hash")
@@ -394,6 +415,39 @@ class LoadedExecutable(abc.ABC):
 
 
 # -- the argument checks of execute, shared by every backend --------------------------------
+
+def check_execute_devices(executable: LoadedExecutable, devices: Any) -> Device | None:
+    """The device a portable ``executable`` runs on (``devices`` must be one addressable
+    device of its client), or None for an executable bound to devices, which ``devices``
+    (when given) must equal. InvalidArgumentError otherwise."""
+    compiled = executable.devices()
+    name = executable.name
+    if devices is not None:
+        devices = DeviceList(devices)
+    if compiled is None:
+        if devices is None or len(devices) != 1:
+            raise InvalidArgumentError(
+                f"{name} is a portable executable: execute it with devices= one device")
+        device: Device = devices[0]
+        if device.client is not executable.client or not device.is_addressable:
+            raise InvalidArgumentError(f"device {device} is not an addressable device of this client")
+        return device
+    if devices is not None and devices != compiled:
+        raise InvalidArgumentError(
+            f"{name} is compiled for {compiled.to_string()}; execute got {devices.to_string()}")
+    return None
+
+
+def check_argument_count(name: str, args: Any, parameters: Sequence[Any]) -> list[Any]:
+    """``args`` (a sequence, not one array) as a list of as many arguments as the program
+    of executable ``name`` has ``parameters``; InvalidArgumentError otherwise."""
+    if isinstance(args, (str, bytes, np.ndarray, Array)) or not hasattr(args, "__iter__"):
+        raise invalid_argument("args", "a sequence of Arrays", args)
+    checked = list(args)
+    if len(checked) != len(parameters):
+        raise InvalidArgumentError(f"{name} takes {len(parameters)} arguments, got {len(checked)}")
+    return checked
+
 
 def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
     """Argument ``i`` of executable ``name`` (an array of the right client) is usable for

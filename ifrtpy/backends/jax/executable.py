@@ -24,7 +24,7 @@ from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_placement, check_argument_value,
+    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
 )
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
@@ -37,21 +37,12 @@ _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
 def _devices_of(client: Any, options: CompileOptions) -> DeviceList:
-    if options.compile_portable_executable:
+    devices = options.resolve_devices(client)
+    if devices is None:
         raise UnimplementedError(
             "the jax backend does not compile portable executables: jax runs an executable "
             "on the devices it was compiled for (give CompileOptions.devices)")
-    if options.devices is not None:
-        for device in options.devices:
-            if device.client is not client:
-                raise InvalidArgumentError(f"device {device} belongs to another client")
-        return options.devices
-    count = options.num_replicas * options.num_partitions
-    available = client.addressable_devices()
-    if count > len(available):
-        raise InvalidArgumentError(
-            f"the program needs {count} devices, the client has {len(available)} addressable")
-    return DeviceList(available[:count])
+    return devices
 
 
 def compile_program(client: Any, program: Any, options: CompileOptions | None
@@ -245,13 +236,8 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         if execute_sharded is None:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
         options = _DEFAULT_EXECUTE_OPTIONS if options is None else options
-        if devices is not None and DeviceList(devices) != self._devices:
-            raise InvalidArgumentError(
-                f"{self.name} is compiled for {self._devices.to_string()}; execute got "
-                f"{DeviceList(devices).to_string()}")
-        if len(args) != len(self._params):
-            raise InvalidArgumentError(
-                f"{self.name} takes {len(self._params)} arguments, got {len(args)}")
+        check_execute_devices(self, devices)
+        args = check_argument_count(self.name, args, self._params)
         values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
         checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
         donated = self._donated

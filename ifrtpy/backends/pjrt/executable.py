@@ -13,7 +13,6 @@ import threading
 import weakref
 from typing import Any, Sequence
 
-import numpy as np
 
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy._pjrt import _seal
@@ -28,11 +27,10 @@ from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError, check_type,
-    invalid_argument,
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_placement, check_argument_value,
+    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
 )
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
@@ -55,20 +53,7 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
                 raise InvalidArgumentError(
                     f"{what} {i} of the program, {t}, takes {-(-bits // 8)} bytes; an array "
                     f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
-    if options.compile_portable_executable:
-        devices = None
-    elif options.devices is not None:
-        devices = options.devices
-        for device in devices:
-            if device.client is not client:
-                raise InvalidArgumentError(f"device {device} belongs to another client")
-    else:
-        count = options.num_replicas * options.num_partitions
-        available = client.addressable_devices()
-        if count > len(available):
-            raise InvalidArgumentError(
-                f"the program needs {count} devices, the client has {len(available)} addressable")
-        devices = DeviceList(available[:count])
+    devices = options.resolve_devices(client)
     compile_options = _xla.compile_options_proto(options, program, devices, client.platform_name)
     target = client.plugin.attributes.get("stablehlo_current_version")
     cache = compilation_cache.cache_for(options.compilation_cache_dir)
@@ -348,26 +333,19 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         """``execute`` with every argument checked against the program."""
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
-        if isinstance(args, (str, bytes, np.ndarray, Array)) or not hasattr(args, "__iter__"):
-            raise invalid_argument("args", "a sequence of Arrays", args)
-        args = list(args)
         if options is None:
             options = _DEFAULT_EXECUTE_OPTIONS
         check_type(options, ExecuteOptions, "options", "an ExecuteOptions or None")
         non_donatable = options.non_donatable_input_indices
         non_donatable = sorted(non_donatable) if non_donatable else ()
-        if self._devices is None:
-            out_devices, execute_device = self._portable_devices(devices)
-            shardings = [SingleDeviceSharding(out_devices[0])] * len(self._params)
+        execute_device = check_execute_devices(self, devices)
+        if execute_device is not None:  # portable: everything on that device
+            shardings = [SingleDeviceSharding(execute_device)] * len(self._params)
             out_shardings = [shardings[0]] * len(self._results)
         else:
-            if devices is not None and DeviceList(devices) != self._devices:
-                raise InvalidArgumentError(
-                    f"{self.name} is compiled for {self._devices.to_string()}; execute got "
-                    f"{DeviceList(devices).to_string()}")
-            execute_device = None
             shardings = self._parameter_shardings
             out_shardings = self._output_shardings
+        args = check_argument_count(self.name, args, self._params)
         self._check_arguments(args, shardings)
         self._check_donations(args, non_donatable)
         outputs, events = self._handle.execute_by_argument(
@@ -380,11 +358,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         return ExecuteResult(status, arrays)
 
     def _check_arguments(self, args: Sequence[Array], shardings) -> None:
-        params = self._params
-        if len(args) != len(params):
-            raise InvalidArgumentError(
-                f"{self.name} takes {len(params)} arguments, got {len(args)}")
-        for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
+        for i, (arg, param, sharding) in enumerate(zip(args, self._params, shardings)):
             self._check_argument(i, arg, param, sharding)
         if not self._client._host_platform:
             # A plugin that places device layouts (CUDA) compares only byte sizes: an
@@ -423,15 +397,6 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
                     f"argument {i} of {self.name} is donated, but DLPack exports or NumPy views "
                     "of it are alive: drop them first, or list the argument in "
                     "ExecuteOptions.non_donatable_input_indices")
-
-    def _portable_devices(self, devices):
-        if devices is None or len(devices) != 1:
-            raise InvalidArgumentError(
-                f"{self.name} is a portable executable: execute it with devices= one device")
-        device = devices[0]
-        if device.client is not self._client:
-            raise InvalidArgumentError(f"device {device} belongs to another client")
-        return DeviceList([device]), device
 
     def _check_argument(self, i: int, arg, param, sharding: Sharding) -> None:
         if isinstance(arg, BasicStringArray):

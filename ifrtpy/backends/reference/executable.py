@@ -38,7 +38,8 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_placement, check_argument_value, program_layouts,
+    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
+    program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
@@ -58,26 +59,12 @@ def compile_program(client, program: Any, options: CompileOptions | None
         raise UnimplementedError(
             f"the reference backend runs SPMD programs only (num_replicas=1), got "
             f"num_replicas={options.num_replicas}")
-    if options.compile_portable_executable:
-        devices = None
-    elif options.devices is not None:
-        devices = options.devices
-        for device in devices:
-            if device.client is not client:
-                raise InvalidArgumentError(f"device {device} belongs to another client")
-            if not device.is_addressable:
-                raise UnimplementedError(
-                    f"the reference backend runs programs on addressable devices only; "
-                    f"{device} is not addressable")
-        if len(set(map(id, devices))) != len(devices):
-            raise InvalidArgumentError(f"devices {devices.to_string()} repeat a device")
-    else:
-        count = options.num_partitions
-        available = client.addressable_devices()
-        if count > len(available):
-            raise InvalidArgumentError(
-                f"the program needs {count} devices, the client has {len(available)} addressable")
-        devices = DeviceList(available[:count])
+    devices = options.resolve_devices(client)
+    for device in devices or ():
+        if not device.is_addressable:
+            raise UnimplementedError(
+                f"the reference backend runs programs on addressable devices only; "
+                f"{device} is not addressable")
     return ReferenceLoadedExecutable(client, program, devices, options)
 
 
@@ -245,23 +232,13 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
         options = options if options is not None else ExecuteOptions()
-        args = list(args)
-        if self._devices is None:
-            if devices is None or len(devices) != 1:
-                raise InvalidArgumentError(
-                    f"{self.name} is a portable executable: execute it with devices= one device")
-            device = devices[0]
-            if device.client is not self._client or not device.is_addressable:
-                raise InvalidArgumentError(f"device {device} is not an addressable device of "
-                                           "this client")
+        device = check_execute_devices(self, devices)
+        if device is not None:  # portable: everything on that device
             params = [SingleDeviceSharding(device)] * len(self._program.parameters)
             outputs = [SingleDeviceSharding(device)] * len(self._program.results)
         else:
-            if devices is not None and DeviceList(devices) != self._devices:
-                raise InvalidArgumentError(
-                    f"{self.name} is compiled for {self._devices.to_string()}; execute got "
-                    f"{DeviceList(devices).to_string()}")
             params, outputs = self._params, self._outputs
+        args = check_argument_count(self.name, args, self._program.parameters)
         self._check_arguments(args, params)
         values = [global_value(a) for a in args]
         donated = self._program.donated_inputs - options.non_donatable_input_indices
@@ -280,10 +257,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 
     def _check_arguments(self, args: list, shardings: list) -> None:
-        params = self._program.parameters
-        if len(args) != len(params):
-            raise InvalidArgumentError(f"{self.name} takes {len(params)} arguments, got {len(args)}")
-        for i, (arg, param, sharding) in enumerate(zip(args, params, shardings)):
+        for i, (arg, param, sharding) in enumerate(zip(args, self._program.parameters, shardings)):
             check_of_client(self._client, arg, f"argument {i} of {self.name}", ReferenceArray)
             if arg.dtype.kind == DType.Kind.STRING:
                 raise UnimplementedError(
