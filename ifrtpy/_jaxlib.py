@@ -155,7 +155,7 @@ def distributed_runtime_client(address: str, node_id: int, **options: Any) -> An
     return _lookup("distributed_client")(address, node_id, **options)
 
 
-# -- the program readers (ifrtpy._program_input) -------------------------------------------
+# -- the program readers (ifrtpy.program.inputs) -------------------------------------------
 
 
 def xla_computation_to_mlir_module(computation: Any) -> Any:
@@ -234,7 +234,7 @@ def runtime_error_type() -> type[Exception]:
     return error
 
 
-# -- the jax.Array bridge (ifrtpy.interop.jax) ---------------------------------------------
+# -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.sharding.jax_shardings) ---------------
 
 
 def gspmd_sharding(jax_devices: Sequence[Any], op_sharding: Any, memory_kind: str | None) -> Any:

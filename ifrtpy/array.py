@@ -22,11 +22,10 @@ from ifrtpy.errors import (
 )
 from ifrtpy.future import Future, join_futures, then_value
 from ifrtpy.shape import DynamicShape, Shape
-from ifrtpy.sharding import SingleDeviceShardSemantics
+from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
-    from ifrtpy.sharding import Sharding
 
 __all__ = [
     "ArrayCopySemantics",
@@ -405,8 +404,6 @@ class ArraySpec:
     layout: Any = None
 
     def __post_init__(self) -> None:
-        from ifrtpy.sharding import Sharding
-
         if not isinstance(self.dtype, DType):
             object.__setattr__(self, "dtype", DType.from_numpy(self.dtype))
         if not isinstance(self.shape, (Shape, DynamicShape)):

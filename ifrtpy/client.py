@@ -26,14 +26,16 @@ from ifrtpy.dtypes import DType, host_form, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
+from ifrtpy.device import DeviceList
+from ifrtpy.layout import Layout
+from ifrtpy.remap import remap_arrays
 from ifrtpy.shape import Shape
-from ifrtpy.sharding import SingleDeviceShardSemantics
+from ifrtpy.sharding import SingleDeviceSharding, SingleDeviceShardSemantics
 
 _DEFAULT_COMPILE_OPTIONS = CompileOptions()  # one object: its hash is computed once
 
 if TYPE_CHECKING:
-    from ifrtpy.device import Device, DeviceList, MemoryKind
-    from ifrtpy.layout import Layout
+    from ifrtpy.device import Device, MemoryKind
     from ifrtpy.sharding import Sharding
 
 __all__ = ["Client", "Compiler", "HostBufferShards"]
@@ -164,8 +166,6 @@ class Client(abc.ABC):
 
     def make_device_list(self, devices: Sequence[Device]) -> DeviceList:
         """An ordered DeviceList over ``devices`` (repeats allowed)."""
-        from ifrtpy.device import DeviceList
-
         return DeviceList(devices)
 
     def get_default_layout(
@@ -176,8 +176,6 @@ class Client(abc.ABC):
         ``device`` in ``memory_kind`` (IFRT ``GetDefaultLayout``). The base answer is the
         dense row-major layout, which is what the CPU plugin and the reference backend use.
         """
-        from ifrtpy.layout import Layout
-
         return Layout.row_major(len(dims))
 
     # -- arrays -----------------------------------------------------------------------------
@@ -316,8 +314,6 @@ class Client(abc.ABC):
         without moving data. REUSE_INPUT only when each output draws on one input;
         ALWAYS_COPY is not allowed. The default (:func:`ifrtpy.remap.remap_arrays`)
         validates the plan and the inputs, then disassembles and assembles."""
-        from ifrtpy.remap import remap_arrays
-
         return remap_arrays(self, plan, arrays, semantics)
 
     def reshard_arrays(
@@ -359,7 +355,6 @@ class Client(abc.ABC):
         This default copies once (``copy=False`` raises ValueError); backends that can
         alias the producer's memory override it (the PjRt backend does).
         """
-        from ifrtpy.sharding import SingleDeviceSharding
         if copy is False:
             raise ValueError(f"{type(self).__name__}.from_dlpack always copies; copy=False forbids it")
         if device is None:

@@ -18,6 +18,7 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
+from ifrtpy.builder._core import _Scope
 from ifrtpy.builder._shardings import hlo_sharding_string
 from ifrtpy.builder._value import Value
 
@@ -88,7 +89,6 @@ class CollectiveOpsMixin(_Base):
         results, one per ``out_shardings``, are each device's shard of the global
         results. Inside, the collectives exchange data between devices; ``fn`` sees only
         its arguments. Returns a Value, or a tuple where ``fn`` returns one."""
-        from ifrtpy.builder._core import _Scope
         op = "shard_map"
         xs = [self._operand(a, op) for a in args]
         if len(in_shardings) != len(xs):

@@ -14,6 +14,7 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
+from ifrtpy.builder._core import _caller_location
 from ifrtpy.builder._ops import _ScalarLike, _window_padding
 from ifrtpy.builder._types import COMPLEX, FLOAT, INTEGER, PRED, as_dims
 from ifrtpy.builder._value import Value
@@ -323,7 +324,6 @@ class RegionOpsMixin(_Base):
         result types (or ``types_of(those types)`` does). The regions are built in a
         detached scratch op first (the result types are known only then), then moved."""
         ir = self._ir
-        from ifrtpy.builder._core import _caller_location
         with self._ctx:
             scratch = ir.Operation.create(name, results=[], operands=[], regions=len(fns),
                                           loc=_caller_location(ir))

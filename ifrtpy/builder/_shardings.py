@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from ifrtpy import _jaxlib
 from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.sharding import (
+    HloSharding, NamedSharding, ShardingParamSharding, SingleDeviceSharding,
+)
 
 
 def _positions(sharding_devices, devices) -> list[int]:
@@ -39,13 +43,7 @@ def hlo_sharding_string(sharding: Any, rank: int, devices: Optional[Sequence] = 
     """The HLO sharding text (``"{devices=[2,1]<=[2]}"``) of ``sharding`` for an array of
     ``rank``: a string (returned as is, after XLA parses it), an ifrtpy HloSharding,
     ShardingParamSharding, NamedSharding or SingleDeviceSharding."""
-    from ifrtpy.sharding import HloSharding
-    from ifrtpy.sharding import NamedSharding
-    from ifrtpy.sharding import ShardingParamSharding, SingleDeviceSharding
-
     if isinstance(sharding, str):
-        from ifrtpy import _jaxlib
-
         try:
             _jaxlib.xla_client().HloSharding.from_string(sharding)
         except Exception as e:  # noqa: BLE001 - XLA's parser raises its own errors

@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+import ifrtpy as ifrt
 from ifrtpy.cli import bench, demo, info
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    import ifrtpy
-
     parser = argparse.ArgumentParser(prog="python -m ifrtpy", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=f"ifrtpy {ifrtpy.__version__}")
+    parser.add_argument("--version", action="version", version=f"ifrtpy {ifrt.__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     client_options = argparse.ArgumentParser(add_help=False)
     client_options.add_argument("--plugin", help="path of a PJRT plugin .so (default: xla-cpu-pjrt)")
@@ -45,8 +44,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        import ifrtpy as ifrt
-
         devices = args.devices
         if args.command == "bench" and devices is None and args.plugin is None:
             devices = 8

@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+import ifrtpy as ifrt
+from ifrtpy.builder import Builder
 from ifrtpy.cli.demo import DEMO_PROGRAM
 
 Loop = Callable[[int], float]
@@ -86,9 +88,6 @@ def _size(nbytes: int) -> str:
 def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = print) -> list[Row]:
     """Measure every case on ``client`` (all its addressable devices for the sharded ones)
     and return the rows. ``quick``: small sizes and few repeats (seconds; figures rough)."""
-    import ifrtpy as ifrt
-    from ifrtpy.builder import Builder
-
     devices = client.addressable_devices()
     count = len(devices)
     jax = _import_jax(count)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import ifrtpy as ifrt
 from ifrtpy.cli.info import info
 
 # y = x * 2 + 1 on f32[R, 4], rows split over all devices (GSPMD sharding annotations).
@@ -24,8 +25,6 @@ func.func public @main(%x: tensor<{rows}x4xf32> {{mhlo.sharding = "{{devices=[{n
 
 
 def demo(client: Any) -> None:
-    import ifrtpy as ifrt
-
     info(client)
     devices = client.addressable_devices()
     n = len(devices)

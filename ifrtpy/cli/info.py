@@ -6,6 +6,7 @@ import importlib.metadata
 import sys
 from typing import Any, Callable
 
+import ifrtpy
 from ifrtpy.plugins import plugins_report
 
 
@@ -17,8 +18,6 @@ def _version(distribution: str) -> str:
 
 
 def print_versions(client: Any) -> None:
-    import ifrtpy
-
     packages = ", ".join(f"{name} {_version(name)}" for name in ("numpy", "jaxlib", "xla-cpu-pjrt", "jax"))
     print(f"ifrtpy   {ifrtpy.__version__} (Python {sys.version.split()[0]}; {packages})")
 

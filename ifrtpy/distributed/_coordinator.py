@@ -28,6 +28,8 @@ import sys
 import threading
 from typing import Any, Sequence
 
+from ifrtpy import _jaxlib
+from ifrtpy.distributed import _join
 from ifrtpy.errors import IfrtError, UnavailableError
 
 __all__ = ["start"]
@@ -77,9 +79,6 @@ def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
 
 def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
            shutdown_s: int) -> None:
-    from ifrtpy import _jaxlib
-    from ifrtpy.distributed import _join
-
     service: list[Any] = []
 
     def ready() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ifrtpy._jaxlib import register_jax_dialects
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 
@@ -36,7 +37,6 @@ def stablehlo_version() -> tuple[int, ...]:
 def context() -> Any:
     """The MLIR context (one per process) with the dialects of StableHLO programs."""
     from jaxlib.mlir import ir
-    from ifrtpy._jaxlib import register_jax_dialects
     from jaxlib.mlir.dialects import chlo, mhlo, sdy, stablehlo
 
     ctx = ir.Context()

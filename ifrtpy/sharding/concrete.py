@@ -108,11 +108,6 @@ class ConcreteSharding(Sharding):
     def shard_shapes(self) -> tuple[Union[Shape, DynamicShape], ...]:
         return self._shard_shapes
 
-    @property
-    def index_domains_info(self) -> Optional[tuple[IndexDomain, ...]]:
-        """The index domains given at construction, or None."""
-        return self._index_domains
-
     def shard_shape(self, shape):
         if self._fixed_shard_shape is None:
             raise InvalidArgumentError("ConcreteSharding does not have a fixed shard shape")

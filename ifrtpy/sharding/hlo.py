@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ifrtpy import _jaxlib
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import IndexDomain, Shape, trusted_shape
 from ifrtpy.sharding._common import (
@@ -35,8 +36,7 @@ _TYPE_NAMES = {_REPLICATED: "replicated", _MAXIMAL: "maximal", _MANUAL: "manual"
 
 
 def _xla_client():
-    from ifrtpy._jaxlib import xla_client  # deferred: jaxlib is only needed for HloSharding
-    return xla_client()
+    return _jaxlib.xla_client()  # jaxlib is imported only when an HloSharding needs it
 
 
 def _as_xla_hlo_sharding(value: Any):

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ifrtpy.array import ArrayCopySemantics, ArraySpec
-from ifrtpy.device import DeviceList, MemoryKind
+from ifrtpy.device import DeviceList
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.remap import Interval, Mapping, RemapPlan, remap_arrays

@@ -25,6 +25,7 @@ from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
+from ifrtpy.future import Future
 from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError, check_type,
 )
@@ -317,7 +318,6 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             return [str(canonical_kind(s)) for s in self._output_shardings]
 
     def delete(self):
-        from ifrtpy.future import Future
         if not self._deleted:
             self._deleted = True
             self._handle.delete()

@@ -17,6 +17,7 @@ from ifrtpy.client import Client
 from ifrtpy.executable import ExecuteResult
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.program import stablehlo_version
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 #: The memory kinds of every device, default first (as the CPU plugin has them).
@@ -142,7 +143,6 @@ class ReferenceClient(Client):
 
     @property
     def platform_version(self) -> str:
-        from ifrtpy.program import stablehlo_version
         return "StableHLO interpreter " + ".".join(map(str, stablehlo_version()))
 
     @property

@@ -3,6 +3,7 @@ arrays seen through ifrtpy, 64-bit dtypes, agreement with jax.jit, and refused s
 
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -218,4 +219,30 @@ def test_initialize_distributed_checks_its_arguments_and_when_it_runs(client):
 def test_importing_ifrtpy_and_other_backends_does_not_import_jax():
     code = ("import sys, ifrtpy; ifrtpy.get_client('reference', device_count=2); "
             "import ifrtpy.backends.jax; assert 'jax' not in sys.modules, 'jax imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_jax_backend_runs_without_the_pjrt_layer():
+    """The jax backend imports no PjRt module: it runs where ifrtpy's C layer over the
+    PJRT C API (``ifrtpy._pjrt``) cannot be imported."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["ifrtpy._pjrt"] = None  # as if the C layer were not built
+        import numpy as np, ifrtpy as ifrt
+        client = ifrt.get_client("jax", platform="cpu")
+        x = np.arange(4, dtype=np.float32)
+        a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]))
+        exe = client.compile(ifrt.HloProgram(
+            "func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {"
+            "  %y = stablehlo.add %x, %x : tensor<4xf32>  return %y : tensor<4xf32> }"))
+        np.testing.assert_array_equal(np.asarray(exe(a)[0]), 2 * x)
+        loaded = [m for m in sys.modules if m.startswith("ifrtpy.backends.pjrt")]
+        assert not loaded, loaded
+        try:
+            ifrt.get_client("pjrt")
+        except ImportError:
+            pass
+        else:
+            raise AssertionError("the PjRt backend ran without its C layer")
+    """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

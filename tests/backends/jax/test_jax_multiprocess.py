@@ -19,7 +19,7 @@ pytest.importorskip("jax")
 
 from pjrt_helpers import assert_ends  # noqa: E402
 from jax_multiprocess_worker import (
-    COLLECTIVE_S, HEARTBEAT_S, INITIALIZATION_TIMEOUT_LONE_S, SHUTDOWN_S,
+    COLLECTIVE_S, HEARTBEAT_S, INITIALIZATION_TIMEOUT_LONE_S,
 )
 
 WORKER = pathlib.Path(__file__).resolve().parents[2] / "helpers" / "jax_multiprocess_worker.py"
