@@ -1,4 +1,4 @@
-"""The package's layers, read from its own imports (docs/architecture.md).
+"""The package's layers, read from its own imports (README.md, "Layout").
 
 Every import in ``ifrtpy/`` counts: module level and inside functions, in ``.py`` and in
 the Python imports of ``.pyx`` files; imports under ``if TYPE_CHECKING:`` do not (they
