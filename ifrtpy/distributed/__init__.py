@@ -11,8 +11,12 @@ the key-value callbacks of ``PJRT_Client_Create``, which read and write the serv
 key-value store; a multi-process plugin exchanges its topology there, and the devices of
 other processes appear as non-addressable devices with their ``process_index``.
 
-With ``backend="jax"`` the service and client go to jax's runtime instead
-(:mod:`ifrtpy.distributed.jax_runtime`).
+jax's runtime is handed the same client when ``get_client("jax")`` starts it, or at once
+with ``backend="jax"`` (:mod:`ifrtpy.distributed.jax_runtime`).
+
+``initialize()`` without arguments finds the job in the environment its launcher set
+(:mod:`ifrtpy.distributed.clusters`): ``python -m ifrtpy launch``, Open MPI's ``mpirun``,
+SLURM's ``srun``, a Kubernetes Indexed Job.
 
 Failures are Python errors of :mod:`ifrtpy.errors` within the timeouts given: no process's
 end takes the service from the others (jaxlib's client ends, SIGABRT, any process whose
@@ -24,6 +28,7 @@ or private-network address.
 """
 
 from ifrtpy.distributed.job import COLLECTIVE_TIMEOUT_S as COLLECTIVE_TIMEOUT_S
+from ifrtpy.distributed.job import attach_jax_runtime as attach_jax_runtime
 from ifrtpy.distributed.job import CoordinationStore as CoordinationStore
 from ifrtpy.distributed.job import initialize as initialize
 from ifrtpy.distributed.job import initialize_distributed as initialize_distributed
@@ -35,6 +40,7 @@ from ifrtpy.distributed.job import process_id as process_id
 from ifrtpy.distributed.job import shutdown as shutdown
 
 __all__ = [
-    "initialize", "initialize_distributed", "shutdown", "is_initialized", "job_backend", "process_id", "num_processes",
-    "key_value_store", "CoordinationStore",
+    "initialize", "initialize_distributed", "shutdown", "is_initialized", "job_backend",
+    "process_id", "num_processes", "key_value_store", "CoordinationStore",
+    "attach_jax_runtime",
 ]

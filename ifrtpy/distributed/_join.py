@@ -24,6 +24,7 @@ authentication.
 
 from __future__ import annotations
 
+import ipaddress
 import selectors
 import socket
 import time
@@ -33,7 +34,7 @@ from ifrtpy.errors import (
     Code, DeadlineExceededError, IfrtError, UnavailableError, error_from_code,
 )
 
-__all__ = ["serve", "join", "Membership"]
+__all__ = ["serve", "join", "Membership", "numeric_address"]
 
 _HELLO = "IFRTPY-JOIN 1"
 _MAX_LINE = 512
@@ -49,6 +50,29 @@ def _host_port(address: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+def numeric_address(address: str, timeout_s: float) -> str:
+    """``address`` (``host:port``) with its host as one IP address, the same in every
+    process of the job: IPv4 before IPv6, the lowest of several (a name's addresses may
+    come in another order on each host). A name that does not resolve is asked again
+    until ``timeout_s`` seconds have passed (a cluster's DNS may publish a pod's name
+    after the pod has started); then UnavailableError."""
+    host, port = _host_port(address)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            break
+        except socket.gaierror as e:
+            if time.monotonic() + _RETRY_S >= deadline:
+                raise UnavailableError(
+                    f"the coordinator's host {host!r} did not resolve within {timeout_s:g} s "
+                    f"({e})") from None
+            time.sleep(_RETRY_S)
+    ip = min((ipaddress.ip_address(entry[4][0]) for entry in found),
+             key=lambda ip: (ip.version, int(ip)))
+    return f"{ip}:{port}" if ip.version == 4 else f"[{ip}]:{port}"
 
 
 def _read_line(conn: socket.socket, deadline: float) -> str | None:

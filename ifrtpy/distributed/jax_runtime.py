@@ -1,11 +1,11 @@
 """Multi-process runs of the jax backend: jax's runtime over ifrtpy's coordination service
 (and gloo collectives between CPU processes).
 
-Every process calls ``ifrtpy.distributed.initialize(..., backend="jax")`` (or
-:func:`ifrtpy.distributed.initialize_distributed`, the same with jax's parameter names) before
-anything uses jax; then ``ifrtpy.get_client("jax")`` lists the devices of all processes
-(``is_addressable`` for its own). The coordination client is the one
-:mod:`ifrtpy.distributed` makes (of jaxlib's service, started *recoverable* in the job's
+Every process calls ``ifrtpy.distributed.initialize()`` before anything uses jax; then
+``ifrtpy.get_client("jax")`` hands the job to jax's runtime as it starts it
+(:func:`ifrtpy.distributed.attach_jax_runtime`; ``initialize(backend="jax")`` does it at
+once), and lists the devices of all processes (``is_addressable`` for its own). The
+coordination client is the one :mod:`ifrtpy.distributed` makes (of jaxlib's service, started *recoverable* in the job's
 coordinator process), handed to jax in place of the one ``jax.distributed.initialize``
 would make; so a process that fails, process 0 included, does not end the others, which
 get Python errors instead (see :func:`ifrtpy.distributed.initialize_distributed` for
@@ -33,11 +33,14 @@ def check_can_start() -> None:
     is up (then jax would not use ours)."""
     if _jaxlib.backends_are_initialized():
         raise FailedPreconditionError(
-            "initialize(backend='jax') must run before jax starts its runtime (before any "
-            "get_client('jax'), jax.devices() or jax computation in this process)")
+            "jax's runtime has started already, so it cannot join the job (it would see "
+            "this process's devices only): ifrtpy.distributed.initialize() must run before "
+            "jax starts its runtime (before any get_client('jax'), jax.devices() or jax "
+            "computation in this process)")
     if _jaxlib.jax_distributed_state().client is not None:
         raise FailedPreconditionError(
-            "jax's distributed runtime is already initialized (jax.distributed.initialize)")
+            "jax's distributed runtime is already initialized (jax.distributed.initialize): "
+            "jax is in a job of its own")
 
 
 def attach(client: Any, coordinator_address: str, num_processes: int,

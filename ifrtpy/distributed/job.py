@@ -6,15 +6,16 @@ from __future__ import annotations
 import atexit
 import math
 import threading
+import time
 from typing import Any
 
 from ifrtpy import _jaxlib
-from ifrtpy.distributed import _coordinator, _join, jax_runtime
-from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
+from ifrtpy.distributed import _coordinator, _join, clusters, jax_runtime
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 
 __all__ = [
     "initialize", "shutdown", "is_initialized", "process_id", "num_processes",
-    "key_value_store", "CoordinationStore",
+    "key_value_store", "CoordinationStore", "attach_jax_runtime",
 ]
 
 
@@ -51,18 +52,22 @@ class CoordinationStore:
 
 
 class _State:
-    def __init__(self, client: Any, num_processes: int, process_id: int,
-                 membership: _join.Membership, backend: str, coordinator: Any):
+    def __init__(self, client: Any, address: str, num_processes: int, process_id: int,
+                 membership: _join.Membership, backend: str, coordinator: Any,
+                 jax_settings: dict[str, Any]):
         self.client = client
+        self.address = address  # the coordinator's, its host an IP address
         self.coordinator = coordinator  # process 0: the coordinator's subprocess.Popen
         self.num_processes = num_processes
         self.process_id = process_id
         self.membership = membership  # the join's open connection
         self.backend = backend
         self.store = CoordinationStore(client)
+        self.jax_settings = jax_settings  # jax_runtime.attach's keyword arguments
+        self.jax_attached = False  # whether jax's runtime was handed the job
 
 
-#: The default ``collective_timeout`` of backend="jax", in seconds.
+#: The default ``collective_timeout`` (jax's runtime in a job), in seconds.
 COLLECTIVE_TIMEOUT_S = 300
 _lock = threading.Lock()
 _state: _State | None = None
@@ -76,31 +81,30 @@ def _seconds(name: str, value: float) -> int:
     return max(1, math.ceil(value))
 
 
-def _check_address(address: Any) -> str:
-    if not isinstance(address, str):
-        raise InvalidArgumentError(f"coordinator_address must be a str 'host:port', got {address!r}")
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidArgumentError(
-            f"coordinator_address must be 'host:port' with a port in 1..65535, got {address!r}")
-    return address
-
-
-def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
-               backend: str = "pjrt", local_device_count: int | None = None,
-               initialization_timeout: float = 300, heartbeat_timeout: float = 100,
-               shutdown_timeout: float = 300, collective_timeout: float | None = None) -> None:
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, *, backend: str = "pjrt",
+               local_device_count: int | None = None, initialization_timeout: float = 300,
+               heartbeat_timeout: float = 100, shutdown_timeout: float = 300,
+               collective_timeout: float | None = None) -> None:
     """Join the job: process 0 starts the job's coordinator at ``coordinator_address``
     (``host:port``, bound exactly there; a process of its own), every process joins there,
     and once all have, connects to the coordination service it then serves. Timeouts are
     in seconds.
 
-    ``backend="pjrt"`` (the default) serves PJRT clients made afterwards (their key-value
-    callbacks). ``backend="jax"`` hands the client to jax's runtime instead, for
-    ``get_client("jax")``: gloo for CPU collectives, each waiting for the other
-    processes at most ``collective_timeout`` (default 300; this backend only),
-    ``local_device_count`` CPU devices in this process (default: jax's). It must run
-    before jax starts its runtime; its failures are told in
+    What is not given is found in the environment the processes were started in
+    (:mod:`ifrtpy.distributed.clusters`): ``python -m ifrtpy launch``, Open MPI's
+    ``mpirun``, SLURM's ``srun``, a Kubernetes Indexed Job; so in such a job
+    ``initialize()`` needs no arguments. ``local_device_count`` defaults to
+    ``IFRTPY_LOCAL_DEVICE_COUNT`` (``launch --devices-per-process``).
+
+    Every client made afterwards joins the job: PJRT clients get its key-value store
+    (and ``node_id`` / ``num_nodes``), and jax's runtime is handed the job when
+    ``get_client("jax")`` first starts it (:func:`attach_jax_runtime`): gloo for CPU
+    collectives, each waiting for the other processes at most ``collective_timeout``
+    (default 300), ``local_device_count`` CPU devices in this process (default: jax's).
+    ``backend="jax"`` hands the job to jax's runtime at once instead, so that a jax
+    already started is reported here (and PJRT clients are not given the job);
+    ``backend="pjrt"`` is the default. Its failures are told in
     :mod:`ifrtpy.distributed.jax_runtime`.
 
     Blocks until all ``num_processes`` processes have joined, at most
@@ -110,29 +114,17 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     coordinator's process, recoverable): their key-value gets end with
     DeadlineExceededError at their timeout. The coordinator stops the service and exits
     once every process has left the job or died. Raises InvalidArgumentError for bad
-    arguments, FailedPreconditionError when already initialized, UnavailableError when
-    the coordinator cannot listen at the address. When it raises, it leaves nothing
-    started (and jax's settings as they were).
+    arguments or variables (naming them), FailedPreconditionError when already
+    initialized, UnavailableError when the coordinator's host does not resolve or the
+    coordinator cannot listen at the address (saying where the address came from). When
+    it raises, it leaves nothing started (and jax's settings as they were).
     """
     global _state, _exit_hook_registered
-    address = _check_address(coordinator_address)
-    for name, value in (("num_processes", num_processes), ("process_id", process_id)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgumentError(f"{name} must be an int, got {value!r}")
-    if num_processes < 1 or not 0 <= process_id < num_processes:
-        raise InvalidArgumentError(
-            f"need num_processes >= 1 and 0 <= process_id < num_processes, got "
-            f"num_processes={num_processes}, process_id={process_id}")
+    job = clusters.resolve(coordinator_address, num_processes, process_id)
     if backend not in ("pjrt", "jax"):
         raise InvalidArgumentError(f"backend must be 'pjrt' or 'jax', got {backend!r}")
-    if backend == "pjrt" and local_device_count is not None:
-        raise InvalidArgumentError(
-            "local_device_count is for backend='jax'; a PJRT client takes its device count "
-            "from its create options")
-    if backend == "pjrt" and collective_timeout is not None:
-        raise InvalidArgumentError(
-            "collective_timeout is for backend='jax'; a PJRT plugin bounds its own "
-            "collectives")
+    if local_device_count is None:
+        local_device_count = job.local_device_count
     if local_device_count is not None and (
             isinstance(local_device_count, bool) or not isinstance(local_device_count, int)
             or local_device_count < 1):
@@ -143,40 +135,74 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, *,
     shutdown_s = _seconds("shutdown_timeout", shutdown_timeout)
     collective_s = _seconds("collective_timeout", COLLECTIVE_TIMEOUT_S
                             if collective_timeout is None else collective_timeout)
+    count, pid = job.num_processes, job.process_id
     with _lock:
         if _state is not None:
             raise FailedPreconditionError(
                 "ifrtpy.distributed is already initialized; call shutdown() first")
         if backend == "jax":
             jax_runtime.check_can_start()
-        # Meet first: jaxlib's connect() ends the process when a peer never comes.
-        coordinator = (_coordinator.start(address, num_processes, init_s, heartbeat_s,
-                                          shutdown_s) if process_id == 0 else None)
+        deadline = time.monotonic() + init_s
+        origin = f"coordinator_address from {job.origins['coordinator_address']}"
+        try:
+            address = _join.numeric_address(job.coordinator_address, init_s)
+            # Meet first: jaxlib's connect() ends the process when a peer never comes.
+            coordinator = (_coordinator.start(address, count, init_s, heartbeat_s, shutdown_s)
+                           if pid == 0 else None)
+        except UnavailableError as e:
+            raise UnavailableError(f"{e} ({origin})") from None
         membership: _join.Membership | None = None
         connected: Any = None
+        jax_settings = {"local_device_count": local_device_count,
+                        "initialization_timeout_s": init_s, "collective_timeout_s": collective_s}
         try:
-            membership = _join.join(address, num_processes, process_id, init_s)
-            client = _jaxlib.call(_jaxlib.distributed_runtime_client, address, process_id,
-                           init_timeout=init_s, heartbeat_timeout=heartbeat_s,
-                           shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
+            membership = _join.join(address, count, pid, max(1.0, deadline - time.monotonic()))
+            client = _jaxlib.call(_jaxlib.distributed_runtime_client, address, pid,
+                                  init_timeout=init_s, heartbeat_timeout=heartbeat_s,
+                                  shutdown_timeout=shutdown_s, shutdown_on_destruction=False)
             _jaxlib.call(client.connect)
             connected = client
+            state = _State(client, address, count, pid, membership, backend, coordinator,
+                           jax_settings)
             if backend == "jax":
-                jax_runtime.attach(
-                    client, address, num_processes, process_id,
-                    local_device_count=local_device_count, initialization_timeout_s=init_s,
-                    collective_timeout_s=collective_s)
+                _attach(state)
         except BaseException:
-            _abandon(coordinator, membership, connected, num_processes)
+            _abandon(coordinator, membership, connected, count)
             raise
-        state = _State(client, num_processes, process_id, membership, backend, coordinator)
         _state = state
         if not _exit_hook_registered:
             atexit.register(_shutdown_at_exit)
             _exit_hook_registered = True
 
 
-def initialize_distributed(coordinator_address: str, num_processes: int, process_id: int, *,
+def _attach(state: _State) -> None:
+    jax_runtime.attach(state.client, state.address, state.num_processes, state.process_id,
+                       **state.jax_settings)
+    state.jax_attached = True
+
+
+def attach_jax_runtime() -> None:
+    """Hand the job to jax's runtime before it starts: what ``get_client("jax")`` does
+    first, so that its client spans the job's processes. Nothing happens outside a job,
+    when it was done already, or in a job of one process whose jax has started (that
+    runtime is the whole job). Every process must then start jax's runtime within
+    ``initialization_timeout`` (its devices are exchanged).
+
+    FailedPreconditionError when jax's runtime has started already (it would see this
+    process's devices only: initialize the job before anything uses jax), or jax is in
+    a job of its own (``jax.distributed.initialize``)."""
+    with _lock:
+        state = _state
+        if state is None or state.jax_attached:
+            return
+        if state.num_processes == 1 and _jaxlib.backends_are_initialized():
+            return
+        jax_runtime.check_can_start()
+        _attach(state)
+
+
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None, process_id: int | None = None, *,
                            local_device_count: int | None = None,
                            initialization_timeout_s: float = 60,
                            heartbeat_timeout_s: float = 30,
@@ -187,7 +213,8 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
 
     ``coordinator_address`` (``host:port``) is where process 0 starts the job's
     coordinator (a process of its own, serving the coordination service) and every
-    process reaches it. ``local_device_count`` sets this process's number of
+    process reaches it; what is not given is found in the environment, as
+    :func:`initialize` finds it. ``local_device_count`` sets this process's number of
     CPU devices (CPU only; default: jax's). CPU collectives between processes use gloo.
     Must be called before jax starts its runtime (FailedPreconditionError otherwise).
 
@@ -210,11 +237,10 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
       distributed service detected fatal errors").
     """
     initialize(coordinator_address, num_processes, process_id, backend="jax",
-                           local_device_count=local_device_count,
-                           initialization_timeout=initialization_timeout_s,
-                           heartbeat_timeout=heartbeat_timeout_s,
-                           shutdown_timeout=shutdown_timeout_s,
-                           collective_timeout=collective_timeout_s)
+               local_device_count=local_device_count,
+               initialization_timeout=initialization_timeout_s,
+               heartbeat_timeout=heartbeat_timeout_s, shutdown_timeout=shutdown_timeout_s,
+               collective_timeout=collective_timeout_s)
 
 
 def _abandon(coordinator: Any, membership: _join.Membership | None, client: Any,
@@ -255,7 +281,7 @@ def _leave(state: _State) -> None:
     """The client leaves the service (and jax's runtime, for backend="jax"), then the join
     connection closes, which tells the coordinator."""
     try:
-        if state.backend == "jax":
+        if state.jax_attached:
             jax_runtime.detach()
         _jaxlib.call(state.client.shutdown)
     finally:
@@ -275,7 +301,8 @@ def is_initialized() -> bool:
 
 def job_backend() -> str | None:
     """What the job was initialized for: ``"pjrt"`` (the PJRT clients made afterwards join
-    it), ``"jax"`` (jax's runtime was handed it), or None when not initialized."""
+    it, and jax's runtime when ``get_client("jax")`` starts it), ``"jax"`` (jax's runtime
+    was handed it at once), or None when not initialized."""
     state = _state
     return None if state is None else state.backend
 

@@ -14,6 +14,7 @@ import pytest
 
 from ifrtpy import distributed, errors
 from pjrt_helpers import assert_ends
+from job_helpers import job_environment, use_environment
 
 DEADLINE_S = 90
 
@@ -192,11 +193,22 @@ def test_bad_arguments_are_refused_before_anything_starts(args, match):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"backend": "tpu"}, "backend must be 'pjrt' or 'jax'"),
-    ({"local_device_count": 4}, "local_device_count is for backend='jax'"),
+    ({"local_device_count": 0}, "local_device_count must be an int >= 1"),
+    ({"collective_timeout": -1}, "collective_timeout must be a positive number"),
 ])
 def test_bad_backend_arguments_are_refused(kwargs, match):
     with pytest.raises(errors.InvalidArgumentError, match=match):
         distributed.initialize("127.0.0.1:1234", 2, 0, **kwargs)
+    assert not distributed.is_initialized()
+
+
+def test_without_arguments_or_a_launcher_initialize_says_what_it_looked_for(monkeypatch):
+    use_environment(monkeypatch, job_environment({"IFRTPY_LOCAL_DEVICE_COUNT": "2"})[0])
+    with pytest.raises(errors.InvalidArgumentError, match="needs coordinator_address .*SLURM"):
+        distributed.initialize()
+    monkeypatch.setenv("IFRTPY_LOCAL_DEVICE_COUNT", "two")
+    with pytest.raises(errors.InvalidArgumentError, match="IFRTPY_LOCAL_DEVICE_COUNT"):
+        distributed.initialize("127.0.0.1:1234", 2, 0)
     assert not distributed.is_initialized()
 
 

@@ -1,5 +1,8 @@
 """One process of a 2-process x 4-CPU-device run of the jax backend on loopback (run by
-tests/backends/jax/test_jax_multiprocess.py): ``python jax_multiprocess_worker.py PROCESS_ID PORT MODE``.
+tests/backends/jax/test_jax_multiprocess.py): ``python jax_multiprocess_worker.py PROCESS_ID PORT MODE``;
+or one process of a job started by ``python -m ifrtpy launch`` (tests/cli/test_launch.py):
+``python jax_multiprocess_worker.py launched``, which joins with initialize() alone,
+exchanges key-value entries and runs a psum over every process's devices (prints OK).
 
 MODE ``spmd``: a global array assembled from per-process shards, an SPMD program with
 psum and all_gather across the processes, resharding across the process boundary, and
@@ -11,6 +14,9 @@ the job's coordinator, for the ``coordinator`` ones) dies at once, or 1 s into t
 survivor's next psum, or leaves the job (``shutdown()``, printing the coordinator's pid)
 and exits; the survivor runs the psum again and prints the ifrtpy error it gets
 (``ERROR <class> <seconds> ...``), then leaves.
+MODE ``default-backend``: initialize() with the default backend, then get_client("jax")
+joins the job (8 devices), a key-value exchange and a psum; ``jax-first``: jax started
+before initialize(), so get_client("jax") raises (printed as ``ERROR``).
 MODE ``half-state`` (one process): initialize(backend="jax") failing at its last step, and
 after jax has started, leaves jax's settings and state, XLA_FLAGS and the port as they were.
 Every mode that survives prints ``EXITING`` last and exits 0.
@@ -91,26 +97,69 @@ def spmd(client):
 
 
 def psum_program(client):
-    """A psum over all 8 devices (both processes) of a [16] array split over them, compiled;
-    and its argument."""
+    """A psum over all the devices of the job (every process) of an array of 2 elements
+    per device split over them, compiled; its argument; and the psum's value by NumPy."""
     import jax
     from jax.sharding import PartitionSpec as P
 
     devices = client.devices()
+    size = 2 * len(devices)
     split = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec("x"))
-    full = np.arange(16, dtype=np.float32)
-    domains = split.index_domains(ifrt.Shape([16]), ADDRESSABLE)
+    full = np.arange(size, dtype=np.float32)
+    domains = split.index_domains(ifrt.Shape([size]), ADDRESSABLE)
     (x,) = client.make_arrays_from_host_buffer_shards([ifrt.HostBufferShards(
         [([j], full[d.slices()]) for j, d in enumerate(domains)],
-        ifrt.ArraySpec(np.float32, ifrt.Shape([16]), split))])
+        ifrt.ArraySpec(np.float32, ifrt.Shape([size]), split))])
     mesh = jax.sharding.Mesh(np.array([d.jax_device for d in devices]), ("x",))
     program = jax.jit(jax.shard_map(lambda b: jax.lax.psum(b, "x"), mesh=mesh,
                                     in_specs=P("x"), out_specs=P(), check_vma=False))
     lowered = program.lower(jax.ShapeDtypeStruct(
-        (16,), np.float32, sharding=jax.sharding.NamedSharding(mesh, P("x"))))
+        (size,), np.float32, sharding=jax.sharding.NamedSharding(mesh, P("x"))))
     executable = client.compile(lowered, ifrt.CompileOptions(
-        devices=client.make_device_list(devices), num_partitions=8))
-    return executable, x
+        devices=client.make_device_list(devices), num_partitions=len(devices)))
+    return executable, x, full.reshape(-1, 2).sum(axis=0)
+
+
+def exchange_and_psum(client, local_devices):
+    """The job's processes exchange values through its key-value store, and a psum over
+    all their devices (``local_devices`` in each) equals NumPy's."""
+    pid, count = ifrt.distributed.process_id(), ifrt.distributed.num_processes()
+    store = ifrt.distributed.key_value_store()
+    store.put(f"test:from{pid}", f"hello {pid}".encode())
+    for other in range(count):
+        assert store.get(f"test:from{other}", 60_000) == f"hello {other}".encode()
+    assert client.device_count() == count * local_devices, client.device_count()
+    assert client.addressable_device_count() == local_devices
+    assert client.process_index() == pid
+    executable, x, expected = psum_program(client)
+    np.testing.assert_array_equal(run_psum(executable, x), expected)
+    print(f"OK {pid} of {count}: psum over {client.device_count()} devices", flush=True)
+
+
+def launched():
+    """A process started by ``python -m ifrtpy launch --devices-per-process K``: it joins
+    the job with initialize() alone, and get_client("jax") spans the job."""
+    ifrt.distributed.initialize(initialization_timeout=60, heartbeat_timeout=HEARTBEAT_S)
+    assert ifrt.distributed.job_backend() == "pjrt"
+    exchange_and_psum(ifrt.get_client("jax"), int(os.environ["IFRTPY_LOCAL_DEVICE_COUNT"]))
+
+
+def default_backend(address, process_id, jax_first):
+    """initialize(address, 2, process_id) with the default backend, then get_client("jax"):
+    jax's runtime joins the job as it starts (device_count is this process's count), or,
+    when jax started first, get_client("jax") refuses to be a single-process client."""
+    if jax_first:
+        import jax
+
+        jax.devices()  # jax's runtime starts, alone
+    ifrt.distributed.initialize(address, 2, process_id, initialization_timeout=60,
+                                heartbeat_timeout=HEARTBEAT_S)
+    if jax_first:
+        report_failure("get_client", lambda: ifrt.get_client("jax", platform="cpu"))
+        return
+    client = ifrt.get_client("jax", platform="cpu", device_count=4)
+    assert ifrt.get_client("jax", device_count=4).device_count() == 8  # its own 4 devices
+    exchange_and_psum(client, 4)
 
 
 def run_psum(executable, x):
@@ -196,8 +245,15 @@ def timed_shutdown():
 
 
 def main():
+    if sys.argv[1:] == ["launched"]:
+        launched()
+        return  # leaves the job at exit
     process_id, port, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     address = f"127.0.0.1:{port}"
+    if mode in ("default-backend", "jax-first"):
+        default_backend(address, process_id, jax_first=mode == "jax-first")
+        print("EXITING", flush=True)
+        return
     if mode == "lone":  # the other process never comes
         report_failure("initialize", lambda: ifrt.distributed.initialize(
             address, 2, process_id, backend="jax", local_device_count=4,
@@ -251,8 +307,9 @@ def main():
     initialize_distributed(address, 2, process_id, local_device_count=4,
                            initialization_timeout_s=60, heartbeat_timeout_s=HEARTBEAT_S,
                            shutdown_timeout_s=SHUTDOWN_S, collective_timeout_s=COLLECTIVE_S)
-    executable, x = psum_program(ifrt.get_client("jax"))
-    np.testing.assert_array_equal(run_psum(executable, x), [56.0, 64.0])
+    executable, x, expected = psum_program(ifrt.get_client("jax"))
+    np.testing.assert_array_equal(expected, [56.0, 64.0])
+    np.testing.assert_array_equal(run_psum(executable, x), expected)
     print("FIRST OK", flush=True)
     victim = 0 if mode.startswith("coordinator") else 1
     if process_id == victim:

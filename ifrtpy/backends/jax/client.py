@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics
-from ifrtpy import _jaxlib
+from ifrtpy import _jaxlib, distributed
 from ifrtpy.backends.jax import operations as _operations
 from ifrtpy.backends.jax import put as _put
 from ifrtpy.backends.jax import executable as _executable
@@ -34,9 +34,14 @@ _BACKEND_FAILED = re.compile(r"Unable to initialize backend '[^']*': ([A-Z_]+): 
 def create_client(platform: str | None = None, device_count: int | None = None) -> JaxClient:
     """A client over jax's runtime for ``platform`` (None: the platform jax picks).
 
-    ``device_count`` (CPU only) asks jax for that many CPU devices; it can be honoured only
-    before jax has created its runtime (InvalidArgumentError afterwards, unless jax
-    already has that many). Needs jax (``pip install ifrtpy[jax]``).
+    ``device_count`` (CPU only) asks jax for that many CPU devices in this process; it can
+    be honoured only before jax has created its runtime (InvalidArgumentError afterwards,
+    unless jax already has that many). Needs jax (``pip install ifrtpy[jax]``).
+
+    In a job (:func:`ifrtpy.distributed.initialize`), jax's runtime is handed the job as
+    it starts (:func:`ifrtpy.distributed.attach_jax_runtime`), so the client lists the
+    devices of every process; FailedPreconditionError when jax started before and cannot
+    join the job.
     """
     if platform is not None and not isinstance(platform, str):
         raise InvalidArgumentError(f"platform must be a str or None, got {platform!r}")
@@ -47,6 +52,8 @@ def create_client(platform: str | None = None, device_count: int | None = None) 
             raise InvalidArgumentError(
                 f"device_count applies to the cpu platform only, got platform {platform!r}")
         platform = "cpu"
+    distributed.attach_jax_runtime()
+    if device_count is not None:
         import jax
 
         if not _jaxlib.backends_are_initialized():
@@ -60,11 +67,12 @@ def create_client(platform: str | None = None, device_count: int | None = None) 
                                   f"jax's runtime for platform {platform!r} did not start: {e}"
                                   ) from None
         raise InvalidArgumentError(f"jax has no backend for platform {platform!r}: {e}") from None
-    if device_count is not None and runtime.device_count() != device_count:
+    if device_count is not None and runtime.local_device_count() != device_count:
         raise InvalidArgumentError(
             f"device_count={device_count}, but jax's CPU runtime already exists with "
-            f"{runtime.device_count()} devices (the count is fixed when jax starts: set it "
-            "before jax is used, e.g. XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+            f"{runtime.local_device_count()} devices in this process (the count is fixed when "
+            "jax starts: set it before jax is used, e.g. "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=N)")
     return JaxClient(runtime)
 
 

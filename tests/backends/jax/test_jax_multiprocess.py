@@ -139,6 +139,26 @@ def test_process_0_failing_in_initialize_after_the_join_leaves_the_others_runnin
     assert status1 == 0 and "EXITING" in out1, err1[-3000:]
 
 
+def test_after_initialize_with_the_default_backend_get_client_jax_joins_the_job():
+    """initialize(address, 2, pid) (backend "pjrt", the default), then get_client("jax"):
+    jax's runtime is handed the job as it starts, so each process's client lists the 8
+    devices of both (device_count=4 is this process's count); the processes exchange
+    key-value entries and a psum over both equals NumPy's."""
+    for status, out, err, _ in _run("default-backend", [0, 1], timeout_s=120):
+        assert status == 0 and "OK" in out and "EXITING" in out, err[-3000:]
+        assert "psum over 8 devices" in out
+
+
+def test_get_client_jax_refuses_to_be_a_single_process_client_in_a_job():
+    """jax started before initialize(): get_client("jax") raises FailedPreconditionError
+    saying what to do, rather than giving each process a client of its own devices."""
+    for status, out, err, _ in _run("jax-first", [0, 1], timeout_s=120):
+        assert status == 0 and "EXITING" in out, err[-3000:]
+        cls, _, message = _error(out, "get_client")
+        assert cls == "FailedPreconditionError"
+        assert "this process's devices only" in message and "before jax starts" in message
+
+
 def test_a_failed_initialize_leaves_jax_and_the_port_as_they_were():
     """initialize(backend="jax") failing after its service and client started, and after
     jax's runtime started (FailedPreconditionError): jax's settings and distributed state,
