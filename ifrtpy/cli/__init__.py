@@ -1,11 +1,13 @@
-"""The command line: ``python -m ifrtpy [--version] [--debug] info|demo|bench [options]``.
+"""The command line: ``python -m ifrtpy [--version] [--debug] info|demo|bench|launch [options]``.
 
 ``info`` prints versions, the plugin, its attributes, devices and memories. ``demo`` does
 the same, then puts a sharded array on the devices, draws which device holds which rows
 (:func:`ifrtpy.visualize_sharding`), and runs a StableHLO program over it (SPMD), checking
 every result against NumPy. ``bench`` prints one table of headline figures next to jax
 measured in the same run (``--quick``: seconds, rough figures; ``--plot FILE.png``: a bar
-chart, needs matplotlib). Errors print one line; ``--debug`` shows the traceback.
+chart, needs matplotlib). ``launch -n N -- CMD ...`` runs a job of N processes of CMD on
+this machine (:mod:`ifrtpy.cli.launch`). Errors print one line; ``--debug`` shows the
+traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import sys
 
 import ifrtpy as ifrt
-from ifrtpy.cli import bench, demo, info
+from ifrtpy.cli import bench, demo, info, launch
 
 __all__ = ["main"]
 
@@ -38,11 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     bench_parser.add_argument("--quick", action="store_true",
                               help="small sizes and few repeats (seconds; figures rough)")
     bench_parser.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart (matplotlib)")
+    launch.configure(commands.add_parser(
+        "launch", help="a job of N processes of a command on this machine",
+        description="Run a job of N processes of CMD on this machine; in each, "
+                    "ifrtpy.distributed.initialize() needs no arguments."))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "launch":
+        return launch.run(args)
     try:
         devices = args.devices
         if args.command == "bench" and devices is None and args.plugin is None:
