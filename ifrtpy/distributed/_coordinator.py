@@ -5,7 +5,9 @@ is gone. Were the service in process 0, as jax has it, process 0's end (a crash,
 leaving first) would end every other process. So process 0 starts the service in a child
 process (:func:`start`), which:
 
-1. listens at the job's address for the join of every process, ``0 .. N-1``
+1. listens at the job's address for the join of every process, ``0 .. N-1``, until
+   ``JOIN_BY`` (the time, in seconds since the epoch, when process 0's
+   ``initialization_timeout`` ends: its own start is not counted)
    (:func:`ifrtpy.distributed._join.serve`), and says ``READY`` on its standard output once it does;
 2. once all have joined, starts jaxlib's service there (recoverable: a process that
    stops is not reported to the others as fatal) and lets them go on;
@@ -16,7 +18,7 @@ No process's end takes the service from the others; only this process's would (i
 nothing but serve). It is started in a session of its own, so that an interrupt aimed at
 process 0's terminal does not reach it, and writes nothing once ready.
 
-    python -m ifrtpy.distributed._coordinator ADDRESS NUM_PROCESSES INIT_S HEARTBEAT_S SHUTDOWN_S
+    python -m ifrtpy.distributed._coordinator ADDRESS NUM_PROCESSES INIT_S HEARTBEAT_S SHUTDOWN_S JOIN_BY
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Sequence
 
 from ifrtpy import _jaxlib
@@ -44,16 +47,17 @@ _START_TIMEOUT_S = 120.0
 
 
 def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
-          shutdown_s: int) -> subprocess.Popen[str]:
+          shutdown_s: int, join_by: float) -> subprocess.Popen[str]:
     """Start the coordinator of a job at ``address`` and return once it listens there;
-    UnavailableError (its reason) when it cannot. A thread reaps it when it ends."""
+    UnavailableError (its reason) when it cannot. The processes must have joined by
+    ``join_by`` (``time.time()``'s clock). A thread reaps it when it ends."""
     env = dict(os.environ)
     # this ifrtpy, where the child would not find it otherwise (last: nothing is shadowed)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
     process = subprocess.Popen(
         [sys.executable, "-m", "ifrtpy.distributed._coordinator", address, str(num_processes),
-         str(init_s), str(heartbeat_s), str(shutdown_s)],
+         str(init_s), str(heartbeat_s), str(shutdown_s), repr(join_by)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True, env=env, start_new_session=True)
     assert process.stdout is not None
@@ -78,7 +82,7 @@ def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
 
 
 def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
-           shutdown_s: int) -> None:
+           shutdown_s: int, join_by: float) -> None:
     service: list[Any] = []
 
     def ready() -> None:
@@ -92,7 +96,8 @@ def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
                              heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
                              shutdown_timeout=shutdown_s, recoverable=RECOVERABLE))
 
-    membership = _join.serve(address, num_processes, init_s, on_listening=ready,
+    membership = _join.serve(address, num_processes, max(0.0, join_by - time.time()),
+                             on_listening=ready,
                              start=start_service)
     try:
         membership.wait_until_all_leave()
@@ -102,9 +107,10 @@ def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
 
 
 def main(argv: Sequence[str]) -> int:
-    address, num_processes, init_s, heartbeat_s, shutdown_s = argv
+    address, num_processes, init_s, heartbeat_s, shutdown_s, join_by = argv
     try:
-        _serve(address, int(num_processes), int(init_s), int(heartbeat_s), int(shutdown_s))
+        _serve(address, int(num_processes), int(init_s), int(heartbeat_s), int(shutdown_s),
+               float(join_by))
     except UnavailableError as e:  # cannot listen: process 0 is told on standard output
         print(f"ERROR {e}", flush=True)
         return 1

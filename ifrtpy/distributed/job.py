@@ -142,13 +142,13 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                 "ifrtpy.distributed is already initialized; call shutdown() first")
         if backend == "jax":
             jax_runtime.check_can_start()
-        deadline = time.monotonic() + init_s
+        deadline, join_by = time.monotonic() + init_s, time.time() + init_s
         origin = f"coordinator_address from {job.origins['coordinator_address']}"
         try:
             address = _join.numeric_address(job.coordinator_address, init_s)
             # Meet first: jaxlib's connect() ends the process when a peer never comes.
-            coordinator = (_coordinator.start(address, count, init_s, heartbeat_s, shutdown_s)
-                           if pid == 0 else None)
+            coordinator = (_coordinator.start(address, count, init_s, heartbeat_s, shutdown_s,
+                                              join_by) if pid == 0 else None)
         except UnavailableError as e:
             raise UnavailableError(f"{e} ({origin})") from None
         membership: _join.Membership | None = None
