@@ -113,7 +113,8 @@ class Launcher:
                  devices_per_process: int | None = None, kill_after_s: float = 10.0,
                  environ: Mapping[str, str] | None = None, stdout: IO[bytes] | None = None,
                  stderr: IO[bytes] | None = None):
-        if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+        if (isinstance(num_processes, bool) or not isinstance(num_processes, int)
+                or num_processes < 1):
             raise InvalidArgumentError(f"-n must be an integer >= 1, got {num_processes!r}")
         if devices_per_process is not None and devices_per_process < 1:
             raise InvalidArgumentError(

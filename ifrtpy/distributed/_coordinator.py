@@ -7,7 +7,7 @@ process (:func:`start`), which:
 
 1. listens at the job's address for the join of every process, ``0 .. N-1``, until
    ``JOIN_BY`` (the time, in seconds since the epoch, when process 0's
-   ``initialization_timeout`` ends: its own start is not counted)
+   ``initialization_timeout`` ends: its own start does not add to it), 1 s at least
    (:func:`ifrtpy.distributed._join.serve`), and says ``READY`` on its standard output once it does;
 2. once all have joined, starts jaxlib's service there (recoverable: a process that
    stops is not reported to the others as fatal) and lets them go on;
@@ -18,7 +18,8 @@ No process's end takes the service from the others; only this process's would (i
 nothing but serve). It is started in a session of its own, so that an interrupt aimed at
 process 0's terminal does not reach it, and writes nothing once ready.
 
-    python -m ifrtpy.distributed._coordinator ADDRESS NUM_PROCESSES INIT_S HEARTBEAT_S SHUTDOWN_S JOIN_BY
+    python -m ifrtpy.distributed._coordinator ADDRESS NUM_PROCESSES INIT_S HEARTBEAT_S \
+        SHUTDOWN_S JOIN_BY
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ _READY = "READY"
 RECOVERABLE = True
 #: How long process 0 waits for the coordinator to listen (a Python start and an import).
 _START_TIMEOUT_S = 120.0
+#: The coordinator listens for joins this long at least, even when it started so late that
+#: ``JOIN_BY`` has passed: the processes waiting already hear its verdict.
+_MIN_JOIN_S = 1.0
 
 
 def start(address: str, num_processes: int, init_s: int, heartbeat_s: int,
@@ -96,7 +100,7 @@ def _serve(address: str, num_processes: int, init_s: int, heartbeat_s: int,
                              heartbeat_timeout=heartbeat_s, cluster_register_timeout=init_s,
                              shutdown_timeout=shutdown_s, recoverable=RECOVERABLE))
 
-    membership = _join.serve(address, num_processes, max(0.0, join_by - time.time()),
+    membership = _join.serve(address, num_processes, max(_MIN_JOIN_S, join_by - time.time()),
                              on_listening=ready,
                              start=start_service)
     try:

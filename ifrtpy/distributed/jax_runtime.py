@@ -5,11 +5,11 @@ Every process calls ``ifrtpy.distributed.initialize()`` before anything uses jax
 ``ifrtpy.get_client("jax")`` hands the job to jax's runtime as it starts it
 (:func:`ifrtpy.distributed.attach_jax_runtime`; ``initialize(backend="jax")`` does it at
 once), and lists the devices of all processes (``is_addressable`` for its own). The
-coordination client is the one :mod:`ifrtpy.distributed` makes (of jaxlib's service, started *recoverable* in the job's
-coordinator process), handed to jax in place of the one ``jax.distributed.initialize``
-would make; so a process that fails, process 0 included, does not end the others, which
-get Python errors instead (see :func:`ifrtpy.distributed.initialize_distributed` for
-which, and when).
+coordination client is the one :mod:`ifrtpy.distributed` makes (of jaxlib's service,
+started *recoverable* in the job's coordinator process), handed to jax in place of the one
+``jax.distributed.initialize`` would make; so a process that fails, process 0 included,
+does not end the others, which get Python errors instead (see
+:func:`ifrtpy.distributed.initialize_distributed` for which, and when).
 """
 
 from __future__ import annotations

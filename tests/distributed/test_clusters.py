@@ -90,7 +90,8 @@ def test_open_mpi_before_slurm():
 def test_open_mpi_ipv6_and_prrte():
     job = resolve(environ={**ORTE, "OMPI_MCA_orte_hnp_uri":
                            "1314521088.0;tcp6://[fe80::b9b:ac5d:9cf0:b858,2620:10d::2]:43370"})
-    assert job.coordinator_address == f"[fe80::b9b:ac5d:9cf0:b858]:{61440 + 1314521088 // 4096 % 4096}"
+    port = 61440 + 1314521088 // 4096 % 4096
+    assert job.coordinator_address == f"[fe80::b9b:ac5d:9cf0:b858]:{port}"
     job = resolve(environ=PRRTE)  # Open MPI 5: prterun's host and pid
     assert (job.coordinator_address, job.num_processes, job.process_id) == (
         f"node-18:{61440 + 12345 % 4096}", 2, 1)
