@@ -45,7 +45,7 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     else:
         path = plugin
     kv_callbacks = None
-    if distributed.job_backend() == "pjrt":  # a multi-process job: node ids and the KV store
+    if distributed.is_initialized():  # a multi-process job: node ids and the KV store
         table = known_options(name) if name is not None else None
         if table is not None and "num_nodes" in table:
             opts.setdefault("node_id", distributed.process_id())
