@@ -23,6 +23,7 @@ from ifrtpy.errors import (
 from ifrtpy.future import Future, join_futures, then_value
 from ifrtpy.shape import DynamicShape, Shape
 from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
@@ -142,6 +143,12 @@ class Value(abc.ABC):
     @abc.abstractmethod
     def debug_string(self) -> str:
         """A human-readable description, for logs and error messages."""
+
+    @property
+    def user_context(self) -> UserContext | None:
+        """The :class:`~ifrtpy.user_context.UserContext` active at the call that made this
+        value (None outside any ``UserContextScope``, or where the backend keeps none)."""
+        return None
 
     def __copy__(self):
         raise TypeError(f"{type(self).__name__} is not copyable; use Client.copy_arrays")

@@ -20,6 +20,7 @@ from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
 from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
@@ -341,6 +342,14 @@ class LoadedExecutable(abc.ABC):
     @property
     def fingerprint(self) -> str | None:
         """A string identifying the compiled code; None when the backend has none."""
+        return None
+
+    @property
+    def user_context(self) -> UserContext | None:
+        """The :class:`~ifrtpy.user_context.UserContext` active at the compile (or
+        deserialize) that made this executable; None outside any ``UserContextScope``, or
+        where the backend keeps none. Outputs of ``execute`` carry the context active at
+        the execute."""
         return None
 
     def serialize(self) -> bytes:

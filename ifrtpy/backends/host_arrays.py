@@ -21,8 +21,8 @@ from ifrtpy.array import (
     Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, numpy_of_view, single_device_piece,
 )
 from ifrtpy.array_plans import (
-    check_live, check_of_client, check_placement, plan_assemble, plan_copy, plan_error_arrays,
-    plan_reshard,
+    addressable_domains, check_live, check_of_client, check_placement, plan_assemble,
+    plan_copy, plan_error_arrays, plan_reshard,
 )
 from ifrtpy.bitcast import plan_bitcast
 from ifrtpy.dtypes import DType, host_form
@@ -32,6 +32,7 @@ from ifrtpy.errors import (
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape
+from ifrtpy.user_context import current_user_context
 from ifrtpy.sharding import (
     OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
 )
@@ -49,7 +50,7 @@ class HostArray(Array):
     STRING). Made by the operations of this module."""
 
     __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_shards", "_error", "_deleted",
-                 "_lock", "__weakref__")
+                 "_lock", "_user_context", "__weakref__")
 
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
                  shards: tuple, error: BaseException | None = None):
@@ -61,10 +62,15 @@ class HostArray(Array):
         self._error = error
         self._deleted = False
         self._lock = threading.Lock()
+        self._user_context = current_user_context()
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def dtype(self) -> DType:
@@ -269,11 +275,7 @@ def split(data: np.ndarray, sharding: Sharding, shape: Shape, layout: Layout | N
           ) -> tuple:
     """The data of each addressable shard of ``sharding`` for the global value ``data``
     (fresh, read-only arrays; in ``layout``'s memory order, row-major where None)."""
-    count = len(sharding.devices.addressable_device_list())
-    if sharding.is_fully_replicated:
-        domains = [IndexDomain(shape)] * count
-    else:
-        domains = sharding.index_domains(shape, ADDRESSABLE)
+    domains = addressable_domains(sharding, shape)
     if layout is not None and layout != Layout.row_major(layout.rank):
         return tuple(_frozen(_in_layout(data[(*d.slices(), ...)], layout)) for d in domains)
     return tuple(_frozen(np.array(data[(*d.slices(), ...)], order="C", copy=True))

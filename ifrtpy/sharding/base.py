@@ -82,6 +82,12 @@ class Sharding(abc.ABC):
     def debug_string(self) -> str:
         """A description of the sharding."""
 
+    def check_array_shape(self, shape: AnyShape) -> None:
+        """InvalidArgumentError unless an array of ``shape`` can be made with this sharding
+        (a put, an assemble, a reshard target). Shardings that derive their shards from
+        the shape always can; those given by shard shapes (ConcreteSharding,
+        ConcreteEvenSharding) check them here, as they are taken as given when built."""
+
     @abc.abstractmethod
     def _partitioning_key(self) -> object:
         """A hashable value; equal for shardings where ``has_same_partitioning`` is true."""

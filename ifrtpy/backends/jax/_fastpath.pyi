@@ -10,6 +10,7 @@ from ifrtpy.executable import ExecuteOptions, ExecuteResult
 from ifrtpy.future import Future
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import Sharding
+from ifrtpy.user_context import UserContext
 
 class JaxArrayCore:
     _client: Any
@@ -20,6 +21,7 @@ class JaxArrayCore:
     _error: BaseException | None
     _deleted: bool
     _reads: Sequence[Future[Any]]
+    _user_context: UserContext | None
     def block_until_ready(self) -> Self: ...
 
 class JaxExecutableCore:

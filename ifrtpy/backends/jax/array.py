@@ -31,6 +31,7 @@ from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,
     SingleDeviceShardSemantics,
 )
+from ifrtpy.user_context import UserContext, current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
@@ -62,10 +63,15 @@ class JaxArray(JaxArrayCore, Array):
         self._error = error
         self._deleted = False
         self._reads = ()
+        self._user_context = current_user_context()
 
     @property
     def client(self) -> Any:
         return self._client
+
+    @property
+    def user_context(self) -> UserContext | None:
+        return self._user_context
 
     @property
     def dtype(self) -> DType:

@@ -31,6 +31,7 @@ from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
+from ifrtpy.user_context import UserContext, current_user_context
 
 _MAGIC = b"IFRTPY-JAX-EXECUTABLE-1\n"
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
@@ -114,6 +115,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._outputs_spec = tuple((r.dtype, r.shape, s) for r, s in zip(
             self._results, self._output_shardings))
         self._array_type = JaxArray
+        self._user_context = current_user_context()
         self._handlers = [
             _jaxlib.result_handler(r.dtype.to_numpy(), tuple(r.shape.dims), to_jax_sharding(s))
             for r, s in zip(self._results, self._output_shardings)]
@@ -163,6 +165,10 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
 
     def donatable_input_indices(self) -> frozenset[int]:
         return self._program.donated_inputs
+
+    @property
+    def user_context(self) -> UserContext | None:
+        return self._user_context
 
     @property
     def fingerprint(self) -> str | None:

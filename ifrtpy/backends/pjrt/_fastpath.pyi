@@ -14,6 +14,7 @@ from ifrtpy.dtypes import DType
 from ifrtpy.executable import ExecuteOptions, ExecuteResult
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import Sharding
+from ifrtpy.user_context import UserContext
 
 class ArrayCore:
     _client: Any
@@ -23,6 +24,7 @@ class ArrayCore:
     _buffers: tuple[BufferHandle, ...]
     _error: BaseException | None
     _deleted: bool
+    _user_context: UserContext | None
     def block_until_ready(self) -> Self: ...
 
 class ExecutableCore:

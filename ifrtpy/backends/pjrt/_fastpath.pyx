@@ -20,6 +20,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
@@ -34,6 +35,7 @@ from ifrtpy._execute_result cimport ExecuteResult
 from ifrtpy.executable import ExecuteOptions
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.user_context import ACTIVE as _user_context
 
 DEF SMALL = 64
 
@@ -111,6 +113,7 @@ cdef class ArrayCore:
     cdef public tuple _buffers
     cdef public object _error
     cdef public bint _deleted
+    cdef public object _user_context
     cdef object __weakref__
 
     def block_until_ready(self):
@@ -267,6 +270,7 @@ cdef class ExecutableCore:
             if fill_status:
                 done = take_events(handle.client, events, num_devices)
             outputs = PyList_New(num_outputs)
+            context = get_value(_user_context)
             for k in range(num_outputs):
                 buffers = take_buffers(handle.client, out_flat, k, num_outputs, num_devices)
                 spec = <tuple?>self._outputs_spec[k]
@@ -276,6 +280,7 @@ cdef class ExecutableCore:
                 array._shape = spec[1]
                 array._sharding = spec[2]
                 array._buffers = buffers
+                array._user_context = context
                 Py_INCREF(array)
                 PyList_SET_ITEM(outputs, k, array)
             if fill_status:

@@ -26,6 +26,7 @@ from ifrtpy.future import Future, Promise, join_futures, then_value
 from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
@@ -50,10 +51,15 @@ class PjrtArray(ArrayCore, Array):
         self._buffers = buffers
         self._error = error
         self._deleted = False
+        self._user_context = current_user_context()
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def dtype(self) -> DType:

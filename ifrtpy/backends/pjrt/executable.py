@@ -37,6 +37,7 @@ from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, stablehlo_version
 from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding
+from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
 MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
@@ -120,8 +121,9 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
 class PjrtCompiler(Compiler):
     """The PjRt client's compiler: HloPrograms (or anything HloProgram takes).
 
-    Identical compiles (the same program text and options) return the same executable
-    while it is alive and not deleted: an in-process memo of the last ``MEMO_ENTRIES``.
+    Identical compiles (the same program text and options, under the same user context)
+    return the same executable while it is alive and not deleted: an in-process memo of
+    the last ``MEMO_ENTRIES``.
     """
 
     MEMO_ENTRIES = 256
@@ -135,7 +137,8 @@ class PjrtCompiler(Compiler):
         if options is not None:
             check_type(options, CompileOptions, "options", "a CompileOptions")
         if isinstance(program, HloProgram):
-            key = (program.text, options)
+            # An executable records the user context of its compile: one per context.
+            key = (program.text, options, current_user_context())
             with self._memo_lock:
                 ref = self._memo.get(key)
                 executable = ref() if ref is not None else None
@@ -205,6 +208,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
+        self._user_context = current_user_context()
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -269,6 +273,10 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     def output_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
         return _xla.module_layouts(self.hlo_modules()[0])[1]
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def fingerprint(self) -> str | None:

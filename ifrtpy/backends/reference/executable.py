@@ -45,6 +45,7 @@ from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import SingleDeviceSharding
+from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-REFERENCE-EXECUTABLE-1\n"
 
@@ -141,10 +142,15 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._interpretable, self._params, self._outputs, self._op_count = rewrite.prepare(program, devices)
         self._parameter_layouts, self._output_layouts = _layouts(options, program)
         self._deleted = False
+        self._user_context = current_user_context()
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def name(self) -> str:
