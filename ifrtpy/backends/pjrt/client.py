@@ -4,6 +4,8 @@ plugin. Array operations live in :mod:`ifrtpy.backends.pjrt.array`."""
 from __future__ import annotations
 
 import os
+import re
+import sys
 from typing import Any, Mapping
 
 from ifrtpy import _pjrt, distributed
@@ -44,6 +46,8 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         path = find_plugin(plugin or name).path
     else:
         path = plugin
+    if name == "cpu" and "cpu_device_count" not in opts and host_device_count() is not None:
+        opts["cpu_device_count"] = host_device_count()
     kv_callbacks = None
     if distributed.job_backend() == "pjrt":  # a multi-process job: node ids and the KV store
         table = known_options(name) if name is not None else None
@@ -56,6 +60,19 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
     return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
+
+
+def host_device_count() -> int | None:
+    """The CPU device count this process gives XLA's CPU clients, jax's among them:
+    ``jax_num_cpu_devices`` where jax is loaded and sets it, else
+    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``; None when neither does."""
+    jax = sys.modules.get("jax")
+    count = getattr(getattr(jax, "config", None), "jax_num_cpu_devices", -1) if jax else -1
+    if isinstance(count, int) and count > 0:
+        return count
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)",
+                       os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
 
 
 def job_kv_callbacks(plugin_name: str) -> Any:

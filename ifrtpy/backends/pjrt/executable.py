@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
-from ifrtpy.array_plans import canonical_kind
+from ifrtpy.array_plans import canonical_kind, check_of_client
 from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
@@ -410,8 +410,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         if isinstance(arg, BasicStringArray):
             raise UnimplementedError(
                 f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
-        if not isinstance(arg, PjrtArray) or arg.client is not self._client:
-            raise InvalidArgumentError(f"argument {i} of {self.name} is not an array of this client")
+        check_of_client(self._client, arg, f"argument {i} of {self.name}", PjrtArray)
         check_argument_value(self.name, i, arg, param)
         key = (i, arg.sharding)
         if key in self._checked:
