@@ -1,5 +1,5 @@
 """One default client per backend: ``get_client()`` without options returns it, and the
-helpers that take no client (``from_jax``, ``device_put``) use it; with
+helpers that take no client (``from_jax``, ``from_dlpack``, ``device_put``) use it; with
 options, a new client. Arrays of another client, and raw jax arrays, are refused with a
 message naming both clients and the way to bring the array over."""
 
@@ -44,6 +44,7 @@ def test_helpers_without_a_client_use_the_default():
     x = np.arange(4, dtype=np.float32)
     assert ifrt.device_put(x).client is client
     assert ifrt.device_put(x).sharding.devices[0] is client.addressable_devices()[0]
+    assert ifrt.from_dlpack(x).client is client
     j = jax.numpy.arange(4.0, dtype=np.float32)
     assert ifrt.from_jax(j).client is client
     assert ifrt.device_put(j).client is client
