@@ -61,6 +61,9 @@ def register_backend(
         if name in _BACKENDS and not replace:
             raise AlreadyExistsError(f"backend {name!r} is already registered")
         _BACKENDS[name] = factory
+    with _defaults_lock:  # a replaced factory makes the next default
+        for key in [k for k in _defaults if k[0] == name]:
+            del _defaults[key]
 
 
 def registered_backends() -> list[str]:
