@@ -16,6 +16,7 @@ from ifrtpy.array import Array as Array
 from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics
 from ifrtpy.array import ArraySpec as ArraySpec
 from ifrtpy.array import HostBufferSemantics as HostBufferSemantics
+from ifrtpy.array import Shard as Shard
 from ifrtpy.array import Tuple as Tuple
 from ifrtpy.array import Value as Value
 from ifrtpy.client import Client as Client

@@ -27,6 +27,7 @@ from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
+    from ifrtpy.device import Device
 
 __all__ = [
     "ArrayCopySemantics",
@@ -34,6 +35,7 @@ __all__ = [
     "Value",
     "Array",
     "ArraySpec",
+    "Shard",
     "Tuple",
 ]
 
@@ -248,6 +250,50 @@ class Array(Value):
 
     # -- derived defaults --------------------------------------------------------------
 
+    # What jax.Array has and means the same here.
+
+    @property
+    def ndim(self) -> int:
+        """The rank (``len(shape)``)."""
+        return len(_dims(self.shape))
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return _num_elements(_dims(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        """``size`` times the bytes of an element on the host (a sub-byte element: 1)."""
+        return self.size * self.dtype.to_numpy().itemsize
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        """Whether every device of the sharding belongs to this process."""
+        return self.sharding.devices.is_fully_addressable
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        """Whether every shard holds the whole array."""
+        return self.sharding.is_fully_replicated
+
+    @property
+    def addressable_shards(self) -> list[Shard]:
+        """This process's shards, in the sharding's device order, as ``jax.Array``'s: each
+        with its device, the NumPy index of the global array it holds, its replica id
+        (how many shards before it hold the same index) and its data (a single-device
+        array sharing this array's buffers)."""
+        semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+        domains = self.sharding.index_domains(self.shape, semantics)
+        pieces = self.disassemble_into_single_device_arrays(ArrayCopySemantics.REUSE_INPUT,
+                                                            semantics)
+        replicas: dict[Any, int] = {}
+        shards = []
+        for domain, piece in zip(domains, pieces):
+            replica = replicas[domain] = replicas.get(domain, -1) + 1
+            shards.append(Shard(piece.sharding.devices[0], domain.slices(), replica, piece))
+        return shards
+
     def debug_string(self) -> str:
         return (
             f"{type(self).__name__}(dtype={self.dtype}, shape={_shape_text(self.shape)}, "
@@ -396,6 +442,18 @@ def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, .
         raise ResourceExhaustedError(
             f"byte_strides {list(strides)} need {span} bytes of host memory") from None
     return np.ndarray(dims, dtype, buffer=base, offset=-lo, strides=strides)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One addressable shard of an array (``Array.addressable_shards``), as jax's: the
+    ``device`` holding it, the ``index`` (a tuple of slices) of the global array it
+    holds, its ``replica_id`` among the shards holding that index, and its ``data``."""
+
+    device: Device
+    index: tuple[slice, ...]
+    replica_id: int
+    data: Array
 
 
 @dataclasses.dataclass(frozen=True)

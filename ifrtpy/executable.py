@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
+import threading
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -19,7 +20,8 @@ from ifrtpy.array import Array
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
-from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.sharding import NamedSharding, Sharding, SingleDeviceShardSemantics
+from ifrtpy.sharding.mesh import named_sharding_like
 from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
@@ -505,3 +507,55 @@ def same_domains(a: Sharding, b: Sharding, shape: Shape) -> bool:
         return list(a.index_domains(shape, semantics)) == list(b.index_domains(shape, semantics))
     except InvalidArgumentError:
         return False
+
+
+class NamedOutputs:
+    """The output shardings of an executable for arguments of given shardings, as jax
+    names them: a compiled output sharding that is a NamedSharding over the mesh of an
+    argument's NamedSharding becomes that NamedSharding (axis names included); the others
+    stay as compiled. Worked out once per tuple of argument shardings (the last
+    ``ENTRIES``), so that a repeated execute pays one dict lookup."""
+
+    ENTRIES = 64
+
+    def __init__(self, shardings: Sequence[Sharding], results: Sequence[TensorType]):
+        self._shardings = list(shardings)
+        self._results = list(results)
+        self._found: dict[tuple[Sharding, ...], list[Sharding]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, args: Sequence[Any]) -> list[Sharding]:
+        key = tuple(a.sharding for a in args)
+        found = self._found.get(key)
+        if found is None:
+            if len(self._found) >= self.ENTRIES:
+                self._found.clear()
+            found = self._found[key] = self._work_out(key)
+        return found
+
+    def accept(self, core: Any, args: Sequence[Any]) -> tuple[tuple[Any, Any, Sharding], ...]:
+        """For a backend whose C path repeats calls with arguments of the kinds it last
+        checked: set ``core._accepted`` to the (dtype, shape, sharding) of each of
+        ``args`` and ``core._outputs_spec`` to those of the outputs they give, as a pair
+        the C path (reading both at once) never sees half set; returns the latter."""
+        outputs = tuple((r.dtype, r.shape, sharding)
+                        for r, sharding in zip(self._results, self(args)))
+        accepted = [(a.dtype, a.shape, a.sharding) for a in args]
+        with self._lock:
+            core._accepted = None
+            core._outputs_spec = outputs
+            core._accepted = accepted
+        return outputs
+
+    def _work_out(self, argument_shardings: tuple[Sharding, ...]) -> list[Sharding]:
+        meshes = list(dict.fromkeys(s.mesh for s in argument_shardings
+                                    if isinstance(s, NamedSharding)))
+        out = []
+        for sharding, result in zip(self._shardings, self._results):
+            named = None
+            for mesh in meshes:
+                named = named_sharding_like(sharding, mesh, result.shape)
+                if named is not None:
+                    break
+            out.append(sharding if named is None else named)
+        return out

@@ -46,6 +46,11 @@ class Sharding(abc.ABC):
         return self._devices
 
     @property
+    def device_set(self) -> frozenset[Device]:
+        """The devices, as a set (as jax's ``Sharding.device_set``)."""
+        return frozenset(self._devices)
+
+    @property
     def memory_kind(self) -> MemoryKind:
         """The memory kind of every shard (canonicalized against ``devices[0]``)."""
         return self._memory_kind

@@ -187,6 +187,7 @@ cdef class ExecutableCore:
         """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` are of
         the accepted kinds."""
         cdef list accepted = self._accepted
+        cdef tuple outputs_spec = self._outputs_spec  # read with accepted: set as a pair
         cdef ExecutableHandle handle = self._handle
         cdef const PJRT_Api* api = handle.client.api
         cdef Py_ssize_t num_args = len(args), num_outputs = handle.num_outputs
@@ -197,8 +198,8 @@ cdef class ExecutableCore:
         cdef BufferHandle buffer
         cdef tuple spec, buffers, done
         cdef ExecuteResult result
-        if (array_type is None or num_args != len(accepted)
-                or num_outputs != len(self._outputs_spec)):
+        if (array_type is None or accepted is None or num_args != len(accepted)
+                or num_outputs != len(outputs_spec)):
             return None
         # Options first: from the argument checks to the launch no Python code runs, so
         # no other thread can change what was checked.
@@ -273,7 +274,7 @@ cdef class ExecutableCore:
             context = get_value(_user_context)
             for k in range(num_outputs):
                 buffers = take_buffers(handle.client, out_flat, k, num_outputs, num_devices)
-                spec = <tuple?>self._outputs_spec[k]
+                spec = <tuple?>outputs_spec[k]
                 array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
                 array._client = self._client
                 array._dtype = spec[0]

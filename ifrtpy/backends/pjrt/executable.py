@@ -31,7 +31,8 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
+    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
+    check_execute_devices,
 )
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
@@ -208,6 +209,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
+        self._named_outputs = NamedOutputs(self._output_shardings or (), self._results)
         self._user_context = current_user_context()
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
@@ -356,6 +358,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         args = check_argument_count(self.name, args, self._params)
         self._check_arguments(args, shardings)
         self._check_donations(args, non_donatable)
+        if execute_device is None and out_shardings is not None:
+            out_shardings = self._named_outputs(args)
         outputs, events = self._handle.execute_by_argument(
             [a._buffers for a in args], options.launch_id, non_donatable,
             None if execute_device is None else execute_device._handle, self._donated)
@@ -374,7 +378,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             # Layouts are checked on every call, so no call takes the unchecked C path.
             self._check_layouts(args)
         elif self._devices is not None:
-            self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
+            self._named_outputs.accept(self, args)
 
     def _check_layouts(self, args: Sequence[Array]) -> None:
         expected = self._parameter_orders

@@ -38,8 +38,8 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
-    program_layouts,
+    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
+    check_execute_devices, program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
@@ -143,6 +143,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._parameter_layouts, self._output_layouts = _layouts(options, program)
         self._deleted = False
         self._user_context = current_user_context()
+        self._named_outputs = NamedOutputs(self._outputs or (), program.results)
 
     @property
     def client(self):
@@ -246,6 +247,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             params, outputs = self._params, self._outputs
         args = check_argument_count(self.name, args, self._program.parameters)
         self._check_arguments(args, params)
+        if device is None:
+            outputs = self._named_outputs(args)
         values = [global_value(a) for a in args]
         donated = self._program.donated_inputs - options.non_donatable_input_indices
         for i in sorted(donated):
