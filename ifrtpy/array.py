@@ -17,7 +17,7 @@ import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
+    FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
     invalid_argument,
 )
 from ifrtpy.future import Future, join_futures, then_value
@@ -92,6 +92,20 @@ def numpy_of_view(view: np.ndarray, dtype: Any, copy: bool | None) -> np.ndarray
     if copy is False:
         raise ValueError(f"viewing a {view.dtype} array as {np.dtype(dtype)} needs a copy")
     return view.astype(dtype)
+
+
+#: What makes an array unusable, and how to keep one: said by every use of such an array.
+GONE = ("delete() frees an array; an execution takes the arguments it donates (parameters "
+        "marked jax.buffer_donor, jax's donate_argnums) unless "
+        "ExecuteOptions(non_donatable_input_indices=...) lists them; DONATE_INPUT hands an "
+        "array's buffers to the array made from it")
+
+
+def deleted_error(array: Any) -> FailedPreconditionError:
+    """The error of any use of ``array`` once it is deleted or donated: one message for
+    every backend and every use (a read, a view, a copy, an execute)."""
+    return FailedPreconditionError(
+        f"Array has been deleted or donated: {array.debug_string()}. {GONE}")
 
 
 def _dims(shape: Any) -> tuple[int, ...]:

@@ -17,11 +17,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, deleted_error
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum,
+    InvalidArgumentError, UnimplementedError, check_enum,
     invalid_argument,
 )
 from ifrtpy.shape import IndexDomain, Shape
@@ -91,7 +91,7 @@ def check_live(array: Array) -> None:
     """FailedPreconditionError if ``array`` was deleted or donated (an error array is
     never live, and is not refused here: operations pass its error on)."""
     if array.error is None and array.is_deleted():
-        raise FailedPreconditionError(f"Array has been deleted: {array.debug_string()}")
+        raise deleted_error(array)
 
 
 def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:

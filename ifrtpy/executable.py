@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
-from ifrtpy.array import Array
+from ifrtpy.array import GONE, Array
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
@@ -417,8 +417,11 @@ class LoadedExecutable(abc.ABC):
     def is_deleted(self) -> bool:
         """Whether :meth:`delete` was called."""
 
-    def __call__(self, *args: Array) -> list[Array]:
-        """``execute(list(args)).outputs``: run with default options."""
+    def __call__(self, *args: Array, **keywords: Any) -> list[Array]:
+        """``execute(list(args)).outputs``: run with default options. Arguments are
+        positional, in the order of the program's parameters."""
+        if keywords:
+            raise keyword_arguments_error(self, keywords)
         return self.execute(list(args)).outputs
 
     def __repr__(self) -> str:
@@ -426,6 +429,16 @@ class LoadedExecutable(abc.ABC):
 
 
 # -- the argument checks of execute, shared by every backend --------------------------------
+
+def keyword_arguments_error(executable: Any, keywords: Mapping[str, Any]) -> TypeError:
+    """The error of ``executable(..., name=value)``: a TypeError (as Python's for a call
+    it cannot bind) naming the keywords, and how to pass arguments and options."""
+    names = ", ".join(f"{k}=" for k in keywords)
+    return TypeError(
+        f"{executable.name} takes its arguments by position, in the order of the program's "
+        f"parameters, not by keyword (got {names}): call it as executable(a, b, ...), or "
+        "executable.execute([a, b, ...], ExecuteOptions(...)) for options")
+
 
 def check_execute_devices(executable: LoadedExecutable, devices: Any) -> Device | None:
     """The device a portable ``executable`` runs on (``devices`` must be one addressable
@@ -466,7 +479,7 @@ def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
     if arg.error is not None:
         raise InvalidArgumentError(f"argument {i} of {name} is an error array: {arg.error}")
     if arg.is_deleted():
-        raise InvalidArgumentError(f"argument {i} of {name} has been deleted")
+        raise InvalidArgumentError(f"argument {i} of {name} has been deleted or donated: {GONE}")
     if arg.dtype != param.dtype or arg.shape != param.shape:
         raise InvalidArgumentError(
             f"argument {i} of {name} is {arg.dtype}{list(arg.shape)}, the program's "
@@ -478,9 +491,18 @@ def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: 
     """Argument ``i`` lies on the devices of the compiled parameter sharding and (with
     ``compare_domains``) holds the same shard on each device."""
     if arg.sharding.devices != sharding.devices:
+        held, wanted = arg.sharding.devices, sharding.devices
+        if len(held) == len(wanted) and set(held) == set(wanted):
+            raise InvalidArgumentError(
+                f"argument {i} of {name} is on the devices the executable runs on, but in "
+                f"another order: {held.to_string()}, the executable's order is "
+                f"{wanted.to_string()} (a mesh built in another device order?). "
+                f"client.reshard_arrays([array], [ArraySpec(array.dtype, array.shape, "
+                f"executable.parameter_shardings()[{i}])]) moves it to the executable's "
+                "order; or build the mesh in that order, or compile for the array's")
         raise InvalidArgumentError(
-            f"argument {i} of {name} is on {arg.sharding.devices.to_string()}, the "
-            f"executable runs on {sharding.devices.to_string()}")
+            f"argument {i} of {name} is on {held.to_string()}, the executable runs on "
+            f"{wanted.to_string()}")
     if compare_domains and not same_domains(arg.sharding, sharding, param.shape):
         raise InvalidArgumentError(
             f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "

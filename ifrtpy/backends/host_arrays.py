@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy.array import (
-    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, numpy_of_view, single_device_piece,
+    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, deleted_error, numpy_of_view,
+    single_device_piece,
 )
 from ifrtpy.array_plans import (
     addressable_domains, check_live, check_of_client, check_placement, plan_assemble,
@@ -27,7 +28,7 @@ from ifrtpy.array_plans import (
 from ifrtpy.bitcast import plan_bitcast
 from ifrtpy.dtypes import DType, host_form
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum,
+    InvalidArgumentError, UnimplementedError, check_enum,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
@@ -104,7 +105,7 @@ class HostArray(Array):
 
     def _live_shards(self) -> tuple:
         if self._deleted:
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return self._shards
 
     # -- lifetime -------------------------------------------------------------------------
@@ -114,7 +115,7 @@ class HostArray(Array):
             return Future.failed(self._error)
         if self._deleted:
             return Future.failed(
-                FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
+                deleted_error(self))
         return Future.ready(None)
 
     def delete(self) -> Future[None]:

@@ -20,6 +20,7 @@ from ifrtpy.errors import InvalidArgumentError, invalid_argument
 from ifrtpy.sharding._common import ALL_SHARDS, _static_shape
 from ifrtpy.sharding.base import Sharding
 from ifrtpy.sharding.param import ShardingParam, ShardingParamSharding
+from ifrtpy.shape import Shape
 
 __all__ = ["Mesh", "PartitionSpec", "NamedSharding", "named_sharding_like"]
 
@@ -232,15 +233,42 @@ class NamedSharding(Sharding):
 
     def shard_shape(self, shape):
         lowered, shape = self._for(shape)
-        return lowered.shard_shape(shape)
+        try:
+            return lowered.shard_shape(shape)
+        except InvalidArgumentError as e:
+            raise self._explained(shape, e) from None
 
     def disassemble(self, shape, semantics=ALL_SHARDS):
         lowered, shape = self._for(shape)
-        return lowered.disassemble(shape, semantics)
+        try:
+            return lowered.disassemble(shape, semantics)
+        except InvalidArgumentError as e:
+            raise self._explained(shape, e) from None
 
     def index_domains(self, shape, semantics=ALL_SHARDS):
         lowered, shape = self._for(shape)
-        return lowered.index_domains(shape, semantics)
+        try:
+            return lowered.index_domains(shape, semantics)
+        except InvalidArgumentError as e:
+            raise self._explained(shape, e) from None
+
+    def _explained(self, shape: Shape, error: InvalidArgumentError) -> InvalidArgumentError:
+        """``error`` of the lowered sharding, said in this sharding's terms where a
+        dimension does not divide into its shards: which one, over which mesh axes, and
+        the fix."""
+        dim_shards = self.lower(len(shape)).sharding_param.dim_shards
+        for axis, (dim, shards) in enumerate(zip(shape, dim_shards)):
+            if dim % shards:
+                sizes = self._mesh.shape
+                entry = self._spec[axis]
+                over = " x ".join(f"{a!r} ({sizes[a]})" for a in _axes(entry))
+                return InvalidArgumentError(
+                    f"{self!r} splits dimension {axis} of an array of shape "
+                    f"{shape.debug_string()} over mesh axes {over} (spec entry {axis}: "
+                    f"{entry!r}) into {shards} shards, but {dim} is not a multiple of "
+                    f"{shards}: pad the array to a multiple of {shards} along dimension "
+                    f"{axis}, or split it over other axes (None leaves it whole)")
+        return error
 
     def has_same_partitioning(self, other):
         return self is other or (isinstance(other, NamedSharding)

@@ -289,9 +289,15 @@ def test_named_sharding_errors():
     sharding = NamedSharding(mesh, PartitionSpec("x", "y"))
     with pytest.raises(InvalidArgumentError, match="has 2 entries, but the array has rank 1"):
         sharding.index_domains((4,))
-    with pytest.raises(InvalidArgumentError, match="Uneven shard is not supported. dim: 7, "
-                       "dim_shards: 2"):
-        sharding.shard_shape((7, 6))
+    # jax's habit: the array axis, the spec entry, the mesh axes and the full shape
+    uneven = (r"splits dimension 0 of an array of shape \[7,6\] over mesh axes 'x' \(2\) "
+              r"\(spec entry 0: 'x'\) into 2 shards, but 7 is not a multiple of 2: pad")
+    for call in (sharding.shard_shape, sharding.disassemble, sharding.index_domains):
+        with pytest.raises(InvalidArgumentError, match=uneven):
+            call((7, 6))
+    with pytest.raises(InvalidArgumentError, match=r"Uneven shard is not supported. dim: 7, "
+                       r"dim_shards: 2 \(dimension 0 of shape \[7,6\] is split into 2 shards"):
+        sharding.lower(2).shard_shape((7, 6))
     with pytest.raises(InvalidArgumentError, match="2 dimensions .* but 1 axis names"):
         Mesh(mesh.devices, ("x",))
     with pytest.raises(InvalidArgumentError, match="distinct"):

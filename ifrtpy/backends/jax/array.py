@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics
+from ifrtpy.array import Array, ArrayCopySemantics, deleted_error
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, UnimplementedError, UnknownError,
@@ -95,7 +95,7 @@ class JaxArray(JaxArrayCore, Array):
         """The ``jax.Array`` holding the data; FailedPreconditionError once deleted."""
         value = self._value
         if self._deleted or value is None or value.is_deleted():
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return value
 
     # -- lifetime -------------------------------------------------------------------------

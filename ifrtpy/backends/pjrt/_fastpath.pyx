@@ -32,7 +32,9 @@ from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport (
     ExecutableHandle, destroy_unowned, take_buffers, take_events)
 from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy.array import deleted_error as _deleted_error
 from ifrtpy.executable import ExecuteOptions
+from ifrtpy.executable import keyword_arguments_error as _keyword_arguments_error
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.user_context import ACTIVE as _user_context
@@ -129,7 +131,7 @@ cdef class ArrayCore:
                 if error is None:
                     continue
             if self._deleted or buffer._is_deleted():
-                raise _errors.FailedPreconditionError(f"Array has been deleted: {self!r}")
+                raise _deleted_error(self)
             raise error
         return self
 
@@ -175,8 +177,10 @@ cdef class ExecutableCore:
                 return result
         return self._execute_checked(args, options, devices)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **keywords):
         """``execute(list(args)).outputs``: run with default options."""
+        if keywords:
+            raise _keyword_arguments_error(self, keywords)
         if not self._deleted and self._accepted is not None:
             outputs = self._execute_accepted(list(args), None, False)
             if outputs is not None:
@@ -226,6 +230,7 @@ cdef class ExecutableCore:
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL or num_args >= SMALL
         cdef bint launched = False
+        cdef list donated_args = None  # the arrays whose buffers the launch takes
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
@@ -254,6 +259,10 @@ cdef class ExecutableCore:
                 Py_XINCREF(<PyObject*>buffers)
                 held[k] = <PyObject*>buffers
                 num_held = k + 1
+                if donates and _donates(k, donated, non_donatable):
+                    if donated_args is None:
+                        donated_args = []
+                    donated_args.append(array)
                 for d in range(num_devices):
                     buffer = <BufferHandle?>buffers[d]
                     pin_for_launch(buffer, donates and _donates(k, donated, non_donatable), k)
@@ -265,6 +274,9 @@ cdef class ExecutableCore:
             handle.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
                           non_donatable, None)
             launched = True
+            if donated_args is not None:  # they read as deleted, as after delete()
+                for item in donated_args:
+                    (<ArrayCore>item)._deleted = True
             # Each pointer the plugin returned is owned by a handle as soon as it is wrapped
             # (and cleared); if wrapping fails, the rest are destroyed below.
             status = None

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, numpy_of_view, single_device_piece
+from ifrtpy.array import (
+    Array, ArrayCopySemantics, deleted_error, numpy_of_view, single_device_piece,
+)
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy._pjrt import _dlpack
@@ -92,7 +94,7 @@ class PjrtArray(ArrayCore, Array):
 
     def _live_buffers(self) -> tuple:
         if self.is_deleted():
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return self._buffers
 
     # -- lifetime -------------------------------------------------------------------------
@@ -101,7 +103,7 @@ class PjrtArray(ArrayCore, Array):
         if self._error is not None:
             return Future.failed(self._error)
         if self.is_deleted():
-            return Future.failed(FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
+            return Future.failed(deleted_error(self))
         return future_of_events([b.ready_event() for b in self._buffers])
 
     def delete(self) -> Future[None]:
@@ -225,7 +227,10 @@ class PjrtArray(ArrayCore, Array):
         buffers = self._buffers
         if (len(buffers) == 1 and self._error is None and not self._deleted
                 and (self._client._host_platform or buffers[0].memory.kind in dlpack.HOST_MEMORY_KINDS)):
-            view = _dlpack.host_view(buffers[0])
+            try:
+                view = _dlpack.host_view(buffers[0])
+            except FailedPreconditionError:  # donated: the plugin deleted the buffer
+                raise deleted_error(self) from None
             if view is not None:  # copy=True: NumPy's copy of the view, no plugin call
                 return numpy_of_view(view, dtype, copy)
         if copy is False:

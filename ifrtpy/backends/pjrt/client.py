@@ -18,7 +18,7 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import NotFoundError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
@@ -36,9 +36,18 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     :func:`ifrtpy.distributed.initialize`, the client gets the job's key-value store
     callbacks, and ``node_id`` / ``num_nodes`` where the plugin's table has them.
     """
-    opts = {**(options or {}), **named_options}
+    opts: dict[str, Any] = {}
+    said: dict[str, str] = {}  # option -> how the call gave it
+    given = [(f"options[{k!r}]={v!r}", k, v) for k, v in (options or {}).items()]
+    given += [(f"{k}={v!r}", k, v) for k, v in named_options.items()]
     if device_count is not None:
-        opts["cpu_device_count"] = device_count
+        given.append((f"device_count={device_count!r}", "cpu_device_count", device_count))
+    for how, key, value in given:
+        if key in opts and opts[key] != value:
+            raise InvalidArgumentError(
+                f"create option {key!r} is given twice, as {said[key]} and as {how}: give it "
+                "once (device_count= sets cpu_device_count)")
+        opts[key], said[key] = value, how
     if plugin is None and name is None:
         path, name = _pjrt.default_plugin_path(), "cpu"
     elif plugin is None or not _is_path(plugin):

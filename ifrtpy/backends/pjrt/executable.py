@@ -363,6 +363,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         outputs, events = self._handle.execute_by_argument(
             [a._buffers for a in args], options.launch_id, non_donatable,
             None if execute_device is None else execute_device._handle, self._donated)
+        for i in self._donated:  # their buffers are the outputs': they read as deleted
+            if i not in non_donatable:
+                args[i]._deleted = True
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
                   for r, sharding, buffers in zip(self._results, out_shardings, outputs)]
