@@ -30,7 +30,7 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, OpaqueSharding, ShardingParam, ShardingParamSharding,
@@ -164,6 +164,21 @@ def test_make_array_from_host_buffer_with_addressable_and_non_addressable_device
     array = _make(client, sharding=sharding)
     assert array.sharding is sharding
     array.ready_future().result(timeout=TIMEOUT_S)
+
+
+def test_a_replicated_array_with_non_addressable_devices_is_read_whole(client):
+    """Beyond IFRT (whose PjRt CopyToHostBuffer refuses any array with shards elsewhere),
+    as jax: this process's shards of a replicated array hold all of it, so it is read;
+    one split over the other process's devices is refused."""
+    non_addressable = _non_addressable(client)[0]
+    addressable = client.addressable_devices()[:2]
+    array = _make(client, sharding=_replicated([non_addressable, *addressable]))
+    np.testing.assert_array_equal(_host(array), _iota())
+    split = ConcreteEvenSharding([addressable[0], non_addressable], Shape([4, 3]), SHAPE)
+    pieces = [_make(client, sharding=SingleDeviceSharding(addressable[0]))]
+    halves = client.assemble_array_from_single_device_arrays(Shape([4, 3]), split, pieces)
+    with pytest.raises((InvalidArgumentError, UnimplementedError)):
+        _host(halves)
 
 
 @pytest.mark.parametrize("semantics", [ONLY_DURING_CALL, UNTIL_TRANSFER_COMPLETES, ZERO_COPY],
