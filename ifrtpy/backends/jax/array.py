@@ -204,7 +204,8 @@ class JaxArray(JaxArrayCore, Array):
         if self._sharding.is_fully_replicated:
             return bool(self._sharding.devices.addressable_device_list())
         domains = set(self._sharding.index_domains(self._shape, ADDRESSABLE))
-        return sum(d.shape.num_elements() for d in domains) == self._shape.num_elements()
+        covered: int = sum(d.shape.num_elements() for d in domains)
+        return covered == Shape(self._shape).num_elements()
 
     def wait_for_reads(self) -> None:
         """Wait for the host copies enqueued so far (before jax donates the buffer)."""
