@@ -79,6 +79,7 @@ def test_global_array_spmd_collectives_and_resharding_across_processes():
     key-value store (the worker asserts each step); both leave the job at exit."""
     for status, out, err, _ in _run("spmd", [0, 1], timeout_s=120):
         assert status == 0 and "OK" in out, err[-3000:]
+        assert "[Gloo]" not in out, out  # gloo's connection lines are hidden (docs/logging.md)
 
 
 @pytest.mark.parametrize("process_id", [0, 1])
