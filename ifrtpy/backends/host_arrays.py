@@ -51,10 +51,11 @@ class HostArray(Array):
     STRING). Made by the operations of this module."""
 
     __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_shards", "_error", "_deleted",
-                 "_lock", "_user_context", "__weakref__")
+                 "_lock", "_user_context", "_layout", "__weakref__")
 
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
-                 shards: tuple, error: BaseException | None = None):
+                 shards: tuple, error: BaseException | None = None,
+                 layout: Layout | None = None):
         self._client = client
         self._dtype = dtype
         self._shape = shape
@@ -64,6 +65,7 @@ class HostArray(Array):
         self._deleted = False
         self._lock = threading.Lock()
         self._user_context = current_user_context()
+        self._layout = layout  # the one it was made in; else read from the shards' strides
 
     @property
     def client(self):
@@ -91,7 +93,8 @@ class HostArray(Array):
         with another one); None for an error array or one with no addressable shard."""
         if self._error is not None or not self._shards:
             return None
-        return _layout_of(self._live_shards()[0])
+        shard = self._live_shards()[0]
+        return self._layout if self._layout is not None else _layout_of(shard)
 
     @property
     def error(self) -> BaseException | None:
@@ -168,7 +171,8 @@ class HostArray(Array):
         if self._error is not None:  # each piece fails as this array does
             return [type(self)(self._client, self._dtype, Shape(shape), sharding, (),
                                    self._error) for shape, sharding in pieces]
-        return [type(self)(self._client, self._dtype, Shape(shape), sharding, (shard,))
+        return [type(self)(self._client, self._dtype, Shape(shape), sharding, (shard,),
+                           layout=self._layout)
                 for (shape, sharding), shard in zip(pieces, shards)]
 
     def fully_replicated_shard(self, copy_semantics=REUSE_INPUT):
@@ -306,11 +310,15 @@ def _in_layout(data: np.ndarray, layout: Layout) -> np.ndarray:
 
 
 def _layout_of(data: np.ndarray) -> Layout:
-    """The dense layout of ``data``'s memory order. Where strides do not tell (dimensions
-    of size 1 order nothing) the answer is row-major, the same memory order."""
+    """The dense layout of ``data``'s memory order, read from its strides. A dimension of
+    size 1 has the stride of the next more major one (dense strides: each is the product
+    of the sizes of the more minor dimensions): it goes before it. Where several such
+    dimensions share a stride, nothing tells their order: the answer puts them in
+    decreasing order, as row-major does."""
     if data.flags.c_contiguous:
         return Layout.row_major(data.ndim)
-    return Layout(sorted(range(data.ndim), key=lambda d: (data.strides[d], -d)))
+    return Layout(sorted(range(data.ndim),
+                         key=lambda d: (data.strides[d], data.shape[d] != 1, -d)))
 
 
 # -- the client operations (each takes the array class it makes) ----------------------------
@@ -334,7 +342,7 @@ def make_array_from_host_buffer(array_type: type[HostArray], client: Any, data: 
     shards = split(data, sharding, shape)
     if layout is not None:
         shards = tuple(_frozen(_in_layout(shard, layout)) for shard in shards)
-    array = array_type(client, dtype, shape, sharding, shards)
+    array = array_type(client, dtype, shape, sharding, shards, layout=layout)
     if on_done is not None:
         on_done()
     return array
@@ -384,7 +392,7 @@ def copy_arrays(array_type: type[HostArray], client: Any, arrays: Any, devices: 
     copy fails the same way."""
     plan = plan_copy(client, arrays, devices, memory_kind, semantics, array_type)
     return [array_type(client, array.dtype, array.shape, target, array._take(plan.semantics),
-                       array.error)
+                       array.error, array._layout)
             for array, target in zip(plan.arrays, plan.targets)]
 
 

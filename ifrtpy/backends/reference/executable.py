@@ -261,7 +261,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             arrays = [ReferenceArray(client, r.dtype, r.shape, s, (), e)
                       for r, s in zip(results, outputs)]
             return ExecuteResult(Future.failed(e) if options.fill_status else None, arrays)
-        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout))
+        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout),
+                                 layout=layout)
                   for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 
