@@ -16,6 +16,7 @@ from ifrtpy.array import Array as Array
 from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics
 from ifrtpy.array import ArraySpec as ArraySpec
 from ifrtpy.array import HostBufferSemantics as HostBufferSemantics
+from ifrtpy.array import Shard as Shard
 from ifrtpy.array import Tuple as Tuple
 from ifrtpy.array import Value as Value
 from ifrtpy.client import Client as Client
@@ -63,6 +64,9 @@ from ifrtpy.sharding import ShardingParam as ShardingParam
 from ifrtpy.sharding import ShardingParamSharding as ShardingParamSharding
 from ifrtpy.sharding import SingleDeviceSharding as SingleDeviceSharding
 from ifrtpy.sharding import SingleDeviceShardSemantics as SingleDeviceShardSemantics
+from ifrtpy.user_context import UserContext as UserContext
+from ifrtpy.user_context import UserContextScope as UserContextScope
+from ifrtpy.user_context import current_user_context as current_user_context
 from ifrtpy._log import set_log_level as set_log_level
 from ifrtpy.visualize import visualize_sharding as visualize_sharding
 from ifrtpy.interop import from_dlpack as from_dlpack

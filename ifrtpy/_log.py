@@ -8,9 +8,10 @@ Two kinds of messages exist:
   environment variable ``TF_CPP_MIN_LOG_LEVEL`` (0 all, 1 no INFO, 2 no WARNING, 3 no
   ERROR; FATAL always shows) once, when each library is loaded.
 
-When ``TF_CPP_MIN_LOG_LEVEL`` is not set, importing ifrtpy sets it (in ``os.environ``, so
-libraries loaded later in this process and child processes read it) from
-``IFRTPY_LOG_LEVEL``, or to 3 when that is not set either. Errors of the plugin still reach
+When ``TF_CPP_MIN_LOG_LEVEL`` is not set (or holds only the default ``import jax`` puts
+there), importing ifrtpy sets it (in ``os.environ``, so libraries loaded later in this
+process and child processes read it) from ``IFRTPY_LOG_LEVEL``, or to 3 when that is not
+set either. Errors of the plugin still reach
 the caller as :mod:`ifrtpy.errors` exceptions; only its log lines are hidden.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Union
 
 from ifrtpy.errors import InvalidArgumentError
@@ -82,5 +84,19 @@ def _apply_environment() -> None:
         number = None
     if number is not None:
         _logger.setLevel(number)
-    if NATIVE_ENV_VAR not in os.environ:
+    if NATIVE_ENV_VAR not in os.environ or _set_by_jax():
         os.environ[NATIVE_ENV_VAR] = str(3 if number is None else _native_level(number))
+
+
+def _set_by_jax() -> bool:
+    """Whether ``TF_CPP_MIN_LOG_LEVEL`` holds the default ``import jax`` sets (``1``) rather
+    than a value of the user's: jax is loaded and the process did not start with it
+    (read from ``/proc/self/environ``; where that cannot be read, the value is kept)."""
+    if os.environ.get(NATIVE_ENV_VAR) != "1" or "jax" not in sys.modules:
+        return False
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            initial = f.read().split(b"\0")
+    except OSError:
+        return False
+    return not any(entry.startswith(NATIVE_ENV_VAR.encode() + b"=") for entry in initial)

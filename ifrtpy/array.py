@@ -17,15 +17,17 @@ import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
+    FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
     invalid_argument,
 )
 from ifrtpy.future import Future, join_futures, then_value
 from ifrtpy.shape import DynamicShape, Shape
 from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
+    from ifrtpy.device import Device
 
 __all__ = [
     "ArrayCopySemantics",
@@ -33,6 +35,7 @@ __all__ = [
     "Value",
     "Array",
     "ArraySpec",
+    "Shard",
     "Tuple",
 ]
 
@@ -91,6 +94,20 @@ def numpy_of_view(view: np.ndarray, dtype: Any, copy: bool | None) -> np.ndarray
     return view.astype(dtype)
 
 
+#: What makes an array unusable, and how to keep one: said by every use of such an array.
+GONE = ("delete() frees an array; an execution takes the arguments it donates (parameters "
+        "marked jax.buffer_donor, jax's donate_argnums) unless "
+        "ExecuteOptions(non_donatable_input_indices=...) lists them; DONATE_INPUT hands an "
+        "array's buffers to the array made from it")
+
+
+def deleted_error(array: Any) -> FailedPreconditionError:
+    """The error of any use of ``array`` once it is deleted or donated: one message for
+    every backend and every use (a read, a view, a copy, an execute)."""
+    return FailedPreconditionError(
+        f"Array has been deleted or donated: {array.debug_string()}. {GONE}")
+
+
 def _dims(shape: Any) -> tuple[int, ...]:
     """The dimensions of a Shape (or of any sequence of ints) as a tuple."""
     dims = getattr(shape, "dims", shape)
@@ -142,6 +159,12 @@ class Value(abc.ABC):
     @abc.abstractmethod
     def debug_string(self) -> str:
         """A human-readable description, for logs and error messages."""
+
+    @property
+    def user_context(self) -> UserContext | None:
+        """The :class:`~ifrtpy.user_context.UserContext` active at the call that made this
+        value (None outside any ``UserContextScope``, or where the backend keeps none)."""
+        return None
 
     def __copy__(self):
         raise TypeError(f"{type(self).__name__} is not copyable; use Client.copy_arrays")
@@ -240,6 +263,50 @@ class Array(Value):
         """
 
     # -- derived defaults --------------------------------------------------------------
+
+    # What jax.Array has and means the same here.
+
+    @property
+    def ndim(self) -> int:
+        """The rank (``len(shape)``)."""
+        return len(_dims(self.shape))
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return _num_elements(_dims(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        """``size`` times the bytes of an element on the host (a sub-byte element: 1)."""
+        return self.size * self.dtype.to_numpy().itemsize
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        """Whether every device of the sharding belongs to this process."""
+        return self.sharding.devices.is_fully_addressable
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        """Whether every shard holds the whole array."""
+        return self.sharding.is_fully_replicated
+
+    @property
+    def addressable_shards(self) -> list[Shard]:
+        """This process's shards, in the sharding's device order, as ``jax.Array``'s: each
+        with its device, the NumPy index of the global array it holds, its replica id
+        (how many shards before it hold the same index) and its data (a single-device
+        array sharing this array's buffers)."""
+        semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+        domains = self.sharding.index_domains(self.shape, semantics)
+        pieces = self.disassemble_into_single_device_arrays(ArrayCopySemantics.REUSE_INPUT,
+                                                            semantics)
+        replicas: dict[Any, int] = {}
+        shards = []
+        for domain, piece in zip(domains, pieces):
+            replica = replicas[domain] = replicas.get(domain, -1) + 1
+            shards.append(Shard(piece.sharding.devices[0], domain.slices(), replica, piece))
+        return shards
 
     def debug_string(self) -> str:
         return (
@@ -389,6 +456,18 @@ def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, .
         raise ResourceExhaustedError(
             f"byte_strides {list(strides)} need {span} bytes of host memory") from None
     return np.ndarray(dims, dtype, buffer=base, offset=-lo, strides=strides)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One addressable shard of an array (``Array.addressable_shards``), as jax's: the
+    ``device`` holding it, the ``index`` (a tuple of slices) of the global array it
+    holds, its ``replica_id`` among the shards holding that index, and its ``data``."""
+
+    device: Device
+    index: tuple[slice, ...]
+    replica_id: int
+    data: Array
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,20 +17,21 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, deleted_error
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum,
+    InvalidArgumentError, UnimplementedError, check_enum,
     invalid_argument,
 )
-from ifrtpy.shape import Shape
+from ifrtpy.shape import IndexDomain, Shape
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceShardSemantics
+from ifrtpy.sharding.jax_shardings import is_jax_array
 
 __all__ = [
     "AssemblePlan", "CopyPlan", "ReshardPlan", "plan_assemble", "plan_copy", "plan_reshard",
     "plan_error_arrays", "arrays_of", "check_of_client", "check_placement", "check_live",
-    "canonical_kind",
+    "addressable_domains", "canonical_kind",
 ]
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
@@ -42,13 +43,24 @@ DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 
 def check_of_client(client: Any, array: Any, what: str, array_type: Any = Array) -> Any:
     """``array`` if it is an array of ``client`` (an instance of ``array_type``, the
-    backend's array class); InvalidArgumentError naming ``what`` otherwise."""
+    backend's array class); InvalidArgumentError naming ``what``, both clients and how to
+    bring the array over otherwise (a jax.Array: ``from_jax``)."""
     if not isinstance(array, Array):
+        if is_jax_array(array):
+            raise InvalidArgumentError(
+                f"{what} is a jax.Array, not an ifrtpy array: bring it in with "
+                f"ifrt.from_jax(x, client) (its shards, without a copy on CPU)")
         raise invalid_argument(what, "an Array of this client", array)
     if not isinstance(array, array_type) or array.client is not client:
+        other = array.client
         raise InvalidArgumentError(
             f"{what} is not an array of this client: it is a {type(array).__name__} of "
-            f"{array.client!r}")
+            f"{other!r} (at {id(other):#x}), this client is {client!r} (at {id(client):#x}). "
+            "Make arrays on the client that uses them (ifrt.from_jax(x, client), "
+            "ifrt.from_dlpack(x, device=client), ifrt.device_put(x, device) with one of its "
+            "devices; ifrt.get_client() without options is the default client those use), or "
+            "move this one: ifrt.device_put(np.asarray(array), sharding) with a sharding of "
+            "this client (copy_arrays moves arrays between devices of one client)")
     return array
 
 
@@ -79,7 +91,30 @@ def check_live(array: Array) -> None:
     """FailedPreconditionError if ``array`` was deleted or donated (an error array is
     never live, and is not refused here: operations pass its error on)."""
     if array.error is None and array.is_deleted():
-        raise FailedPreconditionError(f"Array has been deleted: {array.debug_string()}")
+        raise deleted_error(array)
+
+
+def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:
+    """The box of an array of ``shape`` that each addressable shard of ``sharding`` holds
+    (the whole array where it replicates), to move data by: InvalidArgumentError when
+    ``sharding`` cannot hold such an array (:meth:`Sharding.check_array_shape`), gives
+    another count of shards than of addressable devices, or a shard outside ``shape``."""
+    sharding.check_array_shape(shape)
+    count = len(sharding.devices.addressable_device_list())
+    if sharding.is_fully_replicated:
+        return [IndexDomain(shape)] * count
+    domains = list(sharding.index_domains(shape, ADDRESSABLE))
+    if len(domains) != count:
+        raise InvalidArgumentError(
+            f"{sharding!r} gives {len(domains)} shards for {count} addressable devices")
+    for domain in domains:
+        origin, extent = domain
+        if len(extent) != len(shape) or any(
+                o < 0 or o + e > d for o, e, d in zip(origin, extent, shape)):
+            raise InvalidArgumentError(
+                f"{sharding!r} does not fit an array of shape {shape.debug_string()}: it has a "
+                f"shard {domain.debug_string()}")
+    return domains
 
 
 def canonical_kind(sharding: Sharding) -> MemoryKind:
@@ -136,6 +171,7 @@ def plan_assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_sema
         raise InvalidArgumentError("assemble with DONATE_INPUT got the same array more than once")
     shard_shapes = (None if isinstance(sharding, OpaqueSharding)
                     else [_shape(s) for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
+    sharding.check_array_shape(shape)
     kind = canonical_kind(sharding)
     for i, (array, device) in enumerate(zip(arrays, devices)):
         if len(array.sharding.devices) != 1:
@@ -246,6 +282,7 @@ def plan_reshard(client: Any, arrays: Any, specs: Any, semantics: Any,
         check_placement(client, spec.sharding)
         if isinstance(spec.sharding, OpaqueSharding):
             raise InvalidArgumentError(f"spec {i}: cannot reshard to an OpaqueSharding")
+        spec.sharding.check_array_shape(array.shape)
         check_live(array)
     return ReshardPlan(arrays, specs, semantics)
 

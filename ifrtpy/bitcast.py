@@ -14,6 +14,7 @@ import math
 from typing import Any, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
+from ifrtpy.array_plans import check_of_client
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.sharding import SingleDeviceShardSemantics
@@ -56,8 +57,7 @@ def plan_bitcast(client: Any, arrays: Sequence[Array], specs: Sequence[ArraySpec
             f"bitcast_arrays: {len(arrays)} arrays but {len(specs)} specs")
     plans = []
     for i, (array, spec) in enumerate(zip(arrays, specs)):
-        if not isinstance(array, Array) or array.client is not client:
-            raise InvalidArgumentError(f"bitcast_arrays: array {i} is not an array of this client")
+        check_of_client(client, array, f"bitcast_arrays: array {i}")
         if not isinstance(spec, ArraySpec):
             raise InvalidArgumentError(f"bitcast_arrays: spec {i} is not an ArraySpec: {spec!r}")
         old, new = array.sharding, spec.sharding

@@ -212,11 +212,25 @@ class DType:
         bits = _TABLE[self._kind][0]
         return None if bits is None or bits % 8 else bits // 8
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, DType) and other._kind == self._kind
+    def __eq__(self, other: object) -> bool:
+        """Equal to a DType of the same kind, and (as ``jax.Array.dtype`` is) to the NumPy
+        dtype of that kind in any spelling NumPy takes: ``np.float32``, ``"float32"``,
+        ``np.dtype("f4")``, ml_dtypes' types."""
+        if isinstance(other, DType):
+            return other._kind == self._kind
+        if other is None or isinstance(other, (bool, int, float)):
+            return NotImplemented  # np.dtype(None) is float64: not a spelling of a dtype
+        try:
+            return _KIND_OF_NUMPY.get(np.dtype(other)) == self._kind  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(("DType", int(self._kind)))
+        # That of its NumPy dtype, which compares equal; kinds without one hash by kind.
+        np_dtype = _TABLE[self._kind][1]
+        if np_dtype is None or self._kind == K.STRING:
+            return hash(("DType", int(self._kind)))
+        return hash(np_dtype)
 
     def __reduce__(self):
         return (DType, (int(self._kind),))

@@ -10,16 +10,19 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
+import threading
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
-from ifrtpy.array import Array
+from ifrtpy.array import GONE, Array
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
-from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.sharding import NamedSharding, Sharding, SingleDeviceShardSemantics
+from ifrtpy.sharding.mesh import named_sharding_like
+from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
@@ -343,6 +346,14 @@ class LoadedExecutable(abc.ABC):
         """A string identifying the compiled code; None when the backend has none."""
         return None
 
+    @property
+    def user_context(self) -> UserContext | None:
+        """The :class:`~ifrtpy.user_context.UserContext` active at the compile (or
+        deserialize) that made this executable; None outside any ``UserContextScope``, or
+        where the backend keeps none. Outputs of ``execute`` carry the context active at
+        the execute."""
+        return None
+
     def serialize(self) -> bytes:
         """Bytes that ``Client.deserialize_executable`` turns back into this executable.
 
@@ -406,8 +417,11 @@ class LoadedExecutable(abc.ABC):
     def is_deleted(self) -> bool:
         """Whether :meth:`delete` was called."""
 
-    def __call__(self, *args: Array) -> list[Array]:
-        """``execute(list(args)).outputs``: run with default options."""
+    def __call__(self, *args: Array, **keywords: Any) -> list[Array]:
+        """``execute(list(args)).outputs``: run with default options. Arguments are
+        positional, in the order of the program's parameters."""
+        if keywords:
+            raise keyword_arguments_error(self, keywords)
         return self.execute(list(args)).outputs
 
     def __repr__(self) -> str:
@@ -415,6 +429,16 @@ class LoadedExecutable(abc.ABC):
 
 
 # -- the argument checks of execute, shared by every backend --------------------------------
+
+def keyword_arguments_error(executable: Any, keywords: Mapping[str, Any]) -> TypeError:
+    """The error of ``executable(..., name=value)``: a TypeError (as Python's for a call
+    it cannot bind) naming the keywords, and how to pass arguments and options."""
+    names = ", ".join(f"{k}=" for k in keywords)
+    return TypeError(
+        f"{executable.name} takes its arguments by position, in the order of the program's "
+        f"parameters, not by keyword (got {names}): call it as executable(a, b, ...), or "
+        "executable.execute([a, b, ...], ExecuteOptions(...)) for options")
+
 
 def check_execute_devices(executable: LoadedExecutable, devices: Any) -> Device | None:
     """The device a portable ``executable`` runs on (``devices`` must be one addressable
@@ -455,7 +479,7 @@ def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
     if arg.error is not None:
         raise InvalidArgumentError(f"argument {i} of {name} is an error array: {arg.error}")
     if arg.is_deleted():
-        raise InvalidArgumentError(f"argument {i} of {name} has been deleted")
+        raise InvalidArgumentError(f"argument {i} of {name} has been deleted or donated: {GONE}")
     if arg.dtype != param.dtype or arg.shape != param.shape:
         raise InvalidArgumentError(
             f"argument {i} of {name} is {arg.dtype}{list(arg.shape)}, the program's "
@@ -467,9 +491,18 @@ def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: 
     """Argument ``i`` lies on the devices of the compiled parameter sharding and (with
     ``compare_domains``) holds the same shard on each device."""
     if arg.sharding.devices != sharding.devices:
+        held, wanted = arg.sharding.devices, sharding.devices
+        if len(held) == len(wanted) and set(held) == set(wanted):
+            raise InvalidArgumentError(
+                f"argument {i} of {name} is on the devices the executable runs on, but in "
+                f"another order: {held.to_string()}, the executable's order is "
+                f"{wanted.to_string()} (a mesh built in another device order?). "
+                f"client.reshard_arrays([array], [ArraySpec(array.dtype, array.shape, "
+                f"executable.parameter_shardings()[{i}])]) moves it to the executable's "
+                "order; or build the mesh in that order, or compile for the array's")
         raise InvalidArgumentError(
-            f"argument {i} of {name} is on {arg.sharding.devices.to_string()}, the "
-            f"executable runs on {sharding.devices.to_string()}")
+            f"argument {i} of {name} is on {held.to_string()}, the executable runs on "
+            f"{wanted.to_string()}")
     if compare_domains and not same_domains(arg.sharding, sharding, param.shape):
         raise InvalidArgumentError(
             f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
@@ -496,3 +529,55 @@ def same_domains(a: Sharding, b: Sharding, shape: Shape) -> bool:
         return list(a.index_domains(shape, semantics)) == list(b.index_domains(shape, semantics))
     except InvalidArgumentError:
         return False
+
+
+class NamedOutputs:
+    """The output shardings of an executable for arguments of given shardings, as jax
+    names them: a compiled output sharding that is a NamedSharding over the mesh of an
+    argument's NamedSharding becomes that NamedSharding (axis names included); the others
+    stay as compiled. Worked out once per tuple of argument shardings (the last
+    ``ENTRIES``), so that a repeated execute pays one dict lookup."""
+
+    ENTRIES = 64
+
+    def __init__(self, shardings: Sequence[Sharding], results: Sequence[TensorType]):
+        self._shardings = list(shardings)
+        self._results = list(results)
+        self._found: dict[tuple[Sharding, ...], list[Sharding]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, args: Sequence[Any]) -> list[Sharding]:
+        key = tuple(a.sharding for a in args)
+        found = self._found.get(key)
+        if found is None:
+            if len(self._found) >= self.ENTRIES:
+                self._found.clear()
+            found = self._found[key] = self._work_out(key)
+        return found
+
+    def accept(self, core: Any, args: Sequence[Any]) -> tuple[tuple[Any, Any, Sharding], ...]:
+        """For a backend whose C path repeats calls with arguments of the kinds it last
+        checked: set ``core._accepted`` to the (dtype, shape, sharding) of each of
+        ``args`` and ``core._outputs_spec`` to those of the outputs they give, as a pair
+        the C path (reading both at once) never sees half set; returns the latter."""
+        outputs = tuple((r.dtype, r.shape, sharding)
+                        for r, sharding in zip(self._results, self(args)))
+        accepted = [(a.dtype, a.shape, a.sharding) for a in args]
+        with self._lock:
+            core._accepted = None
+            core._outputs_spec = outputs
+            core._accepted = accepted
+        return outputs
+
+    def _work_out(self, argument_shardings: tuple[Sharding, ...]) -> list[Sharding]:
+        meshes = list(dict.fromkeys(s.mesh for s in argument_shardings
+                                    if isinstance(s, NamedSharding)))
+        out = []
+        for sharding, result in zip(self._shardings, self._results):
+            named = None
+            for mesh in meshes:
+                named = named_sharding_like(sharding, mesh, result.shape)
+                if named is not None:
+                    break
+            out.append(sharding if named is None else named)
+        return out

@@ -26,7 +26,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "ifrtpy"
 #: Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("errors", "config", "_log", "_jaxlib")),
-    ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "_execute_result")),
+    ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
+                "_execute_result")),
     ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache", "_pjrt",
                   "distributed")),

@@ -15,16 +15,21 @@ envelope of serialized executables).
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from typing import Any, Callable
 
+from ifrtpy import distributed
 from ifrtpy.client import Client
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from ifrtpy.plugins import find_plugin
 
-__all__ = ["register_backend", "registered_backends", "get_client"]
+__all__ = ["register_backend", "registered_backends", "get_client", "default_client"]
 
 _registry_lock = threading.Lock()
+_defaults_lock = threading.RLock()  # a backend's factory may ask for another default
+#: (name, plugin file, the distributed job when one is joined) -> the default client.
+_defaults: dict[tuple[str, str | None, Any], Client] = {}
 #: name -> factory, or "module:function" for a factory imported on first use.
 _BACKENDS: dict[str, Callable[..., Client] | str] = {
     "pjrt": "ifrtpy.backends.pjrt:create_client",
@@ -56,6 +61,9 @@ def register_backend(
         if name in _BACKENDS and not replace:
             raise AlreadyExistsError(f"backend {name!r} is already registered")
         _BACKENDS[name] = factory
+    with _defaults_lock:  # a replaced factory makes the next default
+        for key in [k for k in _defaults if k[0] == name]:
+            del _defaults[key]
 
 
 def registered_backends() -> list[str]:
@@ -65,7 +73,11 @@ def registered_backends() -> list[str]:
 
 
 def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
-    """A new client of the named backend or PJRT plugin; ``kwargs`` go to its factory.
+    """The named backend's (or PJRT plugin's) default client, or with ``kwargs`` a new one.
+
+    Without options this is :func:`default_client`: one client per backend, made on first
+    use and then shared by every caller (``from_jax``, ``from_dlpack`` and ``device_put``
+    use it too). With options, a new client; ``kwargs`` go to the backend's factory.
 
     A name that is not a registered backend is a PJRT plugin name (``"cpu"``,
     ``"cuda"``, ...) found by :func:`ifrtpy.plugins.find_plugin` (or at ``plugin=``, a
@@ -74,6 +86,50 @@ def get_client(backend: str = "pjrt", **kwargs: Any) -> Client:
     the plugins found and where ifrtpy looked for a name found nowhere. Importing a
     backend's module may raise ImportError (e.g. the Cython extension is not built).
     """
+    if not kwargs:
+        return default_client(backend)
+    return _new_client(backend, kwargs)
+
+
+def default_client(backend: str = "pjrt") -> Client:
+    """The process's client of the named backend or PJRT plugin made with no options: made
+    on first use, then the same object for every caller. The PjRt backend's default
+    plugin by name (``"cpu"``: xla-cpu-pjrt's) gives the same client as ``"pjrt"``. A
+    process that joins a distributed job gets new default clients (with the job's
+    key-value store)."""
+    name, plugin = _default_of(backend)
+    key = (name, plugin, _job())
+    with _defaults_lock:
+        client = _defaults.get(key)
+        if client is None:
+            client = _defaults[key] = _new_client(name, {})
+        return client
+
+
+def _default_of(backend: str) -> tuple[str, str | None]:
+    """The name to make ``backend``'s default client with, and the plugin file a plugin
+    name stands for now (the PjRt backend's own default plugin by name is "pjrt")."""
+    with _registry_lock:
+        if backend in _BACKENDS:
+            return backend, None
+    from ifrtpy import _pjrt
+
+    try:
+        path = os.path.realpath(find_plugin(backend).path)
+    except (NotFoundError, InvalidArgumentError):
+        return backend, None  # making it raises the error get_client gives with options
+    if path == os.path.realpath(_pjrt.default_plugin_path()):
+        return "pjrt", None
+    return backend, path
+
+
+def _job() -> Any:
+    if not distributed.is_initialized():
+        return None
+    return (distributed.job_backend(), distributed.process_id(), distributed.num_processes())
+
+
+def _new_client(backend: str, kwargs: dict[str, Any]) -> Client:
     with _registry_lock:
         factory = _BACKENDS.get(backend)
     if factory is None:

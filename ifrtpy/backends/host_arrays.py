@@ -18,20 +18,22 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy.array import (
-    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, numpy_of_view, single_device_piece,
+    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, deleted_error, numpy_of_view,
+    single_device_piece,
 )
 from ifrtpy.array_plans import (
-    check_live, check_of_client, check_placement, plan_assemble, plan_copy, plan_error_arrays,
-    plan_reshard,
+    addressable_domains, check_live, check_of_client, check_placement, plan_assemble,
+    plan_copy, plan_error_arrays, plan_reshard,
 )
 from ifrtpy.bitcast import plan_bitcast
 from ifrtpy.dtypes import DType, host_form
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum,
+    InvalidArgumentError, UnimplementedError, check_enum,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape
+from ifrtpy.user_context import current_user_context
 from ifrtpy.sharding import (
     OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
 )
@@ -49,10 +51,11 @@ class HostArray(Array):
     STRING). Made by the operations of this module."""
 
     __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_shards", "_error", "_deleted",
-                 "_lock", "__weakref__")
+                 "_lock", "_user_context", "_layout", "__weakref__")
 
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
-                 shards: tuple, error: BaseException | None = None):
+                 shards: tuple, error: BaseException | None = None,
+                 layout: Layout | None = None):
         self._client = client
         self._dtype = dtype
         self._shape = shape
@@ -61,10 +64,16 @@ class HostArray(Array):
         self._error = error
         self._deleted = False
         self._lock = threading.Lock()
+        self._user_context = current_user_context()
+        self._layout = layout  # the one it was made in; else read from the shards' strides
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def dtype(self) -> DType:
@@ -84,7 +93,8 @@ class HostArray(Array):
         with another one); None for an error array or one with no addressable shard."""
         if self._error is not None or not self._shards:
             return None
-        return _layout_of(self._live_shards()[0])
+        shard = self._live_shards()[0]
+        return self._layout if self._layout is not None else _layout_of(shard)
 
     @property
     def error(self) -> BaseException | None:
@@ -98,7 +108,7 @@ class HostArray(Array):
 
     def _live_shards(self) -> tuple:
         if self._deleted:
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return self._shards
 
     # -- lifetime -------------------------------------------------------------------------
@@ -108,7 +118,7 @@ class HostArray(Array):
             return Future.failed(self._error)
         if self._deleted:
             return Future.failed(
-                FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
+                deleted_error(self))
         return Future.ready(None)
 
     def delete(self) -> Future[None]:
@@ -161,7 +171,8 @@ class HostArray(Array):
         if self._error is not None:  # each piece fails as this array does
             return [type(self)(self._client, self._dtype, Shape(shape), sharding, (),
                                    self._error) for shape, sharding in pieces]
-        return [type(self)(self._client, self._dtype, Shape(shape), sharding, (shard,))
+        return [type(self)(self._client, self._dtype, Shape(shape), sharding, (shard,),
+                           layout=self._layout)
                 for (shape, sharding), shard in zip(pieces, shards)]
 
     def fully_replicated_shard(self, copy_semantics=REUSE_INPUT):
@@ -269,11 +280,7 @@ def split(data: np.ndarray, sharding: Sharding, shape: Shape, layout: Layout | N
           ) -> tuple:
     """The data of each addressable shard of ``sharding`` for the global value ``data``
     (fresh, read-only arrays; in ``layout``'s memory order, row-major where None)."""
-    count = len(sharding.devices.addressable_device_list())
-    if sharding.is_fully_replicated:
-        domains = [IndexDomain(shape)] * count
-    else:
-        domains = sharding.index_domains(shape, ADDRESSABLE)
+    domains = addressable_domains(sharding, shape)
     if layout is not None and layout != Layout.row_major(layout.rank):
         return tuple(_frozen(_in_layout(data[(*d.slices(), ...)], layout)) for d in domains)
     return tuple(_frozen(np.array(data[(*d.slices(), ...)], order="C", copy=True))
@@ -303,11 +310,15 @@ def _in_layout(data: np.ndarray, layout: Layout) -> np.ndarray:
 
 
 def _layout_of(data: np.ndarray) -> Layout:
-    """The dense layout of ``data``'s memory order. Where strides do not tell (dimensions
-    of size 1 order nothing) the answer is row-major, the same memory order."""
+    """The dense layout of ``data``'s memory order, read from its strides. A dimension of
+    size 1 has the stride of the next more major one (dense strides: each is the product
+    of the sizes of the more minor dimensions): it goes before it. Where several such
+    dimensions share a stride, nothing tells their order: the answer puts them in
+    decreasing order, as row-major does."""
     if data.flags.c_contiguous:
         return Layout.row_major(data.ndim)
-    return Layout(sorted(range(data.ndim), key=lambda d: (data.strides[d], -d)))
+    return Layout(sorted(range(data.ndim),
+                         key=lambda d: (data.strides[d], data.shape[d] != 1, -d)))
 
 
 # -- the client operations (each takes the array class it makes) ----------------------------
@@ -331,7 +342,7 @@ def make_array_from_host_buffer(array_type: type[HostArray], client: Any, data: 
     shards = split(data, sharding, shape)
     if layout is not None:
         shards = tuple(_frozen(_in_layout(shard, layout)) for shard in shards)
-    array = array_type(client, dtype, shape, sharding, shards)
+    array = array_type(client, dtype, shape, sharding, shards, layout=layout)
     if on_done is not None:
         on_done()
     return array
@@ -381,7 +392,7 @@ def copy_arrays(array_type: type[HostArray], client: Any, arrays: Any, devices: 
     copy fails the same way."""
     plan = plan_copy(client, arrays, devices, memory_kind, semantics, array_type)
     return [array_type(client, array.dtype, array.shape, target, array._take(plan.semantics),
-                       array.error)
+                       array.error, array._layout)
             for array, target in zip(plan.arrays, plan.targets)]
 
 

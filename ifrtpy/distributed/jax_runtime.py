@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from ifrtpy import _jaxlib
+from ifrtpy.distributed import _gloo_lines
 from ifrtpy.errors import FailedPreconditionError
 
 __all__ = ["check_can_start", "attach", "detach", "with_collective_timeout"]
@@ -89,6 +90,7 @@ def attach(client: Any, coordinator_address: str, num_processes: int,
     except BaseException:
         undo()
         raise
+    _gloo_lines.start()  # gloo's connection lines off, as the other native log lines
 
 
 def with_collective_timeout(xla_flags: str | None, seconds: int) -> str:
@@ -103,6 +105,7 @@ def with_collective_timeout(xla_flags: str | None, seconds: int) -> str:
 def detach() -> None:
     """jax's distributed state cleared, as the job is left (jax's runtime, once started,
     keeps its devices and its reference to the client)."""
+    _gloo_lines.stop()
     state = _jaxlib.jax_distributed_state()
     state.service = None
     state.client = None

@@ -15,14 +15,13 @@ other jax sharding (``GSPMDSharding``) -> :class:`~ifrtpy.HloSharding`, and ifrt
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from ifrtpy import _jaxlib
 from ifrtpy.array import Array
-from ifrtpy.backends import get_client
+from ifrtpy import backends
 from ifrtpy.client import Client
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.sharding import Sharding, SingleDeviceSharding, jax_shardings
@@ -31,19 +30,15 @@ from ifrtpy.sharding.jax_shardings import cached_from_jax, cached_to_jax, is_jax
 __all__ = ["default_client", "from_jax", "to_jax", "sharding_from_jax", "sharding_to_jax",
            "is_jax_array", "is_jax_target"]
 
-_default_lock = threading.Lock()
-_default: list[Client] = []
 _CACHE_SIZE = 256
 
 
 def default_client() -> Client:
-    """The ifrtpy client the bridge uses when none is given: one PjRt client on the CPU
-    plugin with as many devices as jax's CPU backend (made on first use, then shared)."""
-    import jax
-    with _default_lock:
-        if not _default:
-            _default.append(get_client("pjrt", device_count=len(jax.devices("cpu"))))
-        return _default[0]
+    """The ifrtpy client the bridge uses when none is given: the process's default PjRt
+    client, ``ifrt.get_client()`` (on the CPU plugin, with the CPU device count jax is
+    given: ``XLA_FLAGS=--xla_force_host_platform_device_count`` or
+    ``jax_num_cpu_devices``)."""
+    return backends.default_client("pjrt")
 
 
 def sharding_from_jax(sharding: Any, client: Client | None = None, ndim: int | None = None

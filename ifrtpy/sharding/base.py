@@ -46,6 +46,11 @@ class Sharding(abc.ABC):
         return self._devices
 
     @property
+    def device_set(self) -> frozenset[Device]:
+        """The devices, as a set (as jax's ``Sharding.device_set``)."""
+        return frozenset(self._devices)
+
+    @property
     def memory_kind(self) -> MemoryKind:
         """The memory kind of every shard (canonicalized against ``devices[0]``)."""
         return self._memory_kind
@@ -81,6 +86,12 @@ class Sharding(abc.ABC):
     @abc.abstractmethod
     def debug_string(self) -> str:
         """A description of the sharding."""
+
+    def check_array_shape(self, shape: AnyShape) -> None:
+        """InvalidArgumentError unless an array of ``shape`` can be made with this sharding
+        (a put, an assemble, a reshard target). Shardings that derive their shards from
+        the shape always can; those given by shard shapes (ConcreteSharding,
+        ConcreteEvenSharding) check them here, as they are taken as given when built."""
 
     @abc.abstractmethod
     def _partitioning_key(self) -> object:

@@ -10,7 +10,7 @@ from typing import Optional, Union
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import DynamicShape, IndexDomain, Shape
 from ifrtpy.sharding._common import (
-    ALL_SHARDS, AnyShape, _as_shape, _semantics, _static_shape,
+    ADDRESSABLE_SHARDS, ALL_SHARDS, AnyShape, _as_shape, _semantics, _static_shape,
 )
 from ifrtpy.sharding.base import Sharding
 
@@ -26,10 +26,9 @@ def _check_shard_shape(shape: Union[Shape, DynamicShape], shard_shape: Union[Sha
 
 
 def _check_index_domains(shape: Shape, shard_shapes: Sequence[Shape],
-                         domains: Sequence[IndexDomain], covering: bool) -> None:
+                         domains: Sequence[IndexDomain]) -> None:
     """Each domain lies inside ``shape`` and has its shard's shape; distinct domains do not
-    overlap (equal ones are replicas); with ``covering`` (every device addressable) they
-    cover ``shape``, so no element of an array is left without a shard."""
+    overlap (equal ones are replicas)."""
     if len(domains) != len(shard_shapes):
         raise InvalidArgumentError(
             f"ConcreteSharding has {len(shard_shapes)} shard_shapes but {len(domains)} "
@@ -59,11 +58,16 @@ def _check_index_domains(shape: Shape, shard_shapes: Sequence[Shape],
                     f"{b.debug_string()} overlap (shards hold either the same box or "
                     "disjoint ones)")
         active.append(b)
-    covered = sum(d[1].num_elements() for d in distinct)
-    if covering and covered != shape.num_elements():
+
+
+def _check_covered(shape: Shape, domains: Sequence[IndexDomain]) -> None:
+    """Checked domains (inside ``shape``, equal or disjoint) leave no element of ``shape``
+    without a shard."""
+    covered = sum(d[1].num_elements() for d in set(domains))
+    if covered != shape.num_elements():
         raise InvalidArgumentError(
             f"ConcreteSharding index domains cover {covered} of the {shape.num_elements()} "
-            f"elements of {shape.debug_string()}: every element needs a shard")
+            f"elements of {shape.debug_string()}: an array needs a shard for every element")
 
 
 class ConcreteSharding(Sharding):
@@ -71,9 +75,18 @@ class ConcreteSharding(Sharding):
     shard on the i-th *addressable* device. ``shape`` and ``shard_shapes`` are either all
     static or all :class:`DynamicShape`. Optional ``index_domains`` (static shapes only)
     give each addressable shard's box. Never fully replicated.
+
+    As in IFRT, the shapes and domains are taken as given when the sharding is built (it
+    can be built, compared and given other devices whatever they say) and checked where
+    data would follow them: :meth:`disassemble` checks that each shard shape fits
+    ``shape``; :meth:`index_domains` that each domain lies inside ``shape``, has its
+    shard's shape and is equal to or disjoint from the others; and
+    :meth:`check_array_shape` (an array being made: a put, an assemble, a reshard
+    target) also that, where every device is addressable, the domains cover ``shape``.
     """
 
-    __slots__ = ("_shape", "_shard_shapes", "_index_domains", "_fixed_shard_shape")
+    __slots__ = ("_shape", "_shard_shapes", "_index_domains", "_fixed_shard_shape",
+                 "_domains_checked")
 
     def __init__(self, devices, shape: AnyShape, shard_shapes: Iterable[AnyShape],
                  index_domains: Optional[Iterable[IndexDomain]] = None, memory_kind=None):
@@ -89,14 +102,10 @@ class ConcreteSharding(Sharding):
                 raise InvalidArgumentError("ConcreteSharding index_domains need a static shape")
             index_domains = tuple(d if type(d) is IndexDomain else IndexDomain(*d)
                                   for d in index_domains)
-        for i, shard_shape in enumerate(shard_shapes):
-            _check_shard_shape(shape, shard_shape, f"ConcreteSharding shard_shapes[{i}]")
-        if index_domains is not None:
-            _check_index_domains(shape, shard_shapes, index_domains,
-                                 self._devices.is_fully_addressable)
         self._shape = shape
         self._shard_shapes = shard_shapes
         self._index_domains = index_domains
+        self._domains_checked = False
         same = not dynamic and shard_shapes and all(s == shard_shapes[0] for s in shard_shapes)
         self._fixed_shard_shape = shard_shapes[0] if same else None
 
@@ -152,6 +161,7 @@ class ConcreteSharding(Sharding):
                 f"ConcreteSharding can only disassemble {kind} {self._shape.debug_string()}, "
                 f"but was asked to disassemble {kind} {shape.debug_string()}")
         self._check_addressable_count(len(self._shard_shapes), "shard shapes", all_shards)
+        self._check_shard_shapes()
         return list(zip(self._shard_shapes, self._single_device_shardings(False)))
 
     def index_domains(self, shape, semantics=ALL_SHARDS):
@@ -159,7 +169,19 @@ class ConcreteSharding(Sharding):
         if self._index_domains is None:
             raise InvalidArgumentError("ConcreteSharding does not have index domain information")
         self._check_addressable_count(len(self._index_domains), "index domains", all_shards)
+        if not self._domains_checked:
+            _check_index_domains(self._shape, self._shard_shapes, self._index_domains)
+            self._domains_checked = True
         return list(self._index_domains)
+
+    def check_array_shape(self, shape):
+        self.disassemble(shape, ADDRESSABLE_SHARDS)
+        if self._index_domains is not None and self._devices.is_fully_addressable:
+            _check_covered(self._shape, self.index_domains(shape))
+
+    def _check_shard_shapes(self) -> None:
+        for i, shard_shape in enumerate(self._shard_shapes):
+            _check_shard_shape(self._shape, shard_shape, f"ConcreteSharding shard_shapes[{i}]")
 
     def debug_string(self) -> str:
         domains = ("<nullopt>" if self._index_domains is None else
@@ -180,7 +202,15 @@ class ConcreteSharding(Sharding):
 
 class ConcreteEvenSharding(Sharding):
     """Every shard of an array of exactly ``shape`` has ``shard_shape``. Carries no index
-    domains; ``is_fully_replicated`` is given by the creator."""
+    domains (but for a fully replicated one: the whole array on every device);
+    ``is_fully_replicated`` is given by the creator.
+
+    As in IFRT, ``shape``, ``shard_shape`` and ``is_fully_replicated`` are taken as given
+    when the sharding is built, and checked where data would follow them
+    (:meth:`disassemble`, :meth:`index_domains`, :meth:`check_array_shape`): the shard
+    fits ``shape``, a fully replicated shard is the whole ``shape``, and the shards
+    together have room for every element.
+    """
 
     __slots__ = ("_shape", "_shard_shape")
 
@@ -189,6 +219,8 @@ class ConcreteEvenSharding(Sharding):
         super().__init__(devices, memory_kind, is_fully_replicated)
         self._shape = Shape(shape)
         self._shard_shape = Shape(shard_shape)
+
+    def _check_consistent(self) -> None:
         _check_shard_shape(self._shape, self._shard_shape, "ConcreteEvenSharding shard_shape")
         if self._is_fully_replicated and self._shard_shape != self._shape:
             raise InvalidArgumentError(
@@ -224,17 +256,32 @@ class ConcreteEvenSharding(Sharding):
                                     self._shard_shape, self._is_fully_replicated,
                                     self._memory_kind if memory_kind is None else memory_kind)
 
-    def disassemble(self, shape, semantics=ALL_SHARDS):
-        all_shards = _semantics(semantics)
+    def _checked_shape(self, shape: AnyShape) -> Shape:
+        """``shape``, which must be the sharding's, once the sharding is consistent."""
         shape = _static_shape(shape, "ConcreteEvenSharding")
         if shape != self._shape:
             raise InvalidArgumentError(
                 f"ConcreteEvenSharding can only disassemble shape {self._shape.debug_string()}, "
                 f"but was asked to disassemble shape {shape.debug_string()}")
+        self._check_consistent()
+        return shape
+
+    def disassemble(self, shape, semantics=ALL_SHARDS):
+        all_shards = _semantics(semantics)
+        self._checked_shape(shape)
         return self._even_disassemble(self._shard_shape, all_shards)
 
     def index_domains(self, shape, semantics=ALL_SHARDS):
-        raise InvalidArgumentError("ConcreteEvenSharding does not have index domain information")
+        """The whole array on each device of a fully replicated sharding (as IFRT)."""
+        all_shards = _semantics(semantics)
+        if not self._is_fully_replicated:
+            raise InvalidArgumentError(
+                "ConcreteEvenSharding does not have index domain information")
+        whole = IndexDomain(self._checked_shape(shape))
+        return [whole] * len(self._single_device_shardings(all_shards))
+
+    def check_array_shape(self, shape):
+        self.disassemble(shape, ADDRESSABLE_SHARDS)
 
     def debug_string(self) -> str:
         return (f"ConcreteEvenSharding(devices: {self._devices.to_string()}, shape: "

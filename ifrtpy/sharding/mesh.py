@@ -20,8 +20,9 @@ from ifrtpy.errors import InvalidArgumentError, invalid_argument
 from ifrtpy.sharding._common import ALL_SHARDS, _static_shape
 from ifrtpy.sharding.base import Sharding
 from ifrtpy.sharding.param import ShardingParam, ShardingParamSharding
+from ifrtpy.shape import Shape
 
-__all__ = ["Mesh", "PartitionSpec", "NamedSharding"]
+__all__ = ["Mesh", "PartitionSpec", "NamedSharding", "named_sharding_like"]
 
 
 class Mesh:
@@ -232,15 +233,42 @@ class NamedSharding(Sharding):
 
     def shard_shape(self, shape):
         lowered, shape = self._for(shape)
-        return lowered.shard_shape(shape)
+        try:
+            return lowered.shard_shape(shape)
+        except InvalidArgumentError as e:
+            raise self._explained(shape, e) from None
 
     def disassemble(self, shape, semantics=ALL_SHARDS):
         lowered, shape = self._for(shape)
-        return lowered.disassemble(shape, semantics)
+        try:
+            return lowered.disassemble(shape, semantics)
+        except InvalidArgumentError as e:
+            raise self._explained(shape, e) from None
 
     def index_domains(self, shape, semantics=ALL_SHARDS):
         lowered, shape = self._for(shape)
-        return lowered.index_domains(shape, semantics)
+        try:
+            return lowered.index_domains(shape, semantics)
+        except InvalidArgumentError as e:
+            raise self._explained(shape, e) from None
+
+    def _explained(self, shape: Shape, error: InvalidArgumentError) -> InvalidArgumentError:
+        """``error`` of the lowered sharding, said in this sharding's terms where a
+        dimension does not divide into its shards: which one, over which mesh axes, and
+        the fix."""
+        dim_shards = self.lower(len(shape)).sharding_param.dim_shards
+        for axis, (dim, shards) in enumerate(zip(shape, dim_shards)):
+            if dim % shards:
+                sizes = self._mesh.shape
+                entry = self._spec[axis]
+                over = " x ".join(f"{a!r} ({sizes[a]})" for a in _axes(entry))
+                return InvalidArgumentError(
+                    f"{self!r} splits dimension {axis} of an array of shape "
+                    f"{shape.debug_string()} over mesh axes {over} (spec entry {axis}: "
+                    f"{entry!r}) into {shards} shards, but {dim} is not a multiple of "
+                    f"{shards}: pad the array to a multiple of {shards} along dimension "
+                    f"{axis}, or split it over other axes (None leaves it whole)")
+        return error
 
     def has_same_partitioning(self, other):
         return self is other or (isinstance(other, NamedSharding)
@@ -270,3 +298,51 @@ class NamedSharding(Sharding):
 
     def __reduce__(self):
         return (NamedSharding, (self._mesh, self._spec, self._memory_kind))
+
+
+def named_sharding_like(sharding: Sharding, mesh: Mesh, shape: Sequence[int]
+                        ) -> Optional[NamedSharding]:
+    """The NamedSharding over ``mesh`` that puts every element of an array of ``shape`` on
+    the devices ``sharding`` puts it on (its memory kind too), or None where there is
+    none (other devices, a tiling no spec over ``mesh`` gives, uneven or empty dims).
+
+    How jax names a compiled program's output shardings after its inputs' mesh: the spec is
+    read from the index domains (each mesh axis, stepped once, moves the shards along one
+    dimension by a whole number of shards, or not at all) and then checked domain by
+    domain.
+    """
+    shape = _static_shape(shape, "named_sharding_like")
+    if set(sharding.devices) != set(mesh.device_list) or len(sharding.devices) != mesh.size:
+        return None
+    try:
+        held = dict(zip(sharding.devices, sharding.index_domains(shape, ALL_SHARDS)))
+    except InvalidArgumentError:
+        return None
+    grid = mesh.devices
+    origin, extent = held[grid[(0,) * grid.ndim]]
+    if any(origin) or 0 in extent:
+        return None
+    strides: dict[int, list[tuple[int, str]]] = {}  # dim -> (stride in shards, axis)
+    for k, (name, size) in enumerate(zip(mesh.axis_names, mesh.axis_sizes)):
+        if size == 1:
+            continue
+        step = [0] * grid.ndim
+        step[k] = 1
+        moved = [o for o in held[grid[tuple(step)]][0]]
+        dims = [i for i, o in enumerate(moved) if o]
+        if not dims:
+            continue  # a replicating axis
+        if len(dims) > 1 or moved[dims[0]] % extent[dims[0]]:
+            return None
+        strides.setdefault(dims[0], []).append((moved[dims[0]] // extent[dims[0]], name))
+    spec: list = [None] * len(shape)
+    for dim, axes in strides.items():
+        axes.sort(reverse=True)  # the major axis takes the largest stride
+        names = tuple(name for _, name in axes)
+        spec[dim] = names[0] if len(names) == 1 else names
+    try:
+        named = NamedSharding(mesh, PartitionSpec(*spec), sharding.memory_kind)
+        same = dict(zip(named.devices, named.index_domains(shape, ALL_SHARDS))) == held
+    except InvalidArgumentError:
+        return None
+    return named if same else None

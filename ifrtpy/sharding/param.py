@@ -191,10 +191,12 @@ class ShardingParamSharding(Sharding):
             raise InvalidArgumentError(
                 f"Numbers of dimensions don't match. From Shape {len(shape)} vs from "
                 f"ShardingParam {len(dim_shards)}")
-        for dim, shards in zip(shape, dim_shards):
+        for axis, (dim, shards) in enumerate(zip(shape, dim_shards)):
             if dim % shards:
                 raise InvalidArgumentError(
-                    f"Uneven shard is not supported. dim: {dim}, dim_shards: {shards}")
+                    f"Uneven shard is not supported. dim: {dim}, dim_shards: {shards} "
+                    f"(dimension {axis} of shape {shape.debug_string()} is split into {shards} "
+                    f"shards: its size must be a multiple of {shards})")
         return trusted_shape(tuple(d // s for d, s in zip(shape, dim_shards)))
 
     def has_same_partitioning(self, other):

@@ -35,6 +35,7 @@ from ifrtpy.executable import CompileOptions, ExecuteOptions, ExecuteResult, Loa
 from ifrtpy.future import Future
 from ifrtpy.shape import IndexDomain, Shape
 from ifrtpy.sharding import OpaqueSharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
@@ -125,8 +126,10 @@ class ExampleArray(Array):
     def __init__(self, client, dtype, shape, sharding, shards, error=None):
         self._client, self._dtype, self._shape, self._sharding = client, dtype, shape, sharding
         self._shards, self._error, self._deleted = shards, error, False
+        self._user_context = current_user_context()  # the context of the call making it
 
     client = property(lambda self: self._client)
+    user_context = property(lambda self: self._user_context)
     dtype = property(lambda self: self._dtype)
     shape = property(lambda self: self._shape)
     sharding = property(lambda self: self._sharding)
@@ -192,8 +195,10 @@ class ExampleExecutable(LoadedExecutable):
     def __init__(self, client, function, devices):
         self._client, self._function, self._devices = client, function, devices
         self._deleted = False
+        self._user_context = current_user_context()
 
     client = property(lambda self: self._client)
+    user_context = property(lambda self: self._user_context)
     name = property(lambda self: getattr(self._function, "__name__", "program"))
 
     def devices(self):

@@ -3,6 +3,7 @@
 import pytest
 
 from ifrtpy.__main__ import main
+from ifrtpy.backends.pjrt.client import host_device_count
 
 
 @pytest.mark.parametrize("devices", [None, 1, 8])
@@ -10,7 +11,9 @@ def test_demo_checks_every_result_against_numpy(devices, capsys):
     argv = ["demo"] + ([] if devices is None else ["--devices", str(devices)])
     assert main(argv) == 0
     out = capsys.readouterr().out
-    expected = 4 if devices is None else devices  # the CPU plugin's default is 4 devices
+    # Without --devices: the CPU device count jax is given (tests/conftest.py: 8 through
+    # XLA_FLAGS), else the CPU plugin's default of 4.
+    expected = (host_device_count() or 4) if devices is None else devices
     assert f"devices  {expected} ({expected} addressable)" in out
     assert out.count("│") == 2 * expected               # visualize_sharding: a row per device
     assert "(equals NumPy)" in out

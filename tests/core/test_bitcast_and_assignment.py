@@ -82,7 +82,7 @@ def test_bitcast_refusals_leave_the_inputs_alone(client):
         ([a], [ArraySpec(DType.from_numpy(np.dtype("int4")), Shape([48]),
                          ifrt.SingleDeviceSharding(d0))], errors.UnimplementedError, "whole number"),
         ([np.zeros(3)], [ArraySpec(f32, Shape([6]), ifrt.SingleDeviceSharding(d0))],
-         errors.InvalidArgumentError, "not an array of this client"),
+         errors.InvalidArgumentError, "array 0 must be an Array of this client"),
     ]
     for arrays, specs, error, match in cases:
         with pytest.raises(error, match=match):

@@ -12,6 +12,7 @@ import pytest
 
 from ifrtpy.dtypes import NUMPY_OF_PJRT_BUFFER_TYPE, PJRT_BUFFER_TYPE_OF_NUMPY, DType
 from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.testing import strategies as S
 
 K = DType.Kind
 
@@ -201,8 +202,27 @@ def test_equality_and_hash_distinguish_kinds():
     dts = [DType(k) for k in K]
     assert len(set(dts)) == len(dts)
     assert DType(K.F32) != DType(K.F64)
-    assert DType(K.F32) != np.dtype(np.float32)  # no implicit comparison with numpy
     assert {DType(K.F32): 1}[DType.from_numpy(np.float32)] == 1
+
+
+@pytest.mark.parametrize("np_dtype", [d for d in S.DTYPES])
+def test_a_dtype_equals_its_numpy_dtype_in_every_spelling(np_dtype):
+    """As jax.Array.dtype (a NumPy dtype) does: ``a.dtype == np.float32``."""
+    dtype = DType.from_numpy(np_dtype)
+    for spelling in (np_dtype, np_dtype.type, np_dtype.name, str(np_dtype)):
+        assert dtype == spelling and spelling == dtype and not dtype != spelling
+    assert hash(dtype) == hash(np_dtype)  # so NumPy dtypes find it in dicts, and back
+    assert {np_dtype: 1}[dtype] == 1 and {dtype: 1}[np_dtype] == 1
+    others = [d for d in S.DTYPES if d != np_dtype]
+    assert all(dtype != d and d != dtype for d in others)
+
+
+def test_a_dtype_is_not_equal_to_what_is_no_dtype():
+    f32 = DType(K.F32)
+    for other in (None, 0, 1.0, True, "no such type", object(), [np.float32]):
+        assert f32 != other and not f32 == other
+    assert DType(K.STRING) != np.dtype(object)  # STRING's host form is no NumPy dtype of it
+    assert DType(K.TOKEN) != np.float32
 
 
 def test_dtype_is_immutable():

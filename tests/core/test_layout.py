@@ -7,6 +7,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import ifrtpy as ifrt
 from ifrtpy import _pjrt, errors
@@ -116,6 +118,49 @@ def test_reference_layout_law(minor_to_major):
         np.testing.assert_array_equal(shard.ravel(order="K"), np.asfortranarray(x).ravel(order="K"))
     (copy,) = client.copy_arrays([a], None, None, ifrt.ArrayCopySemantics.ALWAYS_COPY)
     assert copy.layout == layout
+
+
+@given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=4), data=st.data())
+def test_reference_layout_law_with_dimensions_of_size_1(shape, data):
+    """Dimensions of size 1 order no memory: the layout asked for is the one reported
+    (e.g. column-major for (1, 3, 4), not {1,0,2}), through copies and disassembly too;
+    the memory holds the values in that order."""
+    client = _reference_client()
+    layout = Layout(data.draw(st.permutations(range(len(shape)))))
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]),
+                                           layout=layout)
+    (copy,) = client.copy_arrays([a], None, None, ifrt.ArrayCopySemantics.ALWAYS_COPY)
+    (piece,) = a.disassemble_into_single_device_arrays()
+    for array in (a, copy, piece):
+        assert array.layout == layout
+        np.testing.assert_array_equal(np.asarray(array), x)
+    (shard,) = a.shards
+    np.testing.assert_array_equal(shard.ravel(order="K"),
+                                  x.transpose(layout.minor_to_major[::-1]).ravel())
+
+
+def test_column_major_with_a_dimension_of_size_1():
+    """The case seen: (1, 3, 4) asked column-major; read back from the memory alone (the
+    strides) too, as an array whose layout is not remembered is."""
+    from ifrtpy.backends.host_arrays import _in_layout, _layout_of
+
+    for shape in [(3, 1, 4), (3, 4, 1), (1, 3, 4)]:  # one dimension of size 1: strides tell
+        x = np.zeros(shape, np.float32)
+        assert _layout_of(_in_layout(x, Layout.column_major(3))) == Layout.column_major(3)
+    client = _reference_client()
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]),
+                                           layout=Layout.column_major(3))
+    assert a.layout == Layout.column_major(3) and str(a.layout) == "{0,1,2}"
+
+
+_clients: list = []
+
+
+def _reference_client():
+    if not _clients:
+        _clients.append(ifrt.get_client("reference", device_count=2))
+    return _clients[0]
 
 
 def test_pjrt_cpu_refuses_a_column_major_device_layout():

@@ -52,11 +52,14 @@ print("done")
 NATIVE_LINE = re.compile(r"^([IWE])\d{4} ", re.M)
 
 
-def run_child(*args, **env):
+def run_child(*args, jax_first=False, **env):
+    """The script's stderr, in a fresh interpreter (``jax_first``: importing jax first, as
+    jax users do; jax then sets TF_CPP_MIN_LOG_LEVEL=1 before ifrtpy is imported)."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("TF_CPP_MIN_LOG_LEVEL", "IFRTPY_LOG_LEVEL")}
     environ.update(env)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, *args], env=environ,
+    script = ("import jax\n" if jax_first else "") + SCRIPT
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=environ,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "done"
@@ -87,9 +90,18 @@ def test_an_unreadable_switch_is_reported_once_and_ignored():
                    "logging level number), got 'loud'; ignored\n")
 
 
+def test_nothing_on_stderr_with_jax_imported_first():
+    pytest.importorskip("jax")
+    assert run_child(jax_first=True) == ""
+
+
 def test_the_users_own_threshold_is_kept():
     err = run_child(TF_CPP_MIN_LOG_LEVEL="0")
     assert "I" in set(NATIVE_LINE.findall(err)), err
+    # jax's default is no reason to override a 1 the user set before starting Python
+    pytest.importorskip("jax")
+    err = run_child(jax_first=True, TF_CPP_MIN_LOG_LEVEL="1")
+    assert "E" in set(NATIVE_LINE.findall(err)), err
 
 
 def test_set_log_level_sets_logger_and_native_threshold(monkeypatch):

@@ -182,20 +182,36 @@ class TestConcreteSharding:
         assert sharding0.has_same_partitioning(sharding0)
         assert sharding0.has_same_partitioning(
             concrete([2, 3], Shape([30]), [Shape([10]), Shape([20])]))
-        # Different number of shards, shape, shard shapes.
+        # Different number of shards, shape, shard shapes (one larger than the array: the
+        # sharding is built and compared as IFRT does, and refused only where used).
         assert not sharding0.has_same_partitioning(
             concrete([2, 3, 4], Shape([60]), [Shape([10]), Shape([20]), Shape([30])]))
         assert not sharding0.has_same_partitioning(
             concrete([2, 3], Shape([40]), [Shape([10]), Shape([20])]))
         assert not sharding0.has_same_partitioning(
-            concrete([2, 3], Shape([30]), [Shape([15]), Shape([15])]))
+            concrete([2, 3], Shape([30]), [Shape([10000]), Shape([20])]))
         assert not sharding0.has_same_partitioning(OpaqueSharding(devs(0, 1)))
+        # With index domains.
+        domains0 = [IndexDomain([0], [10]), IndexDomain([10], [20])]
+        with_domains0 = concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])], domains0)
+        assert not sharding0.has_same_partitioning(with_domains0)
+        assert not with_domains0.has_same_partitioning(sharding0)
+        assert with_domains0.has_same_partitioning(
+            concrete([2, 3], Shape([30]), [Shape([10]), Shape([20])], domains0))
+        domains1 = [IndexDomain([5], [10]), IndexDomain([15], [20])]  # [15, 35) leaves [30]
+        assert not with_domains0.has_same_partitioning(
+            concrete([2, 3], Shape([30]), [Shape([10]), Shape([20])], domains1))
 
     def test_with_device_assignment(self):
         sharding0 = concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])])
         assert sharding0.with_device_assignment(devs(0, 1)) == \
             concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])])
         assert sharding0.with_device_assignment(devs(2, 3)).devices == devs(2, 3)
+        domains = [IndexDomain([0], [10]), IndexDomain([10], [20])]
+        with_domains = concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])], domains)
+        moved = with_domains.with_device_assignment(devs(2, 3))
+        assert with_domains.has_same_partitioning(moved)
+        assert moved.index_domains(Shape([30]), ADDRESSABLE) == domains
         with pytest.raises(InvalidArgumentError, match="ConcreteSharding should have the same "
                            "number of devices as the current sharding, but was asked to have 4"):
             sharding0.with_device_assignment(devs(0, 1, 2, 3))
@@ -233,10 +249,12 @@ class TestConcreteSharding:
             sharding.disassemble(dyn(30))
 
     def test_index_domains_fully_addressable(self):
+        # IFRT's case: the domains cover 3 of the 15 elements; index_domains gives them
+        # (an array made with this sharding is refused: see test_refused_where_used).
         domains = [IndexDomain(Index([0]), Shape([1])), IndexDomain(Index([1]), Shape([2]))]
-        sharding = concrete([0, 1], Shape([3]), [Shape([1]), Shape([2])], domains)
+        sharding = concrete([0, 1], Shape([15]), [Shape([1]), Shape([2])], domains)
         for args in [(), (ALL,), (ADDRESSABLE,)]:
-            assert sharding.index_domains(Shape([3]), *args) == domains
+            assert sharding.index_domains(Shape([15]), *args) == domains
 
     def test_index_domains_non_addressable(self):
         domains = [IndexDomain([0], [1]), IndexDomain([1], [2]), IndexDomain([3], [3]),
@@ -261,8 +279,47 @@ class TestConcreteSharding:
             sharding.index_domains(Shape([1]), ADDRESSABLE)
 
     def test_hash(self):
+        domains0 = [IndexDomain([0], [10]), IndexDomain([10], [20])]
+        domains1 = [IndexDomain([5], [10]), IndexDomain([15], [20])]
         check_hash(concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])]),
+                   concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])], domains0),
+                   concrete([0, 1], Shape([30]), [Shape([10]), Shape([20])], domains1),
                    concrete([0, 1], dyn(30), [dyn(30), dyn(30)]))
+
+    def test_refused_where_used(self):
+        """Built as given; refused where data would follow the shapes: disassemble (a
+        shard larger than the array), index_domains (a domain outside the array, of
+        another shape than its shard, or overlapping another) and check_array_shape (an
+        array being made: domains leaving elements without a shard)."""
+        too_big = concrete([0, 1], Shape([30]), [Shape([10000]), Shape([20])])
+        with pytest.raises(InvalidArgumentError, match=r"shard_shapes\[0\] \[10000\] does not "
+                           r"fit in the array's shape \[30\]"):
+            too_big.disassemble(Shape([30]))
+        with pytest.raises(InvalidArgumentError, match="does not fit"):
+            too_big.check_array_shape(Shape([30]))
+        cases = {
+            "lies outside the shape": [IndexDomain([0], [2]), IndexDomain([3], [2])],
+            "does not have the shape of shard_shapes": [IndexDomain([0], [2]),
+                                                        IndexDomain([2], [1])],
+            "overlap": [IndexDomain([0], [2]), IndexDomain([1], [2])],
+        }
+        for message, domains in cases.items():
+            sharding = concrete([0, 1], Shape([4]), [Shape([2]), Shape([2])], domains)
+            for check in (sharding.index_domains, sharding.check_array_shape):
+                with pytest.raises(InvalidArgumentError, match=message):
+                    check(Shape([4]))
+        hole = concrete([0, 1], Shape([15]), [Shape([1]), Shape([2])],
+                        [IndexDomain([0], [1]), IndexDomain([1], [2])])
+        with pytest.raises(InvalidArgumentError, match=r"cover 3 of the 15 elements of \[15\]"):
+            hole.check_array_shape(Shape([15]))
+        whole = concrete([0, 1], Shape([3]), [Shape([1]), Shape([2])],
+                         [IndexDomain([0], [1]), IndexDomain([1], [2])])
+        whole.check_array_shape(Shape([3]))  # a sharding that holds its array passes
+        # With non-addressable devices only the addressable domains are known: no cover test.
+        partial = concrete(range(6), Shape([15]), [Shape([1]), Shape([2]), Shape([3]), Shape([4])],
+                           [IndexDomain([0], [1]), IndexDomain([1], [2]), IndexDomain([3], [3]),
+                            IndexDomain([6], [4])])
+        partial.check_array_shape(Shape([15]))
 
     def test_pickle(self):
         domains = [IndexDomain([0], [10]), IndexDomain([10], [20])]
@@ -280,24 +337,16 @@ class TestConcreteEvenSharding:
     def test_create_with_bad_device_list(self):
         with pytest.raises(InvalidArgumentError, match="non-empty device list"):
             ConcreteEvenSharding(devs(), Shape([]), Shape([]), True)
-
-    def test_is_fully_replicated(self):
-        assert even([0, 1], [30], [30], True).is_fully_replicated
-        assert not even([0, 1], [30], [15], False).is_fully_replicated
-
-    def test_inconsistent_refused(self):
-        # Stricter than IFRT, which takes is_fully_replicated and the shapes on trust.
-        with pytest.raises(InvalidArgumentError, match="fully replicated .* shard_shape == shape"):
-            even([0, 1], [30], [15], True)
-        with pytest.raises(InvalidArgumentError, match=r"2 shards of \[10\] cannot hold"):
-            even([0, 1], [30], [10], False)
-        with pytest.raises(InvalidArgumentError, match=r"shard_shape \[40\] does not fit"):
-            even([0, 1], [30], [40], False)
         with pytest.raises(InvalidArgumentError, match="must not repeat a device"):
             even([0, 0], [30], [15], False)
 
+    def test_is_fully_replicated(self):
+        # IFRT takes is_fully_replicated as given, even with a shard half the array.
+        assert even([0, 1], [30], [15], True).is_fully_replicated
+        assert not even([0, 1], [30], [15], False).is_fully_replicated
+
     def test_get_shard_shape(self):
-        sharding = even([0, 1], [30], [15], False)
+        sharding = even([0, 1], [30], [15], True)
         assert sharding.shard_shape(Shape([30])) == Shape([15])
         with pytest.raises(InvalidArgumentError, match=r"ConcreteEvenSharding has a shard shape "
                            r"for "
@@ -305,17 +354,17 @@ class TestConcreteEvenSharding:
             sharding.shard_shape(Shape([45]))
 
     def test_has_same_partitioning(self):
-        sharding0 = even([0, 1], [30], [15], False)
+        sharding0 = even([0, 1], [30], [15], True)
         assert sharding0.has_same_partitioning(sharding0)
-        assert sharding0.has_same_partitioning(even([2, 3], [30], [15], False))
-        assert not sharding0.has_same_partitioning(even([2, 3, 4], [30], [15], False))
-        assert not sharding0.has_same_partitioning(even([2, 3], [20], [15], False))
-        assert not sharding0.has_same_partitioning(even([2, 3], [30], [20], False))
-        assert not sharding0.has_same_partitioning(even([2, 3], [30], [30], True))
+        assert sharding0.has_same_partitioning(even([2, 3], [30], [15], True))
+        assert not sharding0.has_same_partitioning(even([2, 3, 4], [30], [15], True))
+        assert not sharding0.has_same_partitioning(even([2, 3], [45], [15], True))
+        assert not sharding0.has_same_partitioning(even([2, 3], [30], [10], True))
+        assert not sharding0.has_same_partitioning(even([2, 3], [30], [15], False))
 
     def test_with_device_assignment(self):
-        sharding0 = even([0, 1], [30], [15], False)
-        assert sharding0.with_device_assignment(devs(2, 3)) == even([2, 3], [30], [15], False)
+        sharding0 = even([0, 1], [30], [15], True)
+        assert sharding0.with_device_assignment(devs(2, 3)) == even([2, 3], [30], [15], True)
         with pytest.raises(InvalidArgumentError, match="ConcreteEvenSharding should have the same "
                            "number of devices as the current sharding, but was asked to have 4"):
             sharding0.with_device_assignment(devs(0, 1, 2, 3))
@@ -334,10 +383,33 @@ class TestConcreteEvenSharding:
         with pytest.raises(InvalidArgumentError, match="can only disassemble static shape"):
             sharding.disassemble(dyn(30))
 
-    def test_index_domains_fails(self):
+    def test_index_domains_for_fully_replicated(self):
+        shape = Shape([10, 20])
+        sharding = even([0, 4], shape, shape, True)  # device 4 is not addressable
+        assert sharding.index_domains(shape, ALL) == [IndexDomain(shape)] * 2
+        assert sharding.index_domains(shape, ADDRESSABLE) == [IndexDomain(shape)]
+
+    def test_index_domains_fails_for_non_fully_replicated(self):
         with pytest.raises(InvalidArgumentError,
                            match="ConcreteEvenSharding does not have index domain information"):
-            even(range(6), [30], [5], False).index_domains(Shape([30]))
+            even([0, 1], [30], [5], False).index_domains(Shape([30]))
+
+    def test_refused_where_used(self):
+        """Built as given (IFRT's cases above); refused where data would follow the
+        shapes: disassemble, index_domains and check_array_shape."""
+        cases = {
+            r"fully replicated .* needs shard_shape == shape": even([0, 1], [30], [15], True),
+            r"2 shards of \[10\] cannot hold": even([0, 1], [30], [10], False),
+            r"shard_shape \[40\] does not fit": even([0, 1], [30], [40], False),
+        }
+        for message, sharding in cases.items():
+            checks = [sharding.disassemble, sharding.check_array_shape]
+            if sharding.is_fully_replicated:
+                checks.append(sharding.index_domains)
+            for check in checks:
+                with pytest.raises(InvalidArgumentError, match=message):
+                    check(Shape([30]))
+        even([0, 1], [30], [15], False).check_array_shape(Shape([30]))
 
     def test_hash(self):
         check_hash(even([0, 1], [30], [30], True), even([2, 3], [30], [15], False))

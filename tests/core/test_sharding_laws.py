@@ -289,9 +289,15 @@ def test_named_sharding_errors():
     sharding = NamedSharding(mesh, PartitionSpec("x", "y"))
     with pytest.raises(InvalidArgumentError, match="has 2 entries, but the array has rank 1"):
         sharding.index_domains((4,))
-    with pytest.raises(InvalidArgumentError, match="Uneven shard is not supported. dim: 7, "
-                       "dim_shards: 2"):
-        sharding.shard_shape((7, 6))
+    # jax's habit: the array axis, the spec entry, the mesh axes and the full shape
+    uneven = (r"splits dimension 0 of an array of shape \[7,6\] over mesh axes 'x' \(2\) "
+              r"\(spec entry 0: 'x'\) into 2 shards, but 7 is not a multiple of 2: pad")
+    for call in (sharding.shard_shape, sharding.disassemble, sharding.index_domains):
+        with pytest.raises(InvalidArgumentError, match=uneven):
+            call((7, 6))
+    with pytest.raises(InvalidArgumentError, match=r"Uneven shard is not supported. dim: 7, "
+                       r"dim_shards: 2 \(dimension 0 of shape \[7,6\] is split into 2 shards"):
+        sharding.lower(2).shard_shape((7, 6))
     with pytest.raises(InvalidArgumentError, match="2 dimensions .* but 1 axis names"):
         Mesh(mesh.devices, ("x",))
     with pytest.raises(InvalidArgumentError, match="distinct"):
@@ -312,3 +318,51 @@ def test_named_sharding_lowering_examples():
     assert repr(PartitionSpec("x", None, ("y", "z"))) == "PartitionSpec('x', None, ('y', 'z'))"
     assert mesh.shape == {"x": 2, "y": 3} and mesh.size == 6
     assert list(mesh.device_list) == list(mesh.devices.flat)
+
+
+# -- naming a sharding after a mesh ---------------------------------------------------------------
+
+def _placement(sharding, shape):
+    return dict(zip(sharding.devices, sharding.index_domains(Shape(shape), ALL)))
+
+
+@given(case=mesh_cases(), data=st.data())
+def test_named_sharding_like_finds_the_spec_that_places_alike(case, data):
+    """For a sharding that is a NamedSharding over the mesh (given here as its lowered
+    ShardingParamSharding, or as a ConcreteSharding of its domains), the one found places
+    every element alike; over a reshaped mesh of the same devices, either one that places
+    alike or None, never one that places otherwise."""
+    from ifrtpy.sharding.mesh import named_sharding_like
+
+    sharding, shape = named(case)
+    assume(0 not in shape)
+    mesh = sharding.mesh
+    lowered = sharding.lower(len(shape))
+    found = named_sharding_like(lowered, mesh, shape)
+    assert found is not None and found.mesh is mesh
+    assert _placement(found, shape) == _placement(sharding, shape)
+    grid = mesh.devices.reshape(-1)
+    order = data.draw(st.permutations(range(grid.size)))
+    flat = Mesh(grid[list(order)], ("w",))
+    other = named_sharding_like(lowered, flat, shape)
+    assert other is None or _placement(other, shape) == _placement(sharding, shape)
+
+
+def test_named_sharding_like_refuses_what_no_spec_gives():
+    from ifrtpy.sharding.mesh import named_sharding_like
+
+    client = example_client(4, 4)
+    devices = np.empty(4, dtype=object)
+    devices[:] = [client.lookup_device(i) for i in range(4)]
+    mesh = Mesh(devices.reshape(2, 2), ("x", "y"))
+    half = Mesh(devices[:2], ("x",))
+    split = NamedSharding(mesh, PartitionSpec("x", "y"))
+    assert named_sharding_like(split, half, (4, 4)) is None           # other devices
+    assert named_sharding_like(split, mesh, (3, 4)) is None           # uneven
+    assert named_sharding_like(split, mesh, (0, 4)) is None           # empty
+    # devices in an order no spec over this mesh gives
+    swapped = ConcreteSharding(DeviceList(devices[[1, 0, 2, 3]]), Shape([4]), [Shape([1])] * 4,
+                               [IndexDomain([i], [1]) for i in range(4)])
+    assert named_sharding_like(swapped, mesh, (4,)) is None
+    whole = named_sharding_like(SingleDeviceSharding(devices[0]), Mesh(devices[:1], ("x",)), (4,))
+    assert whole is not None and whole.is_fully_replicated

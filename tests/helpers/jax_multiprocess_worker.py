@@ -6,7 +6,7 @@ exchanges key-value entries and runs a psum over every process's devices (prints
 
 MODE ``spmd``: a global array assembled from per-process shards, an SPMD program with
 psum and all_gather across the processes, resharding across the process boundary, and
-copy_to_host_buffer of a non-fully-addressable array refused; prints OK at the end.
+host copies: of a split array refused, of replicated ones read whole; prints OK at the end.
 MODE ``lone``: the other process never comes: initialize raises (printed as ``ERROR``).
 MODEs ``dies-after``, ``dies-during``, ``coordinator-dies``, ``coordinator-leaves``: both
 processes run a psum together (``FIRST OK``), then process 1 (process 0, which started
@@ -84,6 +84,10 @@ def spmd(client):
     total, gathered = executable.execute([x]).outputs
     check_shards(total, full.reshape(8, 2).sum(axis=0))
     check_shards(gathered, full)
+    # Replicated over both processes: read whole here, as jax reads its value.
+    for replicated_out, expected in ((total, full.reshape(8, 2).sum(axis=0)), (gathered, full)):
+        np.testing.assert_array_equal(np.asarray(replicated_out.jax_value), expected)
+        np.testing.assert_array_equal(replicated_out.copy_to_host_buffer().result(60), expected)
 
     reversed_split = ifrt.NamedSharding(ifrt.Mesh(np.array(devices[::-1]), ("x",)),
                                         ifrt.PartitionSpec("x"))
@@ -93,6 +97,7 @@ def spmd(client):
                  ifrt.ArraySpec(np.float32, shape, replicated)])
     check_shards(moved, full)  # shard i now lives in the other process
     check_shards(whole, full)
+    np.testing.assert_array_equal(np.asarray(whole), full)
     print("OK", flush=True)
 
 

@@ -175,3 +175,152 @@ def test_unsupported_inputs_are_refused(client):
     uneven = ifrt.ConcreteEvenSharding(client.devices()[:2], [4], [2], False)
     with pytest.raises(UnimplementedError, match="ConcreteEvenSharding"):
         ij.sharding_to_jax(uneven)
+
+
+# -- the jax.Array surface of ifrtpy arrays ---------------------------------------------------
+
+def _index(index, shape):
+    """A NumPy index as (start, stop, step) per dimension (jax writes slice(None) where
+    ifrtpy writes slice(0, n))."""
+    return tuple(s.indices(n) for s, n in zip(index, shape))
+
+
+def _surface(a, shape):
+    return {
+        "shape": tuple(a.shape), "ndim": a.ndim, "size": a.size, "nbytes": a.nbytes,
+        "is_fully_addressable": a.is_fully_addressable,
+        "is_fully_replicated": a.is_fully_replicated,
+        "device_set": {d.id for d in a.sharding.device_set},
+        "shards": sorted((s.device.id, _index(s.index, shape), s.replica_id,
+                          _bytes(np.asarray(s.data))) for s in a.addressable_shards),
+    }
+
+
+@pytest.mark.parametrize("backend", ["pjrt", "reference", "jax"])
+@given(case=jax_cases(), dtype=st.sampled_from([np.float32, np.int8, np.bool_, np.complex64,
+                                                np.float16, np.uint32]),  # jax keeps 32 bits
+       data=st.data())
+def test_the_jax_array_surface_means_what_jax_says(backend, case, dtype, data):
+    """On random meshes, device orders and specs: ndim, size, nbytes, is_fully_addressable,
+    is_fully_replicated, sharding.device_set and addressable_shards (device, index,
+    replica id, data) of an ifrtpy array equal jax.Array's for the same data and
+    sharding; shape equals jax's tuple and dtype its NumPy dtype."""
+    js, shape = case
+    client = _reference() if backend == "reference" else ifrt.get_client(backend)
+    x = data.draw(ifrt.testing.strategies.host_arrays(np.dtype(dtype), shape))
+    ja = jax.device_put(x, js)
+    ia = client.make_array_from_host_buffer(x, _same_sharding(js, client))
+    assert ia.shape == ja.shape and ia.shape == x.shape and ja.shape == ia.shape
+    assert ia.dtype == ja.dtype and ia.dtype == dtype and ja.dtype == ia.dtype
+    assert hash(ia.dtype) == hash(ja.dtype)
+    assert _surface(ia, shape) == _surface(ja, shape)
+    # jax's order too: its shards follow the sharding's device assignment
+    assert [s.device.id for s in ia.addressable_shards] == [s.device.id for s in ja.addressable_shards]
+
+
+def _same_sharding(js, client):
+    """jax's NamedSharding ``js`` over ``client``'s devices of the same ids."""
+    devices = np.empty(js.mesh.devices.shape, object)
+    for index, d in np.ndenumerate(js.mesh.devices):
+        devices[index] = client.lookup_device(d.id)
+    mesh = ifrt.Mesh(devices, js.mesh.axis_names)
+    return ifrt.NamedSharding(mesh, ifrt.PartitionSpec(*js.spec), js.memory_kind)
+
+
+_references = []
+
+
+def _reference():
+    if not _references:
+        _references.append(ifrt.get_client("reference", device_count=8))
+    return _references[0]
+
+
+def test_the_surface_of_arrays_jax_has_no_twin_of():
+    """A single-device array, a scalar and a sub-byte dtype: the same definitions."""
+    client = ifrt.get_client()
+    d = client.devices()[3]
+    a = client.make_array_from_host_buffer(np.float64(2.5), ifrt.SingleDeviceSharding(d))
+    assert (a.ndim, a.size, a.nbytes, a.shape) == (0, 1, 8, ())
+    assert a.is_fully_replicated and a.is_fully_addressable and a.sharding.device_set == {d}
+    [shard] = a.addressable_shards
+    assert (shard.device, shard.index, shard.replica_id) == (d, (), 0)
+    assert shard.data.shape == () and float(np.asarray(shard.data)) == 2.5
+    int4 = client.make_array_from_host_buffer(np.zeros((3, 5), "int4"),
+                                              ifrt.SingleDeviceSharding(d))
+    assert (int4.size, int4.nbytes, int4.dtype == "int4") == (15, 15, True)
+
+
+# -- outputs keep the NamedSharding of their inputs' mesh, as jax's do ------------------------
+
+PROGRAMS = {"x*2+1": lambda x: x * 2 + 1, "transpose": lambda x: x.T,
+            "sum of rows": lambda x: x.sum(axis=0)}
+
+
+def _spec(spec, ndim, sizes):
+    """A PartitionSpec as a tuple of axis-name tuples, one per dimension, without the axes
+    of size 1 (which split nothing: ``P("a")`` and ``P()`` place alike when "a" has 1)."""
+    entries = list(spec) + [None] * (ndim - len(spec))
+    return tuple(tuple(a for a in (() if e is None else (e,) if isinstance(e, str) else e)
+                       if sizes[a] > 1) for e in entries)
+
+
+@pytest.mark.parametrize("backend", ["pjrt", "reference", "jax"])
+@given(case=jax_cases(), name=st.sampled_from(sorted(PROGRAMS)))
+def test_outputs_keep_the_named_sharding_jax_gives(backend, case, name):
+    """A program jax lowers from NamedSharding inputs gives ifrtpy outputs whose sharding
+    is the NamedSharding over the input's mesh that jax's own output has (mesh, axis
+    names, spec), on the first execute and on the repeats the C paths make."""
+    js, shape = case
+    js = NamedSharding(js.mesh, js.spec)  # device memory: what jax's outputs are in
+    fn = PROGRAMS[name]
+    x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    expected = jax.jit(fn, in_shardings=js)(jax.device_put(x, js))
+    # The program states the output sharding jax chose (the reference backend reads it
+    # from the program; the others from the compiled module)
+    lowered = jax.jit(fn, in_shardings=js, out_shardings=expected.sharding).lower(
+        jax.ShapeDtypeStruct(shape, np.float32))
+    client = {"pjrt": ifrt.get_client, "reference": _reference,
+              "jax": lambda: ifrt.get_client("jax")}[backend]()
+    sharding = _same_sharding(js, client)
+    exe = client.compile(lowered, ifrt.CompileOptions(
+        devices=sharding.devices, num_partitions=len(sharding.devices)))
+    a = client.make_array_from_host_buffer(x, sharding)
+    for _ in range(3):
+        out, = exe(a)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
+        jax_out = expected.sharding
+        if isinstance(jax_out, NamedSharding):
+            assert isinstance(out.sharding, ifrt.NamedSharding), out.sharding
+            assert out.sharding.mesh == sharding.mesh
+            sizes = sharding.mesh.shape
+            assert _spec(out.sharding.spec, out.ndim, sizes) == _spec(jax_out.spec, out.ndim, sizes)
+        assert _ifrt_domains(out.sharding, out.shape) == _jax_domains(jax_out, out.shape)
+
+
+def test_outputs_are_named_after_the_mesh_of_the_call():
+    """One executable, arguments over two meshes of the same devices (other axis names):
+    each call's outputs are named after its own argument's mesh."""
+    client = ifrt.get_client()
+    devices = np.empty(8, object)
+    devices[:] = client.devices()
+    rows = ifrt.Mesh(devices.reshape(4, 2), ("rows", "cols"))
+    data = ifrt.Mesh(devices.reshape(4, 2), ("data", "model"))
+    program = """
+    func.func public @main(%x: tensor<8x2xf32> {mhlo.sharding = "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"})
+        -> (tensor<8x2xf32> {mhlo.sharding = "{devices=[4,1,2]<=[8] last_tile_dim_replicate}"}) {
+      %y = stablehlo.add %x, %x : tensor<8x2xf32>
+      return %y : tensor<8x2xf32>
+    }"""
+    exe = client.compile(ifrt.HloProgram(program),
+                         ifrt.CompileOptions(devices=client.devices(), num_partitions=8))
+    assert isinstance(exe.output_shardings()[0], ifrt.HloSharding)  # as compiled
+    x = np.ones((8, 2), np.float32)
+    for mesh, axis in [(rows, "rows"), (data, "data"), (rows, "rows")]:
+        a = client.make_array_from_host_buffer(x, ifrt.NamedSharding(mesh, ifrt.PartitionSpec(axis)))
+        for _ in range(2):
+            out, = exe(a)
+            assert out.sharding == ifrt.NamedSharding(mesh, ifrt.PartitionSpec(axis, None))
+    plain = client.make_array_from_host_buffer(x, exe.parameter_shardings()[0])
+    out, = exe(plain)
+    assert isinstance(out.sharding, ifrt.HloSharding)  # no mesh to name it after

@@ -10,6 +10,7 @@ from ifrtpy.executable import ExecuteOptions, ExecuteResult
 from ifrtpy.future import Future
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import Sharding
+from ifrtpy.user_context import UserContext
 
 class JaxArrayCore:
     _client: Any
@@ -20,13 +21,14 @@ class JaxArrayCore:
     _error: BaseException | None
     _deleted: bool
     _reads: Sequence[Future[Any]]
+    _user_context: UserContext | None
     def block_until_ready(self) -> Self: ...
 
 class JaxExecutableCore:
     _client: Any
     _execute_sharded: Any
     _handlers: list[Any]
-    _accepted: list[tuple[Any, ...]]
+    _accepted: list[tuple[Any, ...]] | None
     _outputs_spec: tuple[tuple[DType, Shape, Sharding], ...]
     _donated: frozenset[int]
     _array_type: type[JaxArrayCore]

@@ -14,8 +14,10 @@ import jax.
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
+from cpython.contextvars cimport get_value
 
 from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy.user_context import ACTIVE as _user_context
 
 
 cdef class JaxArrayCore:
@@ -30,6 +32,7 @@ cdef class JaxArrayCore:
     cdef public object _error
     cdef public bint _deleted
     cdef public object _reads  # host copies not finished yet: a sequence of futures
+    cdef public object _user_context
     cdef object __weakref__
 
     def block_until_ready(self):
@@ -109,6 +112,7 @@ cdef class JaxExecutableCore:
         if len(outputs) != num_outputs:
             raise AssertionError(f"jax returned {len(outputs)} outputs, expected {num_outputs}")
         arrays = PyList_New(num_outputs)
+        context = get_value(_user_context)
         for k in range(num_outputs):
             seen = <tuple>spec[k]
             array = <JaxArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
@@ -118,6 +122,7 @@ cdef class JaxExecutableCore:
             array._sharding = seen[2]
             array._value = outputs[k]
             array._reads = ()
+            array._user_context = context
             Py_INCREF(array)
             PyList_SET_ITEM(arrays, k, array)
         cdef ExecuteResult result = ExecuteResult.__new__(ExecuteResult)

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics
+from ifrtpy.array import Array, ArrayCopySemantics, deleted_error
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, UnimplementedError, UnknownError,
@@ -31,6 +31,7 @@ from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,
     SingleDeviceShardSemantics,
 )
+from ifrtpy.user_context import UserContext, current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
@@ -62,10 +63,15 @@ class JaxArray(JaxArrayCore, Array):
         self._error = error
         self._deleted = False
         self._reads = ()
+        self._user_context = current_user_context()
 
     @property
     def client(self) -> Any:
         return self._client
+
+    @property
+    def user_context(self) -> UserContext | None:
+        return self._user_context
 
     @property
     def dtype(self) -> DType:
@@ -89,7 +95,7 @@ class JaxArray(JaxArrayCore, Array):
         """The ``jax.Array`` holding the data; FailedPreconditionError once deleted."""
         value = self._value
         if self._deleted or value is None or value.is_deleted():
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return value
 
     # -- lifetime -------------------------------------------------------------------------
@@ -170,13 +176,16 @@ class JaxArray(JaxArrayCore, Array):
         if isinstance(self._sharding, OpaqueSharding):
             raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
         if not self._sharding.devices.is_fully_addressable:
+            if self._addressable_shards_hold_it_all():  # replicated: read this process's
+                return self._gather_to_host_buffer(out, byte_strides)
             others = sorted({d.process_index for d in self._sharding.devices
                              if not d.is_addressable})
             raise UnimplementedError(
                 f"copy_to_host_buffer of an array that is not fully addressable: it has shards "
                 f"in processes {others}, which this process ({self._client.process_index()}) "
-                "cannot read; reshard it to devices of this process first, or copy its "
-                "addressable shards (disassemble_into_single_device_arrays)")
+                "cannot read; reshard it to devices of this process (or to a replicated "
+                "sharding) first, or copy its addressable shards "
+                "(disassemble_into_single_device_arrays)")
         out = self._host_buffer(out, byte_strides)
         value.copy_to_host_async()
 
@@ -189,6 +198,14 @@ class JaxArray(JaxArrayCore, Array):
             with _arrays_lock:
                 self._reads = [f for f in self._reads if not f.done()] + [future]
         return future
+
+    def _addressable_shards_hold_it_all(self) -> bool:
+        """Whether this process's shards hold every element (a replicated array does)."""
+        if self._sharding.is_fully_replicated:
+            return bool(self._sharding.devices.addressable_device_list())
+        domains = set(self._sharding.index_domains(self._shape, ADDRESSABLE))
+        covered: int = sum(d.shape.num_elements() for d in domains)
+        return covered == Shape(self._shape).num_elements()
 
     def wait_for_reads(self) -> None:
         """Wait for the host copies enqueued so far (before jax donates the buffer)."""

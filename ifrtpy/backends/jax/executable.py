@@ -24,13 +24,15 @@ from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
+    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
+    check_execute_devices,
 )
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
+from ifrtpy.user_context import UserContext, current_user_context
 
 _MAGIC = b"IFRTPY-JAX-EXECUTABLE-1\n"
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
@@ -104,7 +106,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._results = program.results
         self._donated = program.donated_inputs
         self._execute_sharded = handle.execute_sharded
-        self._accepted = [(None, None, None)] * len(self._params)
+        self._accepted = None  # the argument kinds the C path repeats, once a call is checked
         kinds = handle.get_output_memory_kinds()
         self._memory_kinds = [str(k) for k in kinds[0]] if kinds else []
         self._parameter_shardings = self._shardings(handle.get_parameter_shardings(),
@@ -113,7 +115,9 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
                                                  len(self._results), self._memory_kinds)
         self._outputs_spec = tuple((r.dtype, r.shape, s) for r, s in zip(
             self._results, self._output_shardings))
+        self._named_outputs = NamedOutputs(self._output_shardings, self._results)
         self._array_type = JaxArray
+        self._user_context = current_user_context()
         self._handlers = [
             _jaxlib.result_handler(r.dtype.to_numpy(), tuple(r.shape.dims), to_jax_sharding(s))
             for r, s in zip(self._results, self._output_shardings)]
@@ -163,6 +167,10 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
 
     def donatable_input_indices(self) -> frozenset[int]:
         return self._program.donated_inputs
+
+    @property
+    def user_context(self) -> UserContext | None:
+        return self._user_context
 
     @property
     def fingerprint(self) -> str | None:
@@ -240,6 +248,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         args = check_argument_count(self.name, args, self._params)
         values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
         checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
+        outputs_spec = self._named_outputs.accept(self, checked)
         donated = self._donated
         if donated:
             kept = donated & options.non_donatable_input_indices
@@ -260,7 +269,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
             checked[i].delete()  # jax took its buffer
         client = self._client
         arrays = [JaxArray(client, dtype, shape, sharding, value)
-                  for (dtype, shape, sharding), value in zip(self._outputs_spec, outputs)]
+                  for (dtype, shape, sharding), value in zip(outputs_spec, outputs)]
         status = join_futures([a.ready_future() for a in arrays]) if options.fill_status else None
         return ExecuteResult(status, arrays)
 
@@ -281,7 +290,6 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
                 or (i, arg._dtype, arg._shape, arg._sharding) not in self._checked):
             self._check_argument(i, arg, self._params[i], self._parameter_shardings[i])
             value = arg.jax_value
-        self._accepted[i] = (arg._dtype, arg._shape, arg._sharding)  # for the C path
         return value
 
     def _check_argument(self, i: int, arg: Any, param: Any, sharding: Sharding) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from ifrtpy.array import ArrayCopySemantics, ArraySpec
 from ifrtpy.array_plans import plan_assemble, plan_copy, plan_error_arrays, plan_reshard
 from ifrtpy.backends.jax.array import (
@@ -78,7 +80,18 @@ def _moved(client: Any, arrays: list[JaxArray], targets: list[Sharding],
 
 
 def _moved_whole(value: Any, source: Sharding, target: Sharding, may_alias: bool) -> Any:
-    return _device_put(value, to_jax_sharding(target), may_alias=may_alias)
+    import jax
+
+    jax_target = to_jax_sharding(target)
+    if (source.devices != target.devices and set(source.devices) == set(target.devices)
+            and not isinstance(jax_target, jax.sharding.NamedSharding)):
+        # jax moves an array to the same devices in another order only onto a
+        # NamedSharding: through the whole array on each device, in the target's order
+        grid = np.array([jax_device(d) for d in target.devices], dtype=object)
+        whole = jax.sharding.NamedSharding(jax.sharding.Mesh(grid, ("devices",)),
+                                           jax.sharding.PartitionSpec())  # type: ignore[no-untyped-call]
+        value = _device_put(value, whole, may_alias=False)
+    return _device_put(value, jax_target, may_alias=may_alias)
 
 
 def _moved_by_shard(value: Any, source: Sharding, target: Sharding, may_alias: bool) -> Any:

@@ -13,8 +13,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ifrtpy.array import HostBufferSemantics
-from ifrtpy.array_plans import check_placement
-from ifrtpy.backends.jax.array import ADDRESSABLE, JaxArray, _device_put, jax_device, to_jax_sharding
+from ifrtpy.array_plans import addressable_domains, check_placement
+from ifrtpy.backends.jax.array import JaxArray, _device_put, jax_device, to_jax_sharding
 from ifrtpy.backends.jax.calls import call_jax
 from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
@@ -62,8 +62,9 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
     dtype = DType.from_numpy(data.dtype)
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
-    jax_sharding = to_jax_sharding(sharding)
     shape = Shape(data.shape)
+    sharding.check_array_shape(shape)  # before jax: a sharding it cannot hold is refused as such
+    jax_sharding = to_jax_sharding(sharding)
     if semantics < HostBufferSemantics.IMMUTABLE_ZERO_COPY:
         value = call_jax(_put_by_shard, data, shape, sharding, jax_sharding, True)
         if on_done is not None:
@@ -113,11 +114,8 @@ def _put_by_shard(data: np.ndarray, shape: Shape, sharding: Sharding, jax_shardi
     import jax
 
     devices = sharding.devices.addressable_device_list()
-    slices: list[tuple[Any, ...]]
-    if sharding.is_fully_replicated:
-        slices = [(Ellipsis,)] * len(devices)
-    else:
-        slices = [(*d.slices(), Ellipsis) for d in sharding.index_domains(shape, ADDRESSABLE)]
+    slices: list[tuple[Any, ...]] = [(*d.slices(), Ellipsis)
+                                     for d in addressable_domains(sharding, shape)]
     pieces, copies, aliased = [], [], set()
     for key in slices:  # without copy, only one replica of a slice aliases the data
         alias = not copy and repr(key) not in aliased

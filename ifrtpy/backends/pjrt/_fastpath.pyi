@@ -14,6 +14,7 @@ from ifrtpy.dtypes import DType
 from ifrtpy.executable import ExecuteOptions, ExecuteResult
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import Sharding
+from ifrtpy.user_context import UserContext
 
 class ArrayCore:
     _client: Any
@@ -23,6 +24,7 @@ class ArrayCore:
     _buffers: tuple[BufferHandle, ...]
     _error: BaseException | None
     _deleted: bool
+    _user_context: UserContext | None
     def block_until_ready(self) -> Self: ...
 
 class ExecutableCore:
@@ -36,7 +38,7 @@ class ExecutableCore:
     _array_type: type[ArrayCore]
     def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
                 devices: Iterable[Device] | None = None) -> ExecuteResult: ...
-    def __call__(self, *args: Array) -> list[Array]: ...
+    def __call__(self, *args: Array, **keywords: Any) -> list[Array]: ...
 
 def populate_while_pending(out: np.ndarray, events: Iterable[EventHandle],
                            chunk: int = ...) -> bool: ...

@@ -20,6 +20,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
@@ -31,9 +32,12 @@ from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport (
     ExecutableHandle, destroy_unowned, take_buffers, take_events)
 from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy.array import deleted_error as _deleted_error
 from ifrtpy.executable import ExecuteOptions
+from ifrtpy.executable import keyword_arguments_error as _keyword_arguments_error
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.user_context import ACTIVE as _user_context
 
 DEF SMALL = 64
 
@@ -111,6 +115,7 @@ cdef class ArrayCore:
     cdef public tuple _buffers
     cdef public object _error
     cdef public bint _deleted
+    cdef public object _user_context
     cdef object __weakref__
 
     def block_until_ready(self):
@@ -126,7 +131,7 @@ cdef class ArrayCore:
                 if error is None:
                     continue
             if self._deleted or buffer._is_deleted():
-                raise _errors.FailedPreconditionError(f"Array has been deleted: {self!r}")
+                raise _deleted_error(self)
             raise error
         return self
 
@@ -172,8 +177,10 @@ cdef class ExecutableCore:
                 return result
         return self._execute_checked(args, options, devices)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **keywords):
         """``execute(list(args)).outputs``: run with default options."""
+        if keywords:
+            raise _keyword_arguments_error(self, keywords)
         if not self._deleted and self._accepted is not None:
             outputs = self._execute_accepted(list(args), None, False)
             if outputs is not None:
@@ -184,6 +191,7 @@ cdef class ExecutableCore:
         """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` are of
         the accepted kinds."""
         cdef list accepted = self._accepted
+        cdef tuple outputs_spec = self._outputs_spec  # read with accepted: set as a pair
         cdef ExecutableHandle handle = self._handle
         cdef const PJRT_Api* api = handle.client.api
         cdef Py_ssize_t num_args = len(args), num_outputs = handle.num_outputs
@@ -194,8 +202,8 @@ cdef class ExecutableCore:
         cdef BufferHandle buffer
         cdef tuple spec, buffers, done
         cdef ExecuteResult result
-        if (array_type is None or num_args != len(accepted)
-                or num_outputs != len(self._outputs_spec)):
+        if (array_type is None or accepted is None or num_args != len(accepted)
+                or num_outputs != len(outputs_spec)):
             return None
         # Options first: from the argument checks to the launch no Python code runs, so
         # no other thread can change what was checked.
@@ -222,6 +230,7 @@ cdef class ExecutableCore:
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL or num_args >= SMALL
         cdef bint launched = False
+        cdef list donated_args = None  # the arrays whose buffers the launch takes
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
@@ -250,6 +259,10 @@ cdef class ExecutableCore:
                 Py_XINCREF(<PyObject*>buffers)
                 held[k] = <PyObject*>buffers
                 num_held = k + 1
+                if donates and _donates(k, donated, non_donatable):
+                    if donated_args is None:
+                        donated_args = []
+                    donated_args.append(array)
                 for d in range(num_devices):
                     buffer = <BufferHandle?>buffers[d]
                     pin_for_launch(buffer, donates and _donates(k, donated, non_donatable), k)
@@ -261,21 +274,26 @@ cdef class ExecutableCore:
             handle.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
                           non_donatable, None)
             launched = True
+            if donated_args is not None:  # they read as deleted, as after delete()
+                for item in donated_args:
+                    (<ArrayCore>item)._deleted = True
             # Each pointer the plugin returned is owned by a handle as soon as it is wrapped
             # (and cleared); if wrapping fails, the rest are destroyed below.
             status = None
             if fill_status:
                 done = take_events(handle.client, events, num_devices)
             outputs = PyList_New(num_outputs)
+            context = get_value(_user_context)
             for k in range(num_outputs):
                 buffers = take_buffers(handle.client, out_flat, k, num_outputs, num_devices)
-                spec = <tuple?>self._outputs_spec[k]
+                spec = <tuple?>outputs_spec[k]
                 array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
                 array._client = self._client
                 array._dtype = spec[0]
                 array._shape = spec[1]
                 array._sharding = spec[2]
                 array._buffers = buffers
+                array._user_context = context
                 Py_INCREF(array)
                 PyList_SET_ITEM(outputs, k, array)
             if fill_status:

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, numpy_of_view, single_device_piece
+from ifrtpy.array import (
+    Array, ArrayCopySemantics, deleted_error, numpy_of_view, single_device_piece,
+)
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy._pjrt import _dlpack
@@ -26,6 +28,7 @@ from ifrtpy.future import Future, Promise, join_futures, then_value
 from ifrtpy.layout import Layout
 from ifrtpy.shape import IndexDomain, Shape
 from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
@@ -50,10 +53,15 @@ class PjrtArray(ArrayCore, Array):
         self._buffers = buffers
         self._error = error
         self._deleted = False
+        self._user_context = current_user_context()
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def dtype(self) -> DType:
@@ -86,7 +94,7 @@ class PjrtArray(ArrayCore, Array):
 
     def _live_buffers(self) -> tuple:
         if self.is_deleted():
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return self._buffers
 
     # -- lifetime -------------------------------------------------------------------------
@@ -95,7 +103,7 @@ class PjrtArray(ArrayCore, Array):
         if self._error is not None:
             return Future.failed(self._error)
         if self.is_deleted():
-            return Future.failed(FailedPreconditionError(f"Array has been deleted: {self.debug_string()}"))
+            return Future.failed(deleted_error(self))
         return future_of_events([b.ready_event() for b in self._buffers])
 
     def delete(self) -> Future[None]:
@@ -219,7 +227,10 @@ class PjrtArray(ArrayCore, Array):
         buffers = self._buffers
         if (len(buffers) == 1 and self._error is None and not self._deleted
                 and (self._client._host_platform or buffers[0].memory.kind in dlpack.HOST_MEMORY_KINDS)):
-            view = _dlpack.host_view(buffers[0])
+            try:
+                view = _dlpack.host_view(buffers[0])
+            except FailedPreconditionError:  # donated: the plugin deleted the buffer
+                raise deleted_error(self) from None
             if view is not None:  # copy=True: NumPy's copy of the view, no plugin call
                 return numpy_of_view(view, dtype, copy)
         if copy is False:

@@ -4,6 +4,8 @@ plugin. Array operations live in :mod:`ifrtpy.backends.pjrt.array`."""
 from __future__ import annotations
 
 import os
+import re
+import sys
 from typing import Any, Mapping
 
 from ifrtpy import _pjrt, distributed
@@ -16,7 +18,7 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import NotFoundError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
@@ -34,9 +36,18 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     :func:`ifrtpy.distributed.initialize`, the client gets the job's key-value store
     callbacks, and ``node_id`` / ``num_nodes`` where the plugin's table has them.
     """
-    opts = {**(options or {}), **named_options}
+    opts: dict[str, Any] = {}
+    said: dict[str, str] = {}  # option -> how the call gave it
+    given = [(f"options[{k!r}]={v!r}", k, v) for k, v in (options or {}).items()]
+    given += [(f"{k}={v!r}", k, v) for k, v in named_options.items()]
     if device_count is not None:
-        opts["cpu_device_count"] = device_count
+        given.append((f"device_count={device_count!r}", "cpu_device_count", device_count))
+    for how, key, value in given:
+        if key in opts and opts[key] != value:
+            raise InvalidArgumentError(
+                f"create option {key!r} is given twice, as {said[key]} and as {how}: give it "
+                "once (device_count= sets cpu_device_count)")
+        opts[key], said[key] = value, how
     if plugin is None and name is None:
         path, name = _pjrt.default_plugin_path(), "cpu"
     elif plugin is None or not _is_path(plugin):
@@ -44,6 +55,8 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         path = find_plugin(plugin or name).path
     else:
         path = plugin
+    if name == "cpu" and "cpu_device_count" not in opts and host_device_count() is not None:
+        opts["cpu_device_count"] = host_device_count()
     kv_callbacks = None
     if distributed.is_initialized():  # a multi-process job: node ids and the KV store
         table = known_options(name) if name is not None else None
@@ -56,6 +69,19 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
     return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
+
+
+def host_device_count() -> int | None:
+    """The CPU device count this process gives XLA's CPU clients, jax's among them:
+    ``jax_num_cpu_devices`` where jax is loaded and sets it, else
+    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``; None when neither does."""
+    jax = sys.modules.get("jax")
+    count = getattr(getattr(jax, "config", None), "jax_num_cpu_devices", -1) if jax else -1
+    if isinstance(count, int) and count > 0:
+        return count
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)",
+                       os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else None
 
 
 def job_kv_callbacks(plugin_name: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
-from ifrtpy.array_plans import canonical_kind
+from ifrtpy.array_plans import canonical_kind, check_of_client
 from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
@@ -31,12 +31,14 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
+    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
+    check_execute_devices,
 )
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, stablehlo_version
 from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding
+from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
 MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
@@ -120,8 +122,9 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
 class PjrtCompiler(Compiler):
     """The PjRt client's compiler: HloPrograms (or anything HloProgram takes).
 
-    Identical compiles (the same program text and options) return the same executable
-    while it is alive and not deleted: an in-process memo of the last ``MEMO_ENTRIES``.
+    Identical compiles (the same program text and options, under the same user context)
+    return the same executable while it is alive and not deleted: an in-process memo of
+    the last ``MEMO_ENTRIES``.
     """
 
     MEMO_ENTRIES = 256
@@ -135,7 +138,8 @@ class PjrtCompiler(Compiler):
         if options is not None:
             check_type(options, CompileOptions, "options", "a CompileOptions")
         if isinstance(program, HloProgram):
-            key = (program.text, options)
+            # An executable records the user context of its compile: one per context.
+            key = (program.text, options, current_user_context())
             with self._memo_lock:
                 ref = self._memo.get(key)
                 executable = ref() if ref is not None else None
@@ -205,6 +209,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
+        self._named_outputs = NamedOutputs(self._output_shardings or (), self._results)
+        self._user_context = current_user_context()
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -269,6 +275,10 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     def output_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
         return _xla.module_layouts(self.hlo_modules()[0])[1]
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def fingerprint(self) -> str | None:
@@ -348,9 +358,14 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         args = check_argument_count(self.name, args, self._params)
         self._check_arguments(args, shardings)
         self._check_donations(args, non_donatable)
+        if execute_device is None and out_shardings is not None:
+            out_shardings = self._named_outputs(args)
         outputs, events = self._handle.execute_by_argument(
             [a._buffers for a in args], options.launch_id, non_donatable,
             None if execute_device is None else execute_device._handle, self._donated)
+        for i in self._donated:  # their buffers are the outputs': they read as deleted
+            if i not in non_donatable:
+                args[i]._deleted = True
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
                   for r, sharding, buffers in zip(self._results, out_shardings, outputs)]
@@ -366,7 +381,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             # Layouts are checked on every call, so no call takes the unchecked C path.
             self._check_layouts(args)
         elif self._devices is not None:
-            self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
+            self._named_outputs.accept(self, args)
 
     def _check_layouts(self, args: Sequence[Array]) -> None:
         expected = self._parameter_orders
@@ -402,8 +417,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         if isinstance(arg, BasicStringArray):
             raise UnimplementedError(
                 f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
-        if not isinstance(arg, PjrtArray) or arg.client is not self._client:
-            raise InvalidArgumentError(f"argument {i} of {self.name} is not an array of this client")
+        check_of_client(self._client, arg, f"argument {i} of {self.name}", PjrtArray)
         check_argument_value(self.name, i, arg, param)
         key = (i, arg.sharding)
         if key in self._checked:

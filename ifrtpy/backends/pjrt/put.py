@@ -16,17 +16,18 @@ import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import HostBufferSemantics
-from ifrtpy.array_plans import check_placement
+from ifrtpy.array_plans import addressable_domains, check_placement
 from ifrtpy.backends import host_arrays
 from ifrtpy.backends.pjrt._fastpath import PopulateBehind
-from ifrtpy.backends.pjrt.array import _FRESH_BYTES, _LARGE_BYTES, ADDRESSABLE, PjrtArray
+from ifrtpy.backends.pjrt.array import _FRESH_BYTES, _LARGE_BYTES, PjrtArray
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_enum
 from ifrtpy.layout import Layout
-from ifrtpy.shape import IndexDomain, Shape, trusted_shape
+from ifrtpy.shape import Shape, trusted_shape
 from ifrtpy.sharding import Sharding, SingleDeviceSharding, jax_shardings
+from ifrtpy.user_context import ACTIVE
 
 __all__ = ["make_array_from_host_buffer", "release_staging_memory"]
 
@@ -37,25 +38,6 @@ def _device_memories(client, sharding: Sharding) -> list:
     check_placement(client, sharding)
     kind = sharding.memory_kind
     return [device.memory(kind) for device in sharding.devices.addressable_device_list()]
-
-
-def _host_domains(sharding: Sharding, shape: Shape, count: int) -> list:
-    """The box of ``shape`` each of the ``count`` addressable shards holds, each checked
-    to lie inside ``shape``."""
-    if sharding.is_fully_replicated:
-        return [IndexDomain(shape)] * count
-    domains = list(sharding.index_domains(shape, ADDRESSABLE))
-    if len(domains) != count:
-        raise InvalidArgumentError(
-            f"{sharding!r} gives {len(domains)} shards for {count} addressable devices")
-    for domain in domains:
-        origin, extent = domain
-        if len(extent) != len(shape) or any(
-                o < 0 or o + e > d for o, e, d in zip(origin, extent, shape)):
-            raise InvalidArgumentError(
-                f"{sharding!r} does not fit an array of shape {shape.debug_string()}: it has a "
-                f"shard {domain.debug_string()}")
-    return domains
 
 
 _DTYPE_OF_NUMPY: dict = {}
@@ -89,6 +71,7 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         array._dtype = dtype
         array._shape = shape
         array._sharding = sharding
+        array._user_context = _active_context()
         return array
     if jax_shardings.is_jax_target(sharding):
         sharding = jax_shardings.sharding_from_jax(sharding, client, np.ndim(data))
@@ -105,7 +88,7 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     memories = _device_memories(client, sharding)
     if not memories:
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
-    domains = _host_domains(sharding, shape, len(memories))
+    domains = addressable_domains(sharding, shape)
     pieces = [data[(*d.slices(), ...)] for d in domains]  # views, 0-d included
     if _stages(client, dtype, semantics):
         staged = _staged_copies([p if p.nbytes >= _LARGE_BYTES else None for p in pieces])
@@ -166,6 +149,7 @@ def _device_layout(client, layout, rank: int) -> tuple | None:
 
 _SHAPES: dict = {}  # dims -> Shape, for fast puts
 _new_array = PjrtArray.__new__
+_active_context = ACTIVE.get
 
 
 def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding, semantics) -> PjrtArray:

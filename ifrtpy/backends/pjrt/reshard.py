@@ -14,13 +14,13 @@ import numpy as np
 
 from ifrtpy import _pjrt
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
-from ifrtpy.array_plans import arrays_of, plan_reshard
+from ifrtpy.array_plans import addressable_domains, arrays_of, plan_reshard
 from ifrtpy.backends import host_arrays
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.operations import ARRAY_TYPES
-from ifrtpy.backends.pjrt.put import _device_memories, _host_domains
+from ifrtpy.backends.pjrt.put import _device_memories
 from ifrtpy.backends.pjrt.strings import BasicStringArray, is_string_call
-from ifrtpy.shape import IndexDomain
+from ifrtpy.shape import IndexDomain, Shape
 
 
 def reshard_arrays(client, arrays: Sequence[Array], specs: Sequence[ArraySpec],
@@ -39,8 +39,8 @@ def _reshard_one(client, array: PjrtArray, spec: ArraySpec, buffers: tuple, memo
     if array._error is not None:  # an error array's reshard fails the same way
         array._deleted = array._deleted or semantics == ArrayCopySemantics.DONATE_INPUT
         return PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=array._error)
-    source_domains = _host_domains(array.sharding, array.shape, len(buffers))
-    target_domains = _host_domains(spec.sharding, spec.shape, len(memories))
+    source_domains = addressable_domains(array.sharding, array.shape)
+    target_domains = addressable_domains(spec.sharding, Shape(spec.shape))
     donate = semantics == ArrayCopySemantics.DONATE_INPUT
     by_domain: dict[IndexDomain, list] = {}
     for domain, buffer in zip(source_domains, buffers):

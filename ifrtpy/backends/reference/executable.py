@@ -38,13 +38,14 @@ from ifrtpy.errors import (
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    check_argument_count, check_argument_placement, check_argument_value, check_execute_devices,
-    program_layouts,
+    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
+    check_execute_devices, program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import SingleDeviceSharding
+from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-REFERENCE-EXECUTABLE-1\n"
 
@@ -141,10 +142,16 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._interpretable, self._params, self._outputs, self._op_count = rewrite.prepare(program, devices)
         self._parameter_layouts, self._output_layouts = _layouts(options, program)
         self._deleted = False
+        self._user_context = current_user_context()
+        self._named_outputs = NamedOutputs(self._outputs or (), program.results)
 
     @property
     def client(self):
         return self._client
+
+    @property
+    def user_context(self):
+        return self._user_context
 
     @property
     def name(self) -> str:
@@ -240,6 +247,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             params, outputs = self._params, self._outputs
         args = check_argument_count(self.name, args, self._program.parameters)
         self._check_arguments(args, params)
+        if device is None:
+            outputs = self._named_outputs(args)
         values = [global_value(a) for a in args]
         donated = self._program.donated_inputs - options.non_donatable_input_indices
         for i in sorted(donated):
@@ -252,7 +261,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             arrays = [ReferenceArray(client, r.dtype, r.shape, s, (), e)
                       for r, s in zip(results, outputs)]
             return ExecuteResult(Future.failed(e) if options.fill_status else None, arrays)
-        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout))
+        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout),
+                                 layout=layout)
                   for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 

@@ -10,8 +10,8 @@ Import the tests into a backend's test module and provide a ``client`` fixture::
         return ifrt.get_client("pjrt", device_count=8)
 
 The common data is IFRT's: f32[2,3] holding 0..5 on addressable device 0 in the
-default memory kind. Not ported (no ifrtpy interface yet): user contexts; those cases
-skip with the reason. String arrays hold ``str`` objects (IFRT's ``absl::Cord``). The custom-layout cases use a
+default memory kind. User contexts are checked where IFRT's cases check them
+(creation, error arrays, assemble, disassemble, copy). String arrays hold ``str`` objects (IFRT's ``absl::Cord``). The custom-layout cases use a
 column-major ``ifrtpy.Layout`` and skip where the backend raises UnimplementedError.
 """
 
@@ -30,13 +30,14 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
-from ifrtpy.errors import InvalidArgumentError
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, OpaqueSharding, ShardingParam, ShardingParamSharding,
     SingleDeviceSharding, SingleDeviceShardSemantics,
 )
 from ifrtpy.testing.conformance._helpers import addressable_devices as _devices
+from ifrtpy.user_context import UserContext, UserContextScope
 from ifrtpy.testing.conformance._helpers import skip_if_unimplemented as _skip_if_unimplemented
 
 ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
@@ -128,12 +129,20 @@ def _wait_for(event: threading.Event, timeout=TIMEOUT_S) -> bool:
 
 # -- host buffer creation -----------------------------------------------------------------
 
+def _fingerprint(value):
+    return None if value.user_context is None else value.user_context.fingerprint()
+
+
 def test_make_array_from_host_buffer(client):
     sharding = SingleDeviceSharding(client.addressable_devices()[0])
-    array = _make(client, sharding=sharding)
+    with UserContextScope(UserContext(100)):
+        array = _make(client, sharding=sharding)
+        again = _make(client, sharding=sharding)  # the backend's repeat of a put
     assert array.dtype == F32
     assert array.shape == SHAPE
     assert array.sharding is sharding
+    assert _fingerprint(array) == _fingerprint(again) == 100
+    assert _make(client, sharding=sharding).user_context is None
 
 
 def test_make_array_from_host_buffer_with_custom_layout(client):
@@ -155,6 +164,21 @@ def test_make_array_from_host_buffer_with_addressable_and_non_addressable_device
     array = _make(client, sharding=sharding)
     assert array.sharding is sharding
     array.ready_future().result(timeout=TIMEOUT_S)
+
+
+def test_a_replicated_array_with_non_addressable_devices_is_read_whole(client):
+    """Beyond IFRT (whose PjRt CopyToHostBuffer refuses any array with shards elsewhere),
+    as jax: this process's shards of a replicated array hold all of it, so it is read;
+    one split over the other process's devices is refused."""
+    non_addressable = _non_addressable(client)[0]
+    addressable = client.addressable_devices()[:2]
+    array = _make(client, sharding=_replicated([non_addressable, *addressable]))
+    np.testing.assert_array_equal(_host(array), _iota())
+    split = ConcreteEvenSharding([addressable[0], non_addressable], Shape([4, 3]), SHAPE)
+    pieces = [_make(client, sharding=SingleDeviceSharding(addressable[0]))]
+    halves = client.assemble_array_from_single_device_arrays(Shape([4, 3]), split, pieces)
+    with pytest.raises((InvalidArgumentError, UnimplementedError)):
+        _host(halves)
 
 
 @pytest.mark.parametrize("semantics", [ONLY_DURING_CALL, UNTIL_TRANSFER_COMPLETES, ZERO_COPY],
@@ -410,12 +434,13 @@ def test_make_error_arrays(client):
     error = InvalidArgumentError("injected error")
     specs = [ArraySpec(F32, SHAPE, SingleDeviceSharding(devices[0])),
              ArraySpec(np.int8, Shape([4]), _replicated(devices, Shape([4])))]
-    with _skip_if_unimplemented():
+    with _skip_if_unimplemented(), UserContextScope(UserContext(100)):
         arrays = client.make_error_arrays(error, specs)
     assert len(arrays) == 2
     for array, spec in zip(arrays, specs):
         assert array.dtype == spec.dtype and array.shape == spec.shape
         assert array.sharding is spec.sharding
+        assert _fingerprint(array) == 100
         assert "injected error" in str(_error_of(array.ready_future()))
 
 
@@ -453,11 +478,15 @@ def test_assemble_and_disassemble_array(client, kind):
     shape = Shape([4, 3])
     sharding = (ConcreteEvenSharding(devices, shape, SHAPE) if kind == "concrete_even"
                 else _two_way_split(devices))
-    assembled = client.assemble_array_from_single_device_arrays(
-        shape, sharding, arrays, ALWAYS_COPY, ADDRESSABLE)
+    with UserContextScope(UserContext(100)):
+        assembled = client.assemble_array_from_single_device_arrays(
+            shape, sharding, arrays, ALWAYS_COPY, ADDRESSABLE)
     assert assembled.sharding is sharding
-    pieces = assembled.disassemble_into_single_device_arrays(REUSE_INPUT, ADDRESSABLE)
+    assert _fingerprint(assembled) == 100
+    with UserContextScope(UserContext(101)):
+        pieces = assembled.disassemble_into_single_device_arrays(REUSE_INPUT, ADDRESSABLE)
     assert len(pieces) == 2
+    assert [_fingerprint(p) for p in pieces] == [101, 101]
     for piece, original in zip(pieces, arrays):
         assert piece.dtype == original.dtype
         assert piece.shape == original.shape
@@ -539,9 +568,10 @@ def test_copy_to_different_device(client, kind):
         sharding = _replicated(devices)
     array = _replicated_by_assembly(client, devices, sharding)
     reversed_devices = client.make_device_list(list(reversed(devices)))
-    with _skip_if_unimplemented():
+    with _skip_if_unimplemented(), UserContextScope(UserContext(100)):
         (copy,) = client.copy_arrays([array], reversed_devices, None, ALWAYS_COPY)
     assert copy.sharding == sharding.with_device_assignment(reversed_devices)
+    assert _fingerprint(copy) == 100
     _assert_per_shard_data(copy, F32, SHAPE, [_iota()] * len(devices), list(reversed_devices))
 
 

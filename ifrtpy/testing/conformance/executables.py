@@ -14,8 +14,7 @@ one ``serialize()`` then ``client.deserialize_executable()`` gives back (``seria
 The programs are StableHLO text, written here. The common data is IFRT's: f32[2,3]
 holding 0..5 on addressable device 0.
 
-Not ported (no ifrtpy interface yet): user contexts (``CompileAndExecute`` only checks
-the outputs); that case skips with the reason. A backend's UnimplementedError turns into a skip carrying its message.
+A backend's UnimplementedError turns into a skip carrying its message.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from ifrtpy.errors import FailedPreconditionError, IfrtError, UnimplementedError
 from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding
+from ifrtpy.user_context import UserContext, UserContextScope
 from ifrtpy.testing.conformance._helpers import addressable_devices as _devices
 from ifrtpy.testing.conformance._helpers import skip_if_unimplemented as _skip_if_unimplemented
 
@@ -283,7 +283,26 @@ def test_compile_and_execute(client, serialize):
 
 @SERIALIZE
 def test_compile_and_execute_user_context(client, serialize):
-    pytest.skip("not ported: ifrtpy has no UserContext")
+    """IFRT's ``CompileAndExecute`` with user contexts: the executable carries the context
+    of its compile (20), its outputs that of the execute (100), with the fast repeat of an
+    accepted call too; arrays made outside any scope carry none."""
+    with UserContextScope(UserContext(20)):
+        executable = _compile(client, ADD_ONE, _devices(client, 1), serialize)
+    assert executable.user_context is not None
+    assert executable.user_context.fingerprint() == 20
+    array = _add_one_input(client)
+    assert array.user_context is None
+    for _ in range(2):  # the second call repeats an accepted one
+        with UserContextScope(UserContext(100)):
+            result = executable.execute([array], ifrt.ExecuteOptions(fill_status=True))
+            [called] = executable(array)
+        result.status.result(timeout=TIMEOUT_S)
+        [out] = result.outputs
+        assert out.user_context is not None and out.user_context.fingerprint() == 100
+        assert called.user_context is not None and called.user_context.fingerprint() == 100
+        np.testing.assert_array_equal(_host(out), _iota() + 1)
+    [outside] = executable(array)
+    assert outside.user_context is None
 
 
 @SERIALIZE

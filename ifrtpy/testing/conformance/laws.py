@@ -310,6 +310,55 @@ def test_bad_reshard_raises_and_leaves_inputs_intact(client, semantics):
     np.testing.assert_array_equal(np.asarray(a), x)
 
 
+def _taken_as_given(devices) -> dict:
+    """Shardings of an f32[4] array over two devices whose shard shapes or index domains,
+    taken as given when built (as IFRT does), cannot hold it."""
+    d = devices[:2]
+    return {
+        "overlapping domains": ifrt.ConcreteSharding(
+            d, [4], [[3], [1]], [ifrt.IndexDomain([0], [3]), ifrt.IndexDomain([1], [1])]),
+        "a hole": ifrt.ConcreteSharding(
+            d, [4], [[2], [1]], [ifrt.IndexDomain([0], [2]), ifrt.IndexDomain([3], [1])]),
+        "a domain outside": ifrt.ConcreteSharding(
+            d, [4], [[2], [2]], [ifrt.IndexDomain([0], [2]), ifrt.IndexDomain([3], [2])]),
+        "a shard larger than the array": ifrt.ConcreteSharding(d, [4], [[5], [1]]),
+        "a replicated shard smaller than the array": ifrt.ConcreteEvenSharding(d, [4], [2], True),
+        "too few elements in the shards": ifrt.ConcreteEvenSharding(d, [4], [1], False),
+        "a shard of another rank": ifrt.ConcreteEvenSharding(d, [4], [2, 2], False),
+    }
+
+
+@pytest.mark.parametrize("op", ["put", "assemble", "reshard"])
+def test_shardings_taken_as_given_are_checked_where_an_array_is_made(client, op):
+    """Concrete shardings are built whatever their shapes say (IFRT's cases); making an
+    array with one that cannot hold it raises InvalidArgumentError, leaving the inputs
+    intact, instead of an array with missing or misplaced elements."""
+    if not holds_multi_device_arrays(client):
+        pytest.skip(f"{type(client).__name__} cannot hold arrays over several devices")
+    devices = client.addressable_devices()
+    x = np.arange(4, dtype=np.float32)
+    for name, sharding in _taken_as_given(devices).items():
+        if op == "put":
+            with pytest.raises(InvalidArgumentError):
+                client.make_array_from_host_buffer(x, sharding)
+            continue
+        if op == "assemble":
+            shard_shapes = (sharding.shard_shapes if isinstance(sharding, ifrt.ConcreteSharding)
+                            else [sharding.shard_shape([4])] * 2)
+            inputs = [client.make_array_from_host_buffer(np.zeros(s, np.float32),
+                                                         SingleDeviceSharding(d))
+                      for s, d in zip(shard_shapes, devices)]
+            with pytest.raises(InvalidArgumentError):
+                client.assemble_array_from_single_device_arrays([4], sharding, inputs,
+                                                                DONATE_INPUT)
+        else:
+            inputs = [client.make_array_from_host_buffer(x, SingleDeviceSharding(devices[0]))]
+            with pytest.raises(InvalidArgumentError):
+                client.reshard_arrays(inputs, [ArraySpec(np.float32, Shape([4]), sharding)],
+                                      DONATE_INPUT)
+        assert not any(a.is_deleted() for a in inputs), name
+
+
 # -- error arrays ----------------------------------------------------------------------------
 
 def _assert_injected(future):

@@ -20,6 +20,7 @@ _NON_ADDRESSABLE = [
     "test_make_array_from_host_buffer_with_addressable_and_non_addressable_device",
     "test_make_error_arrays_with_addressable_and_non_addressable_device",
     "test_assemble_and_disassemble_non_addressable_array",
+    "test_a_replicated_array_with_non_addressable_devices_is_read_whole",
 ]
 
 
