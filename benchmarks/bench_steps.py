@@ -42,7 +42,7 @@ HEADS, MODEL, SEQ, SEQ_BATCH = 4, 256, 128, 4
 DEVICES = 8
 
 #: Step -> (steps per sample, samples per configuration and round).
-SAMPLING = {"infer": (1, 40), "train": (8, 3), "dp": (2, 1), "attention": (4, 2)}
+SAMPLING = {"infer": (1, 40), "train": (8, 3), "dp": (2, 2), "attention": (4, 2)}
 
 
 # -- the programs (jax) --------------------------------------------------------------------
