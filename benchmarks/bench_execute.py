@@ -11,7 +11,10 @@
 Each figure is the median over repeats of a batch of back-to-back calls, after a warm-up;
 the loops compared take turns within each repeat.
 
-    python benchmarks/bench_execute.py [--n 20000] [--repeats 15]
+    python benchmarks/bench_execute.py [--n 20000] [--repeats 15] [--plugin NAME]
+
+``--plugin`` picks a plugin by name (default: the default CPU plugin; e.g. ``xla-cpu-pjrt``
+or ``fastatomstruct-xla-cpu``, see docs/plugins.md).
 """
 
 import argparse
@@ -31,6 +34,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--plugin", default=None, help="a plugin name (default: the default CPU plugin)")
     args = parser.parse_args()
 
     import jax
@@ -38,7 +42,8 @@ def main():
     import ifrtpy as ifrt
 
     floor = load_floor()
-    client = ifrt.get_client("pjrt", device_count=8)
+    client = ifrt.get_client("pjrt", plugin=args.plugin, device_count=8)
+    print(f"plugin {client.plugin.path} (PJRT {'.'.join(map(str, client.plugin.api_version))})")
     devices = client.devices()
     x = np.arange(8, dtype=np.float32)
     exe = client.compile(jax.jit(lambda v: v + 1).lower(x))
@@ -84,7 +89,7 @@ def main():
     base = small["floor (Cython loop)"]
     print(f"execute x+1 f32[8] on one device, median of {args.repeats} x {args.n}")
     for name, us in small.items():
-        print(f"  {name:22s} {us:8.2f} us   {us / base:5.2f}x floor")
+        print(f"  {name:22s} {us:8.2f} us   {us / base:5.2f}x floor   {us / small['jax.jit']:5.2f}x jax")
 
     for columns, n in ((2 * 1024 * 1024, 20), (16, 2000)):
         spmd_case(client, jax, ifrt, columns, n, args.repeats)

@@ -10,7 +10,7 @@ median over repeats of one operation on a new result; ``--runs`` runs it all tha
 times and reports each figure's median run. "x floor" is floor time / time (> 1: faster
 than the floor); "flt/op" is ifrtpy's minor page faults per operation.
 
-    cd benchmarks && PYTHONPATH=.. python bench_transfer.py [--repeats 9] [--runs 3]
+    cd benchmarks && PYTHONPATH=.. python bench_transfer.py [--repeats 9] [--runs 3] [--plugin NAME]
 """
 
 import argparse
@@ -164,6 +164,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--plugin", default=None, help="a plugin name (default: the default CPU plugin)")
     args = parser.parse_args()
 
     import jax
@@ -171,7 +172,8 @@ def main():
     from ifrtpy import _pjrt
 
     floor = load_floor()
-    client = ifrt.get_client("pjrt", device_count=8)
+    client = ifrt.get_client("pjrt", plugin=args.plugin, device_count=8)
+    print(f"plugin {client.plugin.path} (PJRT {'.'.join(map(str, client.plugin.api_version))})")
     runs = [measure(args.repeats, floor, client, jax, _pjrt, ifrt) for _ in range(args.runs)]
     rows = []
     for i, (name, *_, what) in enumerate(runs[0]):

@@ -29,7 +29,7 @@ __all__ = [
     "backends_are_initialized", "runtime_client", "device_list", "compile_options",
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
-    "dlpack_to_buffer", "jax_distributed_state",
+    "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -48,6 +48,10 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "distributed_client": [((0, 10), "jaxlib._jax:get_distributed_runtime_client")],
     # jaxlib's converters to MLIR (xla_computation_to_mlir_module, hlo_to_stablehlo).
     "jax_mlir": [((0, 10), "jaxlib._jax:mlir")],
+    # XLA's HLO cost analysis, and the CPU client whose costs it uses (the PjRt backend,
+    # for plugins without PJRT_Executable_GetCostAnalysis).
+    "hlo_module_cost_analysis": [((0, 10), "jaxlib._jax:hlo_module_cost_analysis")],
+    "cpu_client": [((0, 10), "jaxlib._jax:get_tfrt_cpu_client")],
     # HLO text -> HloModule (the program readers' child process).
     "hlo_module_from_text": [((0, 10), "jaxlib._hlo:hlo_module_from_text")],
     # What jax's runtime client compiles for and deserializes onto.
@@ -143,6 +147,17 @@ def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error type
         raise error_from_status_text(str(e)) from None
+
+
+@functools.lru_cache(maxsize=1)
+def _cost_client() -> Any:
+    return _lookup("cpu_client")(asynchronous=False, num_devices=1)
+
+
+def cpu_cost_analysis(module: Any) -> dict[str, Any]:
+    """XLA's HLO cost analysis (``flops``, ``bytes accessed``, ...) of an ``HloModule``,
+    with a CPU's costs: those of a one-device jaxlib CPU client, made on first use."""
+    return dict(call(_lookup("hlo_module_cost_analysis"), _cost_client(), module))
 
 
 def distributed_runtime_service(address: str, num_nodes: int, **timeouts: int) -> Any:

@@ -104,17 +104,13 @@ cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count):
 
 
 def default_plugin_path():
-    """Path of the CPU plugin shipped by the ``xla-cpu-pjrt`` package.
+    """Path of the default CPU plugin: the first installed of the XLA CPU builds in
+    ``ifrtpy.plugins.builds.DEFAULT_ORDER`` (docs/plugins.md says which and why).
 
-    Raises NotFoundError when the package is not installed.
+    Raises NotFoundError when none is installed.
     """
-    try:
-        import xla_plugins.xla_cpu_pjrt as package
-    except ImportError:
-        raise _errors.NotFoundError(
-            "the default PJRT plugin needs the 'xla-cpu-pjrt' package: pip install xla-cpu-pjrt"
-        ) from None
-    return os.path.join(os.path.dirname(package.__file__), "xla_cpu_pjrt.so")
+    from ifrtpy.plugins.builds import default_cpu_library
+    return default_cpu_library()
 
 
 def loaded_plugins():

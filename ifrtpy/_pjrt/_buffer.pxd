@@ -35,6 +35,7 @@ cdef class BufferHandle:
     cdef Py_ssize_t _launches  # executes between pinning this buffer and their launch's return
     cdef bint _delete_requested  # delete() was called; done once _launches is 0
     cdef bint _donating  # a launch in flight donates it
+    cdef bint _launched  # given to an execute: destroying it may wait for that execute
     cdef bint _read_only  # a view of a producer's read-only memory: never donated
     cdef bint _is_deleted(self) except -1
     cdef int _delete_now(self) except -1

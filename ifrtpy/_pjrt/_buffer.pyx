@@ -199,6 +199,7 @@ cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) e
             "argument of this one) is using it")
     buffer._launches += 1
     buffer._donating = donate
+    buffer._launched = True
     return 0
 
 
@@ -215,6 +216,7 @@ cdef void unpin_after_launch(BufferHandle buffer, bint donate) noexcept:
 
 
 @cython.no_gc  # holds only its client: never part of a cycle
+@cython.freelist(32)  # an execute makes one per output
 cdef class BufferHandle:
     """Owns a ``PJRT_Buffer*``; keeps its client alive."""
 
@@ -230,14 +232,23 @@ cdef class BufferHandle:
 
     def __dealloc__(self):
         cdef PJRT_Buffer_Destroy_Args args
+        cdef const PJRT_Api* api
         if self.ptr != NULL:
             memset(&args, 0, sizeof(args))
             args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
             args.buffer = self.ptr
             self.ptr = NULL
-            # Destroying a buffer never waits for work on it (PJRT defers the release to
-            # the buffer's last use), so the GIL is kept: releasing it costs more.
-            self.client.api.PJRT_Buffer_Destroy(&args)
+            if self._launched:
+                # The 0.81 build waits here until an execute this buffer was donated to
+                # finishes (newer builds return at once; the C layer may not know which
+                # arguments a program donates): other threads must run meanwhile.
+                api = self.client.api
+                with nogil:
+                    api.PJRT_Buffer_Destroy(&args)
+            else:
+                # Destroying a buffer never given to an execute never waits (PJRT defers the
+                # release to its last use): the GIL is kept, releasing it costs more.
+                self.client.api.PJRT_Buffer_Destroy(&args)
 
     @property
     def element_type(self):

@@ -129,6 +129,42 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
         xj = jax.device_put(x, jsharded)
         return ours, _timed(lambda: g(xj).block_until_ready())
 
+    def step() -> tuple[Loop, Optional[Loop]]:
+        """An inference step: put a fresh batch, run a tanh MLP, read the result (jax: the
+        same function through jax.jit)."""
+        width, batch, layers = (128, 8, 2) if quick else (512, 32, 4)
+        rng = np.random.default_rng(1)
+        weights = [rng.standard_normal((width, width), dtype=np.float32) / np.float32(width ** 0.5)
+                   for _ in range(layers)]
+        batches = [rng.standard_normal((batch, width), dtype=np.float32) for _ in range(8)]
+        b = Builder("mlp")
+        h = b.parameter((batch, width), np.float32)
+        params = [b.parameter((width, width), np.float32) for _ in range(layers)]
+        for param in params:
+            h = b.tanh(b.dot(h, param))
+        exe = client.compile(b.build(h), ifrt.CompileOptions())
+        on_device = [ifrt.device_put(w, devices[0]) for w in weights]
+        expected = batches[0]
+        for weight in weights:
+            expected = np.tanh(expected @ weight)
+        np.testing.assert_allclose(np.asarray(exe(ifrt.device_put(batches[0], devices[0]), *on_device)[0]),
+                                   expected, rtol=1e-4, atol=1e-5)
+        turn = iter(range(1 << 62))
+        ours = _timed(lambda: np.asarray(
+            exe(client.make_array_from_host_buffer(batches[next(turn) % 8], one), *on_device)[0]))
+        if jax is None:
+            return ours, None
+
+        def mlp(x: Any, *ws: Any) -> Any:
+            for w in ws:
+                x = jax.numpy.tanh(x @ w)
+            return x
+
+        f = jax.jit(mlp)
+        jweights = [jax.device_put(w, jdev0) for w in weights]
+        return ours, _timed(lambda: np.asarray(
+            f(jax.device_put(batches[next(turn) % 8], jdev0), *jweights)))
+
     def put(data: np.ndarray, sharding: Any, target: Any) -> Make:
         """``data`` put with ``sharding`` (ifrtpy) and on ``target`` (jax, None: not measured)."""
         def make() -> tuple[Loop, Optional[Loop]]:
@@ -156,6 +192,8 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
     cases: list[tuple[str, int, Make]] = [
         ("execute x+1, f32[8], one device", n_small, execute),
         (f"SPMD x*2+1, {count * 8 * 4 * 4} bytes over {count} devices", n_small // 10 or 1, spmd),
+        ("step: put, MLP, read" + (" (small)" if quick else " (4x512, batch 32)"),
+         n_small // 10 or 1, step),
         ("put 4 KiB", n_small, put(small, one, jdev0)),
         (f"put {size}", n_big, put(big, one, jdev0)),
         (f"get {size}", n_big, get(one, jdev0)),

@@ -18,7 +18,7 @@ def _version(distribution: str) -> str:
 
 
 def print_versions(client: Any) -> None:
-    packages = ", ".join(f"{name} {_version(name)}" for name in ("numpy", "jaxlib", "xla-cpu-pjrt", "jax"))
+    packages = ", ".join(f"{name} {_version(name)}" for name in ("numpy", "jaxlib", "xla-cpu-pjrt", "fastatomstruct-xla-cpu", "jax"))
     print(f"ifrtpy   {ifrtpy.__version__} (Python {sys.version.split()[0]}; {packages})")
 
 

@@ -3,6 +3,8 @@
 * :mod:`.discovery`: :func:`find_plugin` and :func:`available_plugins` (jax's
   conventions: ``PJRT_NAMES_AND_LIBRARY_PATHS``, the ``jax_plugins`` and ``xla_plugins``
   packages, entry points), and the CUDA libraries of ``nvidia-*`` wheels;
+* :mod:`.builds`: the XLA CPU plugin builds ifrtpy knows, and which is the default
+  (``"cpu"``);
 * :mod:`.options`: the create options each known plugin reads, checked before it sees them.
 """
 

@@ -8,9 +8,12 @@ first source that has the name wins):
 2. jax plugin packages: modules of the ``jax_plugins`` namespace package and the
    ``jax_plugins`` entry-point group (``jax-cuda12-pjrt`` / ``jax-cuda13-pjrt`` ship
    ``jax_plugins/xla_cuda13/xla_cuda_plugin.so``, named ``"cuda"``);
-3. ``xla_plugins`` packages (``xla-cpu-pjrt`` ships ``xla_plugins/xla_cpu_pjrt``, named
+3. the XLA CPU builds ifrtpy knows (:mod:`.builds`): ``"cpu"`` is the default one, and
+   each installed build is also named by its distribution (``"xla-cpu-pjrt"``,
+   ``"fastatomstruct-xla-cpu"``, ``"lammps-jax-pjrt-cpu"``);
+4. ``xla_plugins`` packages (``xla-cpu-pjrt`` ships ``xla_plugins/xla_cpu_pjrt``, named
    ``"cpu"``);
-4. the ``ifrtpy.pjrt_plugins`` entry-point group, for third parties: the entry point's
+5. the ``ifrtpy.pjrt_plugins`` entry-point group, for third parties: the entry point's
    name is the plugin name and its object is the library path (str or path-like) or a
    function returning it.
 
@@ -32,6 +35,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from ifrtpy.errors import NotFoundError
+from ifrtpy.plugins.builds import DEFAULT_ORDER, installed_builds, package_dirs
 
 __all__ = [
     "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
@@ -49,6 +53,7 @@ SEARCH_ORDER = (
     f"the environment variable {ENV_VAR}",
     "the jax_plugins namespace package",
     "the jax_plugins entry-point group",
+    "the XLA CPU builds ifrtpy knows",
     "the xla_plugins namespace package",
     f"the {ENTRY_POINT_GROUP} entry-point group",
 )
@@ -89,18 +94,6 @@ def _library_in(directory: str) -> str | None:
     return candidates[0] if candidates else None
 
 
-def _package_dirs(package: str) -> list[str]:
-    """The directories of a (namespace) package on ``sys.path``, in order, found without
-    importing it (nor trusting the import system's caches of directory listings)."""
-    parts = package.split(".")
-    dirs: list[str] = []
-    for entry in sys.path:
-        candidate = os.path.join(entry or ".", *parts)
-        if candidate not in dirs and os.path.isdir(candidate):
-            dirs.append(candidate)
-    return dirs
-
-
 def _from_env() -> Iterator[PluginInfo]:
     for item in os.environ.get(ENV_VAR, "").split(","):
         name, sep, path = item.strip().partition(":")
@@ -109,7 +102,7 @@ def _from_env() -> Iterator[PluginInfo]:
 
 
 def _from_namespace(package: str) -> Iterator[PluginInfo]:
-    for directory in _package_dirs(package):
+    for directory in package_dirs(package):
         try:
             entries = sorted(os.listdir(directory))
         except OSError:
@@ -121,6 +114,15 @@ def _from_namespace(package: str) -> Iterator[PluginInfo]:
             library = _library_in(sub)
             if library is not None:
                 yield PluginInfo(_plugin_name(entry), library, f"{package}:{entry}")
+
+
+def _from_cpu_builds() -> Iterator[PluginInfo]:
+    found = dict(installed_builds())
+    default = next((build for build in DEFAULT_ORDER if build in found), None)
+    if default is not None:
+        yield PluginInfo("cpu", found[default], f"the default CPU build {default.name}")
+    for build, path in found.items():
+        yield PluginInfo(build.name, path, f"the CPU build {build.name}")
 
 
 def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
@@ -135,7 +137,7 @@ def _from_jax_entry_points() -> Iterator[PluginInfo]:
     for ep in _entry_points("jax_plugins"):
         module = ep.value.split(":")[0].strip()
         parent, _, leaf = module.rpartition(".")
-        for directory in _package_dirs(parent) if parent else []:
+        for directory in package_dirs(parent) if parent else []:
             library = _library_in(os.path.join(directory, leaf))
             if library is not None:
                 yield PluginInfo(_plugin_name(ep.name), library, f"entry point jax_plugins:{ep.name}")
@@ -157,6 +159,7 @@ _SOURCES: tuple[Callable[[], Iterator[PluginInfo]], ...] = (
     _from_env,
     lambda: _from_namespace("jax_plugins"),
     _from_jax_entry_points,
+    _from_cpu_builds,
     lambda: _from_namespace("xla_plugins"),
     _from_ifrtpy_entry_points,
 )
@@ -260,7 +263,7 @@ def preload_nvidia_libraries() -> list[str]:
     import ctypes
 
     loaded = []
-    for directory in _package_dirs("nvidia"):
+    for directory in package_dirs("nvidia"):
         for prefix in _NVIDIA_LIBRARIES:
             for path in sorted(glob.glob(os.path.join(directory, "*", "lib", prefix + ".so*"))):
                 try:

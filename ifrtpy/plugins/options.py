@@ -1,6 +1,7 @@
 """Typed client-create options of the PJRT plugins ifrtpy knows.
 
-Each known plugin (by name: ``"cpu"``, ``"cuda"``, ``"rocm"``) has a table of the options
+Each known plugin (by name: ``"cpu"``, ``"cuda"``, ``"rocm"``, and the XLA CPU builds of
+:mod:`ifrtpy.plugins.builds` by their distribution names) has a table of the options
 its ``PJRT_Client_Create`` reads, with their PJRT value type. :func:`check_options` refuses
 an unknown name, a value of the wrong type and a value out of range before the plugin
 sees it (the official CPU plugin aborts the process on a wrongly typed
@@ -64,15 +65,22 @@ def _non_negative_ids(value: Any) -> str | None:
     return None
 
 
-_CPU = {
-    "cpu_device_count": OptionSpec(
-        "int", "number of CPU devices (default 4)",
-        lambda n: None if 1 <= n <= MAX_CPU_DEVICE_COUNT else
-        f"must be in [1, {MAX_CPU_DEVICE_COUNT}] ({WHY_DEVICE_LIMIT})"),
-    "asynchronous": OptionSpec("bool", "dispatch computations asynchronously (newer builds)"),
-    "max_inflight_computations": OptionSpec(
-        "int", "computations in flight per device (newer builds)", _between(1, 2**31 - 1)),
-    "pooling_allocator": OptionSpec("bool", "pool device allocations (newer builds)"),
+_CPU_DEVICE_COUNT = OptionSpec(
+    "int", "number of CPU devices (default 4)",
+    lambda n: None if 1 <= n <= MAX_CPU_DEVICE_COUNT else
+    f"must be in [1, {MAX_CPU_DEVICE_COUNT}] ({WHY_DEVICE_LIMIT})")
+
+#: What every XLA CPU build reads (xla-cpu-pjrt 0.0.1, PJRT 0.81, and
+#: fastatomstruct-xla-cpu, PJRT 0.106, read only this and ignore any other name).
+_CPU = {"cpu_device_count": _CPU_DEVICE_COUNT}
+
+#: lammps-jax-pjrt-cpu (PJRT 0.115) also reads these, and refuses any other name.
+_CPU_0_115 = {
+    **_CPU,
+    "asynchronous": OptionSpec(
+        "bool", "false: run every computation on the calling thread (default true)"),
+    "process_id": OptionSpec(
+        "int", "this process's index, the high bits of its device ids", _between(0, 2**31 - 1)),
 }
 
 _GPU = {
@@ -97,7 +105,10 @@ _GPU = {
     "partition_index": OptionSpec("int", "index of this partition (slice)", _between(0, 2**31 - 1)),
 }
 
-_KNOWN: dict[str, Mapping[str, OptionSpec]] = {"cpu": _CPU, "cuda": _GPU, "rocm": _GPU}
+_KNOWN: dict[str, Mapping[str, OptionSpec]] = {
+    "cpu": _CPU, "xla-cpu-pjrt": _CPU, "fastatomstruct-xla-cpu": _CPU,
+    "lammps-jax-pjrt-cpu": _CPU_0_115, "cuda": _GPU, "rocm": _GPU,
+}
 
 
 def known_options(plugin: str) -> Mapping[str, OptionSpec] | None:

@@ -22,9 +22,26 @@ def _compiled_hlo(program) -> str:
 
 
 def _metadata(hlo: str, opcode: str) -> dict:
-    """The metadata fields of the (first) instruction with ``opcode``."""
+    """The metadata fields of the (first) instruction with ``opcode``. Newer XLA moves the
+    source location to the module's stack frame tables (``stack_frame_id``): it is read
+    back from there as ``source_file`` and ``source_line``."""
     line = next(l for l in hlo.splitlines() if re.search(rf"\b{opcode}\(", l) and "metadata=" in l)
-    return dict(re.findall(r'(\w+)=("[^"]*"|\d+)', line.split("metadata={", 1)[1]))
+    fields = dict(re.findall(r'(\w+)=("[^"]*"|\d+)', line.split("metadata={", 1)[1]))
+    if "stack_frame_id" in fields:
+        frame = _table(hlo, "StackFrames")[fields["stack_frame_id"]]
+        location = _table(hlo, "FileLocations")[frame["file_location_id"]]
+        fields["source_file"] = _table(hlo, "FileNames")[location["file_name_id"]]
+        fields["source_line"] = location["line"]
+    return fields
+
+
+def _table(hlo: str, name: str) -> dict:
+    """A table of the module's header (``FileNames``, ``StackFrames``, ...): id -> entry
+    (a quoted name, or the ``{key=value ...}`` fields)."""
+    section = hlo.split(f"\n{name}\n", 1)[1].split("\n\n", 1)[0]
+    rows = (row.split(" ", 1) for row in section.splitlines())
+    return {key: (dict(re.findall(r"(\w+)=(\d+)", rest)) if rest.startswith("{") else rest)
+            for key, rest in rows}
 
 
 def _dense(b, x, w, name):

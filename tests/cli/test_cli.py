@@ -50,7 +50,7 @@ def test_bench_quick_prints_one_table(capsys):
     lines = captured.out.splitlines()
     assert lines[0].startswith("median time per call, 8 devices")
     assert lines[1].split() == ["operation", "ifrtpy", "jax", "ifrtpy/jax"]
-    names = ["execute x+1", "SPMD x*2+1", "put 4 KiB", "put 256 KiB", "get 256 KiB",
+    names = ["execute x+1", "SPMD x*2+1", "step: put, MLP, read", "put 4 KiB", "put 256 KiB", "get 256 KiB",
              "sharded put 256 KiB / 8", "sharded get 256 KiB / 8"]
     assert len(lines) == 2 + len(names)
     for name, line in zip(names, lines[2:]):

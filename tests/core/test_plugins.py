@@ -11,6 +11,7 @@ import pytest
 
 import ifrtpy as ifrt
 from ifrtpy import _pjrt, errors
+from ifrtpy.plugins import builds
 from ifrtpy.plugins import discovery as plugins
 from ifrtpy.plugins.options import MAX_CPU_DEVICE_COUNT, check_options
 
@@ -39,10 +40,53 @@ def test_plugin_name_of_a_package(module, name):
     assert plugins._plugin_name(module) == name
 
 
-def test_xla_plugins_package_is_found_as_cpu(clean_env):
+def test_cpu_is_the_default_build(clean_env):
     info = plugins.find_plugin("cpu")
     assert os.path.realpath(info.path) == CPU_SO
-    assert info.source == "xla_plugins:xla_cpu_pjrt"
+    installed = dict(builds.installed_builds())
+    default = next(b for b in builds.DEFAULT_ORDER if b in installed)
+    assert info.source == f"the default CPU build {default.name}"
+    assert builds.build_at(info.path) is default
+
+
+def test_each_installed_build_is_found_by_its_name(clean_env):
+    installed = builds.installed_builds()
+    assert builds.OFFICIAL in dict(installed)  # a dependency on every platform
+    for build, path in installed:
+        info = plugins.find_plugin(build.name)
+        assert info.path == path and builds.build_at(path) is build
+    client = ifrt.get_client("xla-cpu-pjrt", device_count=2)
+    assert client.plugin.api_version == (0, 81) and client.device_count() == 2
+
+
+def test_the_default_is_the_first_build_of_the_order_installed(clean_env, tmp_path):
+    """A directory first on sys.path holding only the official build's layout: the
+    default falls back to it when the preferred build is not there."""
+    official = dict(builds.installed_builds())[builds.OFFICIAL]
+    for build in builds.DEFAULT_ORDER:
+        directory = tmp_path.joinpath(*build.package.split("."))
+        directory.mkdir(parents=True)
+        (directory / build.library).symlink_to(official)
+    clean_env.setattr(sys, "path", [str(tmp_path)] + [
+        p for p in sys.path if not any(
+            os.path.isdir(os.path.join(p or ".", *b.package.split("."))) for b in builds.CPU_BUILDS)])
+    first = builds.DEFAULT_ORDER[0]
+    assert builds.default_cpu_library() == str(tmp_path.joinpath(*first.package.split("."), first.library))
+    (tmp_path.joinpath(*first.package.split(".")) / first.library).unlink()
+    second = builds.DEFAULT_ORDER[1]
+    assert builds.default_cpu_library() == str(tmp_path.joinpath(*second.package.split("."), second.library))
+    assert plugins.find_plugin("cpu").source == f"the default CPU build {second.name}"
+    (tmp_path.joinpath(*second.package.split(".")) / second.library).unlink()
+    with pytest.raises(errors.NotFoundError, match="pip install xla-cpu-pjrt"):
+        builds.default_cpu_library()
+
+
+def test_a_build_is_recognised_by_its_library_whatever_its_name(clean_env, tmp_path):
+    assert builds.build_at(CPU_SO) is builds.build_at(plugins.find_plugin("cpu").path)
+    assert builds.build_at("/elsewhere/libpjrt_cpu.so") is None
+    link = tmp_path / "renamed.so"
+    link.symlink_to(CPU_SO)
+    assert builds.build_at(str(link)) is builds.build_at(CPU_SO)
 
 
 def test_env_var_names_the_cpu_plugin_under_another_name(clean_env):
@@ -85,7 +129,7 @@ def test_ifrtpy_entry_point_group(clean_env, tmp_path):
 
 def test_api_version_is_reported_once_loaded(clean_env):
     ifrt.get_client("cpu")
-    (info,) = [i for i in ifrt.available_plugins() if i.name == "cpu"]
+    info = next(i for i in ifrt.available_plugins() if i.name == "cpu")  # the one picked
     assert info.api_version == _pjrt.load_plugin().api_version
     assert "PJRT API 0." in plugins.plugins_report()
 
@@ -126,11 +170,15 @@ def test_pjrt_backend_takes_a_plugin_name(clean_env):
 # -- typed options ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("plugin, options, match", [
-    ("cpu", {"bogus": 1}, "known options: asynchronous, cpu_device_count"),
+    ("cpu", {"bogus": 1}, "known options: cpu_device_count$"),
+    ("cpu", {"asynchronous": False}, "has no create option 'asynchronous'"),
+    ("xla-cpu-pjrt", {"max_inflight_computations": 2}, "has no create option"),
+    ("lammps-jax-pjrt-cpu", {"bogus": 1}, "known options: asynchronous, cpu_device_count, process_id$"),
+    ("lammps-jax-pjrt-cpu", {"process_id": -1}, "must be in"),
     ("cpu", {"cpu_device_count": "8"}, "must be of type int, got str '8'"),
     ("cpu", {"cpu_device_count": True}, "must be of type int, got bool"),
     ("cpu", {"cpu_device_count": 0}, r"must be in \[1, 4096\] \(creating a CPU .* quadratic.*got 0"),
-    ("cpu", {"asynchronous": 1}, "must be of type bool"),
+    ("lammps-jax-pjrt-cpu", {"asynchronous": 1}, "must be of type bool"),
     ("cuda", {"memory_fraction": 1.5}, r"must be in \[0.0, 1.0\]"),
     ("cuda", {"memory_fraction": "0.5"}, "must be of type float"),
     ("cuda", {"visible_devices": 0}, "must be of type int_list"),
@@ -156,8 +204,17 @@ def test_good_options_are_normalised():
 def test_cpu_options_reach_the_plugin(clean_env):
     client = ifrt.get_client("cpu", cpu_device_count=5)
     assert client.device_count() == 5
-    with pytest.raises(errors.InvalidArgumentError, match="'cpu' plugin has no create option"):
+    default = builds.build_at(CPU_SO).name
+    with pytest.raises(errors.InvalidArgumentError, match=f"'{default}' plugin has no create option"):
         ifrt.get_client("cpu", num_nodes=2)
+
+
+def test_a_known_build_gets_its_own_table_by_path(clean_env):
+    """By path, with no name: the build's table still applies (the official build would
+    ignore the option silently)."""
+    official = dict(builds.installed_builds())[builds.OFFICIAL]
+    with pytest.raises(errors.InvalidArgumentError, match="'xla-cpu-pjrt' plugin has no create option 'asynchronous'"):
+        ifrt.get_client("pjrt", plugin=official, asynchronous=False)
 
 
 def test_device_count_over_the_limit_is_refused_quickly():
@@ -172,7 +229,8 @@ def test_device_count_over_the_limit_is_refused_quickly():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert f"'cpu_device_count' of the 'cpu' plugin must be in [1, {MAX_CPU_DEVICE_COUNT}]" \
+    default = builds.build_at(CPU_SO).name
+    assert f"'cpu_device_count' of the '{default}' plugin must be in [1, {MAX_CPU_DEVICE_COUNT}]" \
         in out.stdout
     assert "quadratic" in out.stdout and "got 1000000" in out.stdout
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from ifrtpy import _pjrt
+from ifrtpy._pjrt._header import pjrt_include_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
@@ -120,8 +121,15 @@ _SUB_BYTE_BITS = {np.dtype(ml_dtypes.int2): 2, np.dtype(ml_dtypes.uint2): 2,
 BITS_OF_DTYPE = {dt: _SUB_BYTE_BITS.get(dt, 8 * dt.itemsize) for dt in PJRT_TYPE_NAME_OF_DTYPE}
 
 
+def cpu_device_name(client, i: int) -> str:
+    """The debug string of CPU device ``i`` (what the plugin's messages name it by):
+    ``TFRT_CPU_i`` on the official build (PJRT 0.81), ``cpu:i`` on newer XLA."""
+    return f"TFRT_CPU_{i}" if client.plugin.api_version <= (0, 81) else f"cpu:{i}"
+
+
 def header_path() -> Path:
-    return Path(_pjrt.default_plugin_path()).parent / "include" / "pjrt_c_api.h"
+    """The PJRT C API header ifrtpy is compiled against (xla-cpu-pjrt's, API 0.81)."""
+    return Path(pjrt_include_dir()) / "pjrt_c_api.h"
 
 
 def pjrt_buffer_types() -> dict[str, int]:

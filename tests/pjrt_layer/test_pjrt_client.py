@@ -3,7 +3,7 @@
 import pytest
 
 from ifrtpy import _pjrt, errors
-from pjrt_helpers import MEMORY_KINDS, assert_survives, client8, plugin  # noqa: F401
+from pjrt_helpers import MEMORY_KINDS, assert_survives, client8, cpu_device_name, plugin  # noqa: F401
 
 
 # ------------------------------------------------------------------ client
@@ -68,7 +68,7 @@ def test_device_properties(client8):
         assert device.client is client8
         assert device.kind == "cpu"
         assert device.to_string == f"CpuDevice(id={i})"
-        assert device.debug_string == f"TFRT_CPU_{i}"
+        assert device.debug_string == cpu_device_name(client8, i)
         assert device.local_hardware_id == i
         assert device.is_addressable is True
         assert device.attributes == {}

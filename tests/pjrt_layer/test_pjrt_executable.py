@@ -7,7 +7,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ifrtpy import _pjrt, errors
 from pjrt_helpers import (
-    assert_survives, client8, compile_options, lower, pjrt_buffer_types, plugin, put, run1,
+    assert_survives, client8, compile_options, cpu_device_name, lower, pjrt_buffer_types, plugin,
+    put, run1,
 )  # noqa: F401
 
 F32 = np.float32
@@ -109,7 +110,8 @@ def test_program_on_device_3_refuses_a_buffer_on_device_0(on_device3_exe, client
     buffer, _ = put(client8, X8, client8.devices[0])
     with pytest.raises(errors.InvalidArgumentError) as info:
         on_device3_exe.execute([[buffer]])
-    assert "TFRT_CPU_0" in str(info.value) and "TFRT_CPU_3" in str(info.value)
+    assert cpu_device_name(client8, 0) in str(info.value)
+    assert cpu_device_name(client8, 3) in str(info.value)
 
 
 # ------------------------------------------------------------------ properties
@@ -169,7 +171,11 @@ def test_compiled_memory_stats(add_one_exe):
     assert all(isinstance(v, int) for v in stats.values())
 
 
-def test_cost_analysis_counts_one_flop_per_element(add_one_exe):
+def test_cost_analysis_counts_one_flop_per_element(add_one_exe, client8):
+    if client8.plugin.api_version > (0, 81):  # newer XLA CPU builds dropped the call
+        with pytest.raises(errors.UnimplementedError, match="GetCostAnalysis"):
+            add_one_exe.cost_analysis()
+        return
     cost = add_one_exe.cost_analysis()
     assert cost["flops"] == X8.size
     assert all(isinstance(k, str) for k in cost)
@@ -248,7 +254,7 @@ def test_buffer_on_the_wrong_device_raises(add_one_exe, client8):
     buffer, _ = put(client8, X8, client8.devices[1])
     with pytest.raises(errors.InvalidArgumentError) as info:
         add_one_exe.execute([[buffer]])
-    assert "TFRT_CPU_1" in str(info.value)
+    assert cpu_device_name(client8, 1) in str(info.value)
 
 
 def test_buffer_of_wrong_size_raises(add_one_exe, client8):

@@ -228,3 +228,35 @@ def test_key_value_callbacks_at_exit_answer_unavailable_without_the_store():
         assert Store.calls == 1
         print("alive")
     """)
+
+
+def _matmul_chain(v):
+    import jax.numpy as jnp
+
+    for _ in range(24):
+        v = jnp.tanh(v @ v)
+    return v
+
+
+def test_destroying_a_buffer_donated_to_a_running_execute_lets_other_threads_run():
+    """The official build's PJRT_Buffer_Destroy of a buffer donated to an execute still
+    running waits for that execute (newer builds return at once): the GIL is released
+    meanwhile, so another thread runs before the destroy returns."""
+    from ifrtpy.plugins import find_plugin
+
+    plugin = _pjrt.load_plugin(find_plugin("xla-cpu-pjrt").path)
+    client = _pjrt.create_client(plugin, {"cpu_device_count": 1})
+    x = np.full((256, 256), 1 / 256, F32)
+    exe = _pjrt.compile(client, lower(_matmul_chain, x, donate_argnums=0), compile_options())
+    buffer, _ = put(client, x)
+    outputs, events = exe.execute([[buffer]])
+    started, seen, destroyed = threading.Event(), [], [False]
+    other = threading.Thread(target=lambda: (started.wait(), seen.append(destroyed[0])))
+    other.start()
+    started.set()
+    del buffer  # its last reference: destroyed here, while the execute runs
+    destroyed[0] = True
+    other.join(timeout=60)
+    events[0].await_()
+    assert seen == [False]
+    np.testing.assert_allclose(outputs[0][0].to_numpy(), np.asarray(_matmul_chain(x)), rtol=1e-5)

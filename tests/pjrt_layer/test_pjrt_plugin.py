@@ -1,4 +1,5 @@
-"""ifrtpy._pjrt plugin loading: the default CPU plugin, idempotence, refused files."""
+"""ifrtpy._pjrt plugin loading: the default CPU plugin and what each XLA CPU build reports,
+idempotence, refused files."""
 
 import ctypes
 import ctypes.util
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ifrtpy import _pjrt, errors
+from ifrtpy.plugins import builds
 from pjrt_helpers import header_path, plugin  # noqa: F401  (fixture)
 
 
@@ -20,37 +22,42 @@ def _header_api_version():
     return major, minor
 
 
-def test_default_plugin_path_is_the_xla_cpu_pjrt_library():
+#: What each XLA CPU build reports: API version, function table size, the StableHLO
+#: version of its attributes, extension chain (types in order).
+FACTS = {
+    builds.OFFICIAL: ((0, 81), 984, [1, 13, 3], [9, 5, 6, 4]),  # PhaseCompile, FFI, MemoryDescriptions, Layouts
+    builds.ZML: ((0, 106), 1128, [1, 16, 1], [19, 9, 5, 6, 4]),
+    builds.LAMMPS: ((0, 115), 1144, [1, 20, 0], [24, 19, 9, 5, 6, 4]),
+}
+INSTALLED = dict(builds.installed_builds())
+
+
+def test_default_plugin_path_is_the_first_default_build_installed():
     path = Path(_pjrt.default_plugin_path())
     assert path.is_file()
-    assert path.name == "xla_cpu_pjrt.so"
+    assert builds.build_at(str(path)) is next(b for b in builds.DEFAULT_ORDER if b in INSTALLED)
 
 
-def test_default_plugin_reports_api_version_0_81(plugin):
-    assert plugin.api_version == (0, 81)
-    assert plugin.api_version == _header_api_version()
+def test_ifrtpy_is_compiled_against_the_official_builds_api_version():
+    assert FACTS[builds.OFFICIAL][0] == _header_api_version()
 
 
-def test_default_plugin_function_table_size(plugin):
-    assert plugin.api_struct_size == 984
-
-
-def test_default_plugin_attributes(plugin):
-    assert plugin.attributes == {
-        "xla_version": 2,
-        "stablehlo_current_version": [1, 13, 3],
-        "stablehlo_minimum_version": [0, 9, 0],
-    }
-
-
-def test_default_plugin_extension_chain_in_order(plugin):
-    # PhaseCompile (9), FFI (5), MemoryDescriptions (6), Layouts (4).
-    assert plugin.extensions == [9, 5, 6, 4]
+@pytest.mark.parametrize("build", list(FACTS), ids=lambda b: b.name)
+def test_each_build_reports_its_version_table_attributes_and_extensions(build):
+    if build not in INSTALLED:
+        pytest.skip(f"{build.name} not installed")
+    plugin = _pjrt.load_plugin(INSTALLED[build])
+    version, size, stablehlo, extensions = FACTS[build]
+    assert plugin.api_version == version
+    assert plugin.api_struct_size == size
+    assert plugin.attributes == {"xla_version": 2, "stablehlo_current_version": stablehlo,
+                                 "stablehlo_minimum_version": [0, 9, 0]}
+    assert plugin.extensions == extensions
 
 
 def test_plugin_path_and_repr(plugin):
     assert plugin.path == os.path.realpath(_pjrt.default_plugin_path())
-    assert plugin.path in repr(plugin) and "0.81" in repr(plugin)
+    assert plugin.path in repr(plugin) and "%d.%d" % plugin.api_version in repr(plugin)
 
 
 def test_loading_is_idempotent_per_real_path(plugin, tmp_path):

@@ -19,6 +19,7 @@ cimport numpy as cnp
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
+from cpython.sequence cimport PySequence_Fast_GET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
@@ -172,7 +173,7 @@ cdef class ExecutableCore:
         if (devices is None and not self._deleted and self._accepted is not None
                 and (options is None or type(options) is ExecuteOptions)
                 and (type(args) is list or type(args) is tuple)):
-            result = self._execute_accepted(args if type(args) is list else list(args), options, True)
+            result = self._execute_accepted(args, options, True)
             if result is not None:
                 return result
         return self._execute_checked(args, options, devices)
@@ -182,14 +183,14 @@ cdef class ExecutableCore:
         if keywords:
             raise _keyword_arguments_error(self, keywords)
         if not self._deleted and self._accepted is not None:
-            outputs = self._execute_accepted(list(args), None, False)
+            outputs = self._execute_accepted(args, None, False)
             if outputs is not None:
                 return outputs
         return self._execute_checked(list(args), None, None).outputs
 
-    cdef object _execute_accepted(self, list args, options, bint as_result):
-        """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` are of
-        the accepted kinds."""
+    cdef object _execute_accepted(self, object args, options, bint as_result):
+        """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` (a list or
+        a tuple) are of the accepted kinds."""
         cdef list accepted = self._accepted
         cdef tuple outputs_spec = self._outputs_spec  # read with accepted: set as a pair
         cdef ExecutableHandle handle = self._handle
@@ -242,7 +243,7 @@ cdef class ExecutableCore:
                         or (fill_status and events == NULL)):
                     raise MemoryError()
             for k in range(num_args):
-                item = args[k]
+                item = <object>PySequence_Fast_GET_ITEM(args, k)
                 if type(item) is not array_type:
                     return None
                 array = <ArrayCore>item

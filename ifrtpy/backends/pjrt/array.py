@@ -157,6 +157,15 @@ class PjrtArray(ArrayCore, Array):
         buffers = self._live_buffers()
         fresh = out is None and byte_strides is None  # a new dense array, still unmapped
         out = self._host_buffer(out, byte_strides)
+        # Ready data in host memory: NumPy copies it from a view, no plugin copy to wait for.
+        # Not into a large fresh array, whose page faults _populate takes on a second core.
+        buffer = self._host_readable()
+        if (buffer is not None and not (fresh and out.nbytes >= _FRESH_BYTES)
+                and buffer.ready_event().is_ready()):
+            view = _dlpack.host_view(buffer)  # ready: no wait
+            if view is not None:
+                np.copyto(out, view)
+                return Future.ready(out)
         if buffers and self._sharding.is_fully_replicated:
             copies = [(buffers[0], out)]
         else:
@@ -183,6 +192,14 @@ class PjrtArray(ArrayCore, Array):
             _populate(out, events)
         direct = future_of_events(events, out)  # one future for every direct copy
         return then_value(join_futures(staged + [direct]), out) if staged else direct
+
+    def _host_readable(self):
+        """The one buffer of a live single-device array in memory the host reads, or None."""
+        buffers = self._buffers
+        if (len(buffers) == 1 and self._error is None and not self._deleted
+                and (self._client._host_platform or buffers[0].memory.kind in dlpack.HOST_MEMORY_KINDS)):
+            return buffers[0]
+        return None
 
     # -- zero-copy exchange (DLPack, NumPy views) -----------------------------------------
 
@@ -224,11 +241,10 @@ class PjrtArray(ArrayCore, Array):
         viewed without a copy (read-only, pinning the buffer), or with ``copy=True`` copied
         from that view (writeable); other arrays are gathered into a new array, and
         ``copy=False`` raises ValueError for them."""
-        buffers = self._buffers
-        if (len(buffers) == 1 and self._error is None and not self._deleted
-                and (self._client._host_platform or buffers[0].memory.kind in dlpack.HOST_MEMORY_KINDS)):
+        buffer = self._host_readable()
+        if buffer is not None:
             try:
-                view = _dlpack.host_view(buffers[0])
+                view = _dlpack.host_view(buffer)
             except FailedPreconditionError:  # donated: the plugin deleted the buffer
                 raise deleted_error(self) from None
             if view is not None:  # copy=True: NumPy's copy of the view, no plugin call

@@ -20,6 +20,7 @@ from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
+from ifrtpy.plugins.builds import build_at
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -30,9 +31,10 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
 
     ``plugin`` is a library path or a plugin name (see :mod:`ifrtpy.plugins`); ``name``
     names the plugin whose option table applies (default: ``plugin`` when it is a name).
-    Neither given: xla-cpu-pjrt's CPU plugin. ``device_count`` sets ``cpu_device_count``.
-    ``options`` and ``named_options`` are the plugin's create options, checked against
-    its table in :mod:`ifrtpy.plugins.options` where ifrtpy knows the plugin. After
+    Neither given: the default CPU plugin (:func:`ifrtpy.plugins.builds.default_cpu_library`).
+    ``device_count`` sets ``cpu_device_count``. ``options`` and ``named_options`` are the
+    plugin's create options, checked against its table in :mod:`ifrtpy.plugins.options`
+    where ifrtpy knows the plugin (a known CPU build's own table, whatever its name). After
     :func:`ifrtpy.distributed.initialize`, the client gets the job's key-value store
     callbacks, and ``node_id`` / ``num_nodes`` where the plugin's table has them.
     """
@@ -55,17 +57,20 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         path = find_plugin(plugin or name).path
     else:
         path = plugin
-    if name == "cpu" and "cpu_device_count" not in opts and host_device_count() is not None:
+    build = build_at(path)
+    table_name = build.name if build is not None else name
+    if ((build is not None or name == "cpu") and "cpu_device_count" not in opts
+            and host_device_count() is not None):
         opts["cpu_device_count"] = host_device_count()
     kv_callbacks = None
     if distributed.is_initialized():  # a multi-process job: node ids and the KV store
-        table = known_options(name) if name is not None else None
+        table = known_options(table_name) if table_name is not None else None
         if table is not None and "num_nodes" in table:
             opts.setdefault("node_id", distributed.process_id())
             opts.setdefault("num_nodes", distributed.num_processes())
         kv_callbacks = job_kv_callbacks(name or os.path.basename(path))
-    if name is not None:
-        opts = check_options(name, opts)
+    if table_name is not None:
+        opts = check_options(table_name, opts)
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
     return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))

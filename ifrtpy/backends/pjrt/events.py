@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable, Sequence
 
 from ifrtpy.future import Future
-
-#: How long a wait asks whether the events fired before it registers their callbacks.
-_POLL_S = 0.001
 
 
 def future_of_events(events: Sequence[Any], value: Any = None) -> Future:
@@ -26,10 +22,10 @@ def future_of_events(events: Sequence[Any], value: Any = None) -> Future:
 
 class _EventsFuture(Future):
     """A future of pending PJRT events that asks the plugin for no callback until one is
-    needed: ``done()`` asks whether the events fired; a wait asks for up to 1 ms, then,
-    like a callback, registers the events' ready callbacks (each of which takes the GIL on
-    a plugin thread: for the shards of one array read at once, that cost more than the
-    copies). Waits stay interruptible (``threading.Event``)."""
+    needed: ``done()`` asks whether the events fired; ``result()`` without a timeout blocks
+    in the plugin (``PJRT_Event_Await``, the GIL released: nothing polls, and nothing
+    needs the GIL until the events fired); a wait with a timeout, or a callback, registers
+    the events' ready callbacks (each of which takes the GIL on a plugin thread)."""
 
     __slots__ = ("_events", "_result", "_armed")
 
@@ -50,17 +46,26 @@ class _EventsFuture(Future):
     is_ready = done
 
     def _wait(self, timeout: float | None) -> None:
-        # Most waits are short (the copies of small shards): ask first, yielding the GIL,
-        # for up to _POLL_S; then have the plugin call back.
-        start = time.monotonic()
-        poll_until = start + (_POLL_S if timeout is None else min(_POLL_S, timeout))
-        while not self.done():
-            if time.monotonic() >= poll_until:
-                self._arm()
-                left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
-                super()._wait(left)
-                return
-            time.sleep(0)
+        if self.done():
+            return
+        events = self._events
+        if timeout is None and events is not None and self._await_all(events):
+            self._settle(events)
+            return
+        self._arm()
+        super()._wait(timeout)
+
+    @staticmethod
+    def _await_all(events: list[Any]) -> bool:
+        """Block until every event fired; False if one cannot be awaited (it raised and
+        has not fired: a zero-copy buffer's done-with-host-buffer event)."""
+        for e in events:
+            try:
+                e.await_()
+            except Exception:  # noqa: BLE001 - the event's own error is read by _settle
+                if not e.is_ready():
+                    return False
+        return True
 
     def add_done_callback(self, fn: Callable[[Future[Any]], Any]) -> None:
         if not self.done():

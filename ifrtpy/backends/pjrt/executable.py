@@ -295,7 +295,14 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         return CompiledMemoryStats(**self._handle.compiled_memory_stats())
 
     def cost_analysis(self) -> dict[str, Any]:
-        return self._handle.cost_analysis()
+        """The plugin's cost analysis; where a CPU plugin has none (XLA CPU builds after
+        PJRT 0.81), XLA's HLO cost analysis of the optimized module with CPU costs."""
+        try:
+            return self._handle.cost_analysis()
+        except UnimplementedError:
+            if self._client.platform_name != "cpu":
+                raise
+        return _jaxlib.cpu_cost_analysis(self.hlo_modules()[0])
 
     def program_text(self, optimized: bool = False) -> str:
         """The StableHLO program compiled, or with ``optimized`` the HLO the compiler made

@@ -141,9 +141,10 @@ def _device_layout(client, layout, rank: int) -> tuple | None:
         return None
     if client.platform_name == "cpu":
         raise UnimplementedError(
-            f"the CPU PJRT plugin cannot place an array in device layout {layout}: it reports "
-            f"the layout back but keeps the elements in row-major order. Read a column-major "
-            f"host copy with copy_to_host_buffer(out=np.empty(shape, dtype, order='F')) instead")
+            f"ifrtpy places arrays on a CPU PJRT plugin in the default layout only, not in device "
+            f"layout {layout}: the official build (PJRT 0.81) reports the layout back but keeps "
+            f"the elements in row-major order. Read a column-major host copy with "
+            f"copy_to_host_buffer(out=np.empty(shape, dtype, order='F')) instead")
     return layout.minor_to_major, layout.tiles
 
 

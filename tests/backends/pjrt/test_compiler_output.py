@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ifrtpy as ifrt
+from ifrtpy.plugins import builds
 from ifrtpy.errors import FailedPreconditionError
 
 MATMUL = """
@@ -48,6 +49,17 @@ def test_memory_stats_and_cost_analysis_are_present(compiled):
     assert stats.output_size_in_bytes == 4 * 2 * 4
     cost = compiled.cost_analysis()
     assert cost["flops"] == 2 * 2 * 16 * 4  # one device's matmul
+
+
+@pytest.mark.parametrize("build", [b.name for b, _ in builds.installed_builds()])
+def test_every_cpu_build_gives_the_cost_analysis(build):
+    """The plugin's own on the official build; XLA's HLO cost analysis of the optimized
+    module on newer builds, which have no PJRT_Executable_GetCostAnalysis."""
+    client = ifrt.get_client(build, device_count=4)
+    exe = client.compile(ifrt.HloProgram(MATMUL), ifrt.CompileOptions(num_partitions=4))
+    cost = exe.cost_analysis()
+    assert cost["flops"] == 2 * 2 * 16 * 4
+    assert cost["bytes accessed"] == 4 * (2 * 16 + 16 * 4 + 2 * 4)
 
 
 def test_a_deleted_executable_has_no_modules():

@@ -1,6 +1,7 @@
 """Futures over PJRT events (``ifrtpy.backends.pjrt.events``): ready, failed and pending
-events, checked with stand-in events that record which calls the future made (a pending
-future registers ready callbacks only when waited on or given a callback, and once)."""
+events, checked with stand-in events that record which calls the future made (a blocking
+``result()`` awaits the events and registers no callback; a wait with a timeout or a
+callback registers the ready callbacks, once)."""
 
 import threading
 
@@ -12,7 +13,8 @@ from ifrtpy.backends.pjrt.events import future_of_events
 
 
 class StandInEvent:
-    """The EventHandle interface over a threading.Event; records on_ready calls."""
+    """The EventHandle interface over a threading.Event; records on_ready and await_
+    calls. ``await_`` raises the event's error, as EventHandle's does."""
 
     def __init__(self, error=None):
         self._fired = threading.Event()
@@ -20,6 +22,13 @@ class StandInEvent:
         self._callbacks = []
         self._lock = threading.Lock()
         self.registered = 0
+        self.awaited = 0
+
+    def await_(self):
+        self.awaited += 1
+        self._fired.wait()
+        if self._error is not None:
+            raise self._error
 
     def is_ready(self):
         return self._fired.is_set()
@@ -58,15 +67,37 @@ def test_events_already_fired_give_a_ready_or_failed_future():
     assert ok.registered == bad.registered == 0
 
 
-def test_a_blocking_result_registers_the_callbacks_once():
+def test_a_blocking_result_awaits_the_events_and_registers_no_callback():
     events = [StandInEvent() for _ in range(8)]
     future = future_of_events(events, "value")
     assert not future.done() and not future.is_ready()
-    assert [e.registered for e in events] == [0] * 8  # none until a wait
     fire_later(*events)
     assert future.result() == "value" and future.result() == "value"
     assert future.done() and future.is_ready()
-    assert [e.registered for e in events] == [1] * 8
+    assert [e.registered for e in events] == [0] * 8
+    assert [e.awaited for e in events] == [1] * 8
+
+
+def test_an_event_that_cannot_be_awaited_is_waited_for_by_callback():
+    """A zero-copy buffer's done event refuses an await while the buffer lives: the wait
+    falls back to the callbacks, and completes when the event fires."""
+    class Unawaitable(StandInEvent):
+        def await_(self):
+            raise errors.FailedPreconditionError("would never return")
+
+    events = [Unawaitable(), StandInEvent()]
+    future = future_of_events(events, "v")
+    fire_later(*events)
+    assert future.result() == "v"
+    assert [e.registered for e in events] == [1, 1]
+
+
+def test_a_wait_with_a_timeout_registers_the_callbacks_once():
+    events = [StandInEvent() for _ in range(3)]
+    future = future_of_events(events, "value")
+    fire_later(*events)
+    assert future.result(timeout=30) == "value" and future.result(timeout=30) == "value"
+    assert [e.registered for e in events] == [1, 1, 1] and [e.awaited for e in events] == [0] * 3
 
 
 def test_an_event_whose_callback_the_plugin_refuses_fails_the_future():

@@ -16,6 +16,7 @@ from jax.sharding import Mesh as JaxMesh, NamedSharding as JaxNamedSharding, Par
 import ifrtpy as ifrt
 from ifrtpy.array import ArraySpec
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
+from ifrtpy.plugins import builds
 from ifrtpy.sharding import SingleDeviceSharding
 
 from pjrt_helpers import assert_survives
@@ -225,3 +226,37 @@ def test_block_until_ready(client):
     [bad] = client.make_error_arrays(RuntimeError("upstream failure"), [spec])
     with pytest.raises(RuntimeError, match="upstream failure"):
         bad.block_until_ready()
+
+
+@pytest.mark.parametrize("build", [b.name for b, _ in builds.installed_builds()])
+def test_a_loop_of_donated_steps_runs_ahead_of_the_computation(build):
+    """As jax's async dispatch: each step returns while its computation runs, the next one
+    taking the previous step's outputs (donated) as they are, so a loop of steps is all
+    dispatched before the first one finished. Except on the official build (PJRT 0.81),
+    whose destroy of a donated buffer waits for the execute it was given to: there each
+    step waits for the one before (the last one still runs)."""
+    client = ifrt.get_client(build, device_count=1)
+
+    def step(x):
+        for _ in range(16):
+            x = jax.numpy.tanh(x @ x)
+        return x
+
+    x = np.full((384, 384), 1 / 384, np.float32)
+    exe = client.compile(jax.jit(step, donate_argnums=0).lower(x))
+    state = exe(ifrt.device_put(x, client.devices()[0]))
+    state[0].block_until_ready()
+    futures = []
+    for _ in range(6):
+        state = exe(*state)
+        futures.append(state[0].ready_future())
+    done = [f.done() for f in futures]
+    if client.plugin.api_version <= (0, 81):
+        assert done == [True] * 5 + [False]
+    else:
+        assert done == [False] * 6
+    expected = x
+    for _ in range(7):
+        expected = np.asarray(step(expected))
+    np.testing.assert_allclose(np.asarray(state[0]), expected, rtol=1e-4)
+    assert all(f.result(timeout=TIMEOUT_S) is None for f in futures)

@@ -280,6 +280,29 @@ def test_get_of_an_array_still_being_computed_does_not_wait(client):
     np.testing.assert_array_equal(result.copy_to_host_buffer().result(timeout=60), data * 2)
 
 
+@pytest.mark.parametrize("kind", MEMORY_KINDS)
+def test_a_ready_array_is_copied_from_its_view_at_once(client, kind):
+    """A single-device array whose data is ready is copied by NumPy from its host view:
+    the future is done when returned (a plugin copy runs on the plugin's threads), and
+    the copy is the caller's (its layout as asked; the array may go right after)."""
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    array = client.make_array_from_host_buffer(data, ifrt.SingleDeviceSharding(client.devices()[1], kind))
+    array.block_until_ready()
+    future = array.copy_to_host_buffer()
+    assert future.done()
+    out = future.result()
+    np.testing.assert_array_equal(out, data)
+    assert out.flags.writeable and out.flags.owndata
+    fortran = np.empty((4, 6), np.float32, order="F")
+    assert array.copy_to_host_buffer(out=fortran).result() is fortran
+    np.testing.assert_array_equal(fortran, data)
+    strided = array.copy_to_host_buffer(byte_strides=(4, 16)).result()
+    assert strided.strides == (4, 16)
+    np.testing.assert_array_equal(strided, data)
+    array.delete()
+    np.testing.assert_array_equal(out, data)
+
+
 # -- the Cython helpers ----------------------------------------------------------------
 
 def test_populate_while_pending_writes_nothing(client):
