@@ -101,7 +101,9 @@ def test_the_users_own_threshold_is_kept():
     # jax's default is no reason to override a 1 the user set before starting Python
     pytest.importorskip("jax")
     err = run_child(jax_first=True, TF_CPP_MIN_LOG_LEVEL="1")
-    assert "E" in set(NATIVE_LINE.findall(err)), err
+    # threshold 1 shows warnings and errors (which of them a program logs depends on the
+    # plugin build: the official one logs an error, newer ones a GSPMD warning)
+    assert set(NATIVE_LINE.findall(err)) & {"W", "E"}, err
 
 
 def test_set_log_level_sets_logger_and_native_threshold(monkeypatch):
