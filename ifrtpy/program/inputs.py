@@ -195,14 +195,21 @@ def _bytecode_text(data: bytes) -> str:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    with mlir.context():
-        try:  # a StableHLO portable artifact (versioned bytecode)?
-            module = ir.Module.parse(stablehlo.deserialize_portable_artifact_str(data))
+    context = mlir.context()
+    with context:
+        try:  # a StableHLO portable artifact (versioned bytecode), read in the context
+            # that has every dialect a program may use (Shardy's among them)
+            module = stablehlo.deserialize_portable_artifact(context, data)
         except Exception:  # noqa: BLE001 - then plain MLIR bytecode
             try:
                 module = ir.Module.parse(data)
             except Exception as e:  # noqa: BLE001 - MLIR raises its own error types
                 raise _Refused(f"MLIR bytecode that does not parse: {e}") from None
+        versioned = sorted({op.operation.name for op in module.body.operations
+                            if op.operation.name.startswith("vhlo.")})
+        if versioned:
+            raise _Refused(f"a StableHLO portable artifact that jaxlib could not convert back "
+                           f"from versioned VHLO (its module holds {', '.join(versioned)})")
         return str(module.operation.get_asm(enable_debug_info=True))
 
 
