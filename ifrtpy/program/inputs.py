@@ -36,7 +36,7 @@ from ifrtpy import _jaxlib
 from ifrtpy.program import mlir
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
-__all__ = ["stablehlo_text", "tensorflow_hlo", "convert_isolated"]
+__all__ = ["stablehlo_text", "host_callbacks", "tensorflow_hlo", "convert_isolated"]
 
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
 _MEMO_ENTRIES = 64
@@ -81,6 +81,15 @@ def stablehlo_text(program: Any) -> str:
         f"HloProgram takes StableHLO or HLO text, MLIR bytecode, a serialized HloModuleProto "
         f"or jax Exported, an MLIR module, an XlaComputation, or a jax Lowered/Compiled/"
         f"Exported object, not {type(program).__name__}")
+
+
+def host_callbacks(program: Any) -> tuple[Any, ...]:
+    """The Python callables of ``program``'s host callbacks, by index: those a jax
+    ``Lowered`` stage hands its compiler; () for every other input (text and bytes cannot
+    carry callables)."""
+    if type(program).__name__ == "Lowered" and (type(program).__module__ or "").startswith("jax"):
+        return _jaxlib.lowered_host_callbacks(program)
+    return ()
 
 
 def _as_text(data: bytes) -> str | None:
