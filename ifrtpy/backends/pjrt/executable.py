@@ -14,7 +14,7 @@ import weakref
 from typing import Any, Sequence
 
 
-from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
+from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache, ffi
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.array_plans import canonical_kind
@@ -22,6 +22,7 @@ from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.strings import BasicStringArray
+from ifrtpy.backends.pjrt.effects import OrderedEffects
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
@@ -56,13 +57,23 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
                     f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
     devices = options.resolve_devices(client)
     compile_options = _xla.compile_options_proto(options, program, devices, client.platform_name)
+    callbacks = _prepare_custom_calls(client, program, devices)
     target = client.plugin.attributes.get("stablehlo_current_version")
     cache = compilation_cache.cache_for(options.compilation_cache_dir)
     if cache is None:
         handle = _compile(client, program, target, compile_options)
     else:
         handle = _compile_through(cache, client, program, target, compile_options, devices)
-    return PjrtLoadedExecutable(client, handle, program, devices)
+    return PjrtLoadedExecutable(client, handle, program, devices, callbacks)
+
+
+def _prepare_custom_calls(client, program: HloProgram, devices: DeviceList | None):
+    """Register the custom call targets ``program`` names with the plugin; the user data
+    type id of host callbacks where it makes any (see :mod:`ifrtpy.ffi`)."""
+    if not program.custom_call_targets:
+        return None
+    return ffi.prepare(client._handle.plugin, client.platform_name, program,
+                       len(devices) if devices is not None else 1)
 
 
 def _compile_through(cache, client, program: HloProgram, target, compile_options: bytes,
@@ -96,6 +107,9 @@ def _compile(client, program: HloProgram, target, compile_options: bytes):
     try:
         return _pjrt.compile(client._handle, code, compile_options)
     except IfrtError as e:
+        clearer = ffi.explain_compile_error(e)
+        if clearer is not None:
+            raise clearer from None
         if "pars" in str(e).lower():
             producer = ".".join(map(str, stablehlo_version()))
             consumer = ".".join(map(str, target)) if target else "unknown"
@@ -113,8 +127,9 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
         raise InvalidArgumentError(
             f"the executable was compiled for {devices.to_string() if devices else 'no devices (portable)'}; "
             f"it cannot be loaded onto {DeviceList(options.devices).to_string()} (compile it again)")
+    callbacks = _prepare_custom_calls(client, program, devices)
     handle = _pjrt.deserialize_and_load(client._handle, payload)
-    return PjrtLoadedExecutable(client, handle, program, devices)
+    return PjrtLoadedExecutable(client, handle, program, devices, callbacks)
 
 
 class PjrtCompiler(Compiler):
@@ -135,7 +150,7 @@ class PjrtCompiler(Compiler):
         if options is not None:
             check_type(options, CompileOptions, "options", "a CompileOptions")
         if isinstance(program, HloProgram):
-            key = (program.text, options)
+            key = (program.text, program.host_callbacks, options)
             with self._memo_lock:
                 ref = self._memo.get(key)
                 executable = ref() if ref is not None else None
@@ -188,7 +203,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     ``ExecutableCore``; the checks are here, in ``_execute_checked``.
     """
 
-    def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None):
+    def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None,
+                 callbacks: int | None = None):
         self._client = client
         self._handle = handle
         self._program = program
@@ -205,6 +221,14 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
+        # Host callbacks: every execute passes their callables (ifrtpy.ffi); ordered
+        # effects: token arguments and results threaded between executes. Both take the
+        # checked path (never the C one, which has neither).
+        if callbacks is not None:
+            handle.execute_context = ffi.execute_context(client._handle, program, callbacks)
+        self._effects = (OrderedEffects(client, program)
+                         if program.token_parameters or program.token_results else None)
+        self._checked_only = callbacks is not None or self._effects is not None
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -214,6 +238,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             single = SingleDeviceSharding(devices[0])
             return ([single] * len(self._program.parameters), [single] * len(self._program.results))
         params, outputs = _hlo_module_shardings(self._handle)
+        if params is not None and outputs is not None:  # without token parameters and results
+            params = [p for i, p in enumerate(params) if i not in self._program.token_parameters]
+            outputs = [o for i, o in enumerate(outputs) if i not in self._program.token_results]
         if params is None or outputs is None:  # not partitioned: every device holds it whole
             def whole(types):
                 return [ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)
@@ -278,6 +305,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             return None
 
     def serialize(self) -> bytes:
+        if self._program.host_callbacks:
+            raise UnimplementedError(
+                f"{self.name!r} makes host callbacks: their Python callables cannot be serialized")
         ids = None if self._devices is None else [d.id for d in self._devices]
         return serialized.pack(_MAGIC, self._program.text, ids, self._handle.serialize())
 
@@ -348,9 +378,21 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         args = check_argument_count(self.name, args, self._params)
         self._check_arguments(args, shardings)
         self._check_donations(args, non_donatable)
-        outputs, events = self._handle.execute_by_argument(
-            [a._buffers for a in args], options.launch_id, non_donatable,
-            None if execute_device is None else execute_device._handle, self._donated)
+        device_handle = None if execute_device is None else execute_device._handle
+        if self._effects is None:
+            outputs, events = self._handle.execute_by_argument(
+                [a._buffers for a in args], options.launch_id, non_donatable, device_handle,
+                self._donated)
+        else:
+            effects = self._effects
+
+            def launch(arguments):
+                return self._handle.execute_by_argument(
+                    arguments, options.launch_id, effects.main_indices(non_donatable),
+                    device_handle, effects.main_indices(sorted(self._donated)))
+
+            devices = [execute_device] if execute_device is not None else self._addressable
+            outputs, events = effects.run(launch, [a._buffers for a in args], devices)
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
                   for r, sharding, buffers in zip(self._results, out_shardings, outputs)]
@@ -365,7 +407,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             # argument in another memory order than the parameter would be read wrongly.
             # Layouts are checked on every call, so no call takes the unchecked C path.
             self._check_layouts(args)
-        elif self._devices is not None:
+        elif self._devices is not None and not self._checked_only:
             self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
 
     def _check_layouts(self, args: Sequence[Array]) -> None:
