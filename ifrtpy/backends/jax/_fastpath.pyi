@@ -26,7 +26,7 @@ class JaxExecutableCore:
     _client: Any
     _execute_sharded: Any
     _handlers: list[Any]
-    _accepted: list[tuple[Any, ...]]
+    _accepted: list[tuple[Any, ...]] | None
     _outputs_spec: tuple[tuple[DType, Shape, Sharding], ...]
     _donated: frozenset[int]
     _array_type: type[JaxArrayCore]
