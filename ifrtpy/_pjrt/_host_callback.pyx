@@ -156,7 +156,7 @@ cdef int _write(XLA_FFI_Buffer* buffer, object value, Py_ssize_t i) except -1:
         return 0
     dtype = _numpy_type(buffer.dtype, f"result {i}")
     shape = tuple([buffer.dims[d] for d in range(buffer.rank)])
-    cdef cnp.ndarray array = np.ascontiguousarray(value)
+    cdef cnp.ndarray array = np.asarray(value, order="C")  # 0-d stays 0-d
     if array.dtype != dtype or (<object>array).shape != shape:
         raise TypeError(f"result {i} is {array.dtype}{list((<object>array).shape)}, the "
                         f"program takes {np.dtype(dtype)}{list(shape)}")
