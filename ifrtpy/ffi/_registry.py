@@ -29,7 +29,7 @@ from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
 
 __all__ = [
     "Target", "register_ffi_target", "pycapsule", "registered_targets", "add_listener",
-    "prepare", "execute_context", "explain_compile_error", "PLATFORMS",
+    "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels", "PLATFORMS",
 ]
 
 #: Platform names as ifrtpy and jax write them -> as XLA's FFI registry names them.
@@ -258,7 +258,7 @@ def _builtin(platform: str, name: str) -> Target | None:
         from ifrtpy._pjrt import _ffi
 
         return Target(name, platform, {"execute": _ffi.noop_handler()}, 1, "ifrtpy")
-    kernels = _jaxlib_kernels(platform)
+    kernels = jaxlib_kernels(platform)
     if name in kernels:
         return Target(name, platform, {"execute": kernels[name]}, 1, "jaxlib")
     return None
@@ -267,7 +267,11 @@ def _builtin(platform: str, name: str) -> Target | None:
 _kernels: dict[str, dict[str, Any]] = {}
 
 
-def _jaxlib_kernels(platform: str) -> dict[str, Any]:
+def jaxlib_kernels(platform: str) -> dict[str, Any]:
+    """The XLA FFI kernels jaxlib ships for ``platform`` (name -> capsule), made ready to
+    run (the CPU ones call LAPACK through pointers jaxlib loads here: a runtime that runs
+    them without, jax's included, crashes)."""
+    platform = _platform(platform)
     with _lock:
         if platform not in _kernels:
             try:

@@ -1,5 +1,5 @@
-"""ifrtpy.ffi: XLA FFI handlers of the tests' own (tests/programs/ffi_handlers.cc, built
-with g++ against the headers jaxlib ships), registered with register_ffi_target, run from
+"""ifrtpy.ffi: XLA FFI handlers of the tests' own (tests/helpers/data/ffi_handlers.cc,
+built with g++ against the headers jaxlib ships), registered with register_ffi_target, run from
 ``jax.ffi.ffi_call`` inside jax programs, on one device and SPMD over 8 through
 ``shard_map``, on every CPU plugin installed and on the jax backend, against NumPy.
 
@@ -12,15 +12,12 @@ XLA FFI versions below were measured by registering probe handlers with each.
 from __future__ import annotations
 
 import ctypes
-import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ifrtpy as ifrt
+import ffi_library
 from cpu_plugins import plugin_params, plugin_path
 from ifrtpy.errors import (
     AlreadyExistsError, FailedPreconditionError, IfrtError, InvalidArgumentError,
@@ -31,33 +28,15 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 P = jax.sharding.PartitionSpec
 
-SOURCE = Path(__file__).with_name("ffi_handlers.cc")
 #: The XLA FFI version each plugin's framework runs (measured with probe handlers).
 FRAMEWORK_VERSIONS = {"xla-cpu-pjrt": (0, 2), "fastatomstruct": (0, 3), "lammps": (0, 4)}
-TARGETS = {"ScaleTyped": "ifrtpy_test_scale_typed", "ScaleAbi": "ifrtpy_test_scale_abi"}
-
-
-def _header_version() -> tuple[int, int]:
-    """The XLA FFI version of jaxlib's headers (what a handler built with them claims)."""
-    text = (Path(jax.ffi.include_dir()) / "xla/ffi/api/c_api.h").read_text()
-    return tuple(int(re.search(rf"#define XLA_FFI_API_{part} (\d+)", text).group(1))
-                 for part in ("MAJOR", "MINOR"))
+TARGETS = ffi_library.TARGETS
+TYPED = {k: v for k, v in TARGETS.items() if not k.endswith("Legacy")}
 
 
 @pytest.fixture(scope="session")
-def handlers(tmp_path_factory):
-    """The library's handlers, registered with ifrtpy under TARGETS."""
-    compiler = shutil.which("g++")
-    if compiler is None:
-        pytest.skip("no C++ compiler (g++) to build the test's FFI handlers")
-    library = tmp_path_factory.mktemp("ffi") / "libifrtpy_test_ffi.so"
-    subprocess.run([compiler, "-std=c++17", "-O1", "-w", "-shared", "-fPIC",
-                    "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(library)],
-                   check=True, timeout=300)
-    lib = ctypes.cdll.LoadLibrary(str(library))
-    for symbol, target in TARGETS.items():
-        ifrt.ffi.register_ffi_target(target, ifrt.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
-    return lib
+def handlers():
+    return ffi_library.load()
 
 
 @pytest.fixture(scope="module", params=plugin_params())
@@ -69,7 +48,7 @@ def plugin(request):
 def _runs(plugin_name: str, symbol: str) -> bool:
     """Whether the plugin runs the handler: the ABI one always, the C++ one where the
     plugin's XLA FFI is at least jaxlib's headers' version."""
-    return symbol == "ScaleAbi" or FRAMEWORK_VERSIONS[plugin_name] >= _header_version()
+    return symbol == "ScaleAbi" or FRAMEWORK_VERSIONS[plugin_name] >= ffi_library.header_version()
 
 
 def _scale(target, scale):
@@ -84,7 +63,7 @@ def test_each_plugin_reports_its_xla_ffi_version(plugin):
     assert _ffi.framework_version(client._handle.plugin) == FRAMEWORK_VERSIONS[name]
 
 
-@pytest.mark.parametrize("symbol", sorted(TARGETS))
+@pytest.mark.parametrize("symbol", sorted(TYPED))
 def test_ffi_call_on_one_device(handlers, plugin, symbol):
     name, client = plugin
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
@@ -98,7 +77,7 @@ def test_ffi_call_on_one_device(handlers, plugin, symbol):
     np.testing.assert_array_equal(np.asarray(out), x * np.float32(2.5))
 
 
-@pytest.mark.parametrize("symbol", sorted(TARGETS))
+@pytest.mark.parametrize("symbol", sorted(TYPED))
 def test_ffi_call_spmd_through_shard_map(handlers, plugin, symbol):
     name, client = plugin
     if not _runs(name, symbol):
@@ -121,7 +100,7 @@ def test_ffi_call_spmd_through_shard_map(handlers, plugin, symbol):
     np.testing.assert_array_equal(np.asarray(out), (shards - shards.sum(0)).reshape(-1))
 
 
-@pytest.mark.parametrize("symbol", sorted(TARGETS))
+@pytest.mark.parametrize("symbol", sorted(TYPED))
 def test_an_error_the_handler_returns_is_an_ifrtpy_error(handlers, plugin, symbol):
     name, client = plugin
     if not _runs(name, symbol):
@@ -135,7 +114,7 @@ def test_an_error_the_handler_returns_is_an_ifrtpy_error(handlers, plugin, symbo
         np.asarray(result.outputs[0])
 
 
-@pytest.mark.parametrize("symbol", sorted(TARGETS))
+@pytest.mark.parametrize("symbol", sorted(TYPED))
 def test_the_jax_backend_runs_registered_handlers(handlers, symbol):
     client = ifrt.get_client("jax")
     x = np.arange(5, dtype=np.float32)
@@ -175,20 +154,20 @@ def test_registration_errors(handlers):
     assert TARGETS["ScaleAbi"] in ifrt.ffi.registered_targets("cpu")
 
 
-def test_a_legacy_target_is_refused_by_plugins(handlers):
-    client = ifrt.get_client("pjrt", device_count=2)
-    try:  # refused at once by the plugins that compiled before, else at their compile
-        ifrt.ffi.register_ffi_target("ifrtpy_test_legacy", ifrt.ffi.pycapsule(handlers.ScaleAbi),
-                                     api_version=0)
-    except UnimplementedError as e:
-        assert "legacy custom call" in str(e)
+def test_a_legacy_target_is_refused_by_plugins_and_runs_on_jax(handlers):
     from ifrtpy.builder import Builder
 
     b = Builder("legacy")
     x = b.parameter((4,), np.float32)
-    program = b.build(b.custom_call("ifrtpy_test_legacy", [x], ((4,), np.float32), api_version=1))
+    program = b.build(b.custom_call(TARGETS["DoubleLegacy"], [x], ((4,), np.float32), api_version=2))
+    client = ifrt.get_client("pjrt", device_count=2)
     with pytest.raises(UnimplementedError, match="legacy custom call"):
         client.compile(program)
+    jax_client = ifrt.get_client("jax")
+    device = jax_client.devices()[0]
+    exe = jax_client.compile(program, ifrt.CompileOptions(devices=ifrt.DeviceList([device])))
+    values = np.array([1.5, -2, 0, 4], np.float32)
+    np.testing.assert_array_equal(np.asarray(exe(ifrt.device_put(values, device))[0]), 2 * values)
 
 
 @pytest.mark.parametrize("name", ["solve", "eigh"])
@@ -199,7 +178,7 @@ def test_jaxlib_kernels_are_registered_on_demand(plugin, name):
          "eigh": lambda m: jnp.linalg.eigh(m)[0]}[name]
     program = ifrt.HloProgram(jax.jit(f).lower(a))
     assert any(t.startswith("lapack_") for t in program.custom_call_targets)
-    if FRAMEWORK_VERSIONS[plugin_name] < _header_version():
+    if FRAMEWORK_VERSIONS[plugin_name] < ffi_library.header_version():
         with pytest.raises(FailedPreconditionError, match="jaxlib's kernel 'lapack_.*jnp.linalg"):
             client.compile(program)
         return
@@ -212,7 +191,7 @@ def test_a_refusal_is_raised_again_by_every_compile(handlers):
     client = ifrt.get_client("pjrt", device_count=2)
     from ifrtpy._pjrt import _ffi
 
-    if _ffi.framework_version(client._handle.plugin) >= _header_version():
+    if _ffi.framework_version(client._handle.plugin) >= ffi_library.header_version():
         pytest.skip("the default plugin runs jaxlib's XLA FFI version")
     program = ifrt.HloProgram(_scale(TARGETS["ScaleTyped"], 2).lower(np.ones(2, np.float32)))
     for _ in range(2):

@@ -63,7 +63,7 @@ def compile_program(client: Any, program: Any, options: CompileOptions | None
     proto = _jaxlib.compile_options(_xla.compile_options_proto(options, program, devices,
                                                              client.platform_name))
     jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
-    _check_effects(program)
+    _prepare(client, program)
     if program.host_callbacks:  # jaxlib takes them with a module only
         handle = call_jax(client.runtime.compile_and_load, mlir.parse(program.text), jax_devices,
                           proto, host_callbacks=list(program.host_callbacks))
@@ -84,9 +84,13 @@ def _register_with_jax(target: ffi.Target) -> None:
 ffi.add_listener(_register_with_jax)
 
 
-def _check_effects(program: HloProgram) -> None:
-    """Refuse what jax's runtime would crash on or cannot thread: host callbacks without
-    their callables, token parameters or results after arrays."""
+def _prepare(client: Any, program: HloProgram) -> None:
+    """Refuse what jax's runtime would crash on or cannot thread (host callbacks without
+    their callables, token parameters or results after arrays), and make jaxlib's
+    kernels ready (jax does when it lowers linear algebra; its runtime crashes running
+    them in a process that never did)."""
+    if program.custom_call_targets and client.platform_name in ffi.PLATFORMS:
+        ffi.jaxlib_kernels(client.platform_name)
     targets = program.custom_call_targets & HOST_CALLBACK_TARGETS
     if targets and not program.host_callbacks:
         raise FailedPreconditionError(
@@ -110,7 +114,7 @@ def deserialize_executable(client: Any, data: bytes, options: CompileOptions | N
     """Load what :meth:`JaxLoadedExecutable.serialize` wrote, with the same jaxlib."""
     text, device_ids, payload = serialized.unpack(_MAGIC, data, "ifrtpy jax executable")
     program = HloProgram(text)
-    _check_effects(program)
+    _prepare(client, program)
     devices = DeviceList([client.lookup_device(i) for i in device_ids or ()])
     if options is not None and options.devices is not None and options.devices != devices:
         raise InvalidArgumentError(

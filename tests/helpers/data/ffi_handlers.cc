@@ -7,6 +7,7 @@
 // * ScaleAbi: the same op on the C ABI alone (xla/ffi/api/c_api.h), claiming the version
 //   of the framework that calls it, so that plugins running an older XLA FFI take it too.
 // Both return an error (INVALID_ARGUMENT) for a negative scale.
+// * DoubleLegacy: a legacy custom call (status-returning API): 4 floats doubled.
 #include <cstdint>
 #include <cstring>
 
@@ -67,4 +68,10 @@ extern "C" XLA_FFI_Error* ScaleAbi(XLA_FFI_CallFrame* frame) {
     static_cast<float*>(y->data)[i] = static_cast<float*>(x->data)[i] * factor;
   }
   return nullptr;
+}
+
+extern "C" void DoubleLegacy(void* out, const void** in, void* status) {
+  const float* x = static_cast<const float*>(in[0]);
+  float* y = static_cast<float*>(out);
+  for (int i = 0; i < 4; ++i) y[i] = 2 * x[i];
 }
