@@ -36,6 +36,15 @@ def _cases():
             yield name, form
 
 
+@pytest.fixture(scope="module", autouse=True)
+def read_serialized_forms_at_once():
+    """The Exported and bytes forms of every program read in one child process (each
+    would take one of its own)."""
+    from ifrtpy.program import inputs
+
+    inputs.stablehlo_texts([_stage(name, form) for name, form in _cases() if form != "lowered"])
+
+
 @pytest.fixture(scope="module")
 def clients():
     name = os.environ.get("IFRTPY_CORPUS_PLUGIN")

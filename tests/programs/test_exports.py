@@ -68,3 +68,21 @@ def test_custom_call_export_loads(form):
     program = ifrt.HloProgram(exported if form == "object" else exported.serialize())
     assert "stablehlo.custom_call @lapack_sgetrf_ffi" in program.text
     assert [str(p) for p in program.parameters] == ["f32[3, 3]"]
+
+
+def test_many_serialized_programs_are_read_in_one_child(monkeypatch):
+    from ifrtpy.program import inputs
+
+    calls = []
+    run_child = inputs._run_child
+    monkeypatch.setattr(inputs, "_run_child", lambda mode, data: calls.append(mode) or run_child(mode, data))
+    exports = [jax.export.export(jax.jit(lambda x, k=k: x * k + 0.25))(jax.ShapeDtypeStruct((3,), jnp.float32))
+               for k in range(4)]
+    texts = inputs.stablehlo_texts([e.serialize() for e in exports] + [e for e in exports])
+    assert calls == ["batch"]
+    assert texts[:4] == texts[4:] == [inputs.stablehlo_text(e) for e in exports]
+    assert calls == ["batch"]  # all memoized
+    garbage = b"\x00\x01 not a program" * 10
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="not a valid program"):
+        inputs.stablehlo_texts([garbage, exports[0].serialize(), b"ML\xefR" + garbage])
+    assert calls == ["batch", "batch", "bytes"]  # the refused one read again alone
