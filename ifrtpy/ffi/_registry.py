@@ -88,11 +88,31 @@ def _handlers(name: str, target: Any, api_version: int) -> dict[str, Any]:
     else:
         handlers = {"execute": target}
     for stage, capsule in handlers.items():
-        if not _capsule_address(capsule):
+        address = _capsule_address(capsule)
+        if not address:
             raise InvalidArgumentError(
                 f"custom call target {name!r}: the {stage} handler must be a PyCapsule of a "
                 f"function pointer (ifrtpy.ffi.pycapsule), got {type(capsule).__name__}")
+        if not _is_code(address):
+            raise InvalidArgumentError(
+                f"custom call target {name!r}: the {stage} handler's address {address:#x} is "
+                f"not in executable memory (XLA calls a handler when it is registered)")
     return handlers
+
+
+def _is_code(address: int) -> bool:
+    """Whether ``address`` lies in a mapping of this process that can be executed (True
+    where the system does not tell: only Linux's /proc/self/maps is read)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                span, permissions = line.split(None, 2)[:2]
+                low, high = (int(v, 16) for v in span.split("-"))
+                if low <= address < high:
+                    return "x" in permissions
+    except OSError:
+        return True
+    return False
 
 
 def _capsule_address(capsule: Any) -> int:

@@ -150,6 +150,10 @@ def test_registration_errors(handlers):
         ifrt.ffi.register_ffi_target("xla_ffi_python_cpu_callback", other)
     with pytest.raises(InvalidArgumentError, match="null pointer"):
         ifrt.ffi.pycapsule(ctypes.c_void_p(0))
+    data = ctypes.create_string_buffer(64)
+    for address in (12345, ctypes.addressof(data)):
+        with pytest.raises(InvalidArgumentError, match="not in executable memory"):
+            ifrt.ffi.register_ffi_target("ifrtpy_test_bad", ifrt.ffi.pycapsule(address))
     assert "ifrtpy_test_bad" not in ifrt.ffi.registered_targets("cpu")
     assert TARGETS["ScaleAbi"] in ifrt.ffi.registered_targets("cpu")
 
