@@ -14,8 +14,9 @@ Differences from the C API:
   grouped by argument and output (how arrays hold them).
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
 * A program that makes host callbacks (names ``xla_ffi_python_cpu_callback``) runs only
-  with an ``execute_context`` set (the plugin crashes on one executed without) and with
-  completion events asked for: the context is held until they fire.
+  with an ``execute_context`` set (the plugin crashes on one executed without); each
+  execute holds the context until its completion events fire (asked for if the caller
+  did not).
 * ``ExecutableHandle.serialize`` seals the plugin's bytes (``_seal``: the plugin's identity
   and a SHA-256 checksum) and ``deserialize_and_load`` only hands sealed, intact bytes of
   the same plugin to it: a plugin aborts on a corrupted serialized executable.
@@ -25,7 +26,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 cimport cython
 
@@ -301,7 +302,9 @@ cdef class ExecutableHandle:
                     non_donatable_input_indices, DeviceHandle execute_device) except -1:
         """Execute with the GIL released. ``args_flat[d * num_args + k]`` is argument k on
         device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
-        once this returns. ``events`` (one per device) may be NULL: no completion events."""
+        once this returns. ``events`` (one per device) may be NULL: no completion events
+        (with an execute context, events are asked for here, to hold the context until they
+        fire, and destroyed)."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer*** arg_ptrs = NULL
@@ -319,23 +322,31 @@ cdef class ExecutableHandle:
             raise _errors.FailedPreconditionError(
                 f"{self.name!r} makes host callbacks: it runs only with an execute_context "
                 "holding their callables (the plugin crashes on an execute without)")
-        if context is not None and events == NULL:
-            raise _errors.InvalidArgumentError(
-                "an execute with an execute context must ask for completion events")
         # Small calls (the common case) use arrays on the stack; larger ones the heap.
         cdef PJRT_Buffer** small_arg_ptrs[SMALL]
         cdef PJRT_Buffer** small_out_ptrs[SMALL]
         cdef int64_t small_non_donatable[SMALL]
+        cdef PJRT_Event* small_own_events[SMALL]
+        cdef PJRT_Event** own_events = NULL  # events asked for here (see the docstring)
         cdef bint heap = num_devices >= SMALL or n_nd >= SMALL
+        cdef bint own = context is not None and events == NULL
         try:
             if heap:
                 arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
                 out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
                 non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
-                if arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL:
+                if own:
+                    own_events = <PJRT_Event**>calloc(num_devices, sizeof(void*))
+                if (arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL
+                        or (own and own_events == NULL)):
                     raise MemoryError()
             else:
                 arg_ptrs, out_ptrs, non_donatable = small_arg_ptrs, small_out_ptrs, small_non_donatable
+                if own:
+                    own_events = small_own_events
+                    memset(own_events, 0, num_devices * sizeof(void*))
+            if own:
+                events = own_events
             for d in range(num_devices):
                 arg_ptrs[d] = &args_flat[d * num_args]
                 out_ptrs[d] = &out_flat[d * self.num_outputs]
@@ -367,6 +378,10 @@ cdef class ExecutableHandle:
                     keep_alive_until(api, events[d], context)
             return 0
         finally:
+            if own_events != NULL:  # their callbacks stay registered (as for dropped events)
+                destroy_unowned(api, NULL, 0, own_events, num_devices)
+                if heap:
+                    free(own_events)
             if heap:
                 free(arg_ptrs)
                 free(out_ptrs)
