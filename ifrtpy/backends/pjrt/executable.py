@@ -221,14 +221,13 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
-        # Host callbacks: every execute passes their callables (ifrtpy.ffi); ordered
-        # effects: token arguments and results threaded between executes. Both take the
-        # checked path (never the C one, which has neither).
+        # Host callbacks: every execute passes their callables (the handle's execute
+        # context, see ifrtpy.ffi); ordered effects: token arguments and results threaded
+        # between executes, on the checked path only (the C one has no tokens).
         if callbacks is not None:
             handle.execute_context = ffi.execute_context(client._handle, program, callbacks)
         self._effects = (OrderedEffects(client, program)
                          if program.token_parameters or program.token_results else None)
-        self._checked_only = callbacks is not None or self._effects is not None
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -407,7 +406,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             # argument in another memory order than the parameter would be read wrongly.
             # Layouts are checked on every call, so no call takes the unchecked C path.
             self._check_layouts(args)
-        elif self._devices is not None and not self._checked_only:
+        elif self._devices is not None and self._effects is None:
             self._accepted = [(a._dtype, a._shape, a._sharding) for a in args]
 
     def _check_layouts(self, args: Sequence[Array]) -> None:
