@@ -325,7 +325,8 @@ def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -
     _check_host_callbacks(program, platform, callbacks, num_devices)
     from ifrtpy._pjrt import _host_callback
 
-    return _host_callback.install(plugin)
+    with _lock:  # once per plugin, whichever thread compiles first
+        return _host_callback.install(plugin)
 
 
 def _check_host_callbacks(program: HloProgram, platform: str, targets: frozenset[str],
