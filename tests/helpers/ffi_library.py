@@ -4,6 +4,7 @@ against the headers jaxlib ships (``jax.ffi.include_dir()``) and registered with
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import re
@@ -30,7 +31,9 @@ def load() -> ctypes.CDLL:
     compiler = shutil.which("g++")
     if compiler is None:
         pytest.skip("no C++ compiler (g++) to build the test's FFI handlers")
-    library = Path(tempfile.mkdtemp(prefix="ifrtpy-ffi-")) / "libifrtpy_test_ffi.so"
+    folder = tempfile.mkdtemp(prefix="ifrtpy-ffi-")
+    atexit.register(shutil.rmtree, folder, True)  # the loaded library outlives its file
+    library = Path(folder) / "libifrtpy_test_ffi.so"
     subprocess.run([compiler, "-std=c++17", "-O1", "-w", "-shared", "-fPIC",
                     "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(library)],
                    check=True, timeout=300)
