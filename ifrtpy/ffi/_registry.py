@@ -29,7 +29,8 @@ from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
 
 __all__ = [
     "Target", "register_ffi_target", "pycapsule", "registered_targets", "add_listener",
-    "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels", "PLATFORMS",
+    "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels",
+    "check_host_callables", "PLATFORMS",
 ]
 
 #: Platform names as ifrtpy and jax write them -> as XLA's FFI registry names them.
@@ -319,24 +320,21 @@ def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -
             target = _builtin(platform, name)
         if target is not None:
             _register_with(plugin, target)
-    callbacks = targets & HOST_CALLBACK_TARGETS
-    if not callbacks:
+    if not targets & HOST_CALLBACK_TARGETS:
         return None
-    _check_host_callbacks(program, platform, callbacks, num_devices)
+    _check_host_callbacks(program, platform, num_devices)
     from ifrtpy._pjrt import _host_callback
 
     with _lock:  # once per plugin, whichever thread compiles first
         return _host_callback.install(plugin)
 
 
-def _check_host_callbacks(program: HloProgram, platform: str, targets: frozenset[str],
-                          num_devices: int) -> None:
+def check_host_callables(program: HloProgram) -> frozenset[str]:
+    """The host callback targets ``program`` calls, once checked that it carries a
+    callable for each call (a runtime would crash on a call without)."""
+    targets = program.custom_call_targets & HOST_CALLBACK_TARGETS
     carried = len(program.host_callbacks)
-    if platform != "cpu":
-        raise UnimplementedError(
-            f"the program makes host callbacks ({', '.join(sorted(targets))}): ifrtpy runs host "
-            f"callbacks on CPU plugins only, not {platform}")
-    if not carried:
+    if targets and not carried:
         raise FailedPreconditionError(
             f"the program makes host callbacks (custom calls {', '.join(sorted(targets))}) "
             "but carries no Python callables: text and bytes cannot carry them. Make the "
@@ -346,6 +344,15 @@ def _check_host_callbacks(program: HloProgram, platform: str, targets: frozenset
     if missing:
         raise InvalidArgumentError(
             f"the program calls host callback {missing[0]}, but carries {carried} callables")
+    return targets
+
+
+def _check_host_callbacks(program: HloProgram, platform: str, num_devices: int) -> None:
+    targets = check_host_callables(program)
+    if platform != "cpu":
+        raise UnimplementedError(
+            f"the program makes host callbacks ({', '.join(sorted(targets))}): ifrtpy runs host "
+            f"callbacks on CPU plugins only, not {platform}")
     partitioned = sorted(t for t in targets if "partitioned" in t)
     if partitioned and num_devices > 1:
         raise UnimplementedError(

@@ -39,7 +39,6 @@ from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, mlir
-from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 
 _MAGIC = b"IFRTPY-JAX-EXECUTABLE-1\n"
@@ -91,17 +90,7 @@ def _prepare(client: Any, program: HloProgram) -> None:
     them in a process that never did)."""
     if program.custom_call_targets and client.platform_name in ffi.PLATFORMS:
         ffi.jaxlib_kernels(client.platform_name)
-    targets = program.custom_call_targets & HOST_CALLBACK_TARGETS
-    if targets and not program.host_callbacks:
-        raise FailedPreconditionError(
-            f"the program makes host callbacks (custom calls {', '.join(sorted(targets))}) "
-            "but carries no Python callables: text and bytes cannot carry them. Make the "
-            "HloProgram from the jax Lowered stage, or give HloProgram(..., host_callbacks=[...])")
-    missing = sorted(i for i in program.host_callback_indices
-                     if not 0 <= i < len(program.host_callbacks))
-    if missing:
-        raise InvalidArgumentError(f"the program calls host callback {missing[0]}, but carries "
-                                   f"{len(program.host_callbacks)} callables")
+    ffi.check_host_callables(program)
     for what, tokens in (("parameters", program.token_parameters), ("results", program.token_results)):
         if tokens != tuple(range(len(tokens))):
             raise UnimplementedError(
