@@ -30,6 +30,7 @@ __all__ = [
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer", "jax_distributed_state", "lowered_host_callbacks", "ffi_kernels",
+    "load_ffi_kernels",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -263,20 +264,24 @@ def lowered_host_callbacks(lowered: Any) -> tuple[Any, ...]:
 def ffi_kernels(platform: str) -> dict[str, Any]:
     """The typed XLA FFI handlers jaxlib ships for ``platform`` ("cpu", "CUDA", "ROCM"):
     name -> PyCapsule. Modules jaxlib lacks (the GPU ones without the jax CUDA plugin)
-    give none. The CPU kernels call LAPACK through pointers loaded here first (a kernel
-    called before that crashes the process)."""
+    give none. Call :func:`load_ffi_kernels` before running one."""
     kernels: dict[str, Any] = {}
     for name in _FFI_KERNEL_MODULES.get(platform, ()):
         try:
             module = _lookup(name)
         except (ModuleNotFoundError, UnimplementedError):
             continue
-        if name == "lapack":
-            _lookup("lapack_initialize").initialize()
         for target, capsule, api_version in module.registrations().get(platform, ()):
             if api_version == 1:
                 kernels[target] = capsule
     return kernels
+
+
+def load_ffi_kernels(platform: str) -> None:
+    """Make jaxlib's kernels of ``platform`` ready to run: its CPU kernels call LAPACK
+    through pointers loaded here (from SciPy); one run before that crashes the process."""
+    if platform == "cpu":
+        _lookup("lapack_initialize").initialize()
 
 
 # -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.sharding.jax_shardings) ---------------

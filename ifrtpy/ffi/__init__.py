@@ -15,9 +15,10 @@ behind ``jnp.linalg``, sparse) are registered on demand the same way, and host c
 
 from ifrtpy.ffi._registry import (
     PLATFORMS, Target, add_listener, check_host_callables, execute_context, explain_compile_error,
-    jaxlib_kernels, prepare, pycapsule, register_ffi_target, registered_targets,
+    jaxlib_kernels, load_jaxlib_kernels, prepare, pycapsule, register_ffi_target,
+    registered_targets,
 )
 
 __all__ = ["register_ffi_target", "pycapsule", "registered_targets", "Target", "PLATFORMS",
            "add_listener", "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels",
-           "check_host_callables"]
+           "check_host_callables", "load_jaxlib_kernels"]

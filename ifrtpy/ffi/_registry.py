@@ -30,7 +30,7 @@ from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
 __all__ = [
     "Target", "register_ffi_target", "pycapsule", "registered_targets", "add_listener",
     "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels",
-    "check_host_callables", "PLATFORMS",
+    "load_jaxlib_kernels", "check_host_callables", "PLATFORMS",
 ]
 
 #: Platform names as ifrtpy and jax write them -> as XLA's FFI registry names them.
@@ -281,25 +281,42 @@ def _builtin(platform: str, name: str) -> Target | None:
         return Target(name, platform, {"execute": _ffi.noop_handler()}, 1, "ifrtpy")
     kernels = jaxlib_kernels(platform)
     if name in kernels:
+        load_jaxlib_kernels(platform, frozenset({name}))
         return Target(name, platform, {"execute": kernels[name]}, 1, "jaxlib")
     return None
 
 
 _kernels: dict[str, dict[str, Any]] = {}
+_loaded: set[str] = set()
+
+
+def _jaxlib_platform(platform: str) -> str:
+    return "cpu" if platform == "cpu" else platform.upper()
 
 
 def jaxlib_kernels(platform: str) -> dict[str, Any]:
-    """The XLA FFI kernels jaxlib ships for ``platform`` (name -> capsule), made ready to
-    run (the CPU ones call LAPACK through pointers jaxlib loads here: a runtime that runs
-    them without, jax's included, crashes)."""
+    """The XLA FFI kernels jaxlib ships for ``platform`` (name -> capsule)."""
     platform = _platform(platform)
     with _lock:
         if platform not in _kernels:
             try:
-                _kernels[platform] = _jaxlib.ffi_kernels("cpu" if platform == "cpu" else platform.upper())
+                _kernels[platform] = _jaxlib.ffi_kernels(_jaxlib_platform(platform))
             except ModuleNotFoundError:  # no jaxlib: no kernels of its own
                 _kernels[platform] = {}
         return _kernels[platform]
+
+
+def load_jaxlib_kernels(platform: str, targets: frozenset[str]) -> None:
+    """Make jaxlib's kernels of ``platform`` ready to run where ``targets`` name one (the
+    CPU ones call LAPACK through pointers jaxlib loads, from SciPy: a runtime that runs
+    them without, jax's included, crashes)."""
+    platform = _platform(platform)
+    if platform in _loaded or not targets & set(jaxlib_kernels(platform)):
+        return
+    with _lock:
+        if platform not in _loaded:
+            _jaxlib.load_ffi_kernels(_jaxlib_platform(platform))
+            _loaded.add(platform)
 
 
 def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -> int | None:
@@ -309,10 +326,15 @@ def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -
     the user data type id of host callback tables where the program makes host callbacks,
     else None. Targets nobody registered are left to the plugin, which refuses them by name
     (:func:`explain_compile_error`)."""
-    platform = _platform(platform)
+    targets = program.custom_call_targets
+    known = _ALIASES.get(platform.lower())
+    if known is None:  # a platform ifrtpy has no handlers for: the plugin decides
+        if targets & HOST_CALLBACK_TARGETS:
+            raise UnimplementedError(f"ifrtpy runs host callbacks on CPU plugins only, not {platform}")
+        return None
+    platform = known
     with _lock:
         _plugins.setdefault(plugin.path, (plugin, platform))
-    targets = program.custom_call_targets
     for name in sorted(targets - HOST_CALLBACK_TARGETS):
         with _lock:
             target = _targets.get((platform, name))

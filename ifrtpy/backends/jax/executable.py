@@ -89,7 +89,7 @@ def _prepare(client: Any, program: HloProgram) -> None:
     kernels ready (jax does when it lowers linear algebra; its runtime crashes running
     them in a process that never did)."""
     if program.custom_call_targets and client.platform_name in ffi.PLATFORMS:
-        ffi.jaxlib_kernels(client.platform_name)
+        ffi.load_jaxlib_kernels(client.platform_name, program.custom_call_targets)
     ffi.check_host_callables(program)
     for what, tokens in (("parameters", program.token_parameters), ("results", program.token_results)):
         if tokens != tuple(range(len(tokens))):
