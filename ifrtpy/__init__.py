@@ -12,6 +12,7 @@ _log._apply_environment()
 from ifrtpy import distributed as distributed  # noqa: E402
 from ifrtpy import errors as errors  # noqa: E402  (after the log threshold is set)
 from ifrtpy import config as config  # noqa: E402
+from ifrtpy import ffi as ffi  # noqa: E402
 from ifrtpy.array import Array as Array
 from ifrtpy.array import ArrayCopySemantics as ArrayCopySemantics
 from ifrtpy.array import ArraySpec as ArraySpec

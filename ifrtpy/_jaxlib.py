@@ -29,7 +29,8 @@ __all__ = [
     "backends_are_initialized", "runtime_client", "device_list", "compile_options",
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
-    "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis",
+    "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
+    "ffi_kernels", "load_ffi_kernels",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -71,6 +72,22 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "JaxRuntimeError": [((0, 10), "jax.errors:JaxRuntimeError")],
     # jax's distributed runtime state (the coordination client its CPU backend and gloo use).
     "jax_distributed_state": [((0, 10), "jax._src.distributed:global_state")],
+    # The XLA FFI handlers jaxlib ships (registrations() -> {platform: [(name, capsule,
+    # api_version)]}), and the loader of the LAPACK functions its CPU kernels call.
+    "lapack": [((0, 10), "jaxlib.lapack:")],
+    "lapack_initialize": [((0, 10), "jaxlib.lapack:_lapack")],
+    "cpu_sparse": [((0, 10), "jaxlib.cpu_sparse:")],
+    "gpu_solver": [((0, 10), "jaxlib.gpu_solver:")],
+    "gpu_linalg": [((0, 10), "jaxlib.gpu_linalg:")],
+    "gpu_prng": [((0, 10), "jaxlib.gpu_prng:")],
+    "gpu_sparse": [((0, 10), "jaxlib.gpu_sparse:")],
+}
+
+#: The jaxlib modules with XLA FFI kernels, per platform (as their registrations() name it).
+_FFI_KERNEL_MODULES = {
+    "cpu": ("lapack", "cpu_sparse"),
+    "CUDA": ("gpu_solver", "gpu_linalg", "gpu_prng", "gpu_sparse"),
+    "ROCM": ("gpu_solver", "gpu_linalg", "gpu_prng", "gpu_sparse"),
 }
 
 #: array_result_handler's keyword arguments beyond (aval, sharding, committed), newest first:
@@ -247,6 +264,39 @@ def runtime_error_type() -> type[Exception]:
     """The exception jaxlib raises for a failed runtime status (``XlaRuntimeError``)."""
     error: type[Exception] = _lookup("JaxRuntimeError")
     return error
+
+
+def lowered_host_callbacks(lowered: Any) -> tuple[Any, ...]:
+    """The Python callables of a jax ``Lowered`` stage's host callbacks, by the ``index``
+    its custom calls name (what jax hands its compiler)."""
+    lowering = getattr(lowered, "_lowering", None)
+    compile_args = getattr(lowering, "compile_args", None)
+    if not isinstance(compile_args, dict):
+        return ()
+    return tuple(compile_args.get("host_callbacks") or ())
+
+
+def ffi_kernels(platform: str) -> dict[str, Any]:
+    """The typed XLA FFI handlers jaxlib ships for ``platform`` ("cpu", "CUDA", "ROCM"):
+    name -> PyCapsule. Modules jaxlib lacks (the GPU ones without the jax CUDA plugin)
+    give none. Call :func:`load_ffi_kernels` before running one."""
+    kernels: dict[str, Any] = {}
+    for name in _FFI_KERNEL_MODULES.get(platform, ()):
+        try:
+            module = _lookup(name)
+        except (ModuleNotFoundError, UnimplementedError):
+            continue
+        for target, capsule, api_version in module.registrations().get(platform, ()):
+            if api_version == 1:
+                kernels[target] = capsule
+    return kernels
+
+
+def load_ffi_kernels(platform: str) -> None:
+    """Make jaxlib's kernels of ``platform`` ready to run: its CPU kernels call LAPACK
+    through pointers loaded here (from SciPy); one run before that crashes the process."""
+    if platform == "cpu":
+        _lookup("lapack_initialize").initialize()
 
 
 # -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.sharding.jax_shardings) ---------------

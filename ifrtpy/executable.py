@@ -555,13 +555,17 @@ class NamedOutputs:
             found = self._found[key] = self._work_out(key)
         return found
 
+    def specs(self, args: Sequence[Any]) -> tuple[tuple[Any, Any, Sharding], ...]:
+        """The (dtype, shape, sharding) of each output of a call with ``args``."""
+        return tuple((r.dtype, r.shape, sharding)
+                     for r, sharding in zip(self._results, self(args)))
+
     def accept(self, core: Any, args: Sequence[Any]) -> tuple[tuple[Any, Any, Sharding], ...]:
         """For a backend whose C path repeats calls with arguments of the kinds it last
         checked: set ``core._accepted`` to the (dtype, shape, sharding) of each of
         ``args`` and ``core._outputs_spec`` to those of the outputs they give, as a pair
         the C path (reading both at once) never sees half set; returns the latter."""
-        outputs = tuple((r.dtype, r.shape, sharding)
-                        for r, sharding in zip(self._results, self(args)))
+        outputs = self.specs(args)
         accepted = [(a.dtype, a.shape, a.sharding) for a in args]
         with self._lock:
             core._accepted = None

@@ -30,9 +30,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "_execute_result")),
     ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache", "_pjrt",
-                  "distributed")),
+                  "distributed", "ffi")),
     ("backends", ("backends",)),
-    ("above backends", ("ffi", "interop", "device_put", "visualize")),
+    ("above backends", ("interop", "device_put", "visualize")),
     # The public face: the package root, its tools, and the old module paths kept for
     # one release (each only re-exports; nothing inside ifrtpy imports them).
     ("top", ("", "testing", "cli", "__main__", "hlo_sharding", "mesh", "plugin_options",

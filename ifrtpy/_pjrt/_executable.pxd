@@ -1,5 +1,6 @@
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
+from ifrtpy._pjrt._ffi cimport ExecuteContext
 
 
 cdef class ExecutableHandle:
@@ -9,6 +10,8 @@ cdef class ExecutableHandle:
     cdef readonly str name
     cdef readonly Py_ssize_t num_outputs
     cdef readonly tuple addressable_devices
+    cdef readonly bint needs_context
+    cdef ExecuteContext _execute_context
 
     cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
                     PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,

@@ -13,6 +13,10 @@ Differences from the C API:
   EventHandle per device; ``execute_by_argument`` is the same call with the buffers
   grouped by argument and output (how arrays hold them).
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
+* A program that makes host callbacks (names ``xla_ffi_python_cpu_callback``) runs only
+  with an ``execute_context`` set (the plugin crashes on one executed without); each
+  execute holds the context until its completion events fire (asked for if the caller
+  did not).
 * ``ExecutableHandle.serialize`` seals the plugin's bytes (``_seal``: the plugin's identity
   and a SHA-256 checksum) and ``deserialize_and_load`` only hands sealed, intact bytes of
   the same plugin to it: a plugin aborts on a corrupted serialized executable.
@@ -22,18 +26,26 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 cimport cython
 
 from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_launch, unpin_after_launch
-from ifrtpy._pjrt._event cimport EventHandle
+from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
+from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy import errors as _errors
 from ifrtpy._pjrt import _seal
 
 DEF SMALL = 64
+
+#: Custom call targets whose handler reads the execute context (see the module docstring).
+_CONTEXT_TARGETS = (b"xla_ffi_python_cpu_callback", b"xla_ffi_partitioned_python_cpu_callback")
+
+
+cdef bint _needs_context(bytes code):
+    return any(target in code for target in _CONTEXT_TARGETS)
 
 
 def _check_compile_options(bytes options not None):
@@ -77,7 +89,9 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
     with nogil:
         error = api.PJRT_Client_Compile(&args)
     check(api, error)
-    return ExecutableHandle._wrap(client, args.executable)
+    handle = ExecutableHandle._wrap(client, args.executable)
+    handle.needs_context = _needs_context(code)
+    return handle
 
 
 def plugin_identity(ClientHandle client):
@@ -100,7 +114,9 @@ def deserialize_and_load(ClientHandle client not None, serialized):
     with nogil:
         error = api.PJRT_Executable_DeserializeAndLoad(&args)
     check(api, error)
-    return ExecutableHandle._wrap(client, args.loaded_executable)
+    handle = ExecutableHandle._wrap(client, args.loaded_executable)
+    handle.needs_context = _needs_context(payload)
+    return handle
 
 
 cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count):
@@ -243,6 +259,17 @@ cdef class ExecutableHandle:
             with nogil:
                 self.client.api.PJRT_LoadedExecutable_Destroy(&l)
 
+    @property
+    def execute_context(self):
+        """The ExecuteContext every execute passes (None: none)."""
+        return self._execute_context
+
+    @execute_context.setter
+    def execute_context(self, ExecuteContext context):
+        if context is not None and context.client is not self.client:
+            raise _errors.InvalidArgumentError("the execute context belongs to another client")
+        self._execute_context = context
+
     def execute(self, argument_lists, launch_id=0, non_donatable_input_indices=(),
                 execute_device=None, donated_input_indices=()):
         """Run on every addressable device: ``argument_lists[d]`` are device d's
@@ -275,7 +302,9 @@ cdef class ExecutableHandle:
                     non_donatable_input_indices, DeviceHandle execute_device) except -1:
         """Execute with the GIL released. ``args_flat[d * num_args + k]`` is argument k on
         device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
-        once this returns. ``events`` (one per device) may be NULL: no completion events."""
+        once this returns. ``events`` (one per device) may be NULL: no completion events
+        (with an execute context, events are asked for here, to hold the context until they
+        fire, and destroyed)."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer*** arg_ptrs = NULL
@@ -285,23 +314,39 @@ cdef class ExecutableHandle:
         cdef PJRT_LoadedExecutable_Execute_Args args
         cdef PJRT_Error* error
         cdef Py_ssize_t expected = 1 if execute_device is not None else len(self.addressable_devices)
+        cdef ExecuteContext context = self._execute_context
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
                 f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
+        if context is None and self.needs_context:
+            raise _errors.FailedPreconditionError(
+                f"{self.name!r} makes host callbacks: it runs only with an execute_context "
+                "holding their callables (the plugin crashes on an execute without)")
         # Small calls (the common case) use arrays on the stack; larger ones the heap.
         cdef PJRT_Buffer** small_arg_ptrs[SMALL]
         cdef PJRT_Buffer** small_out_ptrs[SMALL]
         cdef int64_t small_non_donatable[SMALL]
+        cdef PJRT_Event* small_own_events[SMALL]
+        cdef PJRT_Event** own_events = NULL  # events asked for here (see the docstring)
         cdef bint heap = num_devices >= SMALL or n_nd >= SMALL
+        cdef bint own = context is not None and events == NULL
         try:
             if heap:
                 arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
                 out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
                 non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
-                if arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL:
+                if own:
+                    own_events = <PJRT_Event**>calloc(num_devices, sizeof(void*))
+                if (arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL
+                        or (own and own_events == NULL)):
                     raise MemoryError()
             else:
                 arg_ptrs, out_ptrs, non_donatable = small_arg_ptrs, small_out_ptrs, small_non_donatable
+                if own:
+                    own_events = small_own_events
+                    memset(own_events, 0, num_devices * sizeof(void*))
+            if own:
+                events = own_events
             for d in range(num_devices):
                 arg_ptrs[d] = &args_flat[d * num_args]
                 out_ptrs[d] = &out_flat[d * self.num_outputs]
@@ -323,11 +368,20 @@ cdef class ExecutableHandle:
             args.device_complete_events = events
             if execute_device is not None:
                 args.execute_device = execute_device.ptr
+            if context is not None:
+                options.context = context.ptr
             with nogil:
                 error = api.PJRT_LoadedExecutable_Execute(&args)
             check(api, error)
+            if context is not None:  # the plugin reads it until the execution completes
+                for d in range(num_devices):
+                    keep_alive_until(api, events[d], context)
             return 0
         finally:
+            if own_events != NULL:  # their callbacks stay registered (as for dropped events)
+                destroy_unowned(api, NULL, 0, own_events, num_devices)
+                if heap:
+                    free(own_events)
             if heap:
                 free(arg_ptrs)
                 free(out_ptrs)

@@ -28,6 +28,10 @@ cdef extern from "pjrt_c_api.h" nogil:
     ctypedef struct PJRT_Executable
     ctypedef struct PJRT_LoadedExecutable
     ctypedef struct PJRT_SerializedExecutable
+    ctypedef struct PJRT_ExecuteContext
+
+    ctypedef enum PJRT_Extension_Type:
+        PJRT_Extension_Type_FFI
 
     ctypedef enum PJRT_Error_Code:
         PJRT_Error_Code_OK
@@ -442,6 +446,7 @@ cdef extern from "pjrt_c_api.h" nogil:
         int launch_id
         const int64_t* non_donatable_input_indices
         size_t num_non_donatable_input_indices
+        PJRT_ExecuteContext* context
     enum: PJRT_ExecuteOptions_STRUCT_SIZE
     ctypedef struct PJRT_LoadedExecutable_Execute_Args:
         size_t struct_size
@@ -626,6 +631,14 @@ cdef extern from "pjrt_c_api.h" nogil:
         PJRT_Buffer* buffer
         PJRT_Memory* memory
     enum: PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE
+    ctypedef struct PJRT_ExecuteContext_Create_Args:
+        size_t struct_size
+        PJRT_ExecuteContext* context
+    enum: PJRT_ExecuteContext_Create_Args_STRUCT_SIZE
+    ctypedef struct PJRT_ExecuteContext_Destroy_Args:
+        size_t struct_size
+        PJRT_ExecuteContext* context
+    enum: PJRT_ExecuteContext_Destroy_Args_STRUCT_SIZE
 
     # --- the function table -------------------------------------------------------------
     ctypedef struct PJRT_Api:
@@ -709,6 +722,8 @@ cdef extern from "pjrt_c_api.h" nogil:
         PJRT_Error* (*PJRT_Buffer_IncreaseExternalReferenceCount)(PJRT_Buffer_IncreaseExternalReferenceCount_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Buffer_DecreaseExternalReferenceCount)(PJRT_Buffer_DecreaseExternalReferenceCount_Args*) noexcept nogil
         PJRT_Error* (*PJRT_Client_CreateViewOfDeviceBuffer)(PJRT_Client_CreateViewOfDeviceBuffer_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_ExecuteContext_Create)(PJRT_ExecuteContext_Create_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_ExecuteContext_Destroy)(PJRT_ExecuteContext_Destroy_Args*) noexcept nogil
 
 
 # The type of the one symbol a plugin exports.

@@ -18,6 +18,7 @@ its caller's file and line as an MLIR location. See docs/builder.md.
 
 from ifrtpy.builder._collectives import CollectiveOpsMixin
 from ifrtpy.builder._core import BuilderCore, OpMetadata, shape_from_pyval, source_metadata
+from ifrtpy.builder._custom_calls import CustomCallsMixin
 from ifrtpy.builder._ops import (
     ConvDimensionNumbers, OpsMixin, ResultAccuracy, conv_dimension_numbers,
 )
@@ -30,7 +31,7 @@ __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
            "shape_from_pyval"]
 
 
-class Builder(CollectiveOpsMixin, RegionOpsMixin, OpsMixin, BuilderCore):
+class Builder(CustomCallsMixin, CollectiveOpsMixin, RegionOpsMixin, OpsMixin, BuilderCore):
     """A program under construction: ``parameter``, ``constant``, the op methods, then
     ``build(*results)``.
 

@@ -172,6 +172,7 @@ class BuilderCore:
         self._metadata = OpMetadata()
         self._manual_devices: Optional[int] = None  # inside shard_map: the device count
         self._last_channel = 0  # the last channel id given to a collective
+        self._host_callbacks: list[Callable] = []  # by index (see host_callback)
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -470,7 +471,7 @@ class BuilderCore:
                 ret.operation.erase()
             if "chlo." in text:
                 text = _legalize_chlo(text)
-        return HloProgram(text)
+        return HloProgram(text, host_callbacks=self._host_callbacks if self._host_callbacks else None)
 
     def text(self, debug_info: bool = False) -> str:
         """The module as built so far (main without its return)."""

@@ -12,6 +12,7 @@ from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
 from ifrtpy.builder._types import as_dims, as_dtype
+from ifrtpy.builder._types import result_types as checked_result_types
 from ifrtpy.builder._value import Value
 
 if TYPE_CHECKING:  # the mixins see the whole builder when type-checked
@@ -669,13 +670,7 @@ class OpsMixin(_Base):
         XLA's typed FFI, a dict of attributes (ints, floats, strings)."""
         op = "custom_call"
         xs = [self._operand(x, op) for x in operands]
-        many = isinstance(result_types, list)
-        pairs = result_types if many else [result_types]
-        try:
-            types = [(Shape(as_dims(s, op, "result shape")), as_dtype(d, op)) for s, d in pairs]
-        except (TypeError, ValueError):
-            raise InvalidArgumentError(f"{op}: result_types must be a (shape, dtype) pair or a "
-                                       f"list of them, got {result_types!r}") from None
+        types, many = checked_result_types(op, result_types)
         if api_version not in (1, 2, 3, 4):
             raise InvalidArgumentError(f"{op}: api_version must be 1, 2, 3 or 4, got {api_version!r}")
         ir = self._ir

@@ -89,3 +89,14 @@ def class_name(dtype: DType) -> str:
 def real_part(dtype: DType) -> DType:
     """f32 for c64, f64 for c128; the dtype itself otherwise."""
     return {K.C64: DType(K.F32), K.C128: DType(K.F64)}.get(dtype.kind, dtype)
+
+
+def result_types(op: str, types: Any) -> tuple[list[tuple[Shape, DType]], bool]:
+    """``(types, many)``: one (shape, dtype) pair (many False) or a list of them."""
+    many = isinstance(types, list)
+    pairs = types if many else [types]
+    try:
+        return [(Shape(as_dims(s, op, "result shape")), as_dtype(d, op)) for s, d in pairs], many
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{op}: result_types must be a (shape, dtype) pair or a "
+                                   f"list of them, got {types!r}") from None

@@ -5,8 +5,16 @@ or HLO text, MLIR bytecode or a portable artifact, a serialized HloModuleProto, 
 MLIR module or XlaComputation, jax Lowered/Compiled/Exported stages, TensorFlow through
 :func:`from_tensorflow`); all become StableHLO text. It parses the module once, with
 jaxlib's MLIR bindings, to read the signature of ``main`` (global parameter and result
-types), the donated parameters (``jax.buffer_donor`` or ``tf.aliasing_output``) and
-whether the module uses the Shardy dialect.
+types), the donated parameters (``jax.buffer_donor`` or ``tf.aliasing_output``), whether
+the module uses the Shardy dialect, and the custom calls it makes.
+
+Host callbacks: a jax ``Lowered`` stage (or the builder) hands its program the Python
+callables of its ``pure_callback``/``io_callback``/``jax.debug.print`` calls
+(:attr:`HloProgram.host_callbacks`, IFRT's host callbacks, called by ``index``); text and
+bytes cannot carry them. Programs with ordered effects take and return
+``!stablehlo.token`` values: they are not among :attr:`~HloProgram.parameters` and
+:attr:`~HloProgram.results` (the arrays a caller passes and gets); the backend threads
+them from one execute to the next (:attr:`~HloProgram.token_parameters`).
 
 Version negotiation: :meth:`HloProgram.serialize_for` produces a portable artifact
 targeted at the consumer's StableHLO version, which an older compiler can read; modules
@@ -24,7 +32,14 @@ from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
-__all__ = ["Program", "HloProgram", "TensorType", "from_tensorflow"]
+__all__ = ["Program", "HloProgram", "TensorType", "from_tensorflow", "HOST_CALLBACK_TARGETS"]
+
+#: The custom call targets jax lowers host callbacks to (attribute ``index``: which of the
+#: program's :attr:`HloProgram.host_callbacks` to call).
+HOST_CALLBACK_TARGETS = frozenset({
+    "xla_ffi_python_cpu_callback", "xla_ffi_partitioned_python_cpu_callback",
+    "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_gpu_callback",
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,14 +68,26 @@ class HloProgram(Program):
     """A StableHLO module (see the module docstring for what it can be made from).
 
     Immutable. ``text`` is the module as StableHLO text; ``parameters`` and ``results``
-    the global types of ``main``; ``donated_inputs`` the parameters the program may
-    donate; ``uses_shardy`` whether it carries Shardy shardings.
+    the global types of ``main``'s arrays; ``donated_inputs`` the parameters the program
+    may donate; ``uses_shardy`` whether it carries Shardy shardings;
+    ``custom_call_targets`` the targets it calls; ``host_callbacks`` the Python callables
+    of its host callbacks: those of a jax ``Lowered`` stage, or ``host_callbacks`` given
+    (a sequence of callables, each taking and returning what jax's wrapped callbacks do).
     """
 
-    def __init__(self, program: Any):
+    def __init__(self, program: Any, host_callbacks: Sequence[Any] | None = None):
+        carried: tuple[Any, ...] = ()
         if isinstance(program, HloProgram):
-            program = program.text
+            program, carried = program.text, program.host_callbacks
+        else:
+            carried = inputs.host_callbacks(program)
+        if host_callbacks is not None:
+            carried = tuple(host_callbacks)
+            for i, fn in enumerate(carried):
+                if not callable(fn):
+                    raise InvalidArgumentError(f"host callback {i} is not callable: {fn!r}")
         module = mlir.parse(inputs.stablehlo_text(program))
+        self._host_callbacks = carried
         with mlir.context():
             self._text = module.operation.get_asm(enable_debug_info=True)
             self._read(module)
@@ -73,22 +100,30 @@ class HloProgram(Program):
                       if "sym_name" in attributes else "main")
         main = None
         self._uses_shardy = _uses_shardy(module.operation)
+        self._targets, self._callback_indices = _custom_calls(module.operation)
         for op in module.body.operations:
             if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
                 main = op
         if main is None:
             raise InvalidArgumentError("the StableHLO module has no function named main")
         function_type = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-        self._parameters = tuple(_tensor_type(t, "parameter", i) for i, t in enumerate(function_type.inputs))
-        self._results = tuple(_tensor_type(t, "result", i) for i, t in enumerate(function_type.results))
+        self._token_parameters = _tokens(function_type.inputs)
+        self._token_results = _tokens(function_type.results)
+        self._parameters = tuple(_tensor_type(t, "parameter", i) for i, t in enumerate(function_type.inputs)
+                                 if i not in self._token_parameters)
+        self._results = tuple(_tensor_type(t, "result", i) for i, t in enumerate(function_type.results)
+                              if i not in self._token_results)
+        arrays = [i for i in range(len(function_type.inputs)) if i not in self._token_parameters]
         donated = set()
         if "arg_attrs" in main.attributes:
             for i, attrs in enumerate(ir.ArrayAttr(main.attributes["arg_attrs"])):
                 attrs = ir.DictAttr(attrs)
+                if i in self._token_parameters:
+                    continue
                 if "tf.aliasing_output" in attrs:
-                    donated.add(i)
+                    donated.add(arrays.index(i))
                 elif "jax.buffer_donor" in attrs and ir.BoolAttr(attrs["jax.buffer_donor"]).value:
-                    donated.add(i)
+                    donated.add(arrays.index(i))
         self._donated = frozenset(donated)
 
     @property
@@ -115,6 +150,33 @@ class HloProgram(Program):
     @property
     def uses_shardy(self) -> bool:
         return self._uses_shardy
+
+    @property
+    def custom_call_targets(self) -> frozenset[str]:
+        """The ``call_target_name`` of every custom call in the module."""
+        return self._targets
+
+    @property
+    def host_callbacks(self) -> tuple[Any, ...]:
+        """The Python callables of the program's host callbacks, by ``index`` (empty where
+        the program came as text or bytes, which cannot carry them)."""
+        return self._host_callbacks
+
+    @property
+    def host_callback_indices(self) -> frozenset[int]:
+        """The ``index`` of each host callback call (:data:`HOST_CALLBACK_TARGETS`)."""
+        return self._callback_indices
+
+    @property
+    def token_parameters(self) -> tuple[int, ...]:
+        """The positions of ``main``'s ``!stablehlo.token`` parameters (ordered effects),
+        which :attr:`parameters` leaves out."""
+        return self._token_parameters
+
+    @property
+    def token_results(self) -> tuple[int, ...]:
+        """The positions of ``main``'s ``!stablehlo.token`` results."""
+        return self._token_results
 
     def serialize_for(self, target_version: Sequence[int] | None) -> tuple[bytes, str]:
         """``(code, how)``: a portable artifact for StableHLO ``target_version`` (capped at
@@ -169,6 +231,49 @@ def _uses_shardy(operation) -> bool:
         return True
     return any(_uses_shardy(op.operation)
                for region in operation.regions for block in region for op in block)
+
+
+def _custom_calls(operation) -> tuple[frozenset[str], frozenset[int]]:
+    """The targets of the custom calls under ``operation``, and the ``index`` attribute of
+    each host callback among them."""
+    from jaxlib.mlir import ir
+
+    targets: set[str] = set()
+    indices: set[int] = set()
+
+    def walk(op) -> None:
+        if op.name in ("stablehlo.custom_call", "mhlo.custom_call"):
+            attributes = op.attributes
+            target = ir.StringAttr(attributes["call_target_name"]).value
+            targets.add(target)
+            if target in HOST_CALLBACK_TARGETS:
+                indices.add(_callback_index(attributes, target))
+        for region in op.regions:
+            for block in region:
+                for inner in block:
+                    walk(inner.operation)
+
+    walk(operation)
+    return frozenset(targets), frozenset(indices)
+
+
+def _callback_index(attributes, target: str) -> int:
+    """The u64 ``index`` of a host callback call (in ``mhlo.backend_config``, or a
+    dictionary ``backend_config``)."""
+    from jaxlib.mlir import ir
+
+    for key in ("mhlo.backend_config", "backend_config"):
+        if key in attributes and isinstance(attributes[key], ir.DictAttr):
+            config = ir.DictAttr(attributes[key])
+            if "index" in config and isinstance(config["index"], ir.IntegerAttr):
+                return ir.IntegerAttr(config["index"]).value
+    raise InvalidArgumentError(f"a custom call to {target} has no integer attribute `index`")
+
+
+def _tokens(types) -> tuple[int, ...]:
+    from jaxlib.mlir.dialects import stablehlo
+
+    return tuple(i for i, t in enumerate(types) if stablehlo.TokenType.isinstance(t))
 
 
 def _tensor_type(mlir_type, what: str, index: int) -> TensorType:

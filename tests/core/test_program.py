@@ -358,7 +358,6 @@ def test_stablehlo_version():
     "  %0 = stablehlo.add %a, %a : tensor<2xf32>\n  return %0 : tensor<2xf32> } }",
     "module { func.func @main(%a: tensor<?xf32>) { return } }",  # dynamic
     "module { func.func @main(%a: tensor<*xf32>) { return } }",  # unranked
-    "module { func.func @main(%a: !stablehlo.token) { return } }",  # token
     "module { func.func @main(%a: tuple<tensor<2xf32>>) { return } }",  # tuple
     "module { func.func @main() -> tensor<?xf32> {\n"
     "  %0 = stablehlo.constant dense<1.0> : tensor<1xf32>\n"

@@ -139,6 +139,64 @@ REPRODUCERS = {
         expect_error(lambda: _pjrt.deserialize_and_load(c._handle, None),
                      "a serialized executable is bytes, got NoneType")
     """),
+    "host_callback_hostile": ("""
+        import jax
+        like = lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype)
+        x0 = np.ones(3, np.float32)
+        x = c.make_array_from_host_buffer(x0, ifrt.SingleDeviceSharding(c.devices()[0]))
+        lowered = jax.jit(lambda v: jax.pure_callback(np.sin, like(v), v)).lower(x0)
+        bad_returns = [
+            (lambda t: (t, t), "returned 2 values for 1 results"),
+            (lambda t: (t[:2],), r"result 0 is float32\\[2\\]"),
+            (lambda t: (t.astype(np.int32),), r"result 0 is int32\\[3\\]"),
+            (lambda t: ("abc",), r"result 0 is <U3"),
+            (lambda t: (object(),), r"result 0 is object"),
+            (lambda t: 5, r"TypeError: 'int' object is not iterable"),
+            (lambda t: None, r"TypeError: 'NoneType' object is not iterable"),
+            (lambda t: (_ for _ in ()).throw(KeyboardInterrupt()), r"raised KeyboardInterrupt"),
+            (lambda t: sys.exit(3), r"raised SystemExit: 3"),
+            (lambda t: (t, t, t)[5], r"raised IndexError"),
+        ]
+        import sys
+        for fn, pattern in bad_returns:
+            exe = c.compile(ifrt.HloProgram(lowered, host_callbacks=[fn]))
+            expect_error(lambda: np.asarray(exe(x)[0]), pattern)
+            expect_error(lambda: exe.execute([x], ifrt.ExecuteOptions(fill_status=True)).status.result(),
+                         pattern)
+        expect_error(lambda: ifrt.HloProgram(lowered, host_callbacks=[3]), "not callable")
+        text = lowered.as_text()
+        expect_error(lambda: c.compile(ifrt.HloProgram(text)), "carries no Python callables")
+        two = text.replace("index = 0 : ui64", "index = 1 : ui64")
+        expect_error(lambda: c.compile(ifrt.HloProgram(two, host_callbacks=[np.sin])),
+                     "calls host callback 1, but carries 1")
+        # the C layer: a callback program's handle never runs without its context
+        exe = c.compile(ifrt.HloProgram(lowered))
+        exe._handle.execute_context = None
+        expect_error(lambda: exe._handle.execute([[x._buffers[0]]]), "execute_context")
+    """),
+    "host_callback_reentrant": ("""
+        import jax, threading
+        like = lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype)
+        d = c.devices()
+        x0 = np.arange(4, dtype=np.float32)
+        inner = c.compile(ifrt.HloProgram(jax.jit(
+            lambda v: jax.pure_callback(lambda t: t + 1, like(v), v)).lower(x0)))
+        holder = {}
+        def outer_host(t):
+            # puts, an execute of another callback program, reads, and the executable's
+            # own deletion, from inside a callback
+            a = c.make_array_from_host_buffer(t, ifrt.SingleDeviceSharding(d[0]))
+            (b,) = inner(a)
+            holder["exe"].delete()
+            return np.asarray(b) * 2
+        outer = c.compile(ifrt.HloProgram(jax.jit(
+            lambda v: jax.pure_callback(outer_host, like(v), v)).lower(x0)))
+        holder["exe"] = outer
+        (out,) = outer(c.make_array_from_host_buffer(x0, ifrt.SingleDeviceSharding(d[0])))
+        np.testing.assert_array_equal(np.asarray(out), (x0 + 1) * 2)
+        expect_error(lambda: outer(c.make_array_from_host_buffer(x0, ifrt.SingleDeviceSharding(d[0]))),
+                     "has been deleted")
+    """),
     "dynamic_shape_repr": ("""
         spec = ifrt.ArraySpec(ifrt.DType.from_numpy(np.float32),
                               ifrt.DynamicShape((4, 2), [True, False]),
@@ -205,6 +263,28 @@ def test_errors_name_the_parameter_and_what_it_got():
 def test_spmd_execute_racing_a_delete_never_strands_its_outputs():
     counts = _counts(_run([WORKER, "race", str(2 if not LONG else 30)], timeout=300))
     assert counts["ok"] > 0
+
+
+def test_exit_with_host_callbacks_running_in_many_threads():
+    code = PRELUDE + textwrap.dedent("""
+        import threading, time, jax
+        f = jax.jit(lambda v: jax.pure_callback(lambda t: (time.sleep(0.01), t * 2)[1],
+                                                jax.ShapeDtypeStruct(v.shape, v.dtype), v))
+        exe = c.compile(ifrt.HloProgram(f.lower(np.ones(4, np.float32))))
+        def loop(k):
+            x = c.make_array_from_host_buffer(np.full(4, k, np.float32),
+                                              ifrt.SingleDeviceSharding(c.devices()[0]))
+            while True:
+                try:
+                    exe(x)
+                except errors.IfrtError:
+                    pass  # refused once the interpreter exits
+        for k in range(6):
+            threading.Thread(target=loop, args=(k,), daemon=True).start()
+        time.sleep(0.3)
+    """)
+    for _ in range(3):
+        _run(["-c", code], timeout=120)
 
 
 def test_exit_with_work_in_flight_and_callbacks_pending():

@@ -6,15 +6,24 @@ jax devices and the ``CompileOptions`` proto the PjRt backend builds; execution 
 shards against the compiled parameter shardings). Outputs get the compiled output
 shardings as ifrtpy HloShardings. Portable executables are not supported (jax runs an
 executable on the devices it was compiled for).
+
+Custom calls: targets registered with :func:`ifrtpy.ffi.register_ffi_target` are
+registered with jax's runtime too (jax's ``jax.ffi.register_ffi_target``), and jax's own
+kernels are its runtime's. Host callbacks run with the program's Python callables, handed
+to jax's compiler as jax hands them; a program that makes host callbacks without carrying
+them is refused (jax's runtime would crash on it). Ordered effects (token parameters, as
+jax lowers them: before the arrays) get a fresh token each execute, which waits for the
+previous execute's tokens: their effects run in the order of the executes.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, NoReturn, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import serialized
-from ifrtpy import _jaxlib, _xla
+from ifrtpy import _jaxlib, _xla, ffi
 from ifrtpy.backends.jax._fastpath import JaxExecutableCore
 from ifrtpy.array_plans import check_of_client
 from ifrtpy.backends.jax.array import JaxArray, jax_device, to_jax_sharding
@@ -30,7 +39,7 @@ from ifrtpy.executable import (
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
-from ifrtpy.program import HloProgram
+from ifrtpy.program import HloProgram, mlir
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 from ifrtpy.user_context import UserContext, current_user_context
 
@@ -55,8 +64,40 @@ def compile_program(client: Any, program: Any, options: CompileOptions | None
     proto = _jaxlib.compile_options(_xla.compile_options_proto(options, program, devices,
                                                              client.platform_name))
     jax_devices = _jaxlib.device_list([jax_device(d) for d in devices])
-    handle = call_jax(client.runtime.compile_and_load, program.text, jax_devices, proto)
+    _prepare(client, program)
+    if program.host_callbacks:  # jaxlib takes them with a module only
+        handle = call_jax(client.runtime.compile_and_load, mlir.parse(program.text), jax_devices,
+                          proto, host_callbacks=list(program.host_callbacks))
+    else:
+        handle = call_jax(client.runtime.compile_and_load, program.text, jax_devices, proto)
     return JaxLoadedExecutable(client, handle, program, devices)
+
+
+def _register_with_jax(target: ffi.Target) -> None:
+    """A target registered with ifrtpy, registered with jax's runtime too."""
+    import jax
+
+    handlers = target.handlers if set(target.handlers) != {"execute"} else target.execute
+    jax.ffi.register_ffi_target(target.name, handlers, platform=target.platform,
+                                api_version=target.api_version)
+
+
+ffi.add_listener(_register_with_jax)
+
+
+def _prepare(client: Any, program: HloProgram) -> None:
+    """Refuse what jax's runtime would crash on or cannot thread (host callbacks without
+    their callables, token parameters or results after arrays), and make jaxlib's
+    kernels ready (jax does when it lowers linear algebra; its runtime crashes running
+    them in a process that never did)."""
+    if program.custom_call_targets and client.platform_name in ffi.PLATFORMS:
+        ffi.load_jaxlib_kernels(client.platform_name, program.custom_call_targets)
+    ffi.check_host_callables(program)
+    for what, tokens in (("parameters", program.token_parameters), ("results", program.token_results)):
+        if tokens != tuple(range(len(tokens))):
+            raise UnimplementedError(
+                f"the jax backend runs programs whose token {what} come first (as jax lowers "
+                f"them); this one has them at {list(tokens)}")
 
 
 def deserialize_executable(client: Any, data: bytes, options: CompileOptions | None
@@ -64,6 +105,7 @@ def deserialize_executable(client: Any, data: bytes, options: CompileOptions | N
     """Load what :meth:`JaxLoadedExecutable.serialize` wrote, with the same jaxlib."""
     text, device_ids, payload = serialized.unpack(_MAGIC, data, "ifrtpy jax executable")
     program = HloProgram(text)
+    _prepare(client, program)
     devices = DeviceList([client.lookup_device(i) for i in device_ids or ()])
     if options is not None and options.devices is not None and options.devices != devices:
         raise InvalidArgumentError(
@@ -109,9 +151,13 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._accepted = None  # the argument kinds the C path repeats, once a call is checked
         kinds = handle.get_output_memory_kinds()
         self._memory_kinds = [str(k) for k in kinds[0]] if kinds else []
-        self._parameter_shardings = self._shardings(handle.get_parameter_shardings(),
+        # Token parameters and results come first (checked at compile): skip them.
+        params_ops, output_ops = handle.get_parameter_shardings(), handle.get_output_shardings()
+        tokens_in, tokens_out = len(program.token_parameters), len(program.token_results)
+        self._memory_kinds = self._memory_kinds[tokens_out:]
+        self._parameter_shardings = self._shardings(params_ops and params_ops[tokens_in:],
                                                     len(self._params), None)
-        self._output_shardings = self._shardings(handle.get_output_shardings(),
+        self._output_shardings = self._shardings(output_ops and output_ops[tokens_out:],
                                                  len(self._results), self._memory_kinds)
         self._outputs_spec = tuple((r.dtype, r.shape, s) for r, s in zip(
             self._results, self._output_shardings))
@@ -121,6 +167,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._handlers = [
             _jaxlib.result_handler(r.dtype.to_numpy(), tuple(r.shape.dims), to_jax_sharding(s))
             for r, s in zip(self._results, self._output_shardings)]
+        self._tokens = _Tokens(self) if program.token_parameters or program.token_results else None
 
     def _shardings(self, ops: Any, count: int, kinds: list[str] | None) -> list[Sharding]:
         devices = self._devices
@@ -248,7 +295,8 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         args = check_argument_count(self.name, args, self._params)
         values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
         checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
-        outputs_spec = self._named_outputs.accept(self, checked)
+        named = self._named_outputs  # a token program never takes the C path: nothing accepted
+        outputs_spec = named.accept(self, checked) if self._tokens is None else named.specs(checked)
         donated = self._donated
         if donated:
             kept = donated & options.non_donatable_input_indices
@@ -258,11 +306,14 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
             for i in donated:
                 checked[i].wait_for_reads()  # reads enqueued before the donation see the data
         try:
-            if options.launch_id:
-                results = execute_sharded(values, launch_id=options.launch_id)
+            if self._tokens is not None:
+                outputs = self._tokens.execute(execute_sharded, values, options.launch_id,
+                                               self._handlers)
+            elif options.launch_id:
+                outputs = execute_sharded(values, launch_id=options.launch_id
+                                          ).consume_with_handlers(self._handlers)
             else:
-                results = execute_sharded(values)
-            outputs = results.consume_with_handlers(self._handlers)
+                outputs = execute_sharded(values).consume_with_handlers(self._handlers)
         except Exception as e:
             self._launch_failed(args, values, e)
         for i in donated:
@@ -297,3 +348,41 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         check_argument_value(self.name, i, arg, param)
         check_argument_placement(self.name, i, arg, param, sharding)
         self._checked[(i, arg.dtype, arg.shape, arg.sharding)] = None
+
+
+_token_lock = threading.Lock()
+#: (client, device ids) -> the token arrays the last execute with ordered effects returned.
+_last_tokens: dict[tuple[int, tuple[int, ...]], list[Any]] = {}
+
+
+class _Tokens:
+    """The token parameters and results of a program with ordered effects on jax's
+    runtime: each execute takes fresh tokens (a bool[0] array on every device, as jax
+    makes them) once the previous execute's token results on the same devices are ready."""
+
+    def __init__(self, executable: JaxLoadedExecutable):
+        devices = executable._devices
+        whole = (SingleDeviceSharding(devices[0]) if len(devices) == 1
+                 else HloSharding(devices, "{replicated}"))
+        self._sharding = to_jax_sharding(whole)
+        self._key = (id(executable._client), tuple(d.id for d in devices))
+        self._count_in = len(executable._program.token_parameters)
+        self._count_out = len(executable._program.token_results)
+
+    def execute(self, execute_sharded: Any, values: list[Any], launch_id: int,
+                handlers: list[Any]) -> Any:
+        import jax
+        import numpy as np
+
+        with _token_lock:
+            previous = _last_tokens.get(self._key, [])
+        for token in previous:
+            token.block_until_ready()
+        tokens = [jax.device_put(np.zeros(0, np.bool_), self._sharding) for _ in range(self._count_in)]
+        kwargs = {"launch_id": launch_id} if launch_id else {}
+        results = execute_sharded(tokens + list(values), **kwargs)
+        if self._count_out:
+            returned = results.disassemble_prefix_into_single_device_arrays(self._count_out)
+            with _token_lock:
+                _last_tokens[self._key] = [a for per_token in returned for a in per_token]
+        return results.consume_with_handlers(handlers)

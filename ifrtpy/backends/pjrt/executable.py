@@ -14,7 +14,7 @@ import weakref
 from typing import Any, Sequence
 
 
-from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
+from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache, ffi
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.array_plans import canonical_kind, check_of_client
@@ -22,6 +22,7 @@ from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.strings import BasicStringArray
+from ifrtpy.backends.pjrt.effects import OrderedEffects
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
@@ -58,13 +59,23 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
                     f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
     devices = options.resolve_devices(client)
     compile_options = _xla.compile_options_proto(options, program, devices, client.platform_name)
+    callbacks = _prepare_custom_calls(client, program, devices)
     target = client.plugin.attributes.get("stablehlo_current_version")
     cache = compilation_cache.cache_for(options.compilation_cache_dir)
     if cache is None:
         handle = _compile(client, program, target, compile_options)
     else:
         handle = _compile_through(cache, client, program, target, compile_options, devices)
-    return PjrtLoadedExecutable(client, handle, program, devices)
+    return PjrtLoadedExecutable(client, handle, program, devices, callbacks)
+
+
+def _prepare_custom_calls(client, program: HloProgram, devices: DeviceList | None):
+    """Register the custom call targets ``program`` names with the plugin; the user data
+    type id of host callbacks where it makes any (see :mod:`ifrtpy.ffi`)."""
+    if not program.custom_call_targets:
+        return None
+    return ffi.prepare(client._handle.plugin, client.platform_name, program,
+                       len(devices) if devices is not None else 1)
 
 
 def _compile_through(cache, client, program: HloProgram, target, compile_options: bytes,
@@ -98,6 +109,9 @@ def _compile(client, program: HloProgram, target, compile_options: bytes):
     try:
         return _pjrt.compile(client._handle, code, compile_options)
     except IfrtError as e:
+        clearer = ffi.explain_compile_error(e)
+        if clearer is not None:
+            raise clearer from None
         if "pars" in str(e).lower():
             producer = ".".join(map(str, stablehlo_version()))
             consumer = ".".join(map(str, target)) if target else "unknown"
@@ -115,8 +129,9 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
         raise InvalidArgumentError(
             f"the executable was compiled for {devices.to_string() if devices else 'no devices (portable)'}; "
             f"it cannot be loaded onto {DeviceList(options.devices).to_string()} (compile it again)")
+    callbacks = _prepare_custom_calls(client, program, devices)
     handle = _pjrt.deserialize_and_load(client._handle, payload)
-    return PjrtLoadedExecutable(client, handle, program, devices)
+    return PjrtLoadedExecutable(client, handle, program, devices, callbacks)
 
 
 class PjrtCompiler(Compiler):
@@ -139,7 +154,7 @@ class PjrtCompiler(Compiler):
             check_type(options, CompileOptions, "options", "a CompileOptions")
         if isinstance(program, HloProgram):
             # An executable records the user context of its compile: one per context.
-            key = (program.text, options, current_user_context())
+            key = (program.text, program.host_callbacks, options, current_user_context())
             with self._memo_lock:
                 ref = self._memo.get(key)
                 executable = ref() if ref is not None else None
@@ -192,7 +207,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     ``ExecutableCore``; the checks are here, in ``_execute_checked``.
     """
 
-    def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None):
+    def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None,
+                 callbacks: int | None = None):
         self._client = client
         self._handle = handle
         self._program = program
@@ -211,6 +227,13 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
         self._named_outputs = NamedOutputs(self._output_shardings or (), self._results)
         self._user_context = current_user_context()
+        # Host callbacks: every execute passes their callables (the handle's execute
+        # context, see ifrtpy.ffi); ordered effects: token arguments and results threaded
+        # between executes, on the checked path only (the C one has no tokens).
+        if callbacks is not None:
+            handle.execute_context = ffi.execute_context(client._handle, program, callbacks)
+        self._effects = (OrderedEffects(client, program)
+                         if program.token_parameters or program.token_results else None)
 
     def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
         devices = self._devices
@@ -220,6 +243,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             single = SingleDeviceSharding(devices[0])
             return ([single] * len(self._program.parameters), [single] * len(self._program.results))
         params, outputs = _hlo_module_shardings(self._handle)
+        if params is not None and outputs is not None:  # without token parameters and results
+            params = [p for i, p in enumerate(params) if i not in self._program.token_parameters]
+            outputs = [o for i, o in enumerate(outputs) if i not in self._program.token_results]
         if params is None or outputs is None:  # not partitioned: every device holds it whole
             def whole(types):
                 return [ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)
@@ -288,6 +314,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             return None
 
     def serialize(self) -> bytes:
+        if self._program.host_callbacks:
+            raise UnimplementedError(
+                f"{self.name!r} makes host callbacks: their Python callables cannot be serialized")
         ids = None if self._devices is None else [d.id for d in self._devices]
         return serialized.pack(_MAGIC, self._program.text, ids, self._handle.serialize())
 
@@ -367,9 +396,21 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._check_donations(args, non_donatable)
         if execute_device is None and out_shardings is not None:
             out_shardings = self._named_outputs(args)
-        outputs, events = self._handle.execute_by_argument(
-            [a._buffers for a in args], options.launch_id, non_donatable,
-            None if execute_device is None else execute_device._handle, self._donated)
+        device_handle = None if execute_device is None else execute_device._handle
+        if self._effects is None:
+            outputs, events = self._handle.execute_by_argument(
+                [a._buffers for a in args], options.launch_id, non_donatable, device_handle,
+                self._donated)
+        else:
+            effects = self._effects
+
+            def launch(arguments):
+                return self._handle.execute_by_argument(
+                    arguments, options.launch_id, effects.main_indices(non_donatable),
+                    device_handle, effects.main_indices(sorted(self._donated)))
+
+            devices = [execute_device] if execute_device is not None else self._addressable
+            outputs, events = effects.run(launch, [a._buffers for a in args], devices)
         for i in self._donated:  # their buffers are the outputs': they read as deleted
             if i not in non_donatable:
                 args[i]._deleted = True
@@ -387,7 +428,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             # argument in another memory order than the parameter would be read wrongly.
             # Layouts are checked on every call, so no call takes the unchecked C path.
             self._check_layouts(args)
-        elif self._devices is not None:
+        elif self._devices is not None and self._effects is None:
             self._named_outputs.accept(self, args)
 
     def _check_layouts(self, args: Sequence[Array]) -> None:

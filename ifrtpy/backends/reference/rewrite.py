@@ -20,6 +20,7 @@ from ifrtpy.backends.reference.interpreter import MLIR_LOCK, Interpretable, elem
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.program import HloProgram, mlir
+from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
 from ifrtpy.sharding import HloSharding, Sharding, SingleDeviceSharding
 
 __all__ = ["prepare"]
@@ -119,8 +120,8 @@ def _check_and_strip(module, name: str) -> int:
                     f"{name}: the reference backend runs programs on global values and does "
                     f"not run manual SPMD regions (custom call {target}, as from shard_map)")
             else:
-                raise UnimplementedError(
-                    f"{name}: the reference backend cannot run custom call {target!r}")
+                raise UnimplementedError(f"{name}: the reference backend cannot run custom call "
+                                         f"{target!r}{_why_not(target)}")
         elif op_name != "sdy.mesh" and (op_name in _NOT_INTERPRETED
                                         or not op_name.startswith(_INTERPRETED_DIALECTS)):
             raise UnimplementedError(
@@ -129,6 +130,16 @@ def _check_and_strip(module, name: str) -> int:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
     return len(ops) - len(strip)
+
+
+def _why_not(target: str) -> str:
+    """What the reference backend's refusal of custom call ``target`` adds for a known kind."""
+    if target in HOST_CALLBACK_TARGETS:
+        return " (a host callback: the PjRt and jax backends run them)"
+    if target.startswith("lapack_"):
+        return (" (a LAPACK kernel of jaxlib, as jnp.linalg and the builder's qr, eigh, svd "
+                "and lu call: the PjRt and jax backends run them)")
+    return " (custom calls run on the PjRt and jax backends, see ifrtpy.ffi)"
 
 
 def _sdy_to_hlo_text(attr, meshes: dict) -> str:
@@ -273,6 +284,10 @@ def prepare(program: HloProgram, devices: DeviceList | None
             ) -> tuple[Interpretable, list[Sharding] | None, list[Sharding] | None, int]:
     """(interpretable, parameter shardings, output shardings, op count)."""
     from jaxlib.mlir import ir
+    if program.token_parameters or program.token_results:
+        raise UnimplementedError(
+            f"{program.name}: the reference backend runs no programs with ordered effects "
+            "(!stablehlo.token parameters or results)")
     with MLIR_LOCK, mlir.context(), ir.Location.unknown():
         module = ir.Module.parse(program.text)
         main = _functions(module)["main"]

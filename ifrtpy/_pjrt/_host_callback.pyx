@@ -1,0 +1,213 @@
+# cython: language_level=3, binding=True, embedsignature=True
+"""ifrtpy's XLA FFI handler of host callbacks: the custom calls jax lowers
+``pure_callback``, ``io_callback`` and ``jax.debug.print`` to on CPU
+(``xla_ffi_python_cpu_callback``, attribute ``index``: a u64), served by the Python
+callables of the running executable (IFRT's LoadedHostCallbacks).
+
+How a call finds its callable: :func:`install` registers the handler and a user data
+type with the plugin; an execute passes an :class:`~ifrtpy._pjrt._ffi.ExecuteContext`
+whose user data of that type is the executable's tuple of callables; the handler calls
+``table[index]`` with the GIL held. Never execute such a program without that context:
+the plugin's lookup of user data in a missing context crashes the process.
+
+The call's contract is jax's: the callable gets one NumPy array per operand (a copy, the
+callable may keep it; None for a token) and returns a sequence with one value per result
+(any value for a token result, which is skipped). Each value must have the result's exact
+dtype and shape. Anything else, or an exception, fails the execution with an error naming
+the callback (the outputs' futures fail); nothing reaches the plugin but that error. Once
+the interpreter is exiting, calls are refused with an error instead of taking the GIL.
+Sub-byte element types (int4, ...) are refused.
+"""
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.string cimport memcpy, memcmp
+
+import numpy as np
+
+from ifrtpy._pjrt.xla_ffi cimport *
+from ifrtpy._pjrt._base cimport PluginHandle, callback_enter, callback_leave
+from ifrtpy._pjrt._ffi cimport answer_metadata, capsule, framework_api, make_error
+from ifrtpy._pjrt import _ffi
+from ifrtpy import errors as _errors
+from ifrtpy.dtypes import DType
+
+cdef extern from *:
+    """
+    static int ifrtpy_load_acquire(const int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static void ifrtpy_store_release(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    """
+    int ifrtpy_load_acquire(const int* p) nogil
+    void ifrtpy_store_release(int* p, int v) nogil
+
+cnp.import_array()
+
+#: The custom call targets of host callbacks on CPU that this handler serves.
+CPU_TARGETS = ("xla_ffi_python_cpu_callback", "xla_ffi_partitioned_python_cpu_callback")
+#: The user data type of an executable's callables, as registered with each plugin.
+TYPE_NAME = "ifrtpy.HostCallbacks"
+
+DEF MAX_PLUGINS = 64
+
+# The type id of TYPE_NAME for each plugin's XLA FFI table: written under the GIL by
+# install() before any program of that plugin can call the handler, read by plugin threads.
+cdef const XLA_FFI_Api* _apis[MAX_PLUGINS]
+cdef int64_t _type_ids[MAX_PLUGINS]
+cdef int _num_bound = 0
+
+#: Per plugin path: the type id, once installed.
+cdef dict _installed = {}
+
+
+cdef int64_t _type_id(const XLA_FFI_Api* api) noexcept nogil:
+    cdef int i, n = ifrtpy_load_acquire(&_num_bound)
+    for i in range(n):
+        if _apis[i] == api:
+            return _type_ids[i]
+    return 0
+
+
+cdef bint _index(XLA_FFI_CallFrame* frame, uint64_t* index) noexcept nogil:
+    cdef int64_t i
+    cdef XLA_FFI_ByteSpan* name
+    cdef XLA_FFI_Scalar* scalar
+    for i in range(frame.attrs.size):
+        name = frame.attrs.names[i]
+        if name.len != 5 or memcmp(name.ptr, b"index", 5) != 0:
+            continue
+        if frame.attrs.types[i] != XLA_FFI_AttrType_SCALAR:
+            return False
+        scalar = <XLA_FFI_Scalar*>frame.attrs.attrs[i]
+        if scalar.dtype != XLA_FFI_DataType_U64 and scalar.dtype != XLA_FFI_DataType_S64:
+            return False
+        index[0] = (<uint64_t*>scalar.value)[0]
+        return True
+    return False
+
+
+cdef XLA_FFI_Error* _handler(XLA_FFI_CallFrame* frame) noexcept nogil:
+    cdef const XLA_FFI_Api* api = frame.api
+    cdef uint64_t index = 0
+    cdef int64_t type_id
+    cdef XLA_FFI_TypeId type_arg
+    cdef XLA_FFI_ExecutionContext_Get_Args get
+    cdef XLA_FFI_Error* error
+    if frame.extension_start != NULL and frame.extension_start.type == XLA_FFI_Extension_Metadata:
+        return answer_metadata(frame)
+    if frame.stage != XLA_FFI_ExecutionStage_EXECUTE:
+        return NULL
+    if not _index(frame, &index):
+        return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                          b"host callback: the custom call has no integer attribute `index`")
+    type_id = _type_id(api)
+    if type_id == 0 or frame.ctx == NULL:
+        return make_error(api, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                          b"host callback: ifrtpy's callback table is not known to this plugin")
+    type_arg.type_id = type_id
+    get.struct_size = XLA_FFI_ExecutionContext_Get_Args_STRUCT_SIZE
+    get.extension_start = NULL
+    get.ctx = frame.ctx
+    get.type_id = &type_arg
+    get.data = NULL
+    error = api.XLA_FFI_ExecutionContext_Get(&get)
+    if error != NULL:
+        return error
+    if get.data == NULL:
+        return make_error(api, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                          b"host callback: the execution carries no callables")
+    if not callback_enter():
+        return make_error(api, XLA_FFI_Error_Code_UNAVAILABLE,
+                          b"host callback refused: the Python interpreter is exiting")
+    error = _dispatch(frame, get.data, index)
+    callback_leave()
+    return error
+
+
+cdef XLA_FFI_Error* _dispatch(XLA_FFI_CallFrame* frame, void* table, uint64_t index) noexcept with gil:
+    cdef bytes message
+    try:
+        _call(frame, <tuple>table, index)
+        return NULL
+    except BaseException as e:  # every error becomes the execution's
+        message = f"host callback {index} raised {type(e).__name__}: {e}".encode("utf-8", "replace")
+    return make_error(frame.api, XLA_FFI_Error_Code_INTERNAL, message)
+
+
+cdef object _numpy_type(int dtype, str what):
+    kind = DType(dtype)
+    if kind.bit_size is not None and kind.bit_size < 8:
+        raise TypeError(f"{what} is {kind}: host callbacks take no sub-byte element types")
+    return kind.to_numpy()
+
+
+cdef object _read(XLA_FFI_Buffer* buffer, Py_ssize_t i):
+    if buffer.dtype == XLA_FFI_DataType_TOKEN:
+        return None
+    dtype = _numpy_type(buffer.dtype, f"operand {i}")
+    shape = tuple([buffer.dims[d] for d in range(buffer.rank)])
+    cdef cnp.ndarray out = np.empty(shape, dtype)
+    if out.nbytes:
+        memcpy(cnp.PyArray_DATA(out), buffer.data, out.nbytes)
+    return out
+
+
+cdef int _write(XLA_FFI_Buffer* buffer, object value, Py_ssize_t i) except -1:
+    if buffer.dtype == XLA_FFI_DataType_TOKEN:
+        return 0
+    dtype = _numpy_type(buffer.dtype, f"result {i}")
+    shape = tuple([buffer.dims[d] for d in range(buffer.rank)])
+    cdef cnp.ndarray array = np.asarray(value, order="C")  # 0-d stays 0-d
+    if array.dtype != dtype or (<object>array).shape != shape:
+        raise TypeError(f"result {i} is {array.dtype}{list((<object>array).shape)}, the "
+                        f"program takes {np.dtype(dtype)}{list(shape)}")
+    if array.nbytes:
+        memcpy(buffer.data, cnp.PyArray_DATA(array), array.nbytes)
+    return 0
+
+
+cdef int _call(XLA_FFI_CallFrame* frame, tuple table, uint64_t index) except -1:
+    cdef Py_ssize_t i
+    if index >= <uint64_t>len(table):
+        raise IndexError(f"the executable carries {len(table)} host callbacks")
+    args = []
+    for i in range(frame.args.size):
+        if frame.args.types[i] != XLA_FFI_ArgType_BUFFER:
+            raise TypeError(f"operand {i} is not a buffer")
+        args.append(_read(<XLA_FFI_Buffer*>frame.args.args[i], i))
+    results = table[index](*args)
+    if results is None and frame.rets.size == 0:
+        return 0
+    results = tuple(results)
+    if len(results) != frame.rets.size:
+        raise ValueError(f"it returned {len(results)} values for {frame.rets.size} results")
+    for i in range(frame.rets.size):
+        if frame.rets.types[i] != XLA_FFI_RetType_BUFFER:
+            raise TypeError(f"result {i} is not a buffer")
+        _write(<XLA_FFI_Buffer*>frame.rets.rets[i], results[i], i)
+    return 0
+
+
+def install(PluginHandle plugin not None):
+    """Register the handler under :data:`CPU_TARGETS` and the callables' user data type
+    with the plugin (once); returns that type's id, for an ExecuteContext."""
+    global _num_bound
+    type_id = _installed.get(plugin.path)
+    if type_id is not None:
+        return type_id
+    cdef const XLA_FFI_Api* api = framework_api(plugin)
+    if api.struct_size < XLA_FFI_Api_USED_SIZE:
+        raise _errors.UnimplementedError(
+            f"the plugin {plugin.path} has an XLA FFI table of {api.struct_size} bytes, "
+            "without the functions host callbacks use")
+    type_id = _ffi.register_type(plugin, TYPE_NAME)
+    if _num_bound == MAX_PLUGINS:
+        raise _errors.ResourceExhaustedError(f"host callbacks are limited to {MAX_PLUGINS} plugins per process")
+    _apis[_num_bound] = api
+    _type_ids[_num_bound] = type_id
+    ifrtpy_store_release(&_num_bound, _num_bound + 1)
+    handler = capsule(<void*>_handler)
+    for target in CPU_TARGETS:
+        _ffi.register_handler(plugin, target, handler, _ffi.HOST_PLATFORM)
+    _installed[plugin.path] = type_id
+    return type_id
+

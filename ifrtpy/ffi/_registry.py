@@ -1,0 +1,409 @@
+"""The custom call targets registered with ifrtpy, and their registration with plugins.
+
+Nothing here needs ifrtpy's C layer but the registration with plugins (the jax backend
+runs without it). A target is recorded once per (platform, name) and registered with a plugin when a program
+compiled by it names the target (or at once, with the plugins that have compiled before).
+jaxlib's own kernels (LAPACK, sparse) are registered the same way, on demand, and ifrtpy's
+handlers of host callbacks and of ``dce_sink`` too. Before a handler reaches a plugin, the
+XLA FFI version it claims is compared with the plugin's: a plugin takes handlers claiming
+its own version or an older one (from 0.1) and silently drops the others, so those are
+refused here, with both versions named. A refusal is remembered per plugin and target,
+and raised again by every compile that needs the target.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import threading
+from typing import Any, Callable
+
+from ifrtpy import _jaxlib
+from ifrtpy.errors import (
+    AlreadyExistsError, FailedPreconditionError, IfrtError, InvalidArgumentError,
+    NotFoundError, UnimplementedError, check_type, invalid_argument,
+)
+from ifrtpy.program import HloProgram
+from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
+
+__all__ = [
+    "Target", "register_ffi_target", "pycapsule", "registered_targets", "add_listener",
+    "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels",
+    "load_jaxlib_kernels", "check_host_callables", "PLATFORMS",
+]
+
+#: Platform names as ifrtpy and jax write them -> as XLA's FFI registry names them.
+PLATFORMS = {"cpu": "Host", "cuda": "CUDA", "rocm": "ROCM"}
+_ALIASES = {"host": "cpu", "cpu": "cpu", "cuda": "cuda", "rocm": "rocm"}
+#: The FFI stages jax accepts in a dict of handlers.
+STAGES = ("instantiate", "prepare", "initialize", "execute")
+#: Targets ifrtpy serves itself.
+_NOOP_TARGETS = frozenset({"dce_sink"})
+_RESERVED = HOST_CALLBACK_TARGETS
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A custom call target: ``handlers`` maps FFI stage names to PyCapsules (typed FFI,
+    ``api_version`` 1) or holds the one legacy handler under "execute" (``api_version``
+    0); ``source`` is "user", "jaxlib" or "ifrtpy"."""
+
+    name: str
+    platform: str
+    handlers: dict[str, Any]
+    api_version: int
+    source: str = "user"
+
+    @property
+    def execute(self) -> Any:
+        return self.handlers["execute"]
+
+
+_lock = threading.RLock()
+_targets: dict[tuple[str, str], Target] = {}
+_listeners: list[Callable[[Target], None]] = []
+_registered: set[tuple[str, str]] = set()  # (plugin path, target) registered
+_refused: dict[tuple[str, str], IfrtError] = {}  # (plugin path, target) -> why not
+_plugins: dict[str, tuple[Any, str]] = {}  # plugin path -> (PluginHandle, platform) seen compiling
+
+
+def _platform(platform: Any) -> str:
+    canonical = _ALIASES.get(str(platform).lower()) if isinstance(platform, str) else None
+    if canonical is None:
+        raise invalid_argument("platform", f"one of {sorted(PLATFORMS)}", platform)
+    return canonical
+
+
+def _handlers(name: str, target: Any, api_version: int) -> dict[str, Any]:
+    if isinstance(target, dict):
+        if api_version != 1:
+            raise InvalidArgumentError(
+                f"custom call target {name!r}: a dict of stages takes api_version=1 (typed FFI)")
+        unknown = sorted(set(target) - set(STAGES))
+        if unknown or "execute" not in target:
+            raise InvalidArgumentError(
+                f"custom call target {name!r}: the dict of handlers needs an 'execute' entry "
+                f"and takes only the stages {list(STAGES)}, got {sorted(target)}")
+        handlers = dict(target)
+    else:
+        handlers = {"execute": target}
+    for stage, capsule in handlers.items():
+        address = _capsule_address(capsule)
+        if not address:
+            raise InvalidArgumentError(
+                f"custom call target {name!r}: the {stage} handler must be a PyCapsule of a "
+                f"function pointer (ifrtpy.ffi.pycapsule), got {type(capsule).__name__}")
+        if not _is_code(address):
+            raise InvalidArgumentError(
+                f"custom call target {name!r}: the {stage} handler's address {address:#x} is "
+                f"not in executable memory (XLA calls a handler when it is registered)")
+    return handlers
+
+
+def _is_code(address: int) -> bool:
+    """Whether ``address`` lies in a mapping of this process that can be executed (True
+    where the system does not tell: only Linux's /proc/self/maps is read)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                span, permissions = line.split(None, 2)[:2]
+                low, high = (int(v, 16) for v in span.split("-"))
+                if low <= address < high:
+                    return "x" in permissions
+    except OSError:
+        return True
+    return False
+
+
+def _capsule_address(capsule: Any) -> int:
+    """The pointer a PyCapsule holds (whatever its name), or 0 for anything else."""
+    if type(capsule).__name__ != "PyCapsule":
+        return 0
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return api.PyCapsule_GetPointer(capsule, api.PyCapsule_GetName(capsule)) or 0
+
+
+#: What each capsule made by pycapsule points into (a ctypes callback must outlive it).
+_kept: dict[int, Any] = {}
+
+
+def pycapsule(funcptr: Any) -> Any:
+    """A PyCapsule of ``funcptr`` (a ctypes function from a shared library, a ctypes
+    callback, a ``ctypes.c_void_p`` or an address), as ``jax.ffi.pycapsule`` makes it: what
+    :func:`register_ffi_target` takes. ``funcptr`` is kept alive for the process."""
+    if isinstance(funcptr, bool):
+        raise invalid_argument("funcptr", "a ctypes function pointer or an address", funcptr)
+    try:
+        address = ctypes.cast(funcptr, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        raise invalid_argument("funcptr", "a ctypes function pointer or an address", funcptr) from None
+    if not address:
+        raise InvalidArgumentError("funcptr is a null pointer")
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    with _lock:
+        _kept.setdefault(address, funcptr)
+    return new(address, None, None)
+
+
+def register_ffi_target(name: str, target: Any, platform: str = "cpu", api_version: int = 1) -> None:
+    """Register custom call target ``name``, jax's ``jax.ffi.register_ffi_target``:
+    ``target`` is a PyCapsule of an XLA FFI handler (:func:`pycapsule`) or a dict of them
+    by stage ("execute" required); ``api_version`` 1 is XLA's typed FFI, 0 the legacy
+    custom call API; ``platform`` "cpu" (or "cuda", "rocm").
+
+    The target is registered with every plugin of ``platform`` that compiles a program
+    naming it (the PjRt backend), and with jax's runtime for ``get_client("jax")``.
+    Raises AlreadyExistsError for another handler under a registered name (plugins keep
+    the first), and the plugin's refusal where a plugin already in use cannot take it
+    (a typed handler built for a newer XLA FFI than the plugin runs, a legacy target, or
+    stages other than "execute"): the target stays registered for the others.
+    """
+    check_type(name, str, "name")
+    if not name:
+        raise InvalidArgumentError("a custom call target needs a name")
+    if name in _RESERVED:
+        raise InvalidArgumentError(f"custom call target {name!r} is served by ifrtpy itself")
+    if isinstance(api_version, bool) or api_version not in (0, 1):
+        raise invalid_argument("api_version", "1 (typed FFI) or 0 (legacy custom call)", api_version)
+    entry = Target(name, _platform(platform), _handlers(name, target, api_version), api_version)
+    with _lock:
+        known = _targets.get((entry.platform, name))
+        if known is not None:
+            if _same(known, entry):
+                return
+            raise AlreadyExistsError(
+                f"custom call target {name!r} is registered for {entry.platform} with another "
+                f"handler; plugins keep the first registration of a name")
+        _targets[(entry.platform, name)] = entry
+        listeners = list(_listeners)
+        plugins = [p for p, platform in _plugins.values() if platform == entry.platform]
+    for listener in listeners:
+        listener(entry)
+    errors = []
+    for plugin in plugins:
+        try:
+            _register_with(plugin, entry)
+        except IfrtError as e:
+            errors.append(e)
+    if errors:
+        raise type(errors[0])("; ".join(dict.fromkeys(str(e) for e in errors)))
+
+
+def _same(a: Target, b: Target) -> bool:
+    return (a.api_version == b.api_version and set(a.handlers) == set(b.handlers)
+            and all(_capsule_address(a.handlers[s]) == _capsule_address(b.handlers[s])
+                    for s in a.handlers))
+
+
+def registered_targets(platform: str = "cpu") -> dict[str, Target]:
+    """The targets registered with ifrtpy for ``platform``, by name (not jaxlib's, which
+    are registered on demand)."""
+    canonical = _platform(platform)
+    with _lock:
+        return {name: t for (p, name), t in _targets.items() if p == canonical}
+
+
+def add_listener(listener: Callable[[Target], None]) -> None:
+    """Call ``listener(target)`` for every target registered so far and from now on (how
+    a backend with its own runtime, jax's, learns them)."""
+    with _lock:
+        _listeners.append(listener)
+        known = list(_targets.values())
+    for target in known:
+        listener(target)
+
+
+# -- registration with a plugin ----------------------------------------------------------------
+
+def _plugin_name(plugin: Any) -> str:
+    major, minor = plugin.api_version
+    return f"the plugin {os.path.basename(plugin.path)} (PJRT {major}.{minor})"
+
+
+def _check_registrable(plugin: Any, target: Target) -> None:
+    from ifrtpy._pjrt import _ffi
+
+    what = ("jaxlib's kernel" if target.source == "jaxlib" else "custom call target")
+    if target.api_version != 1:
+        raise UnimplementedError(
+            f"{what} {target.name!r} is a legacy custom call (api_version=0): PJRT plugins "
+            f"register typed XLA FFI handlers only (api_version=1); get_client('jax') runs "
+            f"legacy targets")
+    if set(target.handlers) != {"execute"}:
+        raise UnimplementedError(
+            f"{what} {target.name!r} has stages {sorted(target.handlers)}: a PJRT plugin's FFI "
+            f"extension registers the execute stage only")
+    framework = _ffi.framework_version(plugin)
+    major, minor, _ = _ffi.handler_metadata(plugin, target.execute)
+    if major == framework[0] and 1 <= minor <= framework[1]:
+        return
+    hint = (" (jnp.linalg and jax.scipy.linalg call these kernels): use a CPU plugin whose "
+            "XLA runs that version or newer, or get_client('jax')" if target.source == "jaxlib"
+            else ": build the handler against XLA FFI headers of that version or older, or "
+                 "use a plugin whose XLA runs the handler's version")
+    raise FailedPreconditionError(
+        f"{what} {target.name!r} is built for XLA FFI {major}.{minor}; {_plugin_name(plugin)} "
+        f"runs XLA FFI {framework[0]}.{framework[1]} and takes handlers built for 0.1 to that "
+        f"version{hint}")
+
+
+def _register_with(plugin: Any, target: Target) -> None:
+    from ifrtpy._pjrt import _ffi
+
+    key = (plugin.path, target.name)
+    with _lock:
+        if key in _registered:
+            return
+        refused = _refused.get(key)
+        if refused is not None:
+            raise type(refused)(str(refused))
+        try:
+            _check_registrable(plugin, target)
+            _ffi.register_handler(plugin, target.name, target.execute, PLATFORMS[target.platform])
+        except IfrtError as e:
+            _refused[key] = e
+            raise
+        _registered.add(key)
+
+
+def _builtin(platform: str, name: str) -> Target | None:
+    """jaxlib's kernel or ifrtpy's own handler for ``name`` on ``platform``, if any."""
+    if name in _NOOP_TARGETS:
+        from ifrtpy._pjrt import _ffi
+
+        return Target(name, platform, {"execute": _ffi.noop_handler()}, 1, "ifrtpy")
+    kernels = jaxlib_kernels(platform)
+    if name in kernels:
+        load_jaxlib_kernels(platform, frozenset({name}))
+        return Target(name, platform, {"execute": kernels[name]}, 1, "jaxlib")
+    return None
+
+
+_kernels: dict[str, dict[str, Any]] = {}
+_loaded: set[str] = set()
+
+
+def _jaxlib_platform(platform: str) -> str:
+    return "cpu" if platform == "cpu" else platform.upper()
+
+
+def jaxlib_kernels(platform: str) -> dict[str, Any]:
+    """The XLA FFI kernels jaxlib ships for ``platform`` (name -> capsule)."""
+    platform = _platform(platform)
+    with _lock:
+        if platform not in _kernels:
+            try:
+                _kernels[platform] = _jaxlib.ffi_kernels(_jaxlib_platform(platform))
+            except ModuleNotFoundError:  # no jaxlib: no kernels of its own
+                _kernels[platform] = {}
+        return _kernels[platform]
+
+
+def load_jaxlib_kernels(platform: str, targets: frozenset[str]) -> None:
+    """Make jaxlib's kernels of ``platform`` ready to run where ``targets`` name one (the
+    CPU ones call LAPACK through pointers jaxlib loads, from SciPy: a runtime that runs
+    them without, jax's included, crashes)."""
+    platform = _platform(platform)
+    if platform in _loaded or not targets & set(jaxlib_kernels(platform)):
+        return
+    with _lock:
+        if platform not in _loaded:
+            _jaxlib.load_ffi_kernels(_jaxlib_platform(platform))
+            _loaded.add(platform)
+
+
+def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -> int | None:
+    """Make ``plugin`` (of a client of ``platform``) ready to compile ``program`` for
+    ``num_devices`` devices: register every target the program names that ifrtpy knows
+    (registered ones, jaxlib's kernels, ifrtpy's own) and check its host callbacks. Returns
+    the user data type id of host callback tables where the program makes host callbacks,
+    else None. Targets nobody registered are left to the plugin, which refuses them by name
+    (:func:`explain_compile_error`)."""
+    targets = program.custom_call_targets
+    known = _ALIASES.get(platform.lower())
+    if known is None:  # a platform ifrtpy has no handlers for: the plugin decides
+        if targets & HOST_CALLBACK_TARGETS:
+            raise UnimplementedError(f"ifrtpy runs host callbacks on CPU plugins only, not {platform}")
+        return None
+    platform = known
+    with _lock:
+        _plugins.setdefault(plugin.path, (plugin, platform))
+    for name in sorted(targets - HOST_CALLBACK_TARGETS):
+        with _lock:
+            target = _targets.get((platform, name))
+        if target is None:
+            target = _builtin(platform, name)
+        if target is not None:
+            _register_with(plugin, target)
+    if not targets & HOST_CALLBACK_TARGETS:
+        return None
+    _check_host_callbacks(program, platform, num_devices)
+    from ifrtpy._pjrt import _host_callback
+
+    with _lock:  # once per plugin, whichever thread compiles first
+        return _host_callback.install(plugin)
+
+
+def check_host_callables(program: HloProgram) -> frozenset[str]:
+    """The host callback targets ``program`` calls, once checked that it carries a
+    callable for each call (a runtime would crash on a call without)."""
+    targets = program.custom_call_targets & HOST_CALLBACK_TARGETS
+    carried = len(program.host_callbacks)
+    if targets and not carried:
+        raise FailedPreconditionError(
+            f"the program makes host callbacks (custom calls {', '.join(sorted(targets))}) "
+            "but carries no Python callables: text and bytes cannot carry them. Make the "
+            "HloProgram from the jax Lowered stage (jax.jit(f).lower(...)), or give "
+            "HloProgram(..., host_callbacks=[...])")
+    missing = sorted(i for i in program.host_callback_indices if not 0 <= i < carried)
+    if missing:
+        raise InvalidArgumentError(
+            f"the program calls host callback {missing[0]}, but carries {carried} callables")
+    return targets
+
+
+def _check_host_callbacks(program: HloProgram, platform: str, num_devices: int) -> None:
+    targets = check_host_callables(program)
+    if platform != "cpu":
+        raise UnimplementedError(
+            f"the program makes host callbacks ({', '.join(sorted(targets))}): ifrtpy runs host "
+            f"callbacks on CPU plugins only, not {platform}")
+    partitioned = sorted(t for t in targets if "partitioned" in t)
+    if partitioned and num_devices > 1:
+        raise UnimplementedError(
+            f"partitioned host callbacks ({partitioned[0]}, from "
+            "jax.debug.callback(partitioned=True)) need a custom partitioner that PJRT plugins "
+            "lack; they run on one device only")
+
+
+def execute_context(client_handle: Any, program: HloProgram, type_id: int) -> Any:
+    """The execute context carrying ``program``'s host callbacks (user data ``type_id``)
+    to ifrtpy's handler, for every execute of its executable on ``client_handle``."""
+    from ifrtpy._pjrt import _ffi
+
+    return _ffi.ExecuteContext(client_handle, {type_id: tuple(program.host_callbacks)})
+
+
+def explain_compile_error(error: IfrtError) -> IfrtError | None:
+    """A clearer error for a plugin's refusal of a custom call target nobody registered
+    (or None where ``error`` is not one)."""
+    text = str(error)
+    marker = "No FFI handler registered for "
+    if marker in text:
+        name = text.split(marker, 1)[1].split(" ", 1)[0]
+        return NotFoundError(
+            f"the program calls custom call target {name!r}, which has no handler: register "
+            f"one with ifrtpy.ffi.register_ffi_target({name!r}, ifrtpy.ffi.pycapsule(...)) "
+            f"(the plugin said: {text})")
+    if "No registered implementation for untyped custom call" in text:
+        return UnimplementedError(
+            f"the program makes a legacy (untyped) custom call, which PJRT plugins cannot "
+            f"register handlers for: use typed XLA FFI (api_version=4) (the plugin said: {text})")
+    return None
