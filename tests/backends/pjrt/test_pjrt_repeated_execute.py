@@ -234,7 +234,7 @@ def test_a_loop_of_donated_steps_runs_ahead_of_the_computation(build):
     taking the previous step's outputs (donated) as they are, so a loop of steps is all
     dispatched before the first one finished. Except on the official build (PJRT 0.81),
     whose destroy of a donated buffer waits for the execute it was given to: there each
-    step waits for the one before (the last one still runs)."""
+    step waits for the one before (the last one may still run, or not)."""
     client = ifrt.get_client(build, device_count=1)
 
     def step(x):
@@ -252,7 +252,7 @@ def test_a_loop_of_donated_steps_runs_ahead_of_the_computation(build):
         futures.append(state[0].ready_future())
     done = [f.done() for f in futures]
     if client.plugin.api_version <= (0, 81):
-        assert done == [True] * 5 + [False]
+        assert done[:5] == [True] * 5
     else:
         assert done == [False] * 6
     expected = x
