@@ -402,6 +402,45 @@ class Array(Value):
         return then_value(join_futures(futures), out)
 
 
+class StoredArray(Array):
+    """For implementations: an Array whose ``client``, ``dtype``, ``shape``, ``sharding``,
+    ``error`` and ``user_context`` are the attributes ``_client``, ``_dtype``, ``_shape``,
+    ``_sharding``, ``_error`` and ``_user_context`` (slots of a subclass, or fields of a C
+    base class), as every backend of ifrtpy keeps them."""
+
+    __slots__ = ()
+    _client: Client
+    _dtype: DType
+    _shape: Shape
+    _sharding: Sharding
+    _error: BaseException | None
+    _user_context: UserContext | None
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    @property
+    def sharding(self) -> Sharding:
+        return self._sharding
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    @property
+    def user_context(self) -> UserContext | None:
+        return self._user_context
+
+
 def _num_elements(dims: tuple[int, ...]) -> int:
     n = 1
     for d in dims:

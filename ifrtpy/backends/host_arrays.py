@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy.array import (
-    Array, ArrayCopySemantics, ArraySpec, HostBufferSemantics, deleted_error, numpy_of_view,
+    ArrayCopySemantics, ArraySpec, HostBufferSemantics, StoredArray, deleted_error, numpy_of_view,
     single_device_piece,
 )
 from ifrtpy.array_plans import (
@@ -45,7 +45,7 @@ REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
 DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 
 
-class HostArray(Array):
+class HostArray(StoredArray):
     """An array whose ``shards[i]`` is the data of the i-th addressable shard of
     ``sharding`` (read-only NumPy arrays; object arrays of ``str``/``bytes`` for DType
     STRING). Made by the operations of this module."""
@@ -68,26 +68,6 @@ class HostArray(Array):
         self._layout = layout  # the one it was made in; else read from the shards' strides
 
     @property
-    def client(self):
-        return self._client
-
-    @property
-    def user_context(self):
-        return self._user_context
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    @property
-    def shape(self) -> Shape:
-        return self._shape
-
-    @property
-    def sharding(self) -> Sharding:
-        return self._sharding
-
-    @property
     def layout(self) -> Layout | None:
         """The memory order of the shards' data as a dense Layout (row-major unless made
         with another one); None for an error array or one with no addressable shard."""
@@ -95,11 +75,6 @@ class HostArray(Array):
             return None
         shard = self._live_shards()[0]
         return self._layout if self._layout is not None else _layout_of(shard)
-
-    @property
-    def error(self) -> BaseException | None:
-        """The error of an error array (its ready future fails with it), else None."""
-        return self._error
 
     @property
     def shards(self) -> tuple:

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, deleted_error
+from ifrtpy.array import Array, ArrayCopySemantics, StoredArray, deleted_error
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, UnimplementedError, UnknownError,
@@ -31,7 +31,7 @@ from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,
     SingleDeviceShardSemantics,
 )
-from ifrtpy.user_context import UserContext, current_user_context
+from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
@@ -44,7 +44,7 @@ DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 _arrays_lock = threading.Lock()
 
 
-class JaxArray(JaxArrayCore, Array):
+class JaxArray(JaxArrayCore, StoredArray):
     """An array of a JaxClient: ``value`` is the ``jax.Array`` holding its data (None for
     an error array). Made by the client's operations.
 
@@ -64,31 +64,6 @@ class JaxArray(JaxArrayCore, Array):
         self._deleted = False
         self._reads = ()
         self._user_context = current_user_context()
-
-    @property
-    def client(self) -> Any:
-        return self._client
-
-    @property
-    def user_context(self) -> UserContext | None:
-        return self._user_context
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    @property
-    def shape(self) -> Shape:
-        return self._shape
-
-    @property
-    def sharding(self) -> Sharding:
-        return self._sharding
-
-    @property
-    def error(self) -> BaseException | None:
-        """The error of an error array (its ready future fails with it), else None."""
-        return self._error
 
     @property
     def jax_value(self) -> Any:

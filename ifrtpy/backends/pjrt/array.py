@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ifrtpy.array import (
-    Array, ArrayCopySemantics, deleted_error, numpy_of_view, single_device_piece,
+    ArrayCopySemantics, StoredArray, deleted_error, numpy_of_view, single_device_piece,
 )
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
@@ -34,7 +34,7 @@ ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
 
 
-class PjrtArray(ArrayCore, Array):
+class PjrtArray(ArrayCore, StoredArray):
     """An array of a PjrtClient. Made by the client's operations, not by users.
 
     Its fields, and ``block_until_ready``, live in the C-level ``ArrayCore`` (for the
@@ -56,36 +56,12 @@ class PjrtArray(ArrayCore, Array):
         self._user_context = current_user_context()
 
     @property
-    def client(self):
-        return self._client
-
-    @property
-    def user_context(self):
-        return self._user_context
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    @property
-    def shape(self) -> Shape:
-        return self._shape
-
-    @property
-    def sharding(self) -> Sharding:
-        return self._sharding
-
-    @property
     def layout(self) -> Layout | None:
         """The device layout the plugin reports for the first shard (PJRT_Buffer_GetMemoryLayout);
         None for an error array or one with no addressable shard."""
         if self._error is not None or not self._buffers:
             return None
         return Layout(*self._live_buffers()[0].memory_layout)
-
-    @property
-    def error(self) -> BaseException | None:
-        return self._error
 
     @property
     def buffers(self) -> tuple:
