@@ -11,7 +11,7 @@ xc = pytest.importorskip("jaxlib.xla_client")
 
 from ifrtpy.device import DeviceList, MemoryKind  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError  # noqa: E402
-from ifrtpy.hlo_sharding import HloSharding  # noqa: E402
+from ifrtpy.sharding import HloSharding  # noqa: E402
 from ifrtpy.shape import BoundedDynamicShapeTag, DynamicShape, IndexDomain, Shape  # noqa: E402
 from ifrtpy.sharding import (  # noqa: E402
     ShardingParam, ShardingParamSharding, SingleDeviceShardSemantics, SingleDeviceSharding,

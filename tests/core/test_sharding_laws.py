@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
+from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.shape import BoundedDynamicShapeTag, DynamicShape, Index, IndexDomain, Shape
 from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, ShardingParam, ShardingParamSharding,
@@ -219,7 +219,7 @@ def hlo_cases(draw):
 @given(hlo_cases())
 def test_hlo_sharding_domains_match_numpy(case):
     xc = pytest.importorskip("jaxlib.xla_client")
-    from ifrtpy.hlo_sharding import HloSharding
+    from ifrtpy.sharding import HloSharding
 
     n, dims, devices, replicate_last, shape = case
     op = xc.OpSharding()

@@ -21,7 +21,7 @@ from ifrtpy.array import ArraySpec
 from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, InvalidArgumentError,
 )
-from ifrtpy.mesh import Mesh, NamedSharding, PartitionSpec
+from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import ConcreteEvenSharding, SingleDeviceSharding
 from ifrtpy.testing import strategies as ist
