@@ -30,6 +30,7 @@ __all__ = [
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
+    "tile_form",
     "ffi_kernels", "load_ffi_kernels",
 ]
 
@@ -300,6 +301,14 @@ def load_ffi_kernels(platform: str) -> None:
 
 
 # -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.sharding.jax_shardings) ---------------
+
+
+def tile_form(hlo_sharding: Any) -> Any:
+    """``hlo_sharding`` (a jaxlib HloSharding) in XLA's tile-assignment form. From 0.12,
+    jaxlib keeps the mesh-based form ("V3", Shardy's) of a sharding read from a compiled
+    module (newer XLA CPU builds write it); ifrtpy's sharding math reads tile assignments."""
+    convert = getattr(hlo_sharding, "v3_to_v2_sharding", None)  # jaxlib >= 0.12
+    return hlo_sharding if convert is None else convert()
 
 
 def gspmd_sharding(jax_devices: Sequence[Any], op_sharding: Any, memory_kind: str | None) -> Any:

@@ -15,7 +15,10 @@ from ifrtpy.executable import CompileOptions, program_layouts
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, TensorType
 
-__all__ = ["compile_options_proto", "layout_shapes", "module_layouts", "layout_of", "proto_field"]
+__all__ = [
+    "compile_options_proto", "layout_shapes", "entry_shapes", "module_layouts", "layout_of",
+    "proto_field",
+]
 
 
 def compile_options_proto(options: CompileOptions, program: HloProgram, devices: DeviceList | None,
@@ -88,13 +91,19 @@ def layout_shapes(values: Sequence[TensorType], layouts: Sequence[Layout | None]
     return shapes
 
 
-def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
-    """The parameter and result layouts of a jaxlib HloModule's entry computation (read
-    through jaxlib's XlaComputation program shape)."""
+def entry_shapes(module: Any) -> tuple[list[Any], list[Any]]:
+    """The parameter and result shapes (jaxlib Shapes) of a jaxlib HloModule's entry
+    computation, read through jaxlib's XlaComputation program shape; after SPMD
+    partitioning, one device's."""
     shape = _jaxlib.xla_client().XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
     result = shape.result_shape()
-    results = result.tuple_shapes() if result.is_tuple() else [result]
-    return [layout_of(s) for s in shape.parameter_shapes()], [layout_of(s) for s in results]
+    return list(shape.parameter_shapes()), list(result.tuple_shapes() if result.is_tuple() else [result])
+
+
+def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
+    """The parameter and result layouts of a jaxlib HloModule's entry computation."""
+    params, results = entry_shapes(module)
+    return [layout_of(s) for s in params], [layout_of(s) for s in results]
 
 
 def layout_of(shape: Any) -> Layout:

@@ -42,12 +42,14 @@ def _xla_client():
 def _as_xla_hlo_sharding(value: Any):
     xc = _xla_client()
     if isinstance(value, xc.HloSharding):
-        return value
-    if isinstance(value, xc.OpSharding):
-        return xc.HloSharding.from_proto(value)
-    if isinstance(value, str):
-        return xc.HloSharding.from_string(value)
-    raise TypeError(f"expected an xla HloSharding, OpSharding or sharding string, got {value!r}")
+        sharding = value
+    elif isinstance(value, xc.OpSharding):
+        sharding = xc.HloSharding.from_proto(value)
+    elif isinstance(value, str):
+        sharding = xc.HloSharding.from_string(value)
+    else:
+        raise TypeError(f"expected an xla HloSharding, OpSharding or sharding string, got {value!r}")
+    return _jaxlib.tile_form(sharding)
 
 
 class HloSharding(Sharding):

@@ -140,7 +140,7 @@ def test_shard_map_psum_runs_on_pjrt_and_jax_and_is_unimplemented_on_reference(c
     lowered = f.lower(jnp.zeros((4, 4), jnp.float32))
     program = ifrt.HloProgram(lowered)
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
-    if too_new_for_the_plugin(lowered.as_text()):
+    if too_new_for_the_plugin(lowered.as_text(), clients["pjrt"]):
         with pytest.raises(ifrt.errors.IfrtError, match=REFUSED_AS_TOO_NEW):
             _run(clients["pjrt"], program, 4, [x])
         names = ("jax",)

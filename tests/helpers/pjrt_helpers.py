@@ -230,12 +230,14 @@ def assert_survives(code: str, *expected_lines: str, timeout: float = 120) -> li
     return lines
 
 
-def too_new_for_the_plugin(program_text: str) -> bool:
-    """Whether jax wrote StableHLO the 0.81 CPU plugin cannot read: jax >= 0.11 lowers a
+def too_new_for_the_plugin(program_text: str, client) -> bool:
+    """Whether jax wrote StableHLO the ``client``'s plugin cannot read: jax >= 0.11 lowers a
     Shardy collective with replica groups named by mesh axes
-    (``#stablehlo.replica_group_mesh_axes``, after StableHLO 1.13). ifrtpy must then refuse
-    the program naming the producer and consumer versions (``REFUSED_AS_TOO_NEW``)."""
-    return "replica_group_mesh_axes" in program_text
+    (``#stablehlo.replica_group_mesh_axes``, after StableHLO 1.13), which a plugin reading
+    StableHLO up to 1.13 (the official 0.81 build) cannot parse. ifrtpy must then refuse the
+    program naming the producer and consumer versions (``REFUSED_AS_TOO_NEW``)."""
+    reads = tuple(client.plugin.attributes.get("stablehlo_current_version") or (0,))
+    return "replica_group_mesh_axes" in program_text and reads < (1, 14)
 
 
 REFUSED_AS_TOO_NEW = r"jaxlib writes StableHLO .*, this plugin reads StableHLO up to"

@@ -19,6 +19,7 @@ import pytest
 import ifrtpy as ifrt
 import ffi_library
 from cpu_plugins import plugin_params, plugin_path
+from pjrt_helpers import REFUSED_AS_TOO_NEW, too_new_for_the_plugin
 from ifrtpy.errors import (
     AlreadyExistsError, FailedPreconditionError, IfrtError, InvalidArgumentError,
     NotFoundError, UnimplementedError,
@@ -93,8 +94,13 @@ def test_ffi_call_spmd_through_shard_map(handlers, plugin, symbol):
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")),
                 in_shardings=sharding)
     x = np.arange(16, dtype=np.float32)
-    exe = client.compile(ifrt.HloProgram(f.lower(x)), ifrt.CompileOptions(
-        devices=ifrt.DeviceList(client.devices()), num_partitions=8))
+    lowered = f.lower(x)
+    options = ifrt.CompileOptions(devices=ifrt.DeviceList(client.devices()), num_partitions=8)
+    if too_new_for_the_plugin(lowered.as_text(), client):
+        with pytest.raises(IfrtError, match=REFUSED_AS_TOO_NEW):
+            client.compile(ifrt.HloProgram(lowered), options)
+        return
+    exe = client.compile(ifrt.HloProgram(lowered), options)
     (out,) = exe(ifrt.device_put(x, exe.parameter_shardings()[0]))
     shards = (3 * x).reshape(8, 2)
     np.testing.assert_array_equal(np.asarray(out), (shards - shards.sum(0)).reshape(-1))

@@ -28,7 +28,8 @@ from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.future import Future
 from ifrtpy.errors import (
-    FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError, check_type,
+    FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError, UnimplementedError,
+    check_type,
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
@@ -188,9 +189,8 @@ def _optimized_module(handle):
     return HloModule.from_serialized_hlo_module_proto(code)
 
 
-def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
-    """OpShardings of the parameters and outputs of the compiled (SPMD) module, or None."""
-    module = _optimized_module(handle)
+def _hlo_module_shardings(module) -> tuple[list | None, list | None]:
+    """OpShardings of the parameters and outputs of the compiled (SPMD) ``module``, or None."""
     if module is None:
         return None, None
     params = module.spmd_parameters_shardings
@@ -198,6 +198,27 @@ def _hlo_module_shardings(handle) -> tuple[list | None, list | None]:
     if output is not None:
         output = list(output.tuple_shardings) if output.type == output.type.TUPLE else [output]
     return (list(params) if params else None), output
+
+
+def _check_shard_shapes(name: str, module, program: HloProgram, params, outputs) -> None:
+    """Each sharding read from the compiled ``module`` gives the per-device shape the module
+    takes or returns. A sharding misread (a form of HloSharding ifrtpy does not know) would
+    size buffers wrongly, which the plugin does not check: refuse the program instead."""
+    shapes = _xla.entry_shapes(module)
+    for what, types, shardings, compiled, tokens in (
+            ("parameter", program.parameters, params, shapes[0], program.token_parameters),
+            ("output", program.results, outputs, shapes[1], program.token_results)):
+        compiled = [s for i, s in enumerate(compiled) if i not in tokens]
+        if len(compiled) != len(types):
+            continue  # another entry signature (tuples): no shape to compare with
+        for i, (t, sharding, shape) in enumerate(zip(types, shardings, compiled)):
+            expected = tuple(sharding.shard_shape(t.shape).dims)
+            if shape.is_array() and shape.is_static() and tuple(shape.dimensions()) != expected:
+                raise InternalError(
+                    f"{what} {i} of {name}: ifrtpy reads its compiled sharding as {sharding}, "
+                    f"shards of shape {list(expected)}, but the compiled program's are "
+                    f"{list(shape.dimensions())}; this jaxlib writes a sharding form ifrtpy "
+                    "does not read (please report it)")
 
 
 class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
@@ -242,7 +263,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         if len(devices) == 1:
             single = SingleDeviceSharding(devices[0])
             return ([single] * len(self._program.parameters), [single] * len(self._program.results))
-        params, outputs = _hlo_module_shardings(self._handle)
+        module = _optimized_module(self._handle)
+        params, outputs = _hlo_module_shardings(module)
         if params is not None and outputs is not None:  # without token parameters and results
             params = [p for i, p in enumerate(params) if i not in self._program.token_parameters]
             outputs = [o for i, o in enumerate(outputs) if i not in self._program.token_results]
@@ -251,7 +273,10 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
                 return [ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)
                         for t in types]
             return whole(self._program.parameters), whole(self._program.results)
-        return ([HloSharding(devices, p) for p in params], [HloSharding(devices, o) for o in outputs])
+        params = [HloSharding(devices, p) for p in params]
+        outputs = [HloSharding(devices, o) for o in outputs]
+        _check_shard_shapes(self.name, module, self._program, params, outputs)
+        return params, outputs
 
     # -- properties -----------------------------------------------------------------------
 

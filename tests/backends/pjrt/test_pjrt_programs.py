@@ -19,11 +19,12 @@ from jax.sharding import Mesh as JaxMesh, NamedSharding as JaxNamedSharding, Par
 import ifrtpy as ifrt
 from ifrtpy.array import ArraySpec
 from ifrtpy.errors import (
-    FailedPreconditionError, IfrtError, InvalidArgumentError,
+    FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError,
 )
-from ifrtpy.sharding import Mesh, NamedSharding, PartitionSpec
 from ifrtpy.program import HloProgram
-from ifrtpy.sharding import ConcreteEvenSharding, SingleDeviceSharding
+from ifrtpy.sharding import (
+    ConcreteEvenSharding, Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding,
+)
 from ifrtpy.testing import strategies as ist
 from pjrt_helpers import REFUSED_AS_TOO_NEW, shardy_lowering, too_new_for_the_plugin
 
@@ -179,7 +180,7 @@ def test_shard_map_psum(client, shardy):
     text = lowered.as_text()
     assert "all_reduce" in text
     options = ifrt.CompileOptions(devices=mesh.device_list, num_partitions=8)
-    if too_new_for_the_plugin(text):
+    if too_new_for_the_plugin(text, client):
         with pytest.raises(ifrt.errors.IfrtError, match=REFUSED_AS_TOO_NEW):
             client.compile(lowered, options)
         return
@@ -575,6 +576,22 @@ def test_sharding_for_more_devices_than_partitions_is_rejected(client):
     with pytest.raises(IfrtError, match="tile_assignment|devices"):
         client.compile(lowered, ifrt.CompileOptions(devices=client.addressable_devices()[:2],
                                                     num_partitions=2))
+
+
+def test_a_misread_compiled_sharding_refuses_the_program(client, monkeypatch):
+    """Were a compiled sharding read wrongly (here: every one read as replicated, as a
+    jaxlib form ifrtpy did not know once was), buffers of the wrong size would reach the
+    plugin, which does not check them: the compile is refused, naming both shapes."""
+    import ifrtpy.sharding.hlo as hlo
+
+    replicated = hlo._xla_client().HloSharding.replicate()
+    monkeypatch.setattr(hlo._jaxlib, "tile_form", lambda sharding: replicated)
+    mesh = _mesh8(client, (8,), ("x",))
+    lowered = jax.jit(lambda x: x * 2, in_shardings=JaxNamedSharding(_jax_mesh(mesh), P("x"))
+                      ).lower(X)
+    with pytest.raises(InternalError, match=r"parameter 0 .*shards of shape \[8\], but the "
+                                            r"compiled program's are \[1\]"):
+        client.compile(lowered, ifrt.CompileOptions(devices=mesh.device_list, num_partitions=8))
 
 
 def test_shardy_sharding_only_on_results_compiles(client):
