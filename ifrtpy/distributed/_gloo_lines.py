@@ -16,28 +16,31 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import subprocess
 import sys
 
 __all__ = ["GlooLines", "start", "stop"]
 
-_HEAD = re.compile(rb"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
-                   rb"Expected number of connected peer ranks is : ")
-_TAIL = re.compile(rb"\d+\n")
-_PREFIX = b"[Gloo] Rank "
+# One connection line is written as these pieces, each a write of its own (C++ ``<<``), with
+# a number after the first, second and fourth and a newline last. Threads of one process
+# write their lines at once, so the pieces of several lines interleave in any order that
+# keeps each line's own order.
+_PIECES = (b"[Gloo] Rank ", b" is connected to ", b" peer ranks. ",
+           b"Expected number of connected peer ranks is : ")
+_START = _PIECES[0]
+_LONGEST_BURST = 1 << 16  # bytes held at most while interleaved lines are being told apart
+_DIGITS = frozenset(b"0123456789")
 
 
 class GlooLines:
-    """A stream filter dropping gloo's connection lines, also where writes of several
-    threads cut them apart (a line's count and newline then come later, after another
-    line: they are dropped where they stand at the start of a line). Everything else is
-    passed on as soon as it cannot be the start of such a line."""
+    """A stream filter dropping gloo's connection lines, also where the writes of several
+    threads interleave their pieces. A run of text from a line's start is held until it
+    is known: every line begun in it is whole (dropped), or something in it cannot belong
+    to such lines (passed on as it came). Everything else is passed on as soon as it cannot
+    be the start of such a line."""
 
     def __init__(self) -> None:
         self._held = b""
-        self._orphans = 0  # lines cut after "is : ": their "N\n" is still to come
-        self._line_start = True
 
     def feed(self, data: bytes) -> bytes:
         """What to write now, of what came so far."""
@@ -45,66 +48,63 @@ class GlooLines:
         out = bytearray()
         i, n = 0, len(buffer)
         while i < n:
-            head = _HEAD.match(buffer, i)
-            if head is not None:
-                i = head.end()
-                tail = _TAIL.match(buffer, i)
-                if tail is not None:
-                    i = tail.end()
-                elif i == n:  # the count may still come: wait
-                    self._held = buffer[head.start():]
+            if buffer[i] == _START[0]:
+                if _START.startswith(buffer[i:i + len(_START)]) and n - i < len(_START):
+                    self._held = buffer[i:]  # maybe the start of a line: wait
                     break
-                else:
-                    self._orphans += 1
-                continue
-            if self._orphans and self._line_start:
-                tail = _TAIL.match(buffer, i)
-                if tail is not None:
-                    i = tail.end()
-                    self._orphans -= 1
-                    continue
-                rest = buffer[i:]
-                if rest.isdigit():  # an orphan count without its newline yet
-                    self._held = rest
-                    break
-            if buffer[i] == _PREFIX[0]:
-                rest = buffer[i:i + len(_PREFIX)]
-                if _PREFIX.startswith(rest) and (len(rest) < len(_PREFIX) or
-                                                 _could_be_head(buffer[i:])):
-                    self._held = buffer[i:]  # maybe the start of a line to drop
-                    break
-            stop = _next_stop(buffer, i + 1)
+                if buffer.startswith(_START, i):
+                    end = _burst_end(buffer, i)
+                    if end is None and n - i <= _LONGEST_BURST:
+                        self._held = buffer[i:]  # lines still being written: wait
+                        break
+                    if end is not None and end > 0:
+                        i = end  # whole lines, dropped
+                        continue
+            stop = buffer.find(_START[:1], i + 1)
+            stop = n if stop < 0 else stop
             out += buffer[i:stop]
-            self._line_start = buffer[stop - 1] == 0x0A
             i = stop
         return bytes(out)
 
     def flush(self) -> bytes:
-        """What is held, at the end of the stream."""
+        """What is held, at the end of the stream (the pieces of lines left unfinished are
+        dropped; anything else is passed on)."""
         held, self._held = self._held, b""
-        return b"" if _HEAD.match(held) else held
+        return b"" if held.startswith(_START) else held
 
 
-def _could_be_head(text: bytes) -> bool:
-    """Whether ``text`` (starting with the prefix) may still become a connection line."""
-    if b"\n" in text:
-        return False
-    pattern = _HEAD.pattern
-    for end in range(len(pattern), 0, -1):  # the longest prefix of the pattern it matches
-        try:
-            if re.fullmatch(pattern[:end], text[:200]):
-                return True
-        except re.error:
+def _burst_end(buffer: bytes, start: int) -> int | None:
+    """Where the interleaved connection lines from ``start`` (a line's first piece) all
+    end; None while they may still end later in the stream; 0 where the text cannot be
+    such lines."""
+    begun = [0] * len(_PIECES)  # how many lines have written each piece
+    ended = 0
+    i, n = start, len(buffer)
+    while i < n:
+        byte = buffer[i]
+        if byte in _DIGITS:
+            i += 1
             continue
-    return False
-
-
-def _next_stop(buffer: bytes, start: int) -> int:
-    """The end of the run of bytes from ``start - 1`` that need no look: up to the next
-    byte that may start a connection line or end a line (included)."""
-    stops = [p for p in (buffer.find(b"[", start), buffer.find(b"\n", start) + 1)
-             if p > 0]
-    return min(stops) if stops else len(buffer)
+        if byte == 0x0A:
+            if ended == begun[-1]:  # no line waits for its newline
+                return 0
+            ended += 1
+            i += 1
+            if ended == begun[0]:
+                return i
+            continue
+        for k, piece in enumerate(_PIECES):
+            if buffer.startswith(piece, i):
+                if k and begun[k] == begun[k - 1]:  # no line waits for this piece
+                    return 0
+                begun[k] += 1
+                i += len(piece)
+                break
+            if piece.startswith(buffer[i:i + len(piece)]) and n - i < len(piece):
+                return None  # a piece cut by the end of what came: wait
+        else:
+            return 0
+    return None
 
 
 # -- the pipe in place of stdout --------------------------------------------------------------

@@ -29,6 +29,36 @@ def test_whole_and_cut_lines_are_dropped():
     assert run([text]) == b"start\nOK\n"
 
 
+def pieces(rank, n=7):
+    """One connection line as gloo writes it: a write per piece."""
+    return [b"[Gloo] Rank ", str(rank).encode(), b" is connected to ", str(n).encode(),
+            b" peer ranks. ", b"Expected number of connected peer ranks is : ",
+            str(n).encode(), b"\n"]
+
+
+def test_lines_whose_pieces_interleave_are_dropped():
+    # a line's first piece, then another thread's whole line, then the first line's rest
+    # (seen in a 2 x 4-device job)
+    first = pieces(4)
+    text = b"start\n" + first[0] + line(5) + b"".join(first[1:]) + b"OK\n"
+    assert run([text]) == b"start\nOK\n"
+
+
+@given(st.lists(st.integers(0, 63), min_size=1, max_size=8), st.data())
+def test_any_interleaving_of_the_threads_lines_is_dropped_however_it_is_cut(ranks, data):
+    """Each thread writes its line piece by piece; the pieces of all lines interleave in
+    any order that keeps each line's own; the filter reads it in chunks cut anywhere."""
+    queues = [pieces(rank) for rank in ranks]
+    written = []
+    while any(queues):
+        queue = data.draw(st.sampled_from([q for q in queues if q]))
+        written.append(queue.pop(0))
+    text = b"before\n" + b"".join(written) + b"after\n"
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+    chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    assert run(chunks) == b"before\nafter\n"
+
+
 @given(st.lists(st.sampled_from([b"hello\n", b"[not gloo]\n", b"42\n", b"x", b"[Gloo", b"\n",
                                  b"[Gloo] Rank 3 is fine\n"]), max_size=12),
        st.lists(st.integers(0, 7), max_size=4), st.data())
