@@ -18,7 +18,7 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
 from ifrtpy.plugins.builds import build_at
 from ifrtpy.sharding import SingleDeviceShardSemantics
@@ -250,7 +250,8 @@ class PjrtClient(Client):
         return list(self._addressable)
 
     def lookup_device(self, device_id: int) -> PjrtDevice:
-        device = self._device_of_handle.get(device_id)  # a plugin may have thousands
+        # a dict lookup (a plugin may have thousands), of a checked int: 1.0 or True is no id
+        device = self._device_of_handle.get(check_int(device_id, "device_id"))
         return device if device is not None else super().lookup_device(device_id)
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int):

@@ -100,6 +100,14 @@ def test_lookup_of_unknown_device_raises_not_found(client):
         client.lookup_device(missing)
 
 
+@pytest.mark.parametrize("device_id", [True, 1.0, "1"], ids=["bool", "float", "str"])
+def test_lookup_of_a_non_int_device_id_raises_invalid_argument(client, device_id):
+    """Only ints are device ids: a bool, a float or a string equal to one is refused, not
+    taken for the device with that id."""
+    with pytest.raises(InvalidArgumentError, match="device_id"):
+        client.lookup_device(device_id)
+
+
 def test_memories_of_addressable_devices(client):
     memory_ids = {}
     for device in client.addressable_devices():
