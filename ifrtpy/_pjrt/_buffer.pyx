@@ -19,15 +19,11 @@ import weakref
 import numpy as np
 cimport numpy as cnp
 
-from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uintptr_t
-from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport (
-    PluginHandle, callback_enter, callback_leave, check, drop_error, has_function, require,
-    error_to_exception)
+from ifrtpy._pjrt._base cimport check, drop_error, has_function, require, error_to_exception
 from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy import errors as _errors

@@ -37,11 +37,12 @@ from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy import errors as _errors
 from ifrtpy._pjrt import _seal
+from ifrtpy._pjrt import _host_callback
 
 DEF SMALL = 64
 
 #: Custom call targets whose handler reads the execute context (see the module docstring).
-_CONTEXT_TARGETS = (b"xla_ffi_python_cpu_callback", b"xla_ffi_partitioned_python_cpu_callback")
+_CONTEXT_TARGETS = tuple(target.encode() for target in _host_callback.CPU_TARGETS)
 
 
 cdef bint _needs_context(bytes code):

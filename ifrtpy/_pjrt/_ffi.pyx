@@ -54,18 +54,13 @@ cdef XLA_FFI_Error* answer_metadata(XLA_FFI_CallFrame* frame) noexcept nogil:
         return NULL
     metadata.api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE
     metadata.api_version.extension_start = NULL
+    metadata.api_version.major_version = 0
     if _has_version(frame.api) and frame.api.api_version.major_version == 0:
-        metadata.api_version.major_version = 0
         metadata.api_version.minor_version = frame.api.api_version.minor_version
     else:
-        metadata.api_version.major_version = 0
         metadata.api_version.minor_version = 1
     metadata.traits = 0
     return NULL
-
-
-cdef inline bint _is_metadata_call(XLA_FFI_CallFrame* frame) noexcept nogil:
-    return frame.extension_start != NULL and frame.extension_start.type == XLA_FFI_Extension_Metadata
 
 
 cdef XLA_FFI_Error* make_error(const XLA_FFI_Api* api, int code, const char* message) noexcept nogil:
@@ -87,14 +82,14 @@ cdef const XLA_FFI_Api* _seen_api = NULL
 
 cdef XLA_FFI_Error* _probe(XLA_FFI_CallFrame* frame) noexcept nogil:
     global _seen_api
-    if _is_metadata_call(frame):
+    if is_metadata_call(frame):
         _seen_api = frame.api
         return answer_metadata(frame)
     return NULL
 
 
 cdef XLA_FFI_Error* _noop(XLA_FFI_CallFrame* frame) noexcept nogil:
-    if _is_metadata_call(frame):
+    if is_metadata_call(frame):
         return answer_metadata(frame)
     return NULL
 
@@ -105,8 +100,7 @@ cdef dict _frameworks = {}
 
 cdef const XLA_FFI_Api* framework_api(PluginHandle plugin) except NULL:
     """The plugin's XLA FFI function table (learnt by the probe)."""
-    _framework(plugin)
-    return <const XLA_FFI_Api*><uintptr_t>_frameworks[plugin.path][3]
+    return <const XLA_FFI_Api*><uintptr_t>_framework(plugin)[3]
 
 
 cdef tuple _framework(PluginHandle plugin):

@@ -27,7 +27,8 @@ import numpy as np
 
 from ifrtpy._pjrt.xla_ffi cimport *
 from ifrtpy._pjrt._base cimport PluginHandle, callback_enter, callback_leave
-from ifrtpy._pjrt._ffi cimport answer_metadata, capsule, framework_api, make_error
+from ifrtpy._pjrt._ffi cimport (
+    answer_metadata, capsule, framework_api, is_metadata_call, make_error)
 from ifrtpy._pjrt import _ffi
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import DType
@@ -92,7 +93,7 @@ cdef XLA_FFI_Error* _handler(XLA_FFI_CallFrame* frame) noexcept nogil:
     cdef XLA_FFI_TypeId type_arg
     cdef XLA_FFI_ExecutionContext_Get_Args get
     cdef XLA_FFI_Error* error
-    if frame.extension_start != NULL and frame.extension_start.type == XLA_FFI_Extension_Metadata:
+    if is_metadata_call(frame):
         return answer_metadata(frame)
     if frame.stage != XLA_FFI_ExecutionStage_EXECUTE:
         return NULL

@@ -230,7 +230,7 @@ cdef class ExecutableCore:
         cdef frozenset donated = self._donated
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL or num_args >= SMALL
-        cdef bint launched = False
+        cdef bint launched = False, donate
         cdef list donated_args = None  # the arrays whose buffers the launch takes
         try:
             if heap:
@@ -260,13 +260,14 @@ cdef class ExecutableCore:
                 Py_XINCREF(<PyObject*>buffers)
                 held[k] = <PyObject*>buffers
                 num_held = k + 1
-                if donates and _donates(k, donated, non_donatable):
+                donate = donates and _donates(k, donated, non_donatable)
+                if donate:
                     if donated_args is None:
                         donated_args = []
                     donated_args.append(array)
                 for d in range(num_devices):
                     buffer = <BufferHandle?>buffers[d]
-                    pin_for_launch(buffer, donates and _donates(k, donated, non_donatable), k)
+                    pin_for_launch(buffer, donate, k)
                     num_pinned += 1
                     args_flat[d * num_args + k] = buffer.ptr
             memset(out_flat, 0, num_buffers * sizeof(void*))
