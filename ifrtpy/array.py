@@ -108,6 +108,14 @@ def deleted_error(array: Any) -> FailedPreconditionError:
         f"Array has been deleted or donated: {array.debug_string()}. {GONE}")
 
 
+def array_sequence(value: Any, parameter: str) -> list[Any]:
+    """``value`` (any sequence, not one array, string or NumPy array) as a list;
+    InvalidArgumentError naming ``parameter`` otherwise. Its items are not checked."""
+    if isinstance(value, (str, bytes, np.ndarray, Array)) or not hasattr(value, "__iter__"):
+        raise invalid_argument(parameter, "a sequence of Arrays", value)
+    return list(value)
+
+
 def _dims(shape: Any) -> tuple[int, ...]:
     """The dimensions of a Shape (or of any sequence of ints) as a tuple."""
     dims = getattr(shape, "dims", shape)

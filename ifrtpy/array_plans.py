@@ -15,9 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-import numpy as np
-
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, deleted_error
+from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, array_sequence, deleted_error
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
@@ -31,7 +29,7 @@ from ifrtpy.sharding.jax_shardings import is_jax_array
 __all__ = [
     "AssemblePlan", "CopyPlan", "ReshardPlan", "plan_assemble", "plan_copy", "plan_reshard",
     "plan_error_arrays", "arrays_of", "check_of_client", "check_placement", "check_live",
-    "addressable_domains", "canonical_kind",
+    "addressable_domains", "canonical_kind", "dlpack_devices",
 ]
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
@@ -66,9 +64,7 @@ def check_of_client(client: Any, array: Any, what: str, array_type: Any = Array)
 
 def arrays_of(client: Any, arrays: Any, parameter: str, array_type: Any = Array) -> list[Any]:
     """``arrays`` (any sequence, not one array) as a list, each an array of ``client``."""
-    if isinstance(arrays, (str, bytes, np.ndarray, Array)) or not hasattr(arrays, "__iter__"):
-        raise invalid_argument(parameter, "a sequence of Arrays", arrays)
-    checked = list(arrays)
+    checked = array_sequence(arrays, parameter)
     for i, array in enumerate(checked):
         check_of_client(client, array, f"{parameter}[{i}]", array_type)
     return checked
@@ -120,6 +116,17 @@ def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:
 def canonical_kind(sharding: Sharding) -> MemoryKind:
     """The memory kind of ``sharding``, the default named (as IFRT compares kinds)."""
     return sharding.memory_kind.canonicalize(sharding.devices[0])
+
+
+def dlpack_devices(sharding: Sharding, tensors: Sequence[Any]) -> list[Any]:
+    """The addressable devices of ``sharding``, one for each of ``tensors`` (an
+    ``assemble_array_from_dlpack`` call); InvalidArgumentError when the counts differ."""
+    devices = list(sharding.devices.addressable_device_list())
+    if len(tensors) != len(devices):
+        raise InvalidArgumentError(
+            f"assemble_array_from_dlpack needs one tensor per addressable device of the "
+            f"sharding: {len(devices)} devices, got {len(tensors)} tensors")
+    return devices
 
 
 def _shape(shape: Any) -> Shape:
@@ -218,15 +225,17 @@ def plan_copy(client: Any, arrays: Any, devices: Any, memory_kind: Any, semantic
     if not arrays:
         return CopyPlan([], [], semantics)
     first = arrays[0].sharding
+    first_kind = canonical_kind(first)
     for i, array in enumerate(arrays):
         if array.sharding.devices != first.devices:
             raise InvalidArgumentError(
                 f"copy_arrays needs every input on the same devices: array {i} is on "
                 f"{array.sharding.devices.to_string()}, array 0 on {first.devices.to_string()}")
-        if canonical_kind(array.sharding) != canonical_kind(first):
+        kind = canonical_kind(array.sharding)
+        if kind != first_kind:
             raise InvalidArgumentError(
                 f"copy_arrays needs every input in the same memory kind: array {i} is in "
-                f"{canonical_kind(array.sharding)}, array 0 in {canonical_kind(first)}")
+                f"{kind}, array 0 in {first_kind}")
         check_live(array)
     if devices is not None and not isinstance(devices, DeviceList):
         devices = DeviceList(devices)

@@ -22,6 +22,7 @@ from ifrtpy.array import (
     Value,
     _dims,
 )
+from ifrtpy.array_plans import dlpack_devices
 from ifrtpy.dtypes import DType, host_form, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
@@ -371,12 +372,7 @@ class Client(abc.ABC):
         onto its shard's device and assembles them; backends that can alias the tensors'
         memory in one step override it (the PjRt backend on host platforms does).
         """
-        devices = sharding.devices.addressable_device_list()
-        if len(tensors) != len(devices):
-            raise InvalidArgumentError(
-                f"assemble_array_from_dlpack needs one tensor per addressable device of the "
-                f"sharding: {len(devices)} devices, got {len(tensors)} tensors")
-        pieces = [self.from_dlpack(t, d) for t, d in zip(tensors, devices)]
+        pieces = [self.from_dlpack(t, d) for t, d in zip(tensors, dlpack_devices(sharding, tensors))]
         if dtype is not None and not isinstance(dtype, DType):
             dtype = DType.from_numpy(dtype)
         return self.assemble_array_from_single_device_arrays(

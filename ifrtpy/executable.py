@@ -13,10 +13,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import numpy as np
-
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
-from ifrtpy.array import GONE, Array
+from ifrtpy.array import GONE, Array, array_sequence
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
@@ -465,9 +463,7 @@ def check_execute_devices(executable: LoadedExecutable, devices: Any) -> Device 
 def check_argument_count(name: str, args: Any, parameters: Sequence[Any]) -> list[Any]:
     """``args`` (a sequence, not one array) as a list of as many arguments as the program
     of executable ``name`` has ``parameters``; InvalidArgumentError otherwise."""
-    if isinstance(args, (str, bytes, np.ndarray, Array)) or not hasattr(args, "__iter__"):
-        raise invalid_argument("args", "a sequence of Arrays", args)
-    checked = list(args)
+    checked = array_sequence(args, "args")
     if len(checked) != len(parameters):
         raise InvalidArgumentError(f"{name} takes {len(parameters)} arguments, got {len(checked)}")
     return checked

@@ -20,8 +20,12 @@ HOST_MEMORY_KINDS = frozenset({"pinned_host", "unpinned_host"})
 _ACCELERATOR_TYPES = {"cuda": (KDLCUDA, KDLCUDAHOST), "rocm": (KDLROCM, KDLROCMHOST)}
 # The CPU plugin aliases host memory at a 64-byte boundary only (it refuses other memory);
 # XLA's GPU code assumes parameters aligned to 16 bytes.
-ALIGNMENT = {"cpu": 64}
-DEFAULT_ALIGNMENT = 16
+_ALIGNMENT = {"cpu": 64}
+
+
+def alignment(client: Any) -> int:
+    """The byte boundary at which ``client``'s plugin aliases host memory."""
+    return _ALIGNMENT.get(client.platform_name, 16)
 
 def dlpack_device(client: Any, buffer: Any) -> tuple[int, int]:
     """``(DLDeviceType, device id)`` of ``buffer``: kDLCPU 0 for host memory, the
@@ -67,8 +71,8 @@ def export_dlpack(buffer: Any, array: Any, stream: Any, max_version: Any, dl_dev
 
 # -- where a foreign tensor is, and how to take it ---------------------------------------
 
-def host_types() -> tuple[int, ...]:
-    return (KDLCPU, KDLCUDAHOST, KDLROCMHOST, KDLCUDAMANAGED)
+#: DLPack device types whose memory the host reads directly.
+HOST_TYPES = (KDLCPU, KDLCUDAHOST, KDLROCMHOST, KDLCUDAMANAGED)
 
 
 def source_device(x: Any) -> tuple[int, int]:
@@ -89,7 +93,7 @@ def target_device(client: Any, source: tuple[int, int], device: Any) -> Any:
             raise InvalidArgumentError(f"device {device!r} is not a device of this client")
         return device
     devices = client.addressable_devices()
-    if source[0] not in host_types():
+    if source[0] not in HOST_TYPES:
         for d in devices:
             if same_device(client, source, d):
                 return d
@@ -109,7 +113,7 @@ def stream_for(client: Any, target: Any, source: tuple[int, int]) -> int | None:
     ``target`` (its stream extension), which the view's ready event then follows. The
     plugin can only map its own streams, so without that extension nothing orders the
     producer's work before the view: refused."""
-    if source[0] in host_types():
+    if source[0] in HOST_TYPES:
         return None
     stream = _dlpack.external_ready_stream(client._handle, target._handle)
     if not stream:

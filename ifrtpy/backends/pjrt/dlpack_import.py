@@ -11,11 +11,11 @@ from ifrtpy import _pjrt
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.dlpack import (
-    ALIGNMENT, DEFAULT_ALIGNMENT, capsule_of, host_types, same_device, source_device, stream_for,
+    HOST_TYPES, alignment, capsule_of, same_device, source_device, stream_for,
     target_device,
 )
-from ifrtpy.backends.pjrt.put import _dtype_of
-from ifrtpy.array_plans import check_placement
+from ifrtpy.backends.pjrt.put import _device_memories, _dtype_of
+from ifrtpy.array_plans import dlpack_devices
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
@@ -32,7 +32,7 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
     source = source_device(x)
     target = target_device(client, source, device)
     memory = target.default_memory()
-    on_host = source[0] in host_types()
+    on_host = source[0] in HOST_TYPES
     if not on_host and not same_device(client, source, target):
         raise InvalidArgumentError(
             f"the tensor is on DLPack device {source}, which is not {target} of this client; "
@@ -49,7 +49,7 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
     capsule = capsule_of(x, stream)
     buffer, host = _dlpack.import_capsule(
         client._handle, capsule, memory._handle, target._handle, view,
-        ALIGNMENT.get(client.platform_name, DEFAULT_ALIGNMENT), stream or 0,
+        alignment(client), stream or 0,
         element_type)
     sharding = SingleDeviceSharding(target)
     if buffer is not None:
@@ -58,7 +58,7 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
     if copy is False and host.size:  # an empty tensor has no memory to copy
         raise ValueError(
             "from_dlpack(copy=False): the tensor cannot be aliased (it must be dense, row-major "
-            f"and {ALIGNMENT.get(client.platform_name, DEFAULT_ALIGNMENT)}-byte aligned); "
+            f"and {alignment(client)}-byte aligned); "
             "a copy is needed")
     return client.make_array_from_host_buffer(host, sharding)
 
@@ -67,23 +67,17 @@ def assemble_from_dlpack(client: Any, shape: Any, sharding: Any, capsules: list,
                          ) -> PjrtArray:
     """One array of ``sharding`` from one host-memory DLPack capsule (or producer) per
     addressable device, in order: aliased where the plugin can, else copied."""
-    check_placement(client, sharding)
-    devices = sharding.devices.addressable_device_list()
-    if len(capsules) != len(devices):
-        raise InvalidArgumentError(
-            f"assemble_array_from_dlpack needs one tensor per addressable device of the "
-            f"sharding: {len(devices)} devices, got {len(capsules)} tensors")
+    memories = _device_memories(client, sharding)
+    devices = dlpack_devices(sharding, capsules)
     handle = client._handle
-    alignment = ALIGNMENT.get(client.platform_name, DEFAULT_ALIGNMENT)
-    kind = sharding.memory_kind
+    boundary = alignment(client)
     buffers = []
-    for device, capsule in zip(devices, capsules):
+    for device, memory, capsule in zip(devices, memories, capsules):
         source = source_device(capsule)
-        if source[0] not in host_types():
+        if source[0] not in HOST_TYPES:
             raise InvalidArgumentError(f"a tensor on DLPack device {source} is not host memory")
-        memory = device.memory(kind)
         buffer, host = _dlpack.import_capsule(handle, capsule, memory._handle, device._handle,
-                                              True, alignment, 0)
+                                              True, boundary, 0)
         if buffer is None:
             buffer = _pjrt.buffer_from_host_buffer(handle, host, None, memory._handle, 0)[0]
         buffers.append(buffer)
