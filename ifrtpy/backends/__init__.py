@@ -23,6 +23,7 @@ from ifrtpy import distributed
 from ifrtpy.client import Client
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from ifrtpy.plugins import find_plugin
+from ifrtpy.plugins.builds import default_cpu_library
 
 __all__ = ["register_backend", "registered_backends", "get_client", "default_client"]
 
@@ -112,13 +113,11 @@ def _default_of(backend: str) -> tuple[str, str | None]:
     with _registry_lock:
         if backend in _BACKENDS:
             return backend, None
-    from ifrtpy import _pjrt
-
     try:
         path = os.path.realpath(find_plugin(backend).path)
     except (NotFoundError, InvalidArgumentError):
         return backend, None  # making it raises the error get_client gives with options
-    if path == os.path.realpath(_pjrt.default_plugin_path()):
+    if path == os.path.realpath(default_cpu_library()):
         return "pjrt", None
     return backend, path
 

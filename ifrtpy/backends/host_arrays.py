@@ -314,9 +314,7 @@ def make_array_from_host_buffer(array_type: type[HostArray], client: Any, data: 
     shape = Shape(data.shape)
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
-    shards = split(data, sharding, shape)
-    if layout is not None:
-        shards = tuple(_frozen(_in_layout(shard, layout)) for shard in shards)
+    shards = split(data, sharding, shape, layout)
     array = array_type(client, dtype, shape, sharding, shards, layout=layout)
     if on_done is not None:
         on_done()

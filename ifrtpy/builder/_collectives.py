@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
-from ifrtpy import _jaxlib
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
+from ifrtpy.sharding.hlo import as_xla_hlo_sharding
 
 from ifrtpy.builder import _infer
 from ifrtpy.builder._core import _Scope
@@ -32,7 +32,7 @@ _MANUAL = "{manual}"
 
 def _tiles(text: str, rank: int) -> list[int]:
     """The number of shards along each of ``rank`` dimensions of an HLO sharding."""
-    sharding = _jaxlib.tile_form(_jaxlib.xla_client().HloSharding.from_string(text))
+    sharding = as_xla_hlo_sharding(text)
     if sharding.is_replicated():
         return [1] * rank
     if sharding.is_maximal() or sharding.tuple_elements() or sharding.subgroup_types():
@@ -212,7 +212,7 @@ class CollectiveOpsMixin(_Base):
 
 def xla_count(text: str) -> Optional[int]:
     """The number of devices an HLO sharding tiles over (None for replicated/maximal)."""
-    sharding = _jaxlib.tile_form(_jaxlib.xla_client().HloSharding.from_string(text))
+    sharding = as_xla_hlo_sharding(text)
     if sharding.is_replicated() or sharding.is_maximal():
         return None
     return math.prod(sharding.tile_assignment_dimensions())

@@ -299,10 +299,7 @@ def jaxlib_kernels(platform: str) -> dict[str, Any]:
     platform = _platform(platform)
     with _lock:
         if platform not in _kernels:
-            try:
-                _kernels[platform] = _jaxlib.ffi_kernels(_jaxlib_platform(platform))
-            except ModuleNotFoundError:  # no jaxlib: no kernels of its own
-                _kernels[platform] = {}
+            _kernels[platform] = _jaxlib.ffi_kernels(_jaxlib_platform(platform))  # none without jaxlib
         return _kernels[platform]
 
 

@@ -27,7 +27,7 @@ from ifrtpy.sharding._common import (
 )
 from ifrtpy.sharding.base import Sharding
 
-__all__ = ["HloSharding"]
+__all__ = ["HloSharding", "as_xla_hlo_sharding"]
 
 # OpSharding.Type numbers (xla_data.proto).
 _REPLICATED, _MAXIMAL, _TUPLE, _OTHER, _MANUAL, _UNKNOWN, _UNREDUCED = 0, 1, 2, 3, 4, 5, 6
@@ -39,7 +39,10 @@ def _xla_client():
     return _jaxlib.xla_client()  # jaxlib is imported only when an HloSharding needs it
 
 
-def _as_xla_hlo_sharding(value: Any):
+def as_xla_hlo_sharding(value: Any) -> Any:
+    """``value`` (a jaxlib HloSharding, OpSharding or HLO sharding text) as a jaxlib
+    HloSharding in tile-assignment form, the form ifrtpy's sharding math reads; TypeError
+    for anything else, XLA's own error for text it cannot parse."""
     xc = _xla_client()
     if isinstance(value, xc.HloSharding):
         sharding = value
@@ -67,7 +70,7 @@ class HloSharding(Sharding):
 
     def __init__(self, devices, xla_hlo_sharding: Any, memory_kind=None):
         devices = _as_device_list(devices)
-        xla = _as_xla_hlo_sharding(xla_hlo_sharding)
+        xla = as_xla_hlo_sharding(xla_hlo_sharding)
         proto = xla.to_proto()
         kind = int(proto.type)
         if kind not in _TYPE_NAMES:

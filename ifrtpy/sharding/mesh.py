@@ -227,28 +227,22 @@ class NamedSharding(Sharding):
         """The ShardingParam for rank ``len(spec)``."""
         return self.lower().sharding_param
 
-    def _for(self, shape):
-        shape = _static_shape(shape, "NamedSharding")
-        return self.lower(len(shape)), shape
-
     def shard_shape(self, shape):
-        lowered, shape = self._for(shape)
-        try:
-            return lowered.shard_shape(shape)
-        except InvalidArgumentError as e:
-            raise self._explained(shape, e) from None
+        return self._on_lowered("shard_shape", shape)
 
     def disassemble(self, shape, semantics=ALL_SHARDS):
-        lowered, shape = self._for(shape)
-        try:
-            return lowered.disassemble(shape, semantics)
-        except InvalidArgumentError as e:
-            raise self._explained(shape, e) from None
+        return self._on_lowered("disassemble", shape, semantics)
 
     def index_domains(self, shape, semantics=ALL_SHARDS):
-        lowered, shape = self._for(shape)
+        return self._on_lowered("index_domains", shape, semantics)
+
+    def _on_lowered(self, method: str, shape, *args):
+        """The lowered sharding's ``method`` for ``shape``; its errors about the shape
+        said in this sharding's terms (:meth:`_explained`)."""
+        shape = _static_shape(shape, "NamedSharding")
+        lowered = self.lower(len(shape))
         try:
-            return lowered.index_domains(shape, semantics)
+            return getattr(lowered, method)(shape, *args)
         except InvalidArgumentError as e:
             raise self._explained(shape, e) from None
 

@@ -25,6 +25,7 @@ import weakref
 import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, HostBufferSemantics
+from ifrtpy.array_plans import canonical_kind
 from ifrtpy.client import Client, Compiler
 from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.dtypes import DType
@@ -104,11 +105,6 @@ def _unpickle_device(client_serial, device_id):
 def _whole_in_each_shard(sharding, shape):
     """Whether each shard holds the whole array (as a rank-0 array's shards do)."""
     return len(sharding.devices) == 1 or sharding.is_fully_replicated or len(shape) == 0
-
-
-def _memory_kind(sharding):
-    """The sharding's memory kind, the default one named."""
-    return sharding.memory_kind.canonicalize(sharding.devices[0])
 
 
 def _shard_domains(sharding, shape):
@@ -259,20 +255,7 @@ class ExampleCompiler(Compiler):
                                      f"{type(program).__name__} programs: its programs are "
                                      "Python functions of NumPy arrays")
         options = CompileOptions() if options is None else options
-        if options.compile_portable_executable:
-            devices = None
-        elif options.devices is not None:
-            devices = options.devices
-            if any(device.client is not self._client for device in devices):
-                raise InvalidArgumentError(f"{devices.to_string()} are not all this client's")
-        else:
-            count = options.num_replicas * options.num_partitions
-            addressable = self._client.addressable_devices()
-            if count > len(addressable):
-                raise InvalidArgumentError(f"the program needs {count} devices, the client "
-                                           f"has {len(addressable)} addressable ones")
-            devices = DeviceList(addressable[:count])
-        return ExampleExecutable(self._client, program, devices)
+        return ExampleExecutable(self._client, program, options.resolve_devices(self._client))
 
     def deserialize_loaded_executable(self, data, options=None):
         raise UnimplementedError("the example backend does not load executables")
@@ -386,9 +369,9 @@ class ExampleClient(Client):
             if array.sharding.devices != arrays[0].sharding.devices:
                 raise InvalidArgumentError("copy_arrays needs every input on the same devices: "
                                            f"array {i} is on {array.sharding.devices.to_string()}")
-            if _memory_kind(array.sharding) != _memory_kind(arrays[0].sharding):
+            if canonical_kind(array.sharding) != canonical_kind(arrays[0].sharding):
                 raise InvalidArgumentError("copy_arrays needs every input in the same memory "
-                                           f"kind: array {i} is in {_memory_kind(array.sharding)}")
+                                           f"kind: array {i} is in {canonical_kind(array.sharding)}")
             if array._error is None:
                 array._live()
         if devices is not None:
