@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import sys
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -105,25 +104,6 @@ def source_metadata(op_type: Optional[str] = None, op_name: Optional[str] = None
             break
         frame = frame.f_back
     return OpMetadata(op_type, op_name, frame.f_code.co_filename, frame.f_lineno)
-
-
-def _legalize_chlo(text: str) -> str:
-    """The module with its CHLO ops expanded into StableHLO (as XLA does when compiling),
-    keeping their locations: a plain StableHLO program, which serializes as a portable
-    artifact and which the reference interpreter runs."""
-    from jaxlib.mlir import ir, passmanager
-
-    _register_passes()
-    module = ir.Module.parse(text)
-    passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))").run(
-        module.operation)
-    return module.operation.get_asm(enable_debug_info=True)
-
-
-@functools.lru_cache(maxsize=None)
-def _register_passes() -> None:
-    from jaxlib.mlir.dialects import stablehlo
-    stablehlo.register_stablehlo_passes()
 
 
 class _Types(list):
@@ -470,7 +450,7 @@ class BuilderCore:
             finally:
                 ret.operation.erase()
             if "chlo." in text:
-                text = _legalize_chlo(text)
+                text = mlir.legalize_chlo(text)
         return HloProgram(text, host_callbacks=self._host_callbacks if self._host_callbacks else None)
 
     def text(self, debug_info: bool = False) -> str:

@@ -17,8 +17,9 @@ bytes cannot carry them. Programs with ordered effects take and return
 them from one execute to the next (:attr:`~HloProgram.token_parameters`).
 
 Version negotiation: :meth:`HloProgram.serialize_for` produces a portable artifact
-targeted at the consumer's StableHLO version, which an older compiler can read; modules
-using Shardy (``sdy``) cannot be serialized that way by jaxlib and go as text.
+targeted at the consumer's StableHLO version, which an older compiler can read, its CHLO
+ops expanded into StableHLO first; modules using Shardy (``sdy``) cannot be serialized that
+way by jaxlib and go as text.
 """
 
 from __future__ import annotations
@@ -180,18 +181,17 @@ class HloProgram(Program):
 
     def serialize_for(self, target_version: Sequence[int] | None) -> tuple[bytes, str]:
         """``(code, how)``: a portable artifact for StableHLO ``target_version`` (capped at
-        jaxlib's own version), or the text where that is impossible (Shardy modules, or
-        no target). ``how`` says which: "bytecode <version>" or "text"."""
+        jaxlib's own version; CHLO ops expanded into StableHLO), or the text where that is
+        impossible (Shardy modules, no target, or a module the version cannot hold), with
+        nothing printed. ``how`` says which: "bytecode <version>" or "text"."""
         if target_version is None or self._uses_shardy:
             return self._text.encode(), "text"
-        from jaxlib.mlir.dialects import stablehlo
-
         target = min(tuple(target_version), stablehlo_version())
         version = ".".join(map(str, target))
-        try:
-            return stablehlo.serialize_portable_artifact_str(self._text, version), f"bytecode {version}"
-        except Exception:  # noqa: BLE001 - the module needs a newer version: send text
+        code = mlir.portable_artifact(self._text, version)
+        if code is None:  # it needs a newer version, or holds another dialect's ops
             return self._text.encode(), "text"
+        return code, f"bytecode {version}"
 
     def __str__(self) -> str:
         return self._text

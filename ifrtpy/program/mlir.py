@@ -1,6 +1,7 @@
 """jaxlib's MLIR, as ifrtpy uses it: one context with every dialect a program may use
 (shared by the program readers, the builder and the reference backend's interpreter), the
-element types of StableHLO by name, and the StableHLO version jaxlib writes."""
+element types of StableHLO by name, the StableHLO version jaxlib writes, CHLO's expansion
+into StableHLO, and portable artifacts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ifrtpy._jaxlib import register_jax_dialects
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 
-__all__ = ["ELEMENT_TYPES", "context", "parse", "stablehlo_version"]
+__all__ = ["ELEMENT_TYPES", "context", "parse", "stablehlo_version", "legalize_chlo",
+           "portable_artifact"]
 
 K = DType.Kind
 #: StableHLO's element type names and the DType kind of each.
@@ -62,3 +64,52 @@ def parse(text: str) -> Any:
             raise InvalidArgumentError(f"not a StableHLO module: {e}") from None
 
 
+
+
+def legalize_chlo(text: str) -> str:
+    """StableHLO ``text`` with its CHLO ops expanded into StableHLO (as XLA does when it
+    compiles), keeping their locations: a plain StableHLO module, which serializes as a
+    portable artifact and which the reference interpreter runs."""
+    from jaxlib.mlir import ir
+
+    with context():
+        module = ir.Module.parse(text)
+        _expand_chlo(module)
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def portable_artifact(text: str, version: str) -> bytes | None:
+    """The portable artifact of StableHLO ``text`` for StableHLO ``version`` (CHLO ops
+    expanded first), or None where the module cannot be one (it needs a newer version, or
+    holds ops of another dialect). Quiet: MLIR's diagnostics of a failure are dropped."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    ctx = context()
+    with ctx:
+        handler = ctx.attach_diagnostic_handler(lambda diagnostic: True)
+        try:
+            module = ir.Module.parse(text)
+            if "chlo." in text:
+                _expand_chlo(module)
+            return stablehlo.serialize_portable_artifact(module, version)
+        except (ir.MLIRError, ValueError):  # what jaxlib raises for a module it cannot write
+            return None
+        finally:
+            handler.detach()
+
+
+def _expand_chlo(module: Any) -> None:
+    """Run CHLO's legalization to StableHLO on ``module``, in place."""
+    from jaxlib.mlir import passmanager
+
+    _register_passes()
+    passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))").run(
+        module.operation)
+
+
+@functools.lru_cache(maxsize=None)
+def _register_passes() -> None:
+    from jaxlib.mlir.dialects import stablehlo
+
+    stablehlo.register_stablehlo_passes()
