@@ -1,0 +1,20 @@
+"""An IFRT Proxy server: jax's proxy client (``jax.extend.backend.ifrt_proxy``) runs its
+programs on any ifrtpy :class:`~ifrtpy.Client` through it.
+
+``serve(client, "127.0.0.1:0")`` starts a gRPC server speaking the IFRT Proxy protocol
+(jaxlib 0.10 to 0.12 clients) over the client's public interfaces; see docs/proxy.md.
+grpcio and protobuf (the ``ifrtpy[proxy]`` extra) are imported when a server starts.
+
+* :mod:`._protocol`: the message classes, read from the installed jaxlib's descriptors;
+* :mod:`.wire`: IFRT serdes of dtypes, shardings, layouts and statuses;
+* :mod:`.session`: a session's handle tables, limits and request dispatch;
+* :mod:`.topology`, :mod:`.arrays`, :mod:`.executables`: the request handlers;
+* :mod:`.server`: the gRPC service and :class:`ProxyServer`.
+"""
+
+from ifrtpy.proxy.server import ProxyServer as ProxyServer
+from ifrtpy.proxy.server import SessionInfo as SessionInfo
+from ifrtpy.proxy.server import serve as serve
+from ifrtpy.proxy.session import Limits as Limits
+
+__all__ = ["serve", "ProxyServer", "SessionInfo", "Limits"]

@@ -1,0 +1,320 @@
+"""The array requests of a session: puts, reads, assemble/disassemble, copies, reshards,
+remaps, bitcasts, error arrays, deletion and readiness, each on ifrtpy's public
+``Client`` / ``Array`` interfaces."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ifrtpy.array import ArrayCopySemantics, ArraySpec
+from ifrtpy.client import HostBufferShards
+from ifrtpy.device import DeviceList
+from ifrtpy.dtypes import DType
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.future import join_futures
+from ifrtpy.layout import Layout
+from ifrtpy.remap import Interval, Mapping, RemapPlan
+from ifrtpy.sharding import SingleDeviceShardSemantics
+from ifrtpy.proxy import wire
+from ifrtpy.proxy._protocol import messages
+
+__all__ = ["HANDLERS"]
+
+_COPY = {0: ArrayCopySemantics.ALWAYS_COPY, 1: ArrayCopySemantics.ALWAYS_COPY,
+         2: ArrayCopySemantics.REUSE_INPUT, 3: ArrayCopySemantics.DONATE_INPUT}
+_SHARDS = {0: SingleDeviceShardSemantics.ADDRESSABLE_SHARDS,
+           1: SingleDeviceShardSemantics.ADDRESSABLE_SHARDS,
+           2: SingleDeviceShardSemantics.ALL_SHARDS}
+
+
+def _copy_semantics(value: int) -> ArrayCopySemantics:
+    if value not in _COPY:
+        raise InvalidArgumentError(f"unknown ArrayCopySemantics {value}")
+    return _COPY[value]
+
+
+def _shard_semantics(request: Any) -> SingleDeviceShardSemantics:
+    if not request.HasField("single_device_shard_semantics"):
+        return SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+    value = request.single_device_shard_semantics
+    if value not in _SHARDS:
+        raise InvalidArgumentError(f"unknown SingleDeviceShardSemantics {value}")
+    return _SHARDS[value]
+
+
+# -- host data ---------------------------------------------------------------------------
+
+def _host_array(data: bytes, dtype: DType, dims: tuple[int, ...], strides: Any) -> np.ndarray:
+    """The ndarray of ``data`` (read-only view) as ``dtype[dims]`` with ``strides`` (bytes;
+    None: C order), after checking that the buffer holds every element."""
+    if dtype.kind == DType.Kind.STRING:
+        return _string_array(data, dims)
+    np_dtype = dtype.to_numpy()
+    itemsize = np_dtype.itemsize
+    count = math.prod(dims)
+    if strides is None:
+        if len(data) != count * itemsize:
+            raise InvalidArgumentError(
+                f"host buffer holds {len(data)} bytes, but {dtype}{list(dims)} needs "
+                f"{count * itemsize}")
+        return np.frombuffer(data, np_dtype).reshape(dims)
+    strides = tuple(int(s) for s in strides)
+    if len(strides) != len(dims):
+        raise InvalidArgumentError(
+            f"byte_strides {list(strides)} has {len(strides)} entries for {len(dims)} dims")
+    if count == 0:
+        return np.zeros(dims, np_dtype)
+    if any(s < 0 or s % itemsize for s in strides):
+        raise InvalidArgumentError(
+            f"byte_strides {list(strides)} must be non-negative multiples of {itemsize}")
+    end = sum((d - 1) * s for d, s in zip(dims, strides)) + itemsize
+    if end > len(data):
+        raise InvalidArgumentError(
+            f"host buffer holds {len(data)} bytes, but {dtype}{list(dims)} with byte_strides "
+            f"{list(strides)} reads {end}")
+    return np.ndarray(dims, np_dtype, buffer=data, strides=strides)
+
+
+def _string_array(data: bytes, dims: tuple[int, ...]) -> np.ndarray:
+    contents = messages().StringArrayContents.FromString(data)
+    if len(contents.strings) != math.prod(dims):
+        raise InvalidArgumentError(
+            f"a STRING host buffer holds {len(contents.strings)} strings for shape {list(dims)}")
+    out = np.empty(len(contents.strings), dtype=object)
+    out[:] = [bytes(s) for s in contents.strings]
+    return out.reshape(dims)
+
+
+def _host_bytes(values: np.ndarray, dtype: DType) -> bytes:
+    if dtype.kind == DType.Kind.STRING:
+        strings = [v.encode() if isinstance(v, str) else bytes(v) for v in values.flat]
+        return messages().StringArrayContents(strings=strings).SerializeToString()
+    return values.tobytes(order="A") if values.flags.contiguous else bytes(
+        np.ascontiguousarray(values).data)
+
+
+def _layout(session: Any, proto: Any, rank: int) -> Layout | None:
+    """The ifrtpy Layout of an ``xla.ifrt.LayoutProto`` (None: the default)."""
+    serialized = proto.serialized_layout
+    if not serialized.type_name and not serialized.data:
+        return None
+    if serialized.type_name not in ("xla::ifrt::PjRtLayout", "xla::PjRtLayout"):
+        raise UnimplementedError(f"layout type {serialized.type_name!r} is not served")
+    xla = messages().PjRtLayoutProto.FromString(serialized.data).xla_layout
+    layout = Layout(list(xla.minor_to_major), [list(t.dimensions) for t in xla.tiles])
+    return None if layout == Layout.row_major(rank) else layout
+
+
+def _spec(session: Any, proto: Any) -> ArraySpec:
+    dims = wire.dims_of(proto.shape)
+    return ArraySpec(wire.dtype_from_proto(proto.dtype), dims,
+                     wire.sharding_from_proto(session.client, proto.sharding))
+
+
+# -- puts --------------------------------------------------------------------------------
+
+def make_array_from_host_buffer(session: Any, request: Any) -> Any:
+    dtype = wire.dtype_from_proto(request.dtype)
+    dims = wire.dims_of(request.shape)
+    sharding = wire.sharding_from_proto(session.client, request.sharding)
+    strides = request.byte_strides.strides if request.HasField("byte_strides") else None
+    layout = _layout(session, request.layout, len(dims)) if request.HasField("layout") else None
+    handle = session.result_handle(request.array_handle if request.HasField("array_handle") else 0)
+    data = session.take_host_buffer(request.host_buffer_handle)
+    values = _host_array(data, dtype, dims, strides)
+    array = session.client.make_array_from_host_buffer(values, sharding, layout=layout)
+    session.put_arrays([handle], [array])
+    return messages().MakeArrayFromHostBufferResponse(array_handle=handle)
+
+
+def make_arrays_from_host_buffer_shards(session: Any, request: Any) -> Any:
+    handles = session.result_handles(request.array_handles, len(request.specs))
+    specs = []
+    for spec in request.specs:
+        array_spec = _spec(session, spec.array_spec)
+        if len(spec.addressable_shard_indices) != len(spec.host_buffers):
+            raise InvalidArgumentError(
+                f"a spec pairs {len(spec.addressable_shard_indices)} index lists with "
+                f"{len(spec.host_buffers)} host buffers")
+        buffers = []
+        for indices, buffer in zip(spec.addressable_shard_indices, spec.host_buffers):
+            strides = buffer.byte_strides.strides if buffer.HasField("byte_strides") else None
+            data = session.take_host_buffer(buffer.host_buffer_handle)
+            values = _host_array(data, wire.dtype_from_proto(buffer.dtype),
+                                 wire.dims_of(buffer.shape), strides)
+            buffers.append((list(indices.indices), values))
+        specs.append(HostBufferShards(buffers, array_spec))
+    arrays = session.client.make_arrays_from_host_buffer_shards(specs)
+    session.put_arrays(handles, arrays)
+    return messages().MakeArraysFromHostBufferShardsResponse(array_handles=handles)
+
+
+def make_error_arrays(session: Any, request: Any) -> Any:
+    handles = session.result_handles(request.array_handles, len(request.array_specs))
+    specs = [_spec(session, s) for s in request.array_specs]
+    arrays = session.client.make_error_arrays(wire.error_of_status(request.error), specs)
+    session.put_arrays(handles, arrays)
+    return messages().MakeErrorArraysResponse(array_handles=handles)
+
+
+# -- reads -------------------------------------------------------------------------------
+
+def copy_to_host_buffer(session: Any, request: Any) -> None:
+    array = session.array(request.array_handle)
+    strides = list(request.byte_strides.strides) if request.HasField("byte_strides") else None
+    if strides is not None and len(strides) != len(array.shape.dims):
+        raise InvalidArgumentError(
+            f"byte_strides {strides} has {len(strides)} entries for {len(array.shape.dims)} dims")
+    future = array.copy_to_host_buffer(byte_strides=strides)
+    handle = request.host_buffer_handle
+    dtype = array.dtype
+
+    def stored() -> Any:
+        session.store_host_buffer(handle, _strided_bytes(future.result(), dtype))
+        return messages().CopyToHostBufferResponse()
+
+    session.answer_later(future, stored)
+
+
+def _strided_bytes(values: np.ndarray, dtype: DType) -> bytes:
+    """The bytes of ``values`` as laid out in its own buffer (its strides kept)."""
+    if dtype.kind == DType.Kind.STRING or values.flags.c_contiguous or values.size == 0:
+        return _host_bytes(values, dtype)
+    base = values
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return bytes(base.data) if base.flags.c_contiguous else _host_bytes(values, dtype)
+
+
+def disassemble(session: Any, request: Any) -> Any:
+    array = session.array(request.array_handle)
+    pieces = array.disassemble_into_single_device_arrays(
+        _copy_semantics(request.copy_semantics), _shard_semantics(request))
+    handles = session.result_handles(request.result_handles, len(pieces))
+    session.put_arrays(handles, pieces)
+    return messages().DisassembleIntoSingleDeviceArraysResponse(array_handles=handles)
+
+
+def fully_replicated_shard(session: Any, request: Any) -> Any:
+    array = session.array(request.array_handle)
+    handle = session.result_handle(request.result_handle)
+    shard = array.fully_replicated_shard(_copy_semantics(request.copy_semantics))
+    session.put_arrays([handle], [shard])
+    return messages().FullyReplicatedShardResponse(array_handle=handle)
+
+
+# -- arrays from arrays ------------------------------------------------------------------
+
+def assemble(session: Any, request: Any) -> Any:
+    pieces = session.arrays_of(request.single_device_array_handles)
+    dtype = wire.dtype_from_proto(request.dtype) if request.HasField("dtype") else None
+    handle = session.result_handle(request.result_handle)
+    array = session.client.assemble_array_from_single_device_arrays(
+        wire.dims_of(request.shape), wire.sharding_from_proto(session.client, request.sharding),
+        pieces, _copy_semantics(request.copy_semantics), _shard_semantics(request), dtype=dtype)
+    session.put_arrays([handle], [array])
+    return messages().AssembleArrayFromSingleDeviceArraysResponse(array_handle=handle)
+
+
+def copy_arrays(session: Any, request: Any) -> Any:
+    arrays = session.arrays_of(request.array_handles)
+    handles = session.result_handles(request.result_handles, len(arrays))
+    devices = (DeviceList([session.client.lookup_device(i) for i in request.device_ids])
+               if request.device_ids else None)
+    kind = request.memory_kind if request.HasField("memory_kind") and request.memory_kind else None
+    out = session.client.copy_arrays(arrays, devices, kind, _copy_semantics(request.copy_semantics))
+    session.put_arrays(handles, out)
+    return messages().CopyArraysResponse(array_handles=handles)
+
+
+def reshard_arrays(session: Any, request: Any) -> Any:
+    arrays = session.arrays_of(request.array_handles)
+    handles = session.result_handles(request.result_handles, len(arrays))
+    specs = [_spec(session, s) for s in request.array_specs]
+    out = session.client.reshard_arrays(arrays, specs, _copy_semantics(request.copy_semantics))
+    session.put_arrays(handles, out)
+    return messages().ReshardArraysResponse(array_handles=handles)
+
+
+def bitcast_arrays(session: Any, request: Any) -> Any:
+    arrays = session.arrays_of(request.array_handles)
+    handles = session.result_handles(request.result_handles, len(arrays))
+    specs = [_spec(session, s) for s in request.array_specs]
+    out = session.client.bitcast_arrays(arrays, specs, _copy_semantics(request.copy_semantics))
+    session.put_arrays(handles, out)
+    return messages().BitcastArraysResponse(array_handles=handles)
+
+
+def _intervals(starts: Sequence[int], ends: Sequence[int], steps: Sequence[int]) -> list[Interval]:
+    if not len(starts) == len(ends) == len(steps):
+        raise InvalidArgumentError(
+            f"a remap mapping has {len(starts)} starts, {len(ends)} ends and {len(steps)} steps")
+    return [Interval(a, b, c) for a, b, c in zip(starts, ends, steps)]
+
+
+def remap_arrays(session: Any, request: Any) -> Any:
+    plan_proto = request.plan
+    mappings = [Mapping(m.in_array, m.out_array,
+                        _intervals(m.from_start, m.from_end, m.from_step),
+                        _intervals(m.to_start, m.to_end, m.to_step))
+                for m in plan_proto.mappings]
+    plan = RemapPlan([_spec(session, s) for s in plan_proto.input_specs],
+                     [_spec(session, s) for s in plan_proto.output_specs], mappings)
+    arrays = session.arrays_of(request.array_handles)
+    handles = session.result_handles(request.result_handles, len(plan_proto.output_specs))
+    out = session.client.remap_arrays(plan, arrays, _copy_semantics(request.copy_semantics))
+    session.put_arrays(handles, out)
+    return messages().RemapArraysResponse(array_handles=handles)
+
+
+# -- lifetime and readiness ----------------------------------------------------------------
+
+def delete_array(session: Any, request: Any) -> Any:
+    futures = [session.array(h).delete() for h in request.array_handle]
+    handle = session.put_future(0, join_futures(futures))
+    return messages().DeleteArrayResponse(deletion_future_handle=handle)
+
+
+def is_array_deleted(session: Any, request: Any) -> Any:
+    return messages().IsArrayDeletedResponse(
+        deleted=session.array(request.array_handle).is_deleted())
+
+
+def destruct_array(session: Any, request: Any) -> Any:
+    for handle in request.array_handle:
+        session.drop(handle)
+    return messages().DestructArrayResponse()
+
+
+def check_value_ready(session: Any, request: Any) -> None:
+    values = session.arrays_of(request.value_handles)
+    session.answer_later(join_futures([v.ready_future() for v in values]),
+                         messages().CheckValueReadyResponse)
+
+
+def check_future(session: Any, request: Any) -> None:
+    session.answer_later(session.take_future(request.future_handle),
+                         messages().CheckFutureResponse)
+
+
+HANDLERS = {
+    "make_array_from_host_buffer_request": make_array_from_host_buffer,
+    "make_arrays_from_host_buffer_shards_request": make_arrays_from_host_buffer_shards,
+    "make_error_arrays_request": make_error_arrays,
+    "copy_to_host_buffer_request": copy_to_host_buffer,
+    "disassemble_into_single_device_arrays_request": disassemble,
+    "fully_replicated_shard_request": fully_replicated_shard,
+    "assemble_array_from_single_device_arrays_request": assemble,
+    "copy_arrays_request": copy_arrays,
+    "reshard_arrays_request": reshard_arrays,
+    "bitcast_arrays_request": bitcast_arrays,
+    "remap_arrays_request": remap_arrays,
+    "delete_array_request": delete_array,
+    "is_array_deleted_request": is_array_deleted,
+    "destruct_array_request": destruct_array,
+    "check_value_ready_request": check_value_ready,
+    "check_future_request": check_future,
+}

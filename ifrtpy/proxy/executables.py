@@ -1,0 +1,317 @@
+"""The executable requests of a session (compile, metadata, execute, cost analysis,
+program text, deletion) and the client-level queries (default device assignment and
+layout), on ifrtpy's public ``Client`` / ``LoadedExecutable`` interfaces."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ifrtpy import ffi
+from ifrtpy.device import DeviceList
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.executable import CompileOptions, ExecuteOptions
+from ifrtpy.future import Future
+from ifrtpy.program import HloProgram
+from ifrtpy.proxy import wire
+from ifrtpy.proxy._protocol import message_class, messages
+
+__all__ = ["HANDLERS", "XLA_CUSTOM_CALLS"]
+
+_XLA_PROGRAM = "xla::ifrt::XlaProgram"
+_XLA_OPTIONS = "xla::ifrt::XlaCompileOptions"
+
+#: Custom-call targets XLA itself implements (partitioner and placement annotations):
+#: every backend compiles them without a registered handler.
+XLA_CUSTOM_CALLS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
+    "MoveToHost", "MoveToDevice", "LayoutConstraint", "X64Combine", "X64SplitLow",
+    "X64SplitHigh", "TopK", "ApproxTopK", "PartialReduce", "ShardBarrierFrom",
+    "ShardBarrierTo", "local_sharding", "xla.sdy.GlobalToLocalShape",
+    "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding", "Cholesky",
+})
+
+
+@dataclasses.dataclass
+class Compiled:
+    """An executable of a session with the program it was compiled from."""
+
+    executable: Any
+    program: HloProgram
+
+
+# -- compile -----------------------------------------------------------------------------
+
+def _compile_options(session: Any, serialized: Any) -> CompileOptions:
+    if serialized.type_name != _XLA_OPTIONS:
+        raise UnimplementedError(
+            f"Compile: compile options of type {serialized.type_name!r} are not served "
+            f"(served: {_XLA_OPTIONS})")
+    proto = messages().XlaCompileOptionsProto.FromString(serialized.data).compile_options
+    build = proto.executable_build_options
+    replicas = build.num_replicas or 1
+    partitions = build.num_partitions or 1
+    devices = None
+    if build.HasField("device_assignment"):
+        devices = _assigned_devices(session, build.device_assignment, replicas, partitions)
+    portable = proto.compile_portable_executable
+    return CompileOptions(
+        devices=None if portable else devices, num_replicas=replicas,
+        num_partitions=partitions, use_spmd_partitioning=build.use_spmd_partitioning,
+        use_shardy_partitioner=build.use_shardy_partitioner,
+        compile_portable_executable=portable)
+
+
+def _assigned_devices(session: Any, assignment: Any, replicas: int, partitions: int) -> DeviceList:
+    if (assignment.replica_count, assignment.computation_count) != (replicas, partitions) or len(
+            assignment.computation_devices) != partitions:
+        raise InvalidArgumentError(
+            f"Compile: the device assignment is {assignment.replica_count} x "
+            f"{assignment.computation_count} for {replicas} replicas x {partitions} partitions")
+    ids = []
+    for replica in range(replicas):
+        for partition in range(partitions):
+            column = assignment.computation_devices[partition].replica_device_ids
+            if len(column) != replicas:
+                raise InvalidArgumentError(
+                    f"Compile: partition {partition} of the device assignment names "
+                    f"{len(column)} devices for {replicas} replicas")
+            ids.append(column[replica])
+    return DeviceList([session.client.lookup_device(int(i)) for i in ids])
+
+
+def _check_custom_calls(session: Any, program: HloProgram) -> None:
+    targets = program.custom_call_targets - XLA_CUSTOM_CALLS
+    if not targets:
+        return
+    platform = session.client.platform_name
+    known: set[str] = set(ffi.registered_targets(platform)) if platform in ffi.PLATFORMS else set()
+    if platform in ffi.PLATFORMS:
+        known |= set(ffi.jaxlib_kernels(platform))
+    unknown = sorted(targets - known)
+    if unknown:
+        raise UnimplementedError(
+            f"Compile: the program calls custom-call targets {unknown} that this server has "
+            f"not registered for platform {platform!r}")
+
+
+def compile_program(session: Any, request: Any) -> Any:
+    if request.host_callbacks:
+        raise UnimplementedError(
+            f"Compile: the program has {len(request.host_callbacks)} host callbacks; the "
+            "ifrtpy proxy does not serve host callbacks")
+    if request.program.type_name != _XLA_PROGRAM:
+        raise UnimplementedError(
+            f"Compile: programs of type {request.program.type_name!r} are not served "
+            f"(served: {_XLA_PROGRAM})")
+    options = _compile_options(session, request.compile_options)
+    program = HloProgram(bytes(request.program.data))
+    _check_custom_calls(session, program)
+    executable = session.client.compile(program, options)
+    handle = session.put_executable(Compiled(executable, program))
+    m = messages()
+    response = m.CompileResponse(loaded_executable_handle=handle, name=executable.name,
+                                 num_devices=executable.num_devices)
+    devices = executable.devices()
+    if devices is not None:
+        response.device_ids.extend(d.id for d in devices)
+    response.addressable_device_ids.extend(d.id for d in executable.addressable_devices())
+    fingerprint = executable.fingerprint
+    if fingerprint is not None:
+        response.fingerprint_value = fingerprint.encode()
+    else:
+        response.fingerprint_error.CopyFrom(
+            wire.status_proto(UnimplementedError("the executable has no fingerprint")))
+    response.ready_future_handle = session.put_future(0, Future.ready())
+    return response
+
+
+# -- metadata ----------------------------------------------------------------------------
+
+def _call(what: Any) -> tuple[Any, BaseException | None]:
+    try:
+        return what(), None
+    except Exception as error:  # noqa: BLE001 - reported in the response's error field
+        return None, error
+
+
+def metadata(session: Any, request: Any) -> Any:
+    compiled = session.executable(request.loaded_executable_handle)
+    exe, program = compiled.executable, compiled.program
+    m = messages()
+    response = m.LoadedExecutableMetadataResponse()
+    parameters = exe.parameter_shardings()
+    if parameters is not None:
+        response.parameter_shardings.shardings.extend(
+            wire.op_sharding_bytes(s, p.shape.dims) for s, p in zip(parameters, program.parameters))
+    outputs = exe.output_shardings()
+    if outputs is not None:
+        response.output_shardings.shardings.extend(
+            wire.op_sharding_bytes(s, shape.dims) for s, shape in zip(outputs, exe.output_shapes()))
+    layouts, error = _call(exe.parameter_layouts)
+    if error is None:
+        response.parameter_layouts_list.layouts.extend(
+            wire.xla_layout_proto(l, len(p.shape.dims)) for l, p in zip(layouts, program.parameters))
+    else:
+        response.parameter_layouts_error.CopyFrom(wire.status_proto(error))
+    layouts, error = _call(exe.output_layouts)
+    if error is None:
+        response.output_layouts_list.layouts.extend(
+            wire.xla_layout_proto(l, len(s.dims)) for l, s in zip(layouts, exe.output_shapes()))
+    else:
+        response.output_layouts_error.CopyFrom(wire.status_proto(error))
+    response.output_memory_kinds.memory_kind_lists.add(
+        memory_kinds=[str(k) for k in exe.output_memory_kinds()])
+    response.donated_input_indices.donated_input_indices.extend(
+        sorted(exe.donatable_input_indices()))
+    stats, error = _call(exe.compiled_memory_stats)
+    if error is None:
+        proto = message_class("xla.CompiledMemoryStatsProto")(
+            **{f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)})
+        response.compiled_memory_stats.CopyFrom(proto)
+        response.size_of_generated_code_in_bytes = stats.generated_code_size_in_bytes
+    else:
+        response.compiled_memory_stats_error.CopyFrom(wire.status_proto(error))
+    return response
+
+
+def cost_analysis(session: Any, request: Any) -> Any:
+    exe = session.executable(request.loaded_executable_handle).executable
+    response = messages().LoadedExecutableCostAnalysisResponse()
+    costs, error = _call(exe.cost_analysis)
+    if error is None:
+        response.attributes.CopyFrom(wire.attribute_map(costs))
+    else:
+        response.status.CopyFrom(wire.status_proto(error))
+    return response
+
+
+def program_text(session: Any, request: Any) -> Any:
+    exe = session.executable(request.loaded_executable_handle).executable
+    response = messages().LoadedExecutableHumanReadableProgramTextResponse()
+    text, error = _call(exe.program_text)
+    if error is None:
+        response.human_readable_program_text = text
+    else:
+        response.status.CopyFrom(wire.status_proto(error))
+    return response
+
+
+def mpmd_metadata(session: Any, request: Any) -> Any:
+    session.executable(request.mpmd_loaded_executable_handle)
+    response = messages().LoadedExecutableMpmdMetadataResponse()
+    response.mpmd_compiled_memory_stats_error.CopyFrom(wire.status_proto(
+        UnimplementedError("LoadedExecutableMpmdMetadata: the executable is not an MPMD one")))
+    return response
+
+
+def mpmd_cost_analysis(session: Any, request: Any) -> Any:
+    session.executable(request.loaded_executable_handle)
+    response = messages().LoadedExecutableMpmdCostAnalysisResponse()
+    response.status.CopyFrom(wire.status_proto(
+        UnimplementedError("LoadedExecutableMpmdCostAnalysis: the executable is not an MPMD one")))
+    return response
+
+
+# -- execute -----------------------------------------------------------------------------
+
+def _execute_options(proto: Any) -> ExecuteOptions:
+    return ExecuteOptions(launch_id=proto.launch_id,
+                          non_donatable_input_indices=frozenset(proto.non_donatable_input_indices),
+                          fill_status=proto.fill_status,
+                          execution_stream_id=proto.execution_stream_id)
+
+
+def execute(session: Any, request: Any) -> Any:
+    """Run an executable. Outputs (and, with ``fill_status``, the status future) go under
+    the handles the client minted, or under new ones reported with their specs (the
+    client's first execute of an executable)."""
+    exe = session.executable(request.loaded_executable_handle).executable
+    args = session.arrays_of(request.args_handles)
+    devices = None
+    if request.device_ids and exe.devices() is None:
+        devices = DeviceList([session.client.lookup_device(i) for i in request.device_ids])
+    options = _execute_options(request.execute_options)
+    result = exe.execute(args, options, devices)
+    handles = session.result_handles(request.result_array_handle, len(result.outputs))
+    session.put_arrays(handles, result.outputs)
+    m = messages()
+    response = m.LoadedExecutableExecuteResponse()
+    if options.fill_status:
+        status = session.put_future(request.result_status_handle, result.status)
+        if not request.result_status_handle:
+            response.status_handle = status
+    for handle, array in zip(handles, result.outputs):
+        dims = array.shape.dims
+        response.outputs.add(dtype=wire.dtype_to_proto(array.dtype), shape=m.ShapeProto(dims=dims),
+                             sharding=wire.sharding_to_proto(array.sharding, dims),
+                             array_handle=handle)
+    return response
+
+
+def fetch_execute_result(session: Any, request: Any) -> None:
+    """Answer when the execution's status future completes (and forget the future)."""
+    session.answer_later(session.take_future(request.result_status_handle),
+                         messages().LoadedExecutableFetchExecuteResultResponse)
+
+
+# -- lifetime ----------------------------------------------------------------------------
+
+def delete_executable(session: Any, request: Any) -> Any:
+    exe = session.executable(request.loaded_executable_handle).executable
+    handle = session.put_future(0, exe.delete())
+    return messages().LoadedExecutableDeleteResponse(future_handle=handle)
+
+
+def is_executable_deleted(session: Any, request: Any) -> Any:
+    exe = session.executable(request.loaded_executable_handle).executable
+    return messages().LoadedExecutableIsDeletedResponse(is_deleted=exe.is_deleted())
+
+
+def destruct_executable(session: Any, request: Any) -> Any:
+    session.executables.pop(request.loaded_executable_handle, None)
+    return messages().LoadedExecutableDestructResponse()
+
+
+def host_callback(session: Any, request: Any) -> Any:
+    raise UnimplementedError("the ifrtpy proxy compiles no host callbacks, so it has none to "
+                             "poll or return")
+
+
+# -- client queries ----------------------------------------------------------------------
+
+def default_device_assignment(session: Any, request: Any) -> Any:
+    ids = session.client.default_device_assignment(int(request.num_replicas),
+                                                   int(request.num_partitions))
+    assignment = message_class("xla.DeviceAssignmentProto")(
+        replica_count=ids.shape[0], computation_count=ids.shape[1])
+    for partition in range(ids.shape[1]):
+        assignment.computation_devices.add(replica_device_ids=[int(i) for i in ids[:, partition]])
+    return messages().GetDefaultDeviceAssignmentResponse(device_assignment=assignment)
+
+
+def default_layout(session: Any, request: Any) -> Any:
+    dtype = wire.dtype_from_proto(request.dtype)
+    dims = [int(d) for d in request.dims]
+    device = session.client.lookup_device(request.device_id)
+    layout = session.client.get_default_layout(dtype, dims, device, request.memory_kind or None)
+    return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout, len(dims)))
+
+
+HANDLERS = {
+    "compile_request": compile_program,
+    "loaded_executable_metadata_request": metadata,
+    "loaded_executable_cost_analysis_request": cost_analysis,
+    "loaded_executable_human_readable_program_text_request": program_text,
+    "loaded_executable_mpmd_metadata_request": mpmd_metadata,
+    "loaded_executable_mpmd_cost_analysis_request": mpmd_cost_analysis,
+    "loaded_executable_execute_request": execute,
+    "loaded_executable_fetch_execute_result_request": fetch_execute_result,
+    "loaded_executable_delete_request": delete_executable,
+    "loaded_executable_is_deleted_request": is_executable_deleted,
+    "loaded_executable_destruct_request": destruct_executable,
+    "loaded_host_callback_poll_request": host_callback,
+    "loaded_host_callback_return_request": host_callback,
+    "get_default_device_assignment_request": default_device_assignment,
+    "get_default_layout_request": default_layout,
+}

@@ -1,0 +1,303 @@
+"""One client's session: its handle tables, its limits and the dispatch of its requests.
+
+A session owns every array, executable, future and host buffer its client made; requests
+are handled one at a time in arrival order. A request that fails answers its error and
+binds it to the result handles the client minted for it, so a later request naming one of
+them fails with that error. :meth:`Session.close` drops everything the session holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from typing import Any, Callable
+
+from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
+                           ResourceExhaustedError, UnimplementedError)
+from ifrtpy.proxy import wire
+from ifrtpy.proxy._protocol import messages
+
+__all__ = ["Limits", "Session", "Handler", "RESULT_FIELDS"]
+
+#: A request handler: (session, inner request) -> the inner response, or None when the
+#: handler answers later itself through :meth:`Session.answer_later`.
+Handler = Callable[["Session", Any], Any]
+
+#: Per request kind, the fields holding the result handles the client minted.
+RESULT_FIELDS: dict[str, tuple[str, ...]] = {
+    "make_array_from_host_buffer_request": ("array_handle",),
+    "make_arrays_from_host_buffer_shards_request": ("array_handles",),
+    "make_error_arrays_request": ("array_handles",),
+    "assemble_array_from_single_device_arrays_request": ("result_handle",),
+    "remap_arrays_request": ("result_handles",),
+    "bitcast_arrays_request": ("result_handles",),
+    "reshard_arrays_request": ("result_handles",),
+    "copy_arrays_request": ("result_handles",),
+    "disassemble_into_single_device_arrays_request": ("result_handles",),
+    "fully_replicated_shard_request": ("result_handle",),
+    "loaded_executable_execute_request": ("result_array_handle", "result_status_handle"),
+}
+
+# Handles the server mints start here, far from the client's counter (which starts low).
+_SERVER_HANDLES = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Per-session limits; exceeding one answers RESOURCE_EXHAUSTED.
+
+    ``max_host_buffer_bytes``: bytes of host buffers held at once (stored by the client
+    and not yet consumed, or copied out and not yet deleted); ``max_handles``: live
+    arrays, executables, futures and host buffers together.
+    """
+
+    max_host_buffer_bytes: int = 16 << 30
+    max_handles: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("max_host_buffer_bytes", "max_handles"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"proxy limit {name} must be an int >= 1, got {value!r}")
+
+
+class Session:
+    """The state of one IfrtSession stream (see the module docstring).
+
+    ``send`` takes each ``IfrtResponse``; it may be called from other threads (answers
+    that wait on a future are sent when it completes).
+    """
+
+    def __init__(self, session_id: int, peer: str, client: Any, limits: Limits,
+                 protocol_version: int, send: Callable[[Any], None]):
+        self.id = session_id
+        self.peer = peer
+        self.client = client
+        self.limits = limits
+        self.protocol_version = protocol_version
+        self._send = send
+        self.arrays: dict[int, Any] = {}
+        self.executables: dict[int, Any] = {}
+        self.futures: dict[int, Any] = {}
+        self.failed: dict[int, BaseException] = {}
+        self._host_buffers: dict[int, bytes] = {}
+        self._host_bytes = 0
+        self._lock = threading.Lock()  # host buffers are touched by other RPCs' threads
+        self._handles = itertools.count(_SERVER_HANDLES)
+        self._seq = itertools.count(1)
+        self.closed = False
+        self._current: tuple[int, str] = (0, "")
+
+    # -- handles -------------------------------------------------------------------------
+
+    def handle_counts(self) -> dict[str, int]:
+        with self._lock:
+            buffers = len(self._host_buffers)
+        return {"arrays": len(self.arrays), "executables": len(self.executables),
+                "futures": len(self.futures), "host_buffers": buffers}
+
+    def _live_handles(self) -> int:
+        return (len(self.arrays) + len(self.executables) + len(self.futures)
+                + len(self._host_buffers))
+
+    def _check_room(self, extra: int = 1) -> None:
+        if self._live_handles() + extra > self.limits.max_handles:
+            raise ResourceExhaustedError(
+                f"session {self.id} would hold {self._live_handles() + extra} handles, over its "
+                f"limit of {self.limits.max_handles}")
+
+    def result_handle(self, handle: int) -> int:
+        """``handle`` if the client minted one (checked unused), else a new server handle."""
+        if not handle:
+            return next(self._handles)
+        if handle in self.arrays or handle in self.futures or handle in self.executables:
+            raise InvalidArgumentError(f"handle {handle} is already in use")
+        return handle
+
+    def result_handles(self, handles: Any, count: int) -> list[int]:
+        handles = list(handles)
+        if handles and len(handles) != count:
+            raise InvalidArgumentError(
+                f"the request names {len(handles)} result handles for {count} results")
+        return [self.result_handle(h) for h in handles] if handles else [
+            next(self._handles) for _ in range(count)]
+
+    def put_arrays(self, handles: list[int], arrays: list[Any]) -> list[int]:
+        self._check_room(len(arrays))
+        for handle, array in zip(handles, arrays):
+            self.arrays[handle] = array
+        return handles
+
+    def put_future(self, handle: int, future: Any) -> int:
+        handle = self.result_handle(handle)
+        self._check_room()
+        self.futures[handle] = future
+        return handle
+
+    def put_executable(self, executable: Any) -> int:
+        self._check_room()
+        handle = next(self._handles)
+        self.executables[handle] = executable
+        return handle
+
+    def array(self, handle: int) -> Any:
+        found = self.arrays.get(handle)
+        if found is None:
+            raise self._missing("array", handle)
+        return found
+
+    def arrays_of(self, handles: Any) -> list[Any]:
+        return [self.array(h) for h in handles]
+
+    def executable(self, handle: int) -> Any:
+        found = self.executables.get(handle)
+        if found is None:
+            raise self._missing("executable", handle)
+        return found
+
+    def take_future(self, handle: int) -> Any:
+        found = self.futures.pop(handle, None)
+        if found is None:
+            raise self._missing("future", handle)
+        return found
+
+    def _missing(self, what: str, handle: int) -> BaseException:
+        error = self.failed.get(handle)
+        if error is not None:
+            return error
+        return NotFoundError(f"session {self.id} has no {what} with handle {handle}")
+
+    def drop(self, handle: int) -> None:
+        """Forget an array handle (DestructArray); unknown handles are ignored, as IFRT
+        destroys are."""
+        self.arrays.pop(handle, None)
+        self.failed.pop(handle, None)
+
+    # -- host buffers ----------------------------------------------------------------------
+
+    def store_host_buffer(self, handle: int, data: bytes) -> None:
+        with self._lock:
+            if self.closed:
+                raise FailedPreconditionError(f"session {self.id} is closed")
+            if handle in self._host_buffers:
+                raise InvalidArgumentError(f"host buffer handle {handle} is already in use")
+            self._reserve_locked(len(data))
+            self._host_buffers[handle] = data
+            self._host_bytes += len(data)
+
+    def reserve_host_bytes(self, size: int) -> None:
+        """Check ``size`` more bytes fit the session's limit (before receiving them)."""
+        with self._lock:
+            self._reserve_locked(size)
+
+    def _reserve_locked(self, size: int) -> None:
+        if self._host_bytes + size > self.limits.max_host_buffer_bytes:
+            raise ResourceExhaustedError(
+                f"session {self.id} would hold {self._host_bytes + size} bytes of host "
+                f"buffers, over its limit of {self.limits.max_host_buffer_bytes}")
+        if self._live_handles() + 1 > self.limits.max_handles:
+            raise ResourceExhaustedError(
+                f"session {self.id} is at its limit of {self.limits.max_handles} handles")
+
+    def host_buffer(self, handle: int) -> bytes:
+        with self._lock:
+            data = self._host_buffers.get(handle)
+        if data is None:
+            raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
+        return data
+
+    def take_host_buffer(self, handle: int) -> bytes:
+        with self._lock:
+            data = self._host_buffers.pop(handle, None)
+            if data is not None:
+                self._host_bytes -= len(data)
+        if data is None:
+            raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
+        return data
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def handle(self, request: Any) -> None:
+        """Handle one ``IfrtRequest`` and send its answer (now, or later for one that
+        waits on a future). Never raises: every failure is answered as a status."""
+        op_id = request.request_metadata.op_id
+        kind = request.WhichOneof("request")
+        try:
+            if kind is None:
+                raise InvalidArgumentError("the request sets none of IfrtRequest's requests")
+            handler = _handlers().get(kind)
+            if handler is None:
+                raise UnimplementedError(f"{kind} is not served by the ifrtpy proxy")
+            self._current = (op_id, kind)
+            inner = handler(self, getattr(request, kind))
+        except Exception as error:  # noqa: BLE001 - every failure becomes the answer
+            self._bind_failure(kind, request, error)
+            self.answer_error(op_id, error)
+            return
+        if inner is not None:
+            self.answer(op_id, kind, inner)
+
+    def _bind_failure(self, kind: str | None, request: Any, error: BaseException) -> None:
+        if kind is None:
+            return
+        inner = getattr(request, kind)
+        for name in RESULT_FIELDS.get(kind, ()):
+            value = getattr(inner, name)
+            for handle in [value] if isinstance(value, int) else list(value):
+                fresh = handle not in self.arrays and handle not in self.futures
+                if handle and fresh and len(self.failed) < self.limits.max_handles:
+                    self.failed[handle] = error
+
+    def answer(self, op_id: int, kind: str, inner: Any) -> None:
+        response = messages().IfrtResponse()
+        response.response_metadata.op_id = op_id
+        response.response_metadata.seq_num = next(self._seq)
+        getattr(response, kind[: -len("request")] + "response").CopyFrom(inner)
+        self._send(response)
+
+    def answer_error(self, op_id: int, error: BaseException) -> None:
+        response = messages().IfrtResponse()
+        response.response_metadata.op_id = op_id
+        response.response_metadata.status.CopyFrom(wire.status_proto(error))
+        self._send(response)
+
+    def answer_later(self, future: Any, make: Callable[[], Any]) -> None:
+        """Answer the request being handled when ``future`` completes: ``make()`` on
+        success, its error otherwise (the handler then returns None)."""
+        op_id, kind = self._current
+
+        def done(f: Any) -> None:
+            error = f.exception()
+            if error is not None:
+                self.answer_error(op_id, error)
+            else:
+                self.answer(op_id, kind, make())
+
+        future.add_done_callback(done)
+
+    # -- end --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drop every handle of the session (its client is gone)."""
+        with self._lock:
+            self.closed = True
+            self._host_buffers.clear()
+            self._host_bytes = 0
+        self.arrays.clear()
+        self.executables.clear()
+        self.futures.clear()
+        self.failed.clear()
+
+
+_HANDLERS: dict[str, Handler] = {}
+
+
+def _handlers() -> dict[str, Handler]:
+    if not _HANDLERS:
+        from ifrtpy.proxy import arrays, executables, topology
+
+        _HANDLERS.update(topology.HANDLERS)
+        _HANDLERS.update(arrays.HANDLERS)
+        _HANDLERS.update(executables.HANDLERS)
+    return _HANDLERS
