@@ -1,4 +1,4 @@
-"""The command line: ``python -m ifrtpy [--version] [--debug] info|demo|bench|launch [options]``.
+"""The command line: ``python -m ifrtpy [--version] [--debug] info|demo|bench|launch|serve [options]``.
 
 ``info`` prints versions, the plugin, its attributes, devices and memories. ``demo`` does
 the same, then puts a sharded array on the devices, draws which device holds which rows
@@ -6,8 +6,9 @@ the same, then puts a sharded array on the devices, draws which device holds whi
 every result against NumPy. ``bench`` prints one table of headline figures next to jax
 measured in the same run (``--quick``: seconds, rough figures; ``--plot FILE.png``: a bar
 chart, needs matplotlib). ``launch -n N -- CMD ...`` runs a job of N processes of CMD on
-this machine (:mod:`ifrtpy.cli.launch`). Errors print one line; ``--debug`` shows the
-traceback.
+this machine (:mod:`ifrtpy.cli.launch`). ``serve`` runs an IFRT Proxy server that jax
+uses as its backend (:mod:`ifrtpy.cli.serve`, docs/proxy.md). Errors print one line;
+``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import sys
 
 import ifrtpy as ifrt
-from ifrtpy.cli import bench, demo, info, launch
+from ifrtpy.cli import bench, demo, info, launch, serve
 
 __all__ = ["main"]
 
@@ -44,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         "launch", help="a job of N processes of a command on this machine",
         description="Run a job of N processes of CMD on this machine; in each, "
                     "ifrtpy.distributed.initialize() needs no arguments."))
+    serve.configure(commands.add_parser(
+        "serve", help="an IFRT Proxy server: jax runs on this backend's devices",
+        description="Serve a backend's devices to jax (JAX_PLATFORMS=proxy) over IFRT Proxy."))
     return parser
 
 
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "launch":
         return launch.run(args)
     try:
+        if args.command == "serve":
+            return serve.serve(args)
         devices = args.devices
         if args.command == "bench" and devices is None and args.plugin is None:
             devices = 8

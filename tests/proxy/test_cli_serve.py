@@ -1,0 +1,93 @@
+"""``python -m ifrtpy serve``: the exact ready line, a server that answers there, a clean stop
+on SIGTERM and SIGINT, and no non-loopback address without ``--allow-remote``."""
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("grpc")
+
+import ifrtpy as ifrt  # noqa: E402
+from ifrtpy.__main__ import main  # noqa: E402
+
+#: Generous: a bound on a hang, not a timing assertion (the server starts in seconds).
+HANG_S = 120
+
+
+def start(*options):
+    """A ``serve`` process with ``options`` and its first line of output."""
+    proc = subprocess.Popen([sys.executable, "-m", "ifrtpy", "serve", *options],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline()
+
+
+def stop(proc, number=signal.SIGTERM):
+    proc.send_signal(number)
+    out, err = proc.communicate(timeout=HANG_S)
+    return proc.returncode, out, err
+
+
+def accepts_connections(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
+def test_ready_line_then_a_clean_stop(number):
+    proc, line = start("--backend", "pjrt", "--device-count", "2")
+    try:
+        expected = repr(ifrt.get_client("pjrt", device_count=2))
+        match = re.fullmatch(rf"ifrtpy proxy: serving {re.escape(expected)} "
+                             r"at grpc://127\.0\.0\.1:(\d+)\n", line)
+        assert match, line
+        port = int(match.group(1))
+        assert port > 0 and accepts_connections(port)
+        hint = proc.stdout.readline()
+        assert hint == (f"point jax at it: JAX_PLATFORMS=proxy "
+                        f"JAX_BACKEND_TARGET=grpc://127.0.0.1:{port} python train.py\n")
+    finally:
+        code, _, err = stop(proc, number)
+    assert (code, err) == (0, "")                               # no traceback, exit 0
+    assert not accepts_connections(port)
+
+
+def test_a_unix_socket(tmp_path):
+    path = tmp_path / "proxy.sock"
+    proc, line = start("--backend", "reference", "--device-count", "1", "--address", f"unix:{path}")
+    try:
+        assert line.endswith(f" at grpc://unix:{path}\n"), line
+        assert line.startswith("ifrtpy proxy: serving <ReferenceClient 1 devices")
+        assert path.exists()
+    finally:
+        code, _, err = stop(proc)
+    assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:0", "[::]:0", "10.1.2.3:5000"])
+def test_a_non_loopback_address_needs_allow_remote(address, capsys):
+    assert main(["serve", "--address", address]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"serve: error: {address} is not a loopback address or a unix socket")
+    assert "--allow-remote" in err
+
+
+def test_allow_remote_serves_there_and_says_what_it_means():
+    proc, line = start("--device-count", "1", "--address", "0.0.0.0:0", "--allow-remote")
+    try:
+        assert re.fullmatch(r"ifrtpy proxy: serving <.*> at grpc://0\.0\.0\.0:\d+\n", line), line
+    finally:
+        code, _, err = stop(proc)
+    assert code == 0
+    assert err.startswith("warning: 0.0.0.0:0 is not a loopback address: whoever can connect")
+    assert "no TLS" in err and "SSH tunnel" in err
+
+
+def test_an_unknown_backend_is_one_error_line(capsys):
+    assert main(["serve", "--backend", "no-such-backend"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: NotFoundError: ") and "no-such-backend" in err
+    assert len(err.splitlines()) == 1
