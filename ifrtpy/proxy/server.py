@@ -194,7 +194,7 @@ class _Service:
 
     def host_buffer_delete(self, request: Any, context: Any) -> Any:
         try:
-            self.session(request.session_id).take_host_buffer(request.handle)
+            self.session(request.session_id).delete_host_buffer(request.handle)
         except IfrtError as error:
             _abort(context, error)
         return messages().GrpcHostBufferDeleteResponse()

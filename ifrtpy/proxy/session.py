@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 from typing import Any, Callable
 
 from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
@@ -38,6 +39,10 @@ RESULT_FIELDS: dict[str, tuple[str, ...]] = {
     "fully_replicated_shard_request": ("result_handle",),
     "loaded_executable_execute_request": ("result_array_handle", "result_status_handle"),
 }
+
+#: How long a request naming a host buffer waits for it to arrive (a bound on a client
+#: that names a buffer it never sends).
+HOST_BUFFER_WAIT_S = 60.0
 
 # Handles the server mints start here, far from the client's counter (which starts low).
 _SERVER_HANDLES = 1 << 62
@@ -84,6 +89,7 @@ class Session:
         self._host_buffers: dict[int, bytes] = {}
         self._host_bytes = 0
         self._lock = threading.Lock()  # host buffers are touched by other RPCs' threads
+        self._stored = threading.Condition(self._lock)
         self._handles = itertools.count(_SERVER_HANDLES)
         self._seq = itertools.count(1)
         self.closed = False
@@ -185,6 +191,7 @@ class Session:
             self._reserve_locked(len(data))
             self._host_buffers[handle] = data
             self._host_bytes += len(data)
+            self._stored.notify_all()
 
     def reserve_host_bytes(self, size: int) -> None:
         """Check ``size`` more bytes fit the session's limit (before receiving them)."""
@@ -200,21 +207,39 @@ class Session:
             raise ResourceExhaustedError(
                 f"session {self.id} is at its limit of {self.limits.max_handles} handles")
 
+    def _wait_for_buffer_locked(self, handle: int) -> bytes:
+        """The host buffer ``handle``, waiting for it: the client sends requests naming a
+        buffer without waiting for its store (or its copy out) to finish."""
+        deadline = time.monotonic() + HOST_BUFFER_WAIT_S
+        while handle not in self._host_buffers and not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NotFoundError(
+                    f"session {self.id} has no host buffer with handle {handle} (waited "
+                    f"{HOST_BUFFER_WAIT_S:g} s)")
+            self._stored.wait(left)
+        if self.closed:
+            raise FailedPreconditionError(f"session {self.id} is closed")
+        return self._host_buffers[handle]
+
     def host_buffer(self, handle: int) -> bytes:
         with self._lock:
-            data = self._host_buffers.get(handle)
-        if data is None:
-            raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
-        return data
+            return self._wait_for_buffer_locked(handle)
 
     def take_host_buffer(self, handle: int) -> bytes:
         with self._lock:
+            data = self._wait_for_buffer_locked(handle)
+            del self._host_buffers[handle]
+            self._host_bytes -= len(data)
+            return data
+
+    def delete_host_buffer(self, handle: int) -> None:
+        """Forget a host buffer (HostBufferDelete); NotFoundError for an unknown one."""
+        with self._lock:
             data = self._host_buffers.pop(handle, None)
-            if data is not None:
-                self._host_bytes -= len(data)
-        if data is None:
-            raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
-        return data
+            if data is None:
+                raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
+            self._host_bytes -= len(data)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -284,6 +309,7 @@ class Session:
             self.closed = True
             self._host_buffers.clear()
             self._host_bytes = 0
+            self._stored.notify_all()
         self.arrays.clear()
         self.executables.clear()
         self.futures.clear()

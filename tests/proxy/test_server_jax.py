@@ -1,0 +1,229 @@
+"""jax programs run by an unmodified jax process through the IFRT Proxy server equal jax's
+own results (jax's CPU client in the same process), on the pjrt, reference and example
+backends; two clients at once; a killed client frees its session; a stopped server gives
+the client an error."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("jax")
+
+import ifrtpy as ifrt  # noqa: E402
+from ifrtpy import proxy  # noqa: E402
+from ifrtpy.testing import example_backend  # noqa: E402
+
+#: Generous bound on a hang, not a timing assertion (a jax process starts in seconds).
+HANG_S = 240
+
+#: Run first in every jax process: connect to the server named by argv[1], make it jax's
+#: default backend with jax's CPU client (8 devices) beside it as the oracle.
+PRELUDE = """
+import json, os, sys
+os.environ["IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS"] = "true"
+import jax
+jax.config.update("jax_num_cpu_devices", 8)
+import jax.extend.backend
+from jax.extend.backend import ifrt_proxy
+_client = ifrt_proxy.get_client("grpc://" + sys.argv[1], ifrt_proxy.ClientConnectionOptions())
+jax.extend.backend.register_backend_factory("proxy", lambda: _client, priority=-1)
+import numpy as np
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+PROXY, CPU = jax.devices("proxy"), jax.devices("cpu")
+
+def both(make):
+    # make(devices) -> a value computed with those devices; the proxy's and the CPU's.
+    return np.asarray(make(PROXY)), np.asarray(make(CPU))
+
+def emit(**values):
+    print("RESULT " + json.dumps({k: [np.asarray(x).tolist() for x in v] if isinstance(v, tuple)
+                                  else np.asarray(v).tolist() for k, v in values.items()}),
+          flush=True)
+"""
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_BACKEND_TARGET", "XLA_FLAGS")}
+    env["JAX_PLATFORMS"] = "proxy,cpu"
+    return env
+
+
+def run_jax(address, code, timeout=HANG_S):
+    """Run ``code`` (after PRELUDE) in a fresh jax process against the server at
+    ``address``; the dict its ``emit`` printed."""
+    script = PRELUDE + textwrap.dedent(code)
+    done = subprocess.run([sys.executable, "-c", script, address], capture_output=True,
+                          text=True, timeout=timeout, env=_env())
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"no result (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}")
+
+
+def assert_pairs_equal(result):
+    for name, (through_proxy, direct) in result.items():
+        assert through_proxy == direct, name
+
+
+@pytest.fixture(scope="module")
+def server():
+    with proxy.serve(ifrt.get_client("pjrt", device_count=8)) as running:
+        yield running
+
+
+def test_plain_jit_through_the_pjrt_backend(server):
+    result = run_jax(server.address, """
+        f = jax.jit(lambda x: x * 2 + 1)
+        emit(y=both(lambda d: f(jax.device_put(jnp.arange(8.0), d[0]))),
+             ints=both(lambda d: jax.jit(lambda a, b: a @ b)(
+                 jax.device_put(np.arange(12, dtype=np.int32).reshape(3, 4), d[0]),
+                 jax.device_put(np.arange(8, dtype=np.int32).reshape(4, 2), d[0]))),
+             bf16=both(lambda d: jax.jit(lambda x: (x * 3).astype(jnp.float32))(
+                 jax.device_put(jnp.arange(6, dtype=jnp.bfloat16), d[0]))),
+             grad=both(lambda d: jax.jit(jax.grad(lambda x: jnp.sum(jnp.sin(x) ** 2)))(
+                 jax.device_put(jnp.linspace(0, 1, 5), d[0]))),
+             strided=both(lambda d: jax.device_put(np.arange(24.0).reshape(4, 6)[:, ::2], d[1])),
+             ndev=[len(PROXY), len(PROXY)])
+    """)
+    assert_pairs_equal(result)
+    assert result["y"][0] == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0]
+
+
+def test_spmd_over_8_devices_shard_map_donation_and_reshards(server):
+    result = run_jax(server.address, """
+        from jax.experimental.shard_map import shard_map
+        x = np.arange(64, dtype=np.float32).reshape(8, 8)
+
+        def sharded(d, spec, value=x):
+            return jax.device_put(value, NamedSharding(Mesh(np.array(d).reshape(4, 2), ("a", "b")), spec))
+
+        def spmd(d):
+            return jax.jit(lambda v: jnp.sin(v) @ v.T + 1)(sharded(d, P("a", "b")))
+
+        def psum(d):
+            mesh = Mesh(np.array(d).reshape(4, 2), ("a", "b"))
+            f = shard_map(lambda v: jax.lax.psum(v, "a"), mesh=mesh, in_specs=P("a", None),
+                          out_specs=P(None, None))
+            return jax.jit(f)(sharded(d, P("a", None)))
+
+        def donate(d):
+            f = jax.jit(lambda v: v * 2, donate_argnums=0)
+            a = sharded(d, P("a"))
+            out = f(a)
+            assert a.is_deleted()
+            return out
+
+        def reshard(d):
+            a = sharded(d, P("a", "b"))
+            return jax.device_put(a, NamedSharding(Mesh(np.array(d).reshape(2, 4), ("p", "q")), P(None, "q")))
+
+        def sharded_put_readback(d):
+            a = sharded(d, P("b", "a"), np.arange(32, dtype=np.int32).reshape(4, 8))
+            return np.asarray(a) + 0
+
+        emit(spmd=both(spmd), psum=both(psum), donate=both(donate), reshard=both(reshard),
+             put=both(sharded_put_readback))
+    """)
+    assert_pairs_equal(result)
+
+
+def test_reference_backend():
+    with proxy.serve(ifrt.get_client("reference", device_count=2)) as running:
+        result = run_jax(running.address, """
+            f = jax.jit(lambda x, y: x * y + 1)
+            emit(y=both(lambda d: f(jax.device_put(np.arange(6.0).reshape(2, 3), d[0]),
+                                    jax.device_put(np.full((2, 3), 2.0), d[0]))),
+                 ndev=[len(PROXY), 2])
+        """)
+    assert_pairs_equal(result)
+
+
+def test_example_backend_serves_arrays_and_refuses_hlo_programs_by_name():
+    # The example backend's programs are Python functions, not HLO: jax's puts, copies
+    # and reads work through it; a jit is refused with the backend's own reason.
+    with proxy.serve(example_backend.create_client(device_count=2)) as running:
+        result = run_jax(running.address, """
+            x = np.arange(12, dtype=np.int32).reshape(3, 4)
+            put = lambda d: jax.device_put(x, d[1])
+            moved = lambda d: jax.device_put(jax.device_put(x[:, ::2], d[0]), d[1])
+            try:
+                jax.jit(lambda v: v + 1)(jax.device_put(x, PROXY[0]))
+                error = ""
+            except Exception as e:
+                error = str(e)
+            emit(put=both(put), moved=both(moved), ndev=[len(PROXY), 2],
+                 error=[error, error])
+        """)
+    error = result.pop("error")[0]
+    assert "UNIMPLEMENTED" in error and "does not compile HloProgram" in error, error
+    assert_pairs_equal(result)
+
+
+def _wait_for(predicate, what):
+    deadline = time.monotonic() + 60  # a bound on a hang, not a timing assertion
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+HOLD = """
+a = jax.device_put(np.arange(1000.0), PROXY[0])
+exe = jax.jit(lambda v: v + 1)
+b = exe(a)
+b.block_until_ready()
+print("READY", flush=True)
+sys.stdin.readline()
+emit(b=np.asarray(b))
+"""
+
+
+def _start_holder(address):
+    script = PRELUDE + HOLD
+    child = subprocess.Popen([sys.executable, "-c", script, address], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env=_env())
+    assert child.stdout.readline().strip() == "READY"
+    return child
+
+
+def test_two_clients_at_once_and_a_killed_one_frees_its_session(server):
+    first, second = _start_holder(server.address), _start_holder(server.address)
+    try:
+        _wait_for(lambda: len(server.sessions()) == 2, "two sessions")
+        counts = [s.handles for s in server.sessions()]
+        assert all(c["arrays"] >= 2 and c["executables"] >= 1 for c in counts), counts
+        first.send_signal(signal.SIGKILL)
+        first.wait(HANG_S)
+        _wait_for(lambda: len(server.sessions()) == 1, "the killed client's session to close")
+        out, _ = second.communicate("\n", timeout=HANG_S)
+        result = json.loads(out.split("RESULT ", 1)[1])
+        assert result["b"] == [float(i + 1) for i in range(1000)]
+    finally:
+        for child in (first, second):
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    _wait_for(lambda: not server.sessions(), "every session to close")
+
+
+def test_a_stopped_server_gives_the_client_an_error():
+    running = proxy.serve(ifrt.get_client("pjrt", device_count=2))
+    child = _start_holder(running.address)
+    try:
+        running.stop()
+        out, _ = child.communicate("\n", timeout=HANG_S)  # a hang fails here
+        assert "RESULT" not in out
+        assert child.returncode != 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
