@@ -75,3 +75,12 @@ from ifrtpy.interop.jax import from_jax as from_jax
 from ifrtpy.interop.jax import to_jax as to_jax
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # ifrtpy.proxy (the IFRT Proxy server; grpcio is optional) is imported on first use.
+    if name == "proxy":
+        import importlib
+
+        return importlib.import_module("ifrtpy.proxy")
+    raise AttributeError(f"module 'ifrtpy' has no attribute {name!r}")

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("above backends", ("interop", "device_put", "visualize")),
     # The public face: the package root, its tools, and the old module paths kept for
     # one release (each only re-exports; nothing inside ifrtpy imports them).
-    ("top", ("", "testing", "cli", "__main__", "hlo_sharding", "mesh", "plugin_options",
+    ("top", ("", "testing", "cli", "proxy", "__main__", "hlo_sharding", "mesh", "plugin_options",
              "_bench", "_coordinator", "_join", "_program_input")),
 ]
 
