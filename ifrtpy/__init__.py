@@ -74,10 +74,12 @@ from ifrtpy.interop import from_dlpack as from_dlpack
 from ifrtpy.interop.jax import from_jax as from_jax
 from ifrtpy.interop.jax import to_jax as to_jax
 
+from typing import Any as _Any  # noqa: E402
+
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _Any:
     # ifrtpy.proxy (the IFRT Proxy server; grpcio is optional) is imported on first use.
     if name == "proxy":
         import importlib

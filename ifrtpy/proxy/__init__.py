@@ -12,9 +12,10 @@ grpcio and protobuf (the ``ifrtpy[proxy]`` extra) are imported when a server sta
 * :mod:`.server`: the gRPC service and :class:`ProxyServer`.
 """
 
+from ifrtpy.proxy.jax_client import connect_jax as connect_jax
 from ifrtpy.proxy.server import ProxyServer as ProxyServer
 from ifrtpy.proxy.server import SessionInfo as SessionInfo
 from ifrtpy.proxy.server import serve as serve
 from ifrtpy.proxy.session import Limits as Limits
 
-__all__ = ["serve", "ProxyServer", "SessionInfo", "Limits"]
+__all__ = ["serve", "ProxyServer", "SessionInfo", "Limits", "connect_jax"]

@@ -69,7 +69,7 @@ def _extent(data: bytes, start: int) -> int:
 
 
 def _scan(data: bytes, found: dict[str, Any]) -> None:
-    from google.protobuf import descriptor_pb2
+    from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
 
     for m in _NAME.finditer(data):
         if m.group(1)[0] != len(m.group(2)):
@@ -110,7 +110,7 @@ def _well_known(name: str) -> Any:
     """The FileDescriptorProto of a protobuf well-known file, from the protobuf package."""
     import importlib
 
-    from google.protobuf import descriptor_pb2
+    from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
 
     module = importlib.import_module("google.protobuf." + name.rsplit("/", 1)[1][:-6] + "_pb2")
     proto = descriptor_pb2.FileDescriptorProto()
@@ -120,7 +120,7 @@ def _well_known(name: str) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _pool() -> Any:
-    from google.protobuf import descriptor_pool
+    from google.protobuf import descriptor_pool  # type: ignore[import-untyped]
 
     files = descriptor_files()
     pool = descriptor_pool.DescriptorPool()
@@ -147,7 +147,7 @@ def _pool() -> Any:
 @functools.lru_cache(maxsize=None)
 def message_class(full_name: str) -> type:
     """The message class of ``full_name`` (e.g. ``"xla.ifrt.proxy.IfrtRequest"``)."""
-    from google.protobuf import message_factory
+    from google.protobuf import message_factory  # type: ignore[import-untyped]
 
     return message_factory.GetMessageClass(_pool().FindMessageTypeByName(full_name))
 

@@ -17,6 +17,7 @@ from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.future import join_futures
 from ifrtpy.layout import Layout
 from ifrtpy.remap import Interval, Mapping, RemapPlan
+from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceShardSemantics
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
@@ -110,7 +111,7 @@ def _layout(session: Any, proto: Any, rank: int) -> Layout | None:
 
 def _spec(session: Any, proto: Any) -> ArraySpec:
     dims = wire.dims_of(proto.shape)
-    return ArraySpec(wire.dtype_from_proto(proto.dtype), dims,
+    return ArraySpec(wire.dtype_from_proto(proto.dtype), Shape(dims),
                      wire.sharding_from_proto(session.client, proto.sharding))
 
 

@@ -217,7 +217,7 @@ _GRPC_CODES: dict[int, Any] = {}
 
 
 def _abort(context: Any, error: BaseException) -> None:
-    import grpc
+    import grpc  # type: ignore[import-untyped]
 
     if not _GRPC_CODES:
         _GRPC_CODES.update({c.value[0]: c for c in grpc.StatusCode})
@@ -226,11 +226,11 @@ def _abort(context: Any, error: BaseException) -> None:
 
 
 def _handlers(service: _Service) -> Any:
-    import grpc
+    import grpc  # type: ignore[import-untyped]
 
     m = messages()
 
-    def unary(fn: Any, req: type, resp: type) -> Any:
+    def unary(fn: Any, req: Any, resp: Any) -> Any:
         return grpc.unary_unary_rpc_method_handler(
             fn, request_deserializer=req.FromString, response_serializer=resp.SerializeToString)
 
@@ -262,7 +262,7 @@ class ProxyServer:
     """
 
     def __init__(self, client: Any, address: str, limits: Limits, max_sessions: int):
-        import grpc
+        import grpc  # type: ignore[import-untyped]
 
         self.client = client
         self._service = _Service(client, limits)

@@ -145,7 +145,7 @@ def _tiled_from_domains(sharding: Sharding, dims: Sequence[int]) -> Any:
     grid = np.full(tiles + [replicas], -1, dtype=np.int64)
     filled: dict[tuple[int, ...], int] = {}
     for position, domain in enumerate(domains):
-        tile = tuple(int(o) // s if s else 0 for o, s in zip(domain.origin.indices, shard))
+        tile = tuple(int(o) // s if s else 0 for o, s in zip(tuple(domain.origin), shard))
         slot = filled.get(tile, 0)
         if slot >= replicas:
             raise UnimplementedError(f"sharding {sharding!r} is uneven: no HLO form")
