@@ -19,10 +19,13 @@ in the variables its launcher set.
      ``JOB_COMPLETION_INDEX``).
 
 A port derived from a launcher's variables (as jax derives it) gives way to
-``IFRTPY_COORDINATOR_PORT``. A malformed or inconsistent value raises
-InvalidArgumentError naming its variable. Nothing is read but the environment, the host's
-name and, in a Kubernetes pod without ``IFRTPY_NUM_PROCESSES``, the Job's spec from the
-API server.
+``IFRTPY_COORDINATOR_PORT`` (checked even beside an explicit address, which has its own
+port). A malformed or inconsistent value raises InvalidArgumentError naming its variable;
+so does a number past :data:`MAX_INTEGER` (ports: 65535), and a Slurm host list whose
+numbers have more than :data:`HOST_NUMBER_DIGITS` digits or whose names have more than
+:data:`HOST_NAME_CHARACTERS` characters. A host list is counted, not expanded: only its
+first host is written out. Nothing is read but the environment, the host's name and, in a
+Kubernetes pod without ``IFRTPY_NUM_PROCESSES``, the Job's spec from the API server.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from ifrtpy.errors import (
 )
 
 __all__ = ["JobEnvironment", "resolve", "check_address", "expand_hostlist", "VARIABLES",
-           "DERIVED_PORTS", "KUBERNETES_PORT", "SERVICE_ACCOUNT_DIR"]
+           "DERIVED_PORTS", "KUBERNETES_PORT", "SERVICE_ACCOUNT_DIR", "MAX_INTEGER",
+           "HOST_NUMBER_DIGITS", "HOST_NAME_CHARACTERS", "MAX_EXPANDED_HOSTS"]
 
 #: The range a port derived from a job id falls in (jax's): 61440 + id % 4096.
 DERIVED_PORTS = range(61440, 65536)
@@ -47,6 +51,16 @@ DERIVED_PORTS = range(61440, 65536)
 KUBERNETES_PORT = 55527
 #: Where Kubernetes mounts a pod's service account: its token, CA and namespace.
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The largest number a variable may give (a count, an id, a job id): a signed 64-bit
+#: integer. Checked on the digits, before ``int()`` (which refuses more than 4300 of them).
+MAX_INTEGER = 2**63 - 1
+#: The most digits of a number in a Slurm host list, leading zeros included.
+HOST_NUMBER_DIGITS = 18
+#: The most characters of a host's name (DNS's bound), in a Slurm host list.
+HOST_NAME_CHARACTERS = 253
+#: The most hosts :func:`expand_hostlist` writes out (at most about 80 MiB of names, 10 MiB
+#: of short ones); resolve() only counts them.
+MAX_EXPANDED_HOSTS = 1 << 18
 
 #: The fields resolve() fills, with the variable that gives each explicitly.
 _EXPLICIT = {"coordinator_address": "IFRTPY_COORDINATOR_ADDRESS",
@@ -102,6 +116,7 @@ def resolve(coordinator_address: str | None = None, num_processes: int | None = 
     is the Job's ``spec.parallelism``, read from the API server within ``api_timeout_s``
     (PermissionDeniedError or UnavailableError when it cannot be)."""
     env = os.environ if environ is None else environ
+    _port_setting(env)  # checked even where an explicit address leaves it unused
     found: dict[str, _Found] = {}
     for name, value in (("coordinator_address", coordinator_address),
                         ("num_processes", num_processes), ("process_id", process_id)):
@@ -158,14 +173,36 @@ def _is_set(env: Mapping[str, str], name: str) -> bool:
     return bool(env.get(name, "").strip())
 
 
-def _integer(env: Mapping[str, str], name: str, low: int = 0) -> int:
-    """The variable ``name`` as an integer >= ``low``; InvalidArgumentError naming it."""
+def _integer(env: Mapping[str, str], name: str, low: int = 0, high: int = MAX_INTEGER) -> int:
+    """The variable ``name`` as an integer in ``low..high``; InvalidArgumentError naming
+    it and the bounds."""
     text = env.get(name)
     if text is None:
         raise InvalidArgumentError(f"{name} is not set")
-    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < low:
-        raise InvalidArgumentError(f"{name} must be an integer >= {low}, got {text!r}")
-    return int(text)
+    value = _number(text, low, high)
+    if value is None:
+        raise InvalidArgumentError(
+            f"{name} must be an integer in {low}..{high}, got {_shown(text)}")
+    return value
+
+
+def _number(text: str, low: int = 0, high: int = MAX_INTEGER) -> int | None:
+    """``text`` (decimal digits, spaces around) as an integer in ``low..high``, else None.
+    Its digits are counted before any conversion, so no length of text is too long."""
+    digits = text.strip()
+    if not re.fullmatch(r"[0-9]+", digits):
+        return None
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(high)) or not low <= int(digits) <= high:
+        return None
+    return int(digits)
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``repr(text)`` for an error message, cut to about ``limit`` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def _below(env: Mapping[str, str], index: str, count: str, low: int = 1) -> tuple[int, int]:
@@ -183,11 +220,11 @@ def check_address(address: str, name: str) -> str:
     brackets: ``[::1]:1234``); else InvalidArgumentError naming ``name``."""
     host, sep, port = address.strip().rpartition(":")
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if (not sep or not bare or not re.fullmatch(r"[0-9]+", port) or not 0 < int(port) < 65536
+    if (not sep or not bare or _number(port, 1, 65535) is None
             or any(c in bare for c in "[]/ ") or (":" in bare and bare == host)):
         raise InvalidArgumentError(
             f"{name} must be 'host:port' with a port in 1..65535 (an IPv6 host in brackets), "
-            f"got {address!r}")
+            f"got {_shown(address)}")
     return address.strip()
 
 
@@ -201,14 +238,18 @@ def _address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def _port_setting(env: Mapping[str, str]) -> int | None:
+    """IFRTPY_COORDINATOR_PORT (a port in 1..65535), or None where it is not set."""
+    if not _is_set(env, "IFRTPY_COORDINATOR_PORT"):
+        return None
+    return _integer(env, "IFRTPY_COORDINATOR_PORT", 1, 65535)
+
+
 def _port(env: Mapping[str, str], derived: int, how: str) -> tuple[int, str]:
     """The coordinator's port and how it came: IFRTPY_COORDINATOR_PORT when set, else
     ``derived`` (``how`` says from what)."""
-    if _is_set(env, "IFRTPY_COORDINATOR_PORT"):
-        port = _integer(env, "IFRTPY_COORDINATOR_PORT", 1)
-        if port > 65535:
-            raise InvalidArgumentError(
-                f"IFRTPY_COORDINATOR_PORT must be a port in 1..65535, got {port}")
+    port = _port_setting(env)
+    if port is not None:
         return port, "IFRTPY_COORDINATOR_PORT"
     return derived, f"{how} (IFRTPY_COORDINATOR_PORT sets another)"
 
@@ -234,12 +275,13 @@ def _open_mpi(env: Mapping[str, str]) -> dict[str, _Found] | None:
     elif env.get("PRTE_LAUNCHED") == "1":
         namespace = env.get("PMIX_NAMESPACE", "")
         parsed = re.fullmatch(r"[^-@]+-(.+)-([0-9]+)@[0-9]+", namespace)
-        if not parsed:
+        pid = _number(parsed.group(2)) if parsed else None
+        if parsed is None or pid is None:
             raise InvalidArgumentError(
-                f"PMIX_NAMESPACE must be PRRTE's '<tool>-<host>-<pid>@<n>' (PRTE_LAUNCHED=1), "
-                f"got {namespace!r}")
+                f"PMIX_NAMESPACE must be PRRTE's '<tool>-<host>-<pid>@<n>' (PRTE_LAUNCHED=1; "
+                f"a pid in 0..{MAX_INTEGER}), got {_shown(namespace)}")
         host = parsed.group(1)
-        port = _port(env, _derived_port(int(parsed.group(2))),
+        port = _port(env, _derived_port(pid),
                      "port 61440 + (the pid of PMIX_NAMESPACE) % 4096")
         where = "PMIX_NAMESPACE's host"
     else:
@@ -264,14 +306,21 @@ def _orte_uri(uri: str) -> tuple[int, str]:
     first = re.search(r"tcp://([^,:;/\[\]]+)[,:]|tcp6://\[([^,\]]+)[,\]]",
                       parsed.group(2)) if parsed else None
     host = (first.group(1) or first.group(2)) if first else ""
+    job_id = _number(parsed.group(1)) if parsed else None
+    if job_id is None or not _is_ip_address(host):
+        raise InvalidArgumentError(
+            "OMPI_MCA_orte_hnp_uri must be '<jobid>.<vpid>;tcp://<address>,...:<port>' "
+            f"(or tcp6://[<address>,...]:<port>; a job id in 0..{MAX_INTEGER}), got "
+            f"{_shown(uri)}")
+    return job_id, host
+
+
+def _is_ip_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
     except ValueError:
-        raise InvalidArgumentError(
-            "OMPI_MCA_orte_hnp_uri must be '<jobid>.<vpid>;tcp://<address>,...:<port>' "
-            f"(or tcp6://[<address>,...]:<port>), got {uri!r}") from None
-    assert parsed is not None
-    return int(parsed.group(1)), host
+        return False
+    return True
 
 
 # -- SLURM ----------------------------------------------------------------------------------
@@ -284,19 +333,19 @@ def _slurm(env: Mapping[str, str]) -> dict[str, _Found] | None:
     necessarily with ``--distribution=arbitrary``)."""
     if "SLURM_STEP_NODELIST" not in env:
         return None
-    nodes = expand_hostlist(env["SLURM_STEP_NODELIST"], "SLURM_STEP_NODELIST")
+    nodes, named = _parse_hostlist(env["SLURM_STEP_NODELIST"], "SLURM_STEP_NODELIST")
     if _is_set(env, "SLURM_STEP_NUM_NODES"):
         count = _integer(env, "SLURM_STEP_NUM_NODES", 1)
-        if count != len(nodes):
+        if count != named:
             raise InvalidArgumentError(
-                f"SLURM_STEP_NUM_NODES={count} but SLURM_STEP_NODELIST names {len(nodes)} "
-                f"node(s) ({env['SLURM_STEP_NODELIST']!r}): the variables disagree")
+                f"SLURM_STEP_NUM_NODES={count} but SLURM_STEP_NODELIST names {named} "
+                f"node(s) ({_shown(env['SLURM_STEP_NODELIST'])}): the variables disagree")
     tasks = "SLURM_STEP_NUM_TASKS" if _is_set(env, "SLURM_STEP_NUM_TASKS") else "SLURM_NTASKS"
     task, total = _below(env, "SLURM_PROCID", tasks)
     port = _port(env, _derived_port(_integer(env, "SLURM_JOB_ID")),
                  "port 61440 + SLURM_JOB_ID % 4096")
     found: dict[str, _Found] = {
-        "coordinator_address": (_address(nodes[0], port[0]),
+        "coordinator_address": (_address(_first_host(nodes), port[0]),
                                 f"SLURM: the first node of SLURM_STEP_NODELIST, {port[1]}"),
         "num_processes": (total, tasks),
         "process_id": (task, "SLURM_PROCID"),
@@ -306,50 +355,108 @@ def _slurm(env: Mapping[str, str]) -> dict[str, _Found] | None:
     return found
 
 
+#: A bracketed group of a host list: its ranges (low, high, width: the low bound's digits).
+_Group = list[tuple[int, int, int]]
+#: A parsed host list: its entries, each a list of parts: a piece of a name, or a group.
+_Hostlist = list[list[str | _Group]]
+
+
 def expand_hostlist(hostlist: str, name: str = "host list") -> list[str]:
     """The hosts of a Slurm host list, in order: comma-separated entries, each a name with
     any number of bracketed groups of numbers and ranges, expanded as a product
     (``node[001-003,007],gpu[1-2]``, ``rack[1-2]-n[01-02]``); a range keeps the width of
     its first bound (``n[08-11]``: ``n08`` .. ``n11``). InvalidArgumentError naming
-    ``name`` for a malformed list."""
-    def bad(why: str) -> InvalidArgumentError:
-        return InvalidArgumentError(f"{name} is not a Slurm host list ({why}): {hostlist!r}")
+    ``name`` for a malformed list, a number of more than :data:`HOST_NUMBER_DIGITS`
+    digits, a name of more than :data:`HOST_NAME_CHARACTERS` characters, or a list of more
+    than :data:`MAX_EXPANDED_HOSTS` hosts."""
+    entries, count = _parse_hostlist(hostlist, name)
+    if count > MAX_EXPANDED_HOSTS:
+        raise InvalidArgumentError(
+            f"{name} names {count} hosts, and expand_hostlist writes out at most "
+            f"{MAX_EXPANDED_HOSTS}: {_shown(hostlist)}")
+    hosts: list[str] = []
+    for parts in entries:
+        names = [""]
+        for part in parts:
+            choices = [part] if isinstance(part, str) else [
+                str(n).zfill(width) for low, high, width in part for n in range(low, high + 1)]
+            names = [prefix + choice for prefix in names for choice in choices]
+        hosts.extend(names)
+    return hosts
 
-    entries, depth, start = [], 0, 0
+
+def _parse_hostlist(hostlist: str, name: str) -> tuple[_Hostlist, int]:
+    """The entries of a Slurm host list (see :func:`expand_hostlist`), none expanded, and
+    how many hosts it names (at most :data:`MAX_INTEGER`)."""
+    def bad(why: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{name} is not a Slurm host list ({why}): {_shown(hostlist)}")
+
+    texts, depth, start = [], 0, 0
     for i, char in enumerate(hostlist + ","):
         if char in "[]":
             depth += 1 if char == "[" else -1
             if depth not in (0, 1):
                 raise bad("unbalanced or nested brackets")
         elif char == "," and depth == 0:
-            entries.append(hostlist[start:i])
+            texts.append(hostlist[start:i])
             start = i + 1
     if depth:
         raise bad("unbalanced brackets")
-    hosts: list[str] = []
-    for entry in entries:
+    entries: _Hostlist = []
+    for entry in texts:
         if not entry or any(c.isspace() for c in entry):
             raise bad("an empty entry, or a space")
-        names = [""]
-        for k, part in enumerate(re.split(r"\[([^\]]*)\]", entry)):
-            choices = _expand_group(part, bad) if k % 2 else [part]
-            names = [prefix + choice for prefix in names for choice in choices]
-        hosts.extend(names)
-    return hosts
+        parts = [_parse_group(part, bad) if k % 2 else part
+                 for k, part in enumerate(re.split(r"\[([^\]]*)\]", entry))]
+        if _longest_name(parts) > HOST_NAME_CHARACTERS:
+            raise bad(f"a name of more than {HOST_NAME_CHARACTERS} characters")
+        entries.append(parts)
+    count = _host_count(entries)
+    if count > MAX_INTEGER:
+        raise bad(f"it names more than {MAX_INTEGER} hosts")
+    return entries, count
 
 
-def _expand_group(group: str, bad: Callable[[str], InvalidArgumentError]) -> list[str]:
-    numbers: list[str] = []
+def _parse_group(group: str, bad: Callable[[str], InvalidArgumentError]) -> _Group:
+    """The ranges of a bracketed group: (low, high, width) for each number or range."""
+    ranges = []
     for item in group.split(","):
         bounds = re.fullmatch(r"([0-9]+)(?:-([0-9]+))?", item)
         if not bounds:
-            raise bad(f"{item!r} is not a number or a range")
+            raise bad(f"{_shown(item, 40)} is not a number or a range")
+        if any(len(b) > HOST_NUMBER_DIGITS for b in bounds.groups("")):
+            raise bad(f"a number has more than {HOST_NUMBER_DIGITS} digits")
         low, high = int(bounds.group(1)), int(bounds.group(2) or bounds.group(1))
         if high < low:
             raise bad(f"the range {item!r} goes down")
-        width = len(bounds.group(1))
-        numbers.extend(str(n).zfill(width) for n in range(low, high + 1))
-    return numbers
+        ranges.append((low, high, len(bounds.group(1))))
+    return ranges
+
+
+def _host_count(entries: _Hostlist) -> int:
+    """How many hosts a parsed host list names (a product per entry, not expanded), or
+    MAX_INTEGER + 1 where it names more (so that no count grows without bound)."""
+    total = 0
+    for parts in entries:
+        count = 1
+        for part in parts:
+            if not isinstance(part, str):
+                count = min(count * sum(high - low + 1 for low, high, _ in part), MAX_INTEGER + 1)
+        total = min(total + count, MAX_INTEGER + 1)
+    return total
+
+
+def _longest_name(parts: list[str | _Group]) -> int:
+    """The length of the longest name an entry's parts make."""
+    return sum(len(part) if isinstance(part, str) else
+               max(max(width, len(str(high))) for _, high, width in part) for part in parts)
+
+
+def _first_host(entries: _Hostlist) -> str:
+    """The first host a parsed host list names."""
+    return "".join(part if isinstance(part, str) else str(part[0][0]).zfill(part[0][2])
+                   for part in entries[0])
 
 
 # -- Kubernetes -----------------------------------------------------------------------------
@@ -409,7 +516,7 @@ def _kubernetes_job_size(env: Mapping[str, str], job: str, timeout_s: float) -> 
         raise InvalidArgumentError(
             f"the process count of Job {job!r} is unknown: no IFRTPY_NUM_PROCESSES, and no "
             f"service account to ask the API server ({e}): {advice}") from None
-    port = _integer(env, "KUBERNETES_SERVICE_PORT", 1) if _is_set(
+    port = _integer(env, "KUBERNETES_SERVICE_PORT", 1, 65535) if _is_set(
         env, "KUBERNETES_SERVICE_PORT") else 443
     host = _address(env["KUBERNETES_SERVICE_HOST"].strip(), port)
     url = f"https://{host}/apis/batch/v1/namespaces/{namespace}/jobs/{job}"
