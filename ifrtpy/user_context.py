@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
-from ifrtpy.errors import InvalidArgumentError, check_type
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, check_type
 
 __all__ = ["UserContext", "UserContextScope", "current_user_context", "ACTIVE"]
 
@@ -60,14 +60,17 @@ def current_user_context() -> UserContext | None:
 
 class UserContextScope:
     """``with UserContextScope(context):`` makes ``context`` the active one for the block
-    on this thread (or task); leaving the block restores the outer one. Scopes nest."""
+    on this thread (or task); leaving the block makes the innermost scope still open there
+    the active one again. Scopes nest, and one scope object may be open in several threads
+    and tasks at once (each enter pairs with an exit on the same thread or task). Leaving a
+    scope out of order closes it where it sits; leaving one that is not open on this thread
+    or task is a FailedPreconditionError that changes nothing."""
 
-    __slots__ = ("_context", "_tokens")
+    __slots__ = ("_context",)
 
     def __init__(self, context: UserContext):
         check_type(context, UserContext, "UserContextScope context", "a UserContext")
         self._context = context
-        self._tokens: list[contextvars.Token[UserContext | None]] = []
 
     @staticmethod
     def current() -> UserContext | None:
@@ -75,8 +78,25 @@ class UserContextScope:
         return ACTIVE.get()
 
     def __enter__(self) -> UserContext:
-        self._tokens.append(ACTIVE.set(self._context))
+        _set_open(_OPEN.get() + (self,))
         return self._context
 
     def __exit__(self, *exc_info: Any) -> None:
-        ACTIVE.reset(self._tokens.pop())
+        open_scopes = _OPEN.get()
+        for i in range(len(open_scopes) - 1, -1, -1):
+            if open_scopes[i] is self:
+                _set_open(open_scopes[:i] + open_scopes[i + 1:])
+                return
+        raise FailedPreconditionError(
+            f"UserContextScope of {self._context!r} is not open on this thread or task: "
+            "leave a scope on the thread or task that entered it")
+
+
+#: The scopes open on this thread or task, innermost last.
+_OPEN: contextvars.ContextVar[tuple[UserContextScope, ...]] = contextvars.ContextVar(
+    "ifrtpy_user_context_scopes", default=())
+
+
+def _set_open(open_scopes: tuple[UserContextScope, ...]) -> None:
+    _OPEN.set(open_scopes)
+    ACTIVE.set(open_scopes[-1]._context if open_scopes else None)
