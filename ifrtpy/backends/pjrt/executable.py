@@ -8,7 +8,6 @@ itself only compares byte sizes (it runs an s32 buffer as an f32 parameter).
 
 from __future__ import annotations
 
-import collections
 import threading
 import weakref
 from typing import Any, Sequence
@@ -138,42 +137,45 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
 class PjrtCompiler(Compiler):
     """The PjRt client's compiler: HloPrograms (or anything HloProgram takes).
 
-    Identical compiles (the same program text and options, under the same user context)
-    return the same executable while it is alive and not deleted: an in-process memo of
-    the last ``MEMO_ENTRIES``.
+    Identical compiles (the same program text and options, the same host callback
+    objects, under the same user context object) return the same executable while it is
+    alive and not deleted: an in-process memo holding the executables weakly.
     """
-
-    MEMO_ENTRIES = 256
 
     def __init__(self, client):
         self._client = client
-        self._memo: collections.OrderedDict = collections.OrderedDict()
+        self._memo: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._memo_lock = threading.Lock()
 
     def compile(self, program, options=None):
         if options is not None:
             check_type(options, CompileOptions, "options", "a CompileOptions")
-        if isinstance(program, HloProgram):
-            # An executable records the user context of its compile: one per context.
-            key = (program.text, program.host_callbacks, options, current_user_context())
+        key = _memo_key(program, options)
+        if key is not None:
             with self._memo_lock:
-                ref = self._memo.get(key)
-                executable = ref() if ref is not None else None
-                if executable is not None and not executable._deleted:
-                    self._memo.move_to_end(key)
-                    return executable
-        else:
-            key = None
+                executable = self._memo.get(key)
+            if executable is not None and not executable._deleted:
+                return executable
         executable = compile_program(self._client, program, options)
         if key is not None:
-            with self._memo_lock:  # weak: the memo keeps no executable alive
-                self._memo[key] = weakref.ref(executable)
-                if len(self._memo) > self.MEMO_ENTRIES:
-                    self._memo.popitem(last=False)
+            with self._memo_lock:
+                self._memo[key] = executable
         return executable
 
     def deserialize_loaded_executable(self, data, options=None):
         return deserialize_executable(self._client, data, options)
+
+
+def _memo_key(program, options: CompileOptions | None) -> tuple | None:
+    """What an executable in the memo is found by; None for a program other than an
+    HloProgram. Host callbacks and the user context (which an executable records) count
+    by identity: the key holds their ids only, so it keeps nothing alive and needs them
+    neither hashable nor comparable. An id is unique while its object lives, and the
+    executable an entry finds holds its program's callables and its context."""
+    if not isinstance(program, HloProgram):
+        return None
+    return (program.text, tuple(map(id, program.host_callbacks)), options,
+            id(current_user_context()))
 
 
 def _optimized_module(handle):
