@@ -1,12 +1,14 @@
 """jax-lowered programs holding CHLO ops (``jnp.square``, ``jnp.sinh``, ``jnp.nextafter``,
-the ``erf_inv`` of ``jax.random.normal``) compile quietly and go to the plugin as portable
-artifacts: their CHLO ops are legalized to StableHLO first, so the StableHLO version
-negotiation applies to them, and a module that still cannot be written so goes as text
-without MLIR's diagnostics reaching stderr (docs/logging.md: ifrtpy is quiet).
+``lax.erf_inv`` and ``jax.random.normal``, which uses it) compile quietly and go to the
+plugin as portable artifacts: their CHLO ops are legalized to StableHLO first, so the
+StableHLO version negotiation applies to them, and a module that still cannot be written
+so goes as text without MLIR's diagnostics reaching stderr (docs/logging.md: ifrtpy is
+quiet).
 
 Each compile runs in a subprocess whose stderr is read whole; the bytes handed to the
 plugin are recorded there (a spy on ``_pjrt.compile``) and read back here with jaxlib's
-own deserializer, and the results are checked against NumPy and ``math.erf``.
+own deserializer, and the results are checked against NumPy and ``math.erf`` (and
+``jax.random.normal``'s against jax's own run).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ _SCRIPT = textwrap.dedent("""
         "sinh": (jnp.sinh, (x,)),
         "next_after": (jnp.nextafter, (x, np.full_like(x, y))),
         "erf_inv": (jax.lax.erf_inv, (x,)),
+        "normal": (lambda k: jax.random.normal(jax.random.wrap_key_data(k), (8,)),
+                   (np.asarray(jax.random.key_data(jax.random.key(7))),)),
     }
     client = ifrt.get_client("pjrt")
     device = client.devices()[0]
@@ -55,7 +59,8 @@ _SCRIPT = textwrap.dedent("""
         exe = client.compile(program)
         out, = exe(*[ifrt.device_put(a, device) for a in args])
         report[name] = {"code": sent[0].hex(), "result": np.asarray(out).tolist(),
-                        "args": [np.asarray(a).tolist() for a in args]}
+                        "args": [np.asarray(a).tolist() for a in args],
+                        "jax": np.asarray(fn(*args)).tolist() if name == "normal" else None}
     print(json.dumps(report))
 """)
 
@@ -84,7 +89,7 @@ def test_compiling_chlo_programs_writes_nothing_to_stderr(compiled):
     assert stderr == ""
 
 
-@pytest.mark.parametrize("name", ["square", "sinh", "next_after", "erf_inv"])
+@pytest.mark.parametrize("name", ["square", "sinh", "next_after", "erf_inv", "normal"])
 def test_chlo_programs_go_to_the_plugin_as_portable_artifacts(compiled, name):
     code = bytes.fromhex(compiled[0][name]["code"])
     assert code.startswith(b"ML\xefR"), code[:40]  # MLIR bytecode, not text
@@ -103,6 +108,8 @@ def test_chlo_programs_compute_what_numpy_does(compiled):
                                   np.nextafter(x, toward))
     inverse = report["erf_inv"]["result"]
     np.testing.assert_allclose([math.erf(v) for v in inverse], x, rtol=1e-5, atol=1e-6)
+    # jax.random.normal's samples: no NumPy oracle draws the same, so jax's own run is it
+    np.testing.assert_allclose(report["normal"]["result"], report["normal"]["jax"], rtol=1e-6)
 
 
 def test_serialize_for_legalizes_chlo_and_keeps_the_text():
