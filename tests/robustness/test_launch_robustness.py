@@ -1,0 +1,172 @@
+"""Robustness of ``python -m ifrtpy launch`` under hostile use: a reader of its output that
+leaves, processes that outlive it (setsid daemons, the launcher itself SIGKILLed), closed
+or exhausted file descriptors, too many processes, and the status after escalating to
+SIGKILL. Every launcher runs in a subprocess (a session of its own) with a timeout; the
+timeouts are about hangs only, far above what the checks take."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from job_helpers import assert_no_stray_processes, job_environment
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher's sweep is Linux's")
+
+HANG_S = 60  # a launcher still running after this long hangs
+
+
+def _launcher(count, command, *options, stdout=subprocess.PIPE):
+    """``python -m ifrtpy launch -n count [options] -- command...`` in a session of its own:
+    (the Popen, the job's marker)."""
+    env, marker = job_environment()
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ifrtpy", "launch", "-n", str(count), *options, "--", *command],
+        env=env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True)
+    return launcher, marker
+
+
+def _ended(launcher):
+    """Wait for the launcher (at most HANG_S); its status. A hang kills its session."""
+    try:
+        launcher.wait(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        pytest.fail(f"the launcher still ran after {HANG_S} s")
+    return launcher.returncode
+
+
+def _lines_until(stream, count, word):
+    lines = []
+    while sum(word in line for line in lines) < count:
+        line = stream.readline()
+        assert line, f"the output ended before {count} lines with {word!r}: {lines}"
+        lines.append(line)
+    return lines
+
+
+def _shell(script, *, limits="", timeout=HANG_S):
+    """``bash -c 'limits; python -m ifrtpy launch ...'`` (the script says the rest): its
+    CompletedProcess, text."""
+    env, _ = job_environment()
+    launch = f"{sys.executable} -m ifrtpy launch"
+    return subprocess.run(["bash", "-c", f"{limits}{script.format(launch=launch)}"], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line_error(stderr):
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+# -- the reader of the output leaves ---------------------------------------------------------
+
+def test_a_launcher_whose_reader_left_stops_the_job_as_a_pipeline_would():
+    """``launch -n 1 -- yes | head -c 100``: once head has its 100 bytes and leaves, the
+    launcher stops the job and exits 128 + SIGPIPE, as ``yes`` in ``yes | head`` does."""
+    launcher, marker = _launcher(1, ["yes"])
+    assert launcher.stdout.read(100) == b"[0] y\n" * 16 + b"[0] "
+    launcher.stdout.close()
+    assert _ended(launcher) == 128 + signal.SIGPIPE
+    assert launcher.stderr.read() == b""  # as a pipeline's writer: quiet
+    assert_no_stray_processes(marker)
+
+
+def test_a_pipeline_in_a_shell_ends_with_the_readers_end():
+    proc = _shell("{launch} -n 2 -- yes | head -c 100 | wc -c; echo ${{PIPESTATUS[0]}}")
+    assert proc.stdout.split() == ["100", str(128 + signal.SIGPIPE)], proc.stderr
+
+
+# -- nothing is left running -----------------------------------------------------------------
+
+DAEMON = "setsid sleep 60 </dev/null >/dev/null 2>&1 &"  # a grandchild in a session of its own
+
+
+def test_a_grandchild_that_calls_setsid_is_swept_at_a_normal_end():
+    launcher, marker = _launcher(2, ["sh", "-c", f"{DAEMON} exit 0"])
+    assert _ended(launcher) == 0
+    assert_no_stray_processes(marker)
+
+
+def test_nothing_is_left_when_the_launcher_is_sigkilled():
+    """Its processes' children in their sessions, and daemons in sessions of their own,
+    die with the launcher too."""
+    launcher, marker = _launcher(2, ["sh", "-c", f"{DAEMON} sleep 60 & echo ready; wait"])
+    try:
+        _lines_until(launcher.stdout, 2, b"ready")
+    finally:
+        launcher.kill()
+        launcher.wait()
+        launcher.stdout.close()
+        launcher.stderr.close()
+    assert_no_stray_processes(marker)
+
+
+# -- what cannot start is refused in one line ------------------------------------------------
+
+def test_a_launcher_with_its_standard_output_closed_refuses_in_one_line():
+    proc = _shell("{launch} -n 1 -- true >&-")
+    assert proc.returncode != 0
+    assert "standard output" in _one_line_error(proc.stderr)
+
+
+def test_more_processes_than_the_bound_are_refused_in_one_line():
+    proc = _shell("{launch} -n 10000 -- true")
+    assert proc.returncode == 2
+    assert "1024" in _one_line_error(proc.stderr)
+
+
+def test_more_processes_than_the_open_files_allow_are_refused_before_any_starts():
+    proc = _shell("{launch} -n 200 -- sh -c 'echo started'", limits="ulimit -n 64; ")
+    assert proc.returncode == 1 and "started" not in proc.stdout
+    line = _one_line_error(proc.stderr)
+    assert "open files" in line and "64" in line and "200" in line
+
+
+# -- the status after escalating to SIGKILL --------------------------------------------------
+
+STUBBORN = ("import signal, time\n"
+            "for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)\n"
+            "print('ready', flush=True); time.sleep(60)")
+
+
+def test_a_job_killed_after_the_grace_period_keeps_the_status_of_the_signal_passed_on():
+    """Ctrl-C passed on to processes that ignore it (and SIGTERM): SIGKILL after
+    --kill-after; the launcher's status is 130 (128 + SIGINT, the signal passed on), not
+    the 137 of the SIGKILL it sent itself."""
+    launcher, marker = _launcher(2, [sys.executable, "-c", STUBBORN], "--kill-after", "0.5")
+    _lines_until(launcher.stdout, 2, b"ready")
+    launcher.send_signal(signal.SIGINT)
+    assert _ended(launcher) == 128 + signal.SIGINT
+    assert_no_stray_processes(marker)
+
+
+def test_a_second_ctrl_c_kills_the_job_and_keeps_the_status_of_the_first():
+    launcher, marker = _launcher(2, [sys.executable, "-c", STUBBORN], "--kill-after", "30")
+    _lines_until(launcher.stdout, 2, b"ready")
+    launcher.send_signal(signal.SIGINT)
+    launcher.stderr.readline()  # "launch: got SIGINT: passing it on to the job"
+    launcher.send_signal(signal.SIGINT)
+    assert _ended(launcher) == 128 + signal.SIGINT
+    assert_no_stray_processes(marker)
+
+
+def test_a_failure_keeps_its_status_when_the_others_are_killed_by_a_second_signal():
+    """Process 0 fails (status 3); a second Ctrl-C kills the rest: the launcher exits 3."""
+    script = ("import os, signal, sys, time\n"
+              "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+              "if os.environ['IFRTPY_PROCESS_ID'] == '0':\n"
+              "    print('ready', flush=True); time.sleep(0.5); sys.exit(3)\n"
+              + STUBBORN)
+    launcher, marker = _launcher(2, [sys.executable, "-c", script], "--kill-after", "30")
+    _lines_until(launcher.stdout, 2, b"ready")
+    launcher.stderr.readline()  # "launch: process 0 failed (exit status 3): stopping the others"
+    launcher.send_signal(signal.SIGINT)
+    assert _ended(launcher) == 3
+    assert_no_stray_processes(marker)
