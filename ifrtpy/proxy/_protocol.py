@@ -25,6 +25,7 @@ ROOT_FILES = (
     "xla/python/pjrt_ifrt/xla_compiler.proto",
     "xla/python/pjrt_ifrt/pjrt_layout_serdes.proto",
     "xla/python/ifrt/sharding_serdes.proto",
+    "xla/python/ifrt_proxy/common/array_util.proto",
 )
 
 #: The shared objects of jaxlib searched, in order.

@@ -166,8 +166,10 @@ def metadata(session: Any, request: Any) -> Any:
         sorted(exe.donatable_input_indices()))
     stats, error = _call(exe.compiled_memory_stats)
     if error is None:
-        proto = message_class("xla.CompiledMemoryStatsProto")(
-            **{f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)})
+        cls = message_class("xla.CompiledMemoryStatsProto")
+        known = cls.DESCRIPTOR.fields_by_name  # jaxlib versions differ in these fields
+        proto = cls(**{f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)
+                       if f.name in known})
         response.compiled_memory_stats.CopyFrom(proto)
         response.size_of_generated_code_in_bytes = stats.generated_code_size_in_bytes
     else:
