@@ -166,16 +166,18 @@ class _Service:
             if size < 0:
                 raise InvalidArgumentError(f"HostBufferStore: buffer_size {size} is negative")
             session.reserve_host_bytes(size)
-            data = bytearray()
+            pieces, received = [], 0
             for chunk in chunks:
-                data += chunk.data
-                if len(data) > size:
+                pieces.append(chunk.data)
+                received += len(chunk.data)
+                if received > size:
                     break
-            if len(data) != size:
+            if received != size:
                 raise InvalidArgumentError(
                     f"HostBufferStore: the header says {size} bytes, the stream sent "
-                    f"{len(data)}{' or more' if len(data) > size else ''}")
-            session.store_host_buffer(metadata.handle, bytes(data))
+                    f"{received}{' or more' if received > size else ''}")
+            session.store_host_buffer(metadata.handle,
+                                      pieces[0] if len(pieces) == 1 else b"".join(pieces))
         except IfrtError as error:
             _abort(context, error)
         return m.GrpcHostBufferStoreResponse()

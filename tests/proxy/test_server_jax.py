@@ -186,11 +186,10 @@ emit(b=np.asarray(b))
 """
 
 
-def _start_holder(address):
+def _start_holder(address, stderr=subprocess.DEVNULL):
     script = PRELUDE + HOLD
     child = subprocess.Popen([sys.executable, "-c", script, address], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             env=_env())
+                             stdout=subprocess.PIPE, stderr=stderr, text=True, env=_env())
     assert child.stdout.readline().strip() == "READY"
     return child
 
@@ -217,12 +216,13 @@ def test_two_clients_at_once_and_a_killed_one_frees_its_session(server):
 
 def test_a_stopped_server_gives_the_client_an_error():
     running = proxy.serve(ifrt.get_client("pjrt", device_count=2))
-    child = _start_holder(running.address)
+    child = _start_holder(running.address, stderr=subprocess.PIPE)
     try:
         running.stop()
-        out, _ = child.communicate("\n", timeout=HANG_S)  # a hang fails here
+        out, err = child.communicate("\n", timeout=HANG_S)  # a hang fails here
         assert "RESULT" not in out
-        assert child.returncode != 0
+        assert child.returncode == 1  # a Python exception, not an abort
+        assert "JaxRuntimeError: UNAVAILABLE" in err, err[-2000:]
     finally:
         if child.poll() is None:
             child.kill()
