@@ -384,7 +384,8 @@ def _set_child_subreaper() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+        done: int = ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+        return done == 0
     except (OSError, AttributeError):
         return False
 

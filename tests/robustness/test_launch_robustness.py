@@ -6,6 +6,8 @@ timeouts are about hangs only, far above what the checks take."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import signal
 import subprocess
@@ -13,6 +15,8 @@ import sys
 
 import pytest
 
+from ifrtpy.cli.launch import Launcher
+from ifrtpy.errors import ResourceExhaustedError
 from job_helpers import assert_no_stray_processes, job_environment
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher's sweep is Linux's")
@@ -50,13 +54,21 @@ def _lines_until(stream, count, word):
     return lines
 
 
-def _shell(script, *, limits="", timeout=HANG_S):
-    """``bash -c 'limits; python -m ifrtpy launch ...'`` (the script says the rest): its
-    CompletedProcess, text."""
+def _shell(script, *, limits=""):
+    """``bash -c 'limits; python -m ifrtpy launch ...'`` (the script says the rest), in a
+    session of its own: (its status, stdout, stderr), text. A hang kills the session."""
     env, _ = job_environment()
     launch = f"{sys.executable} -m ifrtpy launch"
-    return subprocess.run(["bash", "-c", f"{limits}{script.format(launch=launch)}"], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    shell = subprocess.Popen(["bash", "-c", f"{limits}{script.format(launch=launch)}"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        out, err = shell.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.communicate()
+        pytest.fail(f"the launcher still ran after {HANG_S} s")
+    return shell.returncode, out, err
 
 
 def _one_line_error(stderr):
@@ -79,8 +91,8 @@ def test_a_launcher_whose_reader_left_stops_the_job_as_a_pipeline_would():
 
 
 def test_a_pipeline_in_a_shell_ends_with_the_readers_end():
-    proc = _shell("{launch} -n 2 -- yes | head -c 100 | wc -c; echo ${{PIPESTATUS[0]}}")
-    assert proc.stdout.split() == ["100", str(128 + signal.SIGPIPE)], proc.stderr
+    _, out, err = _shell("{launch} -n 2 -- yes | head -c 100 | wc -c; echo ${{PIPESTATUS[0]}}")
+    assert out.split() == ["100", str(128 + signal.SIGPIPE)], err
 
 
 # -- nothing is left running -----------------------------------------------------------------
@@ -108,25 +120,80 @@ def test_nothing_is_left_when_the_launcher_is_sigkilled():
     assert_no_stray_processes(marker)
 
 
+def _children(pid):
+    children = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    children.append(int(name))
+        except OSError:
+            pass
+    return children
+
+
+def test_nothing_is_left_when_the_launchers_runner_is_sigkilled():
+    """The child of the launcher that runs the job, SIGKILLed: the job's processes die
+    with it, and the launcher kills what was below them; it exits 137, the runner's."""
+    launcher, marker = _launcher(2, ["sh", "-c", f"{DAEMON} sleep 60 & echo ready; wait"])
+    try:
+        _lines_until(launcher.stdout, 2, b"ready")
+        runner, = _children(launcher.pid)
+        os.kill(runner, signal.SIGKILL)
+        assert _ended(launcher) == 128 + signal.SIGKILL
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert_no_stray_processes(marker)
+
+
+def test_a_write_error_other_than_epipe_stops_the_job_saying_why():
+    status, _, err = _shell("{launch} -n 1 -- yes > /dev/full")
+    assert status == 1 and "cannot write the job's output (No space left on device)" in err
+
+
 # -- what cannot start is refused in one line ------------------------------------------------
 
-def test_a_launcher_with_its_standard_output_closed_refuses_in_one_line():
-    proc = _shell("{launch} -n 1 -- true >&-")
-    assert proc.returncode != 0
-    assert "standard output" in _one_line_error(proc.stderr)
+def test_a_launcher_with_its_standard_output_or_error_closed_refuses():
+    status, _, err = _shell("{launch} -n 1 -- true >&-")
+    assert status == 1 and "standard output (fd 1) is closed" in _one_line_error(err)
+    status, out, _ = _shell("{launch} -n 1 -- echo started 2>&-")  # nowhere to say why
+    assert status == 1 and out == ""
 
 
 def test_more_processes_than_the_bound_are_refused_in_one_line():
-    proc = _shell("{launch} -n 10000 -- true")
-    assert proc.returncode == 2
-    assert "1024" in _one_line_error(proc.stderr)
+    status, _, err = _shell("{launch} -n 10000 -- true")
+    assert status == 2 and "from 1 to 1024, got 10000" in _one_line_error(err)
 
 
 def test_more_processes_than_the_open_files_allow_are_refused_before_any_starts():
-    proc = _shell("{launch} -n 200 -- sh -c 'echo started'", limits="ulimit -n 64; ")
-    assert proc.returncode == 1 and "started" not in proc.stdout
-    line = _one_line_error(proc.stderr)
+    status, out, err = _shell("{launch} -n 200 -- sh -c 'echo started'", limits="ulimit -n 64; ")
+    assert status == 1 and "started" not in out
+    line = _one_line_error(err)
     assert "open files" in line and "64" in line and "200" in line
+
+
+def test_a_process_that_cannot_start_stops_those_started_and_is_one_error(monkeypatch):
+    """Starting process 2 of 4 fails (as fork does when out of processes): the two started
+    are stopped, and run() raises ResourceExhaustedError naming the process."""
+    started = []
+    popen = subprocess.Popen
+
+    def failing_popen(*args, **kwargs):
+        if len(started) == 2:
+            raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    environ, marker = job_environment()
+    launcher = Launcher(4, ["sleep", "60"], environ=environ, stdout=io.BytesIO(),
+                        stderr=io.BytesIO())
+    monkeypatch.setattr(subprocess, "Popen", failing_popen)
+    with pytest.raises(ResourceExhaustedError, match="cannot start process 2 of 4: Resource"):
+        launcher.run()
+    monkeypatch.undo()
+    assert [process.returncode for process in started] == [-signal.SIGKILL] * 2
+    assert_no_stray_processes(marker)
 
 
 # -- the status after escalating to SIGKILL --------------------------------------------------
@@ -158,15 +225,17 @@ def test_a_second_ctrl_c_kills_the_job_and_keeps_the_status_of_the_first():
 
 
 def test_a_failure_keeps_its_status_when_the_others_are_killed_by_a_second_signal():
-    """Process 0 fails (status 3); a second Ctrl-C kills the rest: the launcher exits 3."""
-    script = ("import os, signal, sys, time\n"
-              "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    """Process 0 fails (status 3); the others ignore the SIGTERM that stops them, and two
+    Ctrl-C (passed on, then a kill): the launcher exits 3."""
+    script = ("import os, sys, time\n"
               "if os.environ['IFRTPY_PROCESS_ID'] == '0':\n"
               "    print('ready', flush=True); time.sleep(0.5); sys.exit(3)\n"
               + STUBBORN)
     launcher, marker = _launcher(2, [sys.executable, "-c", script], "--kill-after", "30")
     _lines_until(launcher.stdout, 2, b"ready")
-    launcher.stderr.readline()  # "launch: process 0 failed (exit status 3): stopping the others"
+    assert b"process 0 failed (exit status 3)" in launcher.stderr.readline()
+    launcher.send_signal(signal.SIGINT)
+    launcher.stderr.readline()  # "launch: got SIGINT: passing it on to the job"
     launcher.send_signal(signal.SIGINT)
     assert _ended(launcher) == 3
     assert_no_stray_processes(marker)
