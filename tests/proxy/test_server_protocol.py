@@ -274,3 +274,203 @@ def test_serve_refuses_remote_addresses_and_bad_limits(client):
         proxy.serve(client, max_handles=0)
     with pytest.raises(InvalidArgumentError, match="no_such_limit"):
         proxy.serve(client, no_such_limit=1)
+
+
+# -- IFRT semantics of the other requests (NumPy is the oracle) --------------------------------
+
+def hlo_sharding(device_ids, tiles):
+    """A ShardingProto: an HLO tiled sharding of ``tiles`` over ``device_ids`` (replicated
+    when ``tiles`` is empty)."""
+    op = M.OpSharding(type=3, tile_assignment_dimensions=tiles,
+                      tile_assignment_devices=list(range(len(device_ids)))) if tiles else M.OpSharding(type=0)
+    inner = M.HloShardingProto(devices=M.DeviceListProto(device_ids=device_ids), xla_op_sharding=op)
+    return M.ShardingProto(serialized_sharding=M.Serialized(
+        type_name="xla::ifrt::HloSharding", data=inner.SerializeToString()))
+
+
+def spec(dims, sharding, kind="KIND_F32"):
+    return M.ArraySpecProto(dtype=M.DTypeProto(kind=M.DTypeProto.Kind.Value(kind)),
+                            shape=M.ShapeProto(dims=dims), sharding=sharding)
+
+
+def ok(response, kind):
+    assert status_of(response) == (0, ""), status_of(response)
+    assert response.WhichOneof("response") == kind
+    return getattr(response, kind)
+
+
+class Host:
+    """Host buffers of one raw session: ``put`` stores, ``get`` copies an array out."""
+
+    def __init__(self, channel, session):
+        self.channel, self.session, self.next = channel, session, itertools.count(10_000)
+
+    def put(self, values, sharding, handle=0):
+        buffer = next(self.next)
+        store(self.channel, self.session.id, buffer, np.ascontiguousarray(values).tobytes())
+        request = M.MakeArrayFromHostBufferRequest(
+            dtype=M.DTypeProto(kind=M.DTypeProto.Kind.Value("KIND_F32")),
+            shape=M.ShapeProto(dims=values.shape), sharding=sharding, host_buffer_handle=buffer)
+        if handle:
+            request.array_handle = handle
+        return ok(self.session.call("make_array_from_host_buffer_request", request),
+                  "make_array_from_host_buffer_response").array_handle
+
+    def get(self, handle, shape):
+        buffer = next(self.next)
+        ok(self.session.call("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
+            array_handle=handle, host_buffer_handle=buffer)), "copy_to_host_buffer_response")
+        lookup = self.channel.unary_stream(
+            SERVICE + "HostBufferLookup",
+            request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+            response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+        data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
+            session_id=self.session.id, handle=buffer), timeout=WAIT_S))
+        return np.frombuffer(data, np.float32).reshape(shape)
+
+
+def test_disassemble_assemble_copy_reshard_and_delete(channel, session):
+    host = Host(channel, session)
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    rows = hlo_sharding([0, 1], [2, 1])
+    a = host.put(x, rows)
+    np.testing.assert_array_equal(host.get(a, (4, 2)), x)
+    pieces = ok(session.call("disassemble_into_single_device_arrays_request",
+                             M.DisassembleIntoSingleDeviceArraysRequest(array_handle=a)),
+                "disassemble_into_single_device_arrays_response").array_handles
+    np.testing.assert_array_equal(host.get(pieces[1], (2, 2)), x[2:])
+    assembled = ok(session.call("assemble_array_from_single_device_arrays_request",
+                                M.AssembleArrayFromSingleDeviceArraysRequest(
+                                    shape=M.ShapeProto(dims=[4, 2]), sharding=rows,
+                                    single_device_array_handles=pieces, copy_semantics=1)),
+                   "assemble_array_from_single_device_arrays_response").array_handle
+    np.testing.assert_array_equal(host.get(assembled, (4, 2)), x)
+    copied, = ok(session.call("copy_arrays_request", M.CopyArraysRequest(
+        array_handles=[a], device_ids=[1, 0], copy_semantics=1)), "copy_arrays_response").array_handles
+    np.testing.assert_array_equal(host.get(copied, (4, 2)), x)
+    resharded, = ok(session.call("reshard_arrays_request", M.ReshardArraysRequest(
+        array_handles=[a], array_specs=[spec([4, 2], hlo_sharding([0, 1], []))], copy_semantics=1)),
+        "reshard_arrays_response").array_handles
+    np.testing.assert_array_equal(host.get(resharded, (4, 2)), x)
+    future = ok(session.call("delete_array_request", M.DeleteArrayRequest(array_handle=[a])),
+                "delete_array_response").deletion_future_handle
+    ok(session.call("check_future_request", M.CheckFutureRequest(future_handle=future)),
+       "check_future_response")
+    assert ok(session.call("is_array_deleted_request", M.IsArrayDeletedRequest(array_handle=a)),
+              "is_array_deleted_response").deleted
+    code, _ = status_of(session.call("check_future_request", M.CheckFutureRequest(
+        future_handle=future)))
+    assert code == NOT_FOUND  # each future is checked once
+
+
+def test_error_arrays_carry_their_error(channel, session):
+    error = M.StatusProto(code=9, message="made to fail")
+    handle, = ok(session.call("make_error_arrays_request", M.MakeErrorArraysRequest(
+        error=error, array_specs=[spec([3], single_device_sharding())])),
+        "make_error_arrays_response").array_handles
+    code, message = status_of(session.call("check_value_ready_request",
+                                           M.CheckValueReadyRequest(value_handles=[handle])))
+    assert (code, message) == (9, "made to fail")
+
+
+ADD_ONE = """module @add_one { func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %c = stablehlo.constant dense<1.0> : tensor<4xf32>
+    %0 = stablehlo.add %a, %c : tensor<4xf32>
+    return %0 : tensor<4xf32> } }"""
+
+
+def compile_request(text, device_ids=(0,)):
+    options = M.XlaCompileOptionsProto()
+    build = options.compile_options.executable_build_options
+    build.num_replicas, build.num_partitions = 1, len(device_ids)
+    build.device_assignment.replica_count, build.device_assignment.computation_count = 1, len(device_ids)
+    for i in device_ids:
+        build.device_assignment.computation_devices.add(replica_device_ids=[i])
+    return M.CompileRequest(
+        program=M.Serialized(type_name="xla::ifrt::XlaProgram", data=text.encode()),
+        compile_options=M.Serialized(type_name="xla::ifrt::XlaCompileOptions",
+                                     data=options.SerializeToString()))
+
+
+def test_compile_metadata_execute_and_queries(channel, session):
+    host = Host(channel, session)
+    compiled = ok(session.call("compile_request", compile_request(ADD_ONE, (1,))), "compile_response")
+    assert list(compiled.device_ids) == [1] and compiled.num_devices == 1
+    ok(session.call("check_future_request", M.CheckFutureRequest(
+        future_handle=compiled.ready_future_handle)), "check_future_response")
+    exe = compiled.loaded_executable_handle
+    meta = ok(session.call("loaded_executable_metadata_request", M.LoadedExecutableMetadataRequest(
+        loaded_executable_handle=exe)), "loaded_executable_metadata_response")
+    assert len(meta.output_shardings.shardings) == 1
+    assert list(meta.output_memory_kinds.memory_kind_lists[0].memory_kinds) == ["device"]
+    assert meta.HasField("donated_input_indices")
+    x = np.arange(4, dtype=np.float32)
+    a = host.put(x, single_device_sharding(1))
+    run = ok(session.call("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+        loaded_executable_handle=exe, args_handles=[a],
+        execute_options=M.ExecuteOptionsProto(fill_status=True))),
+        "loaded_executable_execute_response")
+    ok(session.call("loaded_executable_fetch_execute_result_request",
+                    M.LoadedExecutableFetchExecuteResultRequest(result_status_handle=run.status_handle)),
+       "loaded_executable_fetch_execute_result_response")
+    output, = run.outputs
+    assert list(output.shape.dims) == [4]
+    np.testing.assert_array_equal(host.get(output.array_handle, (4,)), x + 1)
+    # client-minted handles: the answer carries no status handle
+    minted = ok(session.call("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+        loaded_executable_handle=exe, args_handles=[a], result_array_handle=[4242])),
+        "loaded_executable_execute_response")
+    assert minted.status_handle == 0
+    np.testing.assert_array_equal(host.get(4242, (4,)), x + 1)
+    # a wrong argument fails the execute and binds its error to the minted handle
+    code, message = status_of(session.call("loaded_executable_execute_request",
+                                           M.LoadedExecutableExecuteRequest(
+                                               loaded_executable_handle=exe, args_handles=[],
+                                               result_array_handle=[4343])))
+    assert code == INVALID
+    assert status_of(session.call("is_array_deleted_request", M.IsArrayDeletedRequest(
+        array_handle=4343))) == (code, message)
+    text = ok(session.call("loaded_executable_human_readable_program_text_request",
+                           M.LoadedExecutableHumanReadableProgramTextRequest(loaded_executable_handle=exe)),
+              "loaded_executable_human_readable_program_text_response")
+    assert "add" in text.human_readable_program_text or text.HasField("status")
+    ok(session.call("loaded_executable_cost_analysis_request", M.LoadedExecutableCostAnalysisRequest(
+        loaded_executable_handle=exe)), "loaded_executable_cost_analysis_response")
+    mpmd = ok(session.call("loaded_executable_mpmd_metadata_request",
+                           M.LoadedExecutableMpmdMetadataRequest(mpmd_loaded_executable_handle=exe)),
+              "loaded_executable_mpmd_metadata_response")
+    assert "not an MPMD" in mpmd.mpmd_compiled_memory_stats_error.message
+    layout = ok(session.call("get_default_layout_request", M.GetDefaultLayoutRequest(
+        dtype=M.DTypeProto(kind=M.DTypeProto.Kind.Value("KIND_F32")), dims=[2, 3], device_id=0,
+        memory_kind="device")), "get_default_layout_response")
+    assert layout.serialized_pjrt_layout == b"{1,0}"
+    assignment = ok(session.call("get_default_device_assignment_request",
+                                 M.GetDefaultDeviceAssignmentRequest(num_replicas=1, num_partitions=2)),
+                    "get_default_device_assignment_response").device_assignment
+    assert [list(c.replica_device_ids) for c in assignment.computation_devices] == [[0], [1]]
+    code, message = status_of(session.call("loaded_host_callback_poll_request",
+                                           M.LoadedHostCallbackPollRequest()))
+    assert code == UNIMPLEMENTED and "host callbacks" in message
+    ok(session.call("loaded_executable_destruct_request", M.LoadedExecutableDestructRequest(
+        loaded_executable_handle=exe)), "loaded_executable_destruct_response")
+    code, _ = status_of(session.call("loaded_executable_is_deleted_request",
+                                     M.LoadedExecutableIsDeletedRequest(loaded_executable_handle=exe)))
+    assert code == NOT_FOUND
+
+
+def test_string_arrays_round_trip(channel, session):
+    words = [b"ifrt", b"", b"proxy \xe2\x9c\x93"]
+    store(channel, session.id, 77, M.StringArrayContents(strings=words).SerializeToString())
+    request = M.MakeArrayFromHostBufferRequest(
+        dtype=M.DTypeProto(kind=M.DTypeProto.Kind.Value("KIND_STRING")),
+        shape=M.ShapeProto(dims=[3]), sharding=single_device_sharding(), host_buffer_handle=77)
+    handle = ok(session.call("make_array_from_host_buffer_request", request),
+                "make_array_from_host_buffer_response").array_handle
+    ok(session.call("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
+        array_handle=handle, host_buffer_handle=78)), "copy_to_host_buffer_response")
+    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
+                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
+        session_id=session.id, handle=78), timeout=WAIT_S))
+    assert list(M.StringArrayContents.FromString(data).strings) == words
