@@ -6,6 +6,8 @@ from ifrtpy._pjrt._event import EventHandle
 from ifrtpy._pjrt._client import ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi import ExecuteContext
 
+MAX_EXECUTIONS_PER_DEVICE: int
+
 def compile(client: ClientHandle, code: bytes, compile_options: bytes, format: str = "mlir"
             ) -> ExecutableHandle: ...
 def plugin_identity(client: ClientHandle) -> bytes: ...

@@ -17,6 +17,12 @@ Differences from the C API:
   with an ``execute_context`` set (the plugin crashes on one executed without); each
   execute holds the context until its completion events fire (asked for if the caller
   did not).
+* An execute made inside a host callback is refused (ResourceExhaustedError) when
+  :data:`MAX_EXECUTIONS_PER_DEVICE` executions of programs with host callbacks are in
+  flight on one of its devices: the plugin would block it until one of them completes,
+  and they wait for it (executes nested that deep, or as many threads whose callbacks
+  execute on one device). An execute whose inline callback ended in KeyboardInterrupt
+  (Ctrl-C) raises KeyboardInterrupt, not the plugin's error.
 * ``ExecutableHandle.serialize`` seals the plugin's bytes (``_seal``: the plugin's identity
   and a SHA-256 checksum) and ``deserialize_and_load`` only hands sealed, intact bytes of
   the same plugin to it: a plugin aborts on a corrupted serialized executable.
@@ -30,11 +36,13 @@ from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport PluginHandle, check, require, to_str, named_values_to_dict
+from ifrtpy._pjrt._base cimport (
+    PluginHandle, check, drop_error, require, to_str, named_values_to_dict)
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_launch, unpin_after_launch
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
+from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
 from ifrtpy import errors as _errors
 from ifrtpy._pjrt import _seal
 from ifrtpy._pjrt import _host_callback
@@ -47,6 +55,50 @@ _CONTEXT_TARGETS = tuple(target.encode() for target in _host_callback.CPU_TARGET
 
 cdef bint _needs_context(bytes code):
     return any(target in code for target in _CONTEXT_TARGETS)
+
+
+#: The most executions a CPU plugin runs at once on one device (XLA's
+#: max_inflight_computations_per_device: 32 in each CPU plugin measured); the next one
+#: waits inside Execute until one of them completes.
+MAX_EXECUTIONS_PER_DEVICE = 32
+
+#: Per DeviceHandle: the executions of programs with host callbacks launched there and not
+#: yet complete (one _Running each, held until its completion event fires).
+cdef dict _callback_executions = {}
+
+
+@cython.final
+cdef class _Running:
+    """Counts one execution of a program with host callbacks on ``device`` while it lives."""
+
+    cdef object device
+
+    def __cinit__(self, device):
+        self.device = device
+        _callback_executions[device] = _callback_executions.get(device, 0) + 1
+
+    def __dealloc__(self):
+        if _callback_executions is None:  # the module is being torn down
+            return
+        left = _callback_executions.pop(self.device, 1) - 1
+        if left:
+            _callback_executions[self.device] = left
+
+
+cdef int _check_nested(str name, tuple devices) except -1:
+    """Refuse an execute made inside a host callback that the plugin would block for good."""
+    cdef DeviceHandle device
+    for device in devices:
+        running = _callback_executions.get(device, 0)
+        if running >= MAX_EXECUTIONS_PER_DEVICE:
+            raise _errors.ResourceExhaustedError(
+                f"execute of {name!r} inside a host callback refused: {running} executions of "
+                f"programs with host callbacks are in flight on device {device.id}, and the "
+                f"CPU plugin runs at most {MAX_EXECUTIONS_PER_DEVICE} executions per device at "
+                "once; this one would wait for them to complete while they wait for it "
+                f"(executes nested {MAX_EXECUTIONS_PER_DEVICE} deep through callbacks, or "
+                "that many threads whose callbacks execute on one device)")
+    return 0
 
 
 def _check_compile_options(bytes options not None):
@@ -316,6 +368,7 @@ cdef class ExecutableHandle:
         cdef PJRT_Error* error
         cdef Py_ssize_t expected = 1 if execute_device is not None else len(self.addressable_devices)
         cdef ExecuteContext context = self._execute_context
+        cdef tuple running = None  # a _Running per device, for a program with callbacks
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
                 f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
@@ -323,6 +376,12 @@ cdef class ExecutableHandle:
             raise _errors.FailedPreconditionError(
                 f"{self.name!r} makes host callbacks: it runs only with an execute_context "
                 "holding their callables (the plugin crashes on an execute without)")
+        if in_host_callback() or context is not None:
+            devices = (execute_device,) if execute_device is not None else self.addressable_devices
+            if in_host_callback():
+                _check_nested(self.name, devices)
+            if context is not None:
+                running = tuple([_Running(device) for device in devices])
         # Small calls (the common case) use arrays on the stack; larger ones the heap.
         cdef PJRT_Buffer** small_arg_ptrs[SMALL]
         cdef PJRT_Buffer** small_out_ptrs[SMALL]
@@ -372,11 +431,15 @@ cdef class ExecutableHandle:
             if context is not None:
                 options.context = context.ptr
             with nogil:
+                forget_interrupt()
                 error = api.PJRT_LoadedExecutable_Execute(&args)
+            if error != NULL and take_interrupt():  # Ctrl-C in a callback run inline
+                drop_error(api, error)
+                raise KeyboardInterrupt
             check(api, error)
             if context is not None:  # the plugin reads it until the execution completes
                 for d in range(num_devices):
-                    keep_alive_until(api, events[d], context)
+                    keep_alive_until(api, events[d], (context, running[d]))
             return 0
         finally:
             if own_events != NULL:  # their callbacks stay registered (as for dropped events)

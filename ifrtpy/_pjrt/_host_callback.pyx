@@ -16,7 +16,10 @@ callable may keep it; None for a token) and returns a sequence with one value pe
 dtype and shape. Anything else, or an exception, fails the execution with an error naming
 the callback (the outputs' futures fail); nothing reaches the plugin but that error. Once
 the interpreter is exiting, calls are refused with an error instead of taking the GIL.
-Sub-byte element types (int4, ...) are refused.
+Sub-byte element types (int4, ...) are refused. A callback ending in KeyboardInterrupt
+(Ctrl-C while it runs inline) is recorded for its thread: the execute that ran it raises
+KeyboardInterrupt (:func:`take_interrupt`). :func:`in_host_callback` tells whether the
+calling thread runs a callback (the execute layer bounds executes nested in callbacks).
 """
 
 cimport numpy as cnp
@@ -37,9 +40,15 @@ cdef extern from *:
     """
     static int ifrtpy_load_acquire(const int* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
     static void ifrtpy_store_release(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+    /* Per thread: how many callbacks it is running (nested), and whether one of them
+       ended in KeyboardInterrupt since the thread's last launch. */
+    static __thread int ifrtpy_callback_depth = 0;
+    static __thread int ifrtpy_callback_interrupted = 0;
     """
     int ifrtpy_load_acquire(const int* p) nogil
     void ifrtpy_store_release(int* p, int v) nogil
+    int ifrtpy_callback_depth
+    int ifrtpy_callback_interrupted
 
 cnp.import_array()
 
@@ -87,6 +96,7 @@ cdef bint _index(XLA_FFI_CallFrame* frame, uint64_t* index) noexcept nogil:
 
 
 cdef XLA_FFI_Error* _handler(XLA_FFI_CallFrame* frame) noexcept nogil:
+    global ifrtpy_callback_depth
     cdef const XLA_FFI_Api* api = frame.api
     cdef uint64_t index = 0
     cdef int64_t type_id
@@ -119,19 +129,58 @@ cdef XLA_FFI_Error* _handler(XLA_FFI_CallFrame* frame) noexcept nogil:
     if not callback_enter():
         return make_error(api, XLA_FFI_Error_Code_UNAVAILABLE,
                           b"host callback refused: the Python interpreter is exiting")
+    ifrtpy_callback_depth += 1
     error = _dispatch(frame, get.data, index)
+    ifrtpy_callback_depth -= 1
     callback_leave()
     return error
 
 
+cdef bint in_host_callback() noexcept nogil:
+    """Whether the calling thread is running a host callback (an execute it makes now is
+    nested in an execution that cannot complete before it)."""
+    return ifrtpy_callback_depth > 0
+
+
+cdef void forget_interrupt() noexcept nogil:
+    """Clear the calling thread's record of an interrupted callback (before a launch)."""
+    global ifrtpy_callback_interrupted
+    ifrtpy_callback_interrupted = 0
+
+
+cdef bint take_interrupt() noexcept nogil:
+    """Whether a callback run by the calling thread since ``forget_interrupt`` ended in
+    KeyboardInterrupt (Ctrl-C during a callback run inline by an execute); clears it."""
+    global ifrtpy_callback_interrupted
+    cdef bint interrupted = ifrtpy_callback_interrupted
+    ifrtpy_callback_interrupted = 0
+    return interrupted
+
+
 cdef XLA_FFI_Error* _dispatch(XLA_FFI_CallFrame* frame, void* table, uint64_t index) noexcept with gil:
-    cdef bytes message
+    # Returns an error for every failure, its own included: NULL is success to XLA.
+    global ifrtpy_callback_interrupted
+    cdef bytes message = b"host callback failed (and so did the report of its exception)"
     try:
         _call(frame, <tuple>table, index)
         return NULL
     except BaseException as e:  # every error becomes the execution's
-        message = f"host callback {index} raised {type(e).__name__}: {e}".encode("utf-8", "replace")
+        if isinstance(e, KeyboardInterrupt):
+            ifrtpy_callback_interrupted = 1
+        try:
+            message = _failure_message(index, e)
+        except BaseException:
+            pass
     return make_error(frame.api, XLA_FFI_Error_Code_INTERNAL, message)
+
+
+cdef bytes _failure_message(uint64_t index, BaseException e):
+    what = f"host callback {index} raised {type(e).__name__}"
+    try:
+        text = str(e)
+    except BaseException:  # a __str__ that raises, or returns a non-str
+        return f"{what} (whose message could not be formatted)".encode("utf-8", "replace")
+    return f"{what}: {text}".encode("utf-8", "replace")
 
 
 cdef object _numpy_type(int dtype, str what):

@@ -40,7 +40,9 @@ _ALIASES = {"host": "cpu", "cpu": "cpu", "cuda": "cuda", "rocm": "rocm"}
 STAGES = ("instantiate", "prepare", "initialize", "execute")
 #: Targets ifrtpy serves itself.
 _NOOP_TARGETS = frozenset({"dce_sink"})
-_RESERVED = HOST_CALLBACK_TARGETS
+#: The private handler the C layer registers with each plugin to learn its XLA FFI version
+#: (``ifrtpy._pjrt._ffi.PROBE_TARGET``, written here too: this module runs without the C layer).
+PROBE_TARGET = "ifrtpy_xla_ffi_version_probe"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,15 +135,25 @@ _kept: dict[int, Any] = {}
 
 
 def pycapsule(funcptr: Any) -> Any:
-    """A PyCapsule of ``funcptr`` (a ctypes function from a shared library, a ctypes
-    callback, a ``ctypes.c_void_p`` or an address), as ``jax.ffi.pycapsule`` makes it: what
-    :func:`register_ffi_target` takes. ``funcptr`` is kept alive for the process."""
+    """A PyCapsule of ``funcptr`` (a ctypes function from a shared library, a
+    ``ctypes.c_void_p`` or an address), as ``jax.ffi.pycapsule`` makes it: what
+    :func:`register_ffi_target` takes. ``funcptr`` is kept alive for the process.
+
+    A ctypes callback of a Python function is refused: when it raises, ctypes prints the
+    exception and hands XLA whatever its result held, which XLA reads as an error pointer
+    (a crash). Python code runs in host callbacks (``jax.pure_callback``)."""
     if isinstance(funcptr, bool):
         raise invalid_argument("funcptr", "a ctypes function pointer or an address", funcptr)
     try:
         address = ctypes.cast(funcptr, ctypes.c_void_p).value
     except (TypeError, ctypes.ArgumentError):
         raise invalid_argument("funcptr", "a ctypes function pointer or an address", funcptr) from None
+    if _holds_python_callback(funcptr):
+        raise InvalidArgumentError(
+            "funcptr is a ctypes callback of a Python function, which cannot be an XLA FFI "
+            "handler: ctypes cannot pass its exceptions to XLA (XLA then reads an unset "
+            "result as an error pointer and the process crashes). Write the handler in "
+            "C/C++, or run the Python code as a host callback (jax.pure_callback)")
     if not address:
         raise InvalidArgumentError("funcptr is a null pointer")
     new = ctypes.pythonapi.PyCapsule_New
@@ -150,6 +162,16 @@ def pycapsule(funcptr: Any) -> Any:
     with _lock:
         _kept.setdefault(address, funcptr)
     return new(address, None, None)
+
+
+def _holds_python_callback(value: Any, depth: int = 0) -> bool:
+    """Whether ctypes object ``value`` is (or, as a cast of one, keeps) a ctypes callback
+    of a Python callable: ctypes keeps such a callback's thunk among its ``_objects``."""
+    if type(value).__name__ == "CThunkObject":
+        return True
+    kept = value if isinstance(value, dict) else getattr(value, "_objects", None)
+    return (isinstance(kept, dict) and depth < 8
+            and any(_holds_python_callback(v, depth + 1) for v in kept.values()))
 
 
 def register_ffi_target(name: str, target: Any, platform: str = "cpu", api_version: int = 1) -> None:
@@ -168,8 +190,12 @@ def register_ffi_target(name: str, target: Any, platform: str = "cpu", api_versi
     check_type(name, str, "name")
     if not name:
         raise InvalidArgumentError("a custom call target needs a name")
-    if name in _RESERVED:
+    if name in HOST_CALLBACK_TARGETS:
         raise InvalidArgumentError(f"custom call target {name!r} is served by ifrtpy itself")
+    if name == PROBE_TARGET:
+        raise InvalidArgumentError(
+            f"custom call target name {name!r} is reserved by ifrtpy (its probe of each "
+            "plugin's XLA FFI version)")
     if isinstance(api_version, bool) or api_version not in (0, 1):
         raise invalid_argument("api_version", "1 (typed FFI) or 0 (legacy custom call)", api_version)
     entry = Target(name, _platform(platform), _handlers(name, target, api_version), api_version)
