@@ -261,7 +261,9 @@ class Launcher:
             open_now = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
         except OSError:
             open_now = 3
-        need = 2 * self._count + 3  # its pipes; subprocess's own pipe and the selector
+        # Two pipes kept per process; while the last starts, its four pipe ends and
+        # subprocess's own pipe; the selector.
+        need = 2 * self._count + 5
         if limit != resource.RLIM_INFINITY and open_now + need > limit:
             raise ResourceExhaustedError(
                 f"-n {self._count} needs {need} more open files in the launcher (2 per "
@@ -437,10 +439,11 @@ def run_kept(launcher: Launcher) -> int:
                 for s in FORWARDED}
     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     try:
-        _, status = os.waitpid(runner, 0)
+        os.waitid(os.P_PID, runner, os.WEXITED | os.WNOWAIT)  # ended, its pid not yet free
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        _, status = os.waitpid(runner, 0)
         kill_descendants()  # what was below the runner, had it been killed
         os.close(held)
     return exit_status(os.waitstatus_to_exitcode(status))
