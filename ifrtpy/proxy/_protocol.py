@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from typing import Any
 
 from ifrtpy.errors import NotFoundError
@@ -34,9 +33,6 @@ _LIBRARIES = ("libjax_common.so", "_jax.so", "_ifrt_proxy.so")
 #: FileDescriptorProto's top-level fields and their wire types (descriptor.proto).
 _FILE_FIELDS = {1: 2, 2: 2, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 2, 10: 0, 11: 0, 12: 2,
                 13: 2, 14: 0, 15: 2}
-
-_NAME = re.compile(rb"\x0a([\x01-\x7f])([\w/.\-]+\.proto)\x12")
-
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
     value = shift = 0
@@ -69,36 +65,63 @@ def _extent(data: bytes, start: int) -> int:
     return i
 
 
-def _scan(data: bytes, found: dict[str, Any]) -> None:
+def _parse_at(data: Any, start: int) -> Any:
     from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
 
-    for m in _NAME.finditer(data):
-        if m.group(1)[0] != len(m.group(2)):
-            continue
-        name = m.group(2).decode()
-        if name in found:
-            continue
-        proto = descriptor_pb2.FileDescriptorProto()
+    proto = descriptor_pb2.FileDescriptorProto()
+    proto.ParseFromString(bytes(data[start:_extent(data, start)]))
+    return proto
+
+
+def _find(data: Any, name: str) -> Any:
+    """The FileDescriptorProto of file ``name`` in ``data``, or None: its serialized form
+    starts with field 1, the name."""
+    encoded = name.encode()
+    if len(encoded) > 127:  # the length would take two varint bytes; no such file here
+        return None
+    marker = b"\x0a" + bytes([len(encoded)]) + encoded + b"\x12"
+    at = data.find(marker)
+    while at >= 0:
         try:
-            proto.ParseFromString(data[m.start():_extent(data, m.start())])
+            proto = _parse_at(data, at)
         except Exception:  # noqa: BLE001 - bytes that only look like a descriptor
+            proto = None
+        if proto is not None and proto.name == name:
+            return proto
+        at = data.find(marker, at + 1)
+    return None
+
+
+def _collect(data: Any, found: dict[str, Any]) -> None:
+    """Add to ``found`` the root files and every file they import that ``data`` holds
+    (the protobuf package's own files come from the protobuf package)."""
+    todo = list(ROOT_FILES)
+    while todo:
+        name = todo.pop()
+        if name in found or name.startswith("google/protobuf/"):
             continue
-        if proto.name == name:
+        proto = _find(data, name)
+        if proto is not None:
             found[name] = proto
+            todo.extend(proto.dependency)
 
 
 @functools.lru_cache(maxsize=None)
 def descriptor_files() -> dict[str, Any]:
-    """Every FileDescriptorProto found in jaxlib's shared objects, by file name."""
+    """The FileDescriptorProtos the protocol needs, found in jaxlib's shared objects (read
+    through a memory map), by file name."""
+    import mmap
+
     import jaxlib
 
     folder = os.path.dirname(jaxlib.__file__)
     found: dict[str, Any] = {}
     for library in _LIBRARIES:
         path = os.path.join(folder, library)
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                _scan(f.read(), found)
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            _collect(data, found)
         if all(name in found for name in ROOT_FILES):
             break
     missing = [name for name in ROOT_FILES if name not in found]
@@ -146,7 +169,7 @@ def _pool() -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def message_class(full_name: str) -> type:
+def message_class(full_name: str) -> Any:
     """The message class of ``full_name`` (e.g. ``"xla.ifrt.proxy.IfrtRequest"``)."""
     from google.protobuf import message_factory  # type: ignore[import-untyped]
 
@@ -159,7 +182,7 @@ class _Messages:
 
     _PACKAGES = ("xla.ifrt.proxy.", "xla.ifrt.", "xla.ifrt.proto.", "xla.", "tensorflow.")
 
-    def __getattr__(self, name: str) -> type:
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         pool = _pool()
