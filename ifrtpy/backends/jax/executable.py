@@ -351,21 +351,25 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
 
 
 _token_lock = threading.Lock()
-#: (client, device ids) -> the token arrays the last execute with ordered effects returned.
-_last_tokens: dict[tuple[int, tuple[int, ...]], list[Any]] = {}
+#: (client, device id) -> the token arrays on that device of the executes with ordered
+#: effects there that may still be running.
+_pending_tokens: dict[tuple[int, int], list[Any]] = {}
 
 
 class _Tokens:
     """The token parameters and results of a program with ordered effects on jax's
     runtime: each execute takes fresh tokens (a bool[0] array on every device, as jax
-    makes them) once the previous execute's token results on the same devices are ready."""
+    makes them) once the token results of the earlier executes on each of its devices
+    are ready (ordering is per device, as jax's is). No lock is held while waiting or
+    executing."""
 
     def __init__(self, executable: JaxLoadedExecutable):
         devices = executable._devices
         whole = (SingleDeviceSharding(devices[0]) if len(devices) == 1
                  else HloSharding(devices, "{replicated}"))
         self._sharding = to_jax_sharding(whole)
-        self._key = (id(executable._client), tuple(d.id for d in devices))
+        self._client_key = id(executable._client)
+        self._keys = [(self._client_key, d.id) for d in devices]
         self._count_in = len(executable._program.token_parameters)
         self._count_out = len(executable._program.token_results)
 
@@ -375,7 +379,7 @@ class _Tokens:
         import numpy as np
 
         with _token_lock:
-            previous = _last_tokens.get(self._key, [])
+            previous = [t for key in self._keys for t in _pending_tokens.get(key, ())]
         for token in previous:
             token.block_until_ready()
         tokens = [jax.device_put(np.zeros(0, np.bool_), self._sharding) for _ in range(self._count_in)]
@@ -383,6 +387,15 @@ class _Tokens:
         results = execute_sharded(tokens + list(values), **kwargs)
         if self._count_out:
             returned = results.disassemble_prefix_into_single_device_arrays(self._count_out)
-            with _token_lock:
-                _last_tokens[self._key] = [a for per_token in returned for a in per_token]
+            self._keep_pending([a for per_token in returned for a in per_token])
         return results.consume_with_handlers(handlers)
+
+    def _keep_pending(self, tokens: list[Any]) -> None:
+        """Add ``tokens`` (single-device arrays) to their devices' pending tokens, dropping
+        those already ready."""
+        with _token_lock:
+            for key in self._keys:
+                _pending_tokens[key] = [t for t in _pending_tokens.get(key, ()) if not t.is_ready()]
+            for token in tokens:
+                (device,) = token.devices()
+                _pending_tokens.setdefault((self._client_key, device.id), []).append(token)
