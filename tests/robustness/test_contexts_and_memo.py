@@ -255,6 +255,13 @@ def test_an_unhashable_user_context_compiles_and_is_recorded(client):
     np.testing.assert_array_equal(np.asarray(out), X - 1)
 
 
+@pytest.mark.parametrize("value", [{"a"}, np.arange(3), bytearray(b"a")])
+def test_an_unhashable_option_value_is_refused_by_name(client, value):
+    options = ifrt.CompileOptions(debug_options={"xla_dump_to": value})
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="xla_dump_to"):
+        client.compile(ifrt.HloProgram(jax.jit(lambda v: v * 2).lower(X)), options)
+
+
 # -- user context scopes ----------------------------------------------------------------------
 
 def test_one_scope_used_by_several_threads_works_in_each():

@@ -174,6 +174,10 @@ def _memo_key(program, options: CompileOptions | None) -> tuple | None:
     executable an entry finds holds its program's callables and its context."""
     if not isinstance(program, HloProgram):
         return None
+    try:
+        hash(options)
+    except TypeError:  # an option value of no valid kind: compile_program names it
+        return None
     return (program.text, tuple(map(id, program.host_callbacks)), options,
             id(current_user_context()))
 
