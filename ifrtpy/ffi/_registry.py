@@ -169,6 +169,8 @@ def _holds_python_callback(value: Any, depth: int = 0) -> bool:
     of a Python callable: ctypes keeps such a callback's thunk among its ``_objects``."""
     if type(value).__name__ == "CThunkObject":
         return True
+    if isinstance(value, ctypes.CDLL):  # a library a function came from (its attributes are symbols)
+        return False
     kept = value if isinstance(value, dict) else getattr(value, "_objects", None)
     return (isinstance(kept, dict) and depth < 8
             and any(_holds_python_callback(v, depth + 1) for v in kept.values()))
