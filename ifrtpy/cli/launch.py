@@ -58,7 +58,7 @@ from typing import IO, Mapping, Sequence
 from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentError,
                            ResourceExhaustedError)
 
-__all__ = ["Launcher", "MAX_PROCESSES", "configure", "kill_descendants", "run", "run_kept"]
+__all__ = ["Launcher", "MAX_PROCESSES", "configure", "run", "run_kept"]
 
 #: The most processes of a job: each process of a job connects to every other one (gloo's
 #: CPU collectives connect every pair), so one process of a bigger job would hold more
@@ -71,8 +71,9 @@ _MAX_PARTIAL = 64 * 1024  # a line longer than this is written in pieces
 _DRAIN_S = 1.0  # after the last process ends, how long its own children may hold its pipes
 _POLL_S = 0.05
 
-#: Run in each child before CMD, in a fresh interpreter: die with the launcher (argv[1] is
-#: its pid), then become CMD (argv[2:]); 127 / 126 when CMD cannot be run, as a shell.
+#: Run in each child before CMD, in a fresh interpreter: die with the process that runs the
+#: job (argv[1] is its pid), then become CMD (argv[2:]); 127 / 126 when CMD cannot be run,
+#: as a shell.
 _BECOME = """\
 import ctypes, os, signal, sys
 try:
@@ -102,7 +103,7 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def standard_stream(fd: int) -> IO[bytes]:
+def _standard_stream(fd: int) -> IO[bytes]:
     """This process's standard output (``fd`` 1) or error (2), written unbuffered;
     FailedPreconditionError when it is closed."""
     try:
@@ -192,8 +193,8 @@ class Launcher:
         self._devices = devices_per_process
         self._kill_after_s = kill_after_s
         self._environ = dict(os.environ if environ is None else environ)
-        self._stdout = _Output(stdout if stdout is not None else standard_stream(1))
-        self._stderr = _Output(stderr if stderr is not None else standard_stream(2))
+        self._stdout = _Output(stdout if stdout is not None else _standard_stream(1))
+        self._stderr = _Output(stderr if stderr is not None else _standard_stream(2))
         self._processes: list[subprocess.Popen[bytes]] = []
         self._failure: int | None = None  # the exit status of the first process that failed
         self._cause: int | None = None  # the status of the launcher's own first reason to stop
@@ -407,7 +408,7 @@ def _children() -> list[int]:
     return children
 
 
-def kill_descendants() -> None:
+def _kill_descendants() -> None:
     """SIGKILL every process below this one, a child subreaper (so that the orphans below
     it are its children): its children, reaped, until it has none. For a process whose
     children are all to go (no pid can be reused before it is reaped here)."""
@@ -430,7 +431,13 @@ def run_kept(launcher: Launcher) -> int:
         return _status(launcher)
     lifeline, held = os.pipe()  # the runner reads end-of-file once this process is gone
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # until handled
-    runner = os.fork()
+    try:
+        runner = os.fork()
+    except OSError as e:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        os.close(lifeline)
+        os.close(held)
+        return _refuse(ResourceExhaustedError(f"cannot start the job's runner: {e.strerror}"))
     if runner == 0:
         os.close(held)
         os._exit(_run_job(launcher, lifeline))
@@ -444,7 +451,7 @@ def run_kept(launcher: Launcher) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _, status = os.waitpid(runner, 0)
-        kill_descendants()  # what was below the runner, had it been killed
+        _kill_descendants()  # what was below the runner, had it been killed
         os.close(held)
     return exit_status(os.waitstatus_to_exitcode(status))
 
@@ -459,7 +466,7 @@ def _run_job(launcher: Launcher, lifeline: int) -> int:
         traceback.print_exc()
         return 1
     finally:
-        kill_descendants()
+        _kill_descendants()
         with contextlib.suppress(Exception):
             sys.stderr.flush()
 
