@@ -6,8 +6,9 @@
   default here), "dev" and "debug"; choose with HYPOTHESIS_PROFILE.
 * tests/helpers (shared fixtures and helpers, worker scripts, data) goes on
   ``sys.path``, so test modules in every folder import ``pjrt_helpers``,
-  ``builder_helpers``, ... by name. The folders mirror the package (tests/core,
-  tests/pjrt_layer, tests/backends/..., ...) and are not packages: every test module's
+  ``builder_helpers``, ... by name. The folders mirror the package (tests/core for the
+  top-level modules, tests/sharding, tests/program, tests/ffi, tests/pjrt_layer for _pjrt,
+  tests/backends/..., ...) and are not packages: every test module's
   basename is unique across tests/.
 """
 

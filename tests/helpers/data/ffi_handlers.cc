@@ -1,4 +1,4 @@
-// XLA FFI handlers of the tests' own, built by tests/programs/test_ffi.py with g++ against
+// XLA FFI handlers of the tests' own, built by tests/ffi/test_ffi.py with g++ against
 // the headers jaxlib ships (jax.ffi.include_dir()).
 //
 // * ScaleTyped: y = x * scale (f32 buffers, f32 attribute "scale"), written with the C++
