@@ -9,9 +9,12 @@ grpcio and protobuf (the ``ifrtpy[proxy]`` extra) are imported when a server sta
 * :mod:`.wire`: IFRT serdes of dtypes, shardings, layouts and statuses;
 * :mod:`.session`: a session's handle tables, limits and request dispatch;
 * :mod:`.topology`, :mod:`.arrays`, :mod:`.executables`: the request handlers;
-* :mod:`.server`: the gRPC service and :class:`ProxyServer`.
+* :mod:`.server`: the gRPC service and :class:`ProxyServer`;
+* :mod:`.fields`: the table of the fields the handlers use, checked against jaxlib's;
+* :mod:`.jax_client`: :func:`connect_jax`, pointing jax at a server from code.
 """
 
+from ifrtpy.proxy.jax_client import connect_jax as connect_jax
 from ifrtpy.proxy.jax_client import connect_jax as connect_jax
 from ifrtpy.proxy.server import ProxyServer as ProxyServer
 from ifrtpy.proxy.server import SessionInfo as SessionInfo

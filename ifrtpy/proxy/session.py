@@ -294,10 +294,15 @@ class Session:
 
         def done(f: Any) -> None:
             error = f.exception()
-            if error is not None:
-                self.answer_error(op_id, error)
-            else:
-                self.answer(op_id, kind, make())
+            if error is None:
+                try:
+                    inner = make()
+                except Exception as failure:  # noqa: BLE001 - e.g. over the host-buffer limit
+                    error = failure
+                else:
+                    self.answer(op_id, kind, inner)
+                    return
+            self.answer_error(op_id, error)
 
         future.add_done_callback(done)
 

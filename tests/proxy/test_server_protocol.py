@@ -40,8 +40,9 @@ class RawSession:
                                        request_serializer=M.IfrtRequest.SerializeToString,
                                        response_deserializer=M.IfrtResponse.FromString)
         header = M.GrpcIfrtSessionMetadata(version=_version(protocol, 3)).SerializeToString()
+        # the deadline turns a request the server never answers into a failure, not a hang
         self._responses = stream(iter(self._requests.get, None),
-                                 metadata=[(SESSION_HEADER, header)])
+                                 metadata=[(SESSION_HEADER, header)], timeout=WAIT_S)
         self.id = self.call("init_request", M.InitRequest()).init_response.session_id
 
     def call(self, kind, message):
@@ -474,3 +475,18 @@ def test_string_arrays_round_trip(channel, session):
     data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
         session_id=session.id, handle=78), timeout=WAIT_S))
     assert list(M.StringArrayContents.FromString(data).strings) == words
+
+
+def test_a_copy_out_over_the_host_buffer_limit_is_answered_with_the_error(client):
+    with proxy.serve(client, max_host_buffer_bytes=64) as small, \
+            grpc.insecure_channel(small.address) as ch:
+        raw = RawSession(ch)
+        store(ch, raw.id, 1, np.zeros(16, np.float32).tobytes())  # 64 bytes: at the limit
+        ok(raw.call("make_array_from_host_buffer_request", put_request(1, [16], 50)),
+           "make_array_from_host_buffer_response")
+        store(ch, raw.id, 2, np.zeros(16, np.float32).tobytes())  # held: the copy cannot fit
+        code, message = status_of(raw.call("copy_to_host_buffer_request",
+                                           M.CopyToHostBufferRequest(array_handle=50,
+                                                                     host_buffer_handle=3)))
+        raw.close()
+    assert code == EXHAUSTED and "limit of 64" in message
