@@ -490,3 +490,37 @@ def test_a_copy_out_over_the_host_buffer_limit_is_answered_with_the_error(client
                                                                      host_buffer_handle=3)))
         raw.close()
     assert code == EXHAUSTED and "limit of 64" in message
+
+
+def test_byte_strides_in_and_out(channel, session):
+    host = Host(channel, session)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    store(channel, session.id, 90, np.asfortranarray(x).tobytes(order="F"))
+    request = put_request(90, [2, 3], 91)
+    request.byte_strides.strides.extend([4, 8])  # column-major
+    ok(session.call("make_array_from_host_buffer_request", request),
+       "make_array_from_host_buffer_response")
+    np.testing.assert_array_equal(host.get(91, (2, 3)), x)
+    copy = M.CopyToHostBufferRequest(array_handle=91, host_buffer_handle=92)
+    copy.byte_strides.strides.extend([4, 8])
+    ok(session.call("copy_to_host_buffer_request", copy), "copy_to_host_buffer_response")
+    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
+                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
+        session_id=session.id, handle=92), timeout=WAIT_S))
+    assert data == x.tobytes(order="F")
+    request = put_request(93, [2, 3])
+    request.byte_strides.strides.extend([4, 80])  # reads past the buffer's end
+    store(channel, session.id, 93, x.tobytes())
+    code, message = status_of(session.call("make_array_from_host_buffer_request", request))
+    assert code == INVALID and "reads 168" in message  # 1*4 + 2*80 + 4
+
+
+def test_a_unix_socket_server(client, tmp_path):
+    address = f"unix:{tmp_path}/proxy.sock"
+    with proxy.serve(client, address) as running, grpc.insecure_channel(address) as ch:
+        assert running.address == address
+        raw = RawSession(ch)
+        assert [s.id for s in running.sessions()] == [raw.id]
+        raw.close()
