@@ -32,9 +32,14 @@ def test_troubleshooting_shows_the_real_errors(tmp_path):
         assert re.fullmatch(".*".join(map(re.escape, expected.split("..."))), line), (expected, line)
 
 
-def test_every_doc_file_is_covered():
-    assert {p.name for p in FILES} >= {"README.md", "quickstart.md", "troubleshooting.md",
-                                       "logging.md"}
+def test_every_page_and_every_python_fence_is_run():
+    """Each Markdown page at the top of the checkout and in docs/ (at any depth) is in
+    FILES, and each fence that opens Python code, as a reader sees one, is a block that
+    doc_blocks runs (a fence written ``python3``, indented or with a title would not be)."""
+    assert {*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")} == set(FILES)
+    for path in FILES:
+        fences = re.findall(r"^[ \t]*```+[ \t]*py", path.read_text(), flags=re.M | re.I)
+        assert len(fences) == len(doc_blocks.blocks(path)), path
 
 
 def write(tmp_path, text):
@@ -53,6 +58,12 @@ def test_blocks_share_a_namespace_and_not_run_blocks_are_skipped(tmp_path):
         (2, None), (7, "needs a GPU"), (13, None)]
     result = doc_blocks.run(path, tmp_path, tmp_path)
     assert (result.returncode, result.stdout) == (0, "ran 2\n"), result.stderr
+
+
+def test_a_fence_of_any_language_closes_at_its_own_fence(tmp_path):
+    path = write(tmp_path, "\n".join([
+        "```c++", "int x;", "```", "", "```python", "y = 1", "```", ""]))
+    assert [(b.line, b.code) for b in doc_blocks.blocks(path)] == [(5, "y = 1")]
 
 
 def test_a_failing_block_is_reported_with_file_and_line(tmp_path):

@@ -16,7 +16,7 @@ import re
 import subprocess
 import sys
 
-FENCE = re.compile(r"^```(\w*)\s*$")
+FENCE = re.compile(r"^```([^\s`]*)\s*$")  # any info string: c++ opens a fence too
 NOT_RUN = re.compile(r"^<!--\s*not-run:(.*?)-->\s*$")
 
 
