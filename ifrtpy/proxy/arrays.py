@@ -93,11 +93,10 @@ def _host_bytes(values: np.ndarray, dtype: DType) -> bytes:
     if dtype.kind == DType.Kind.STRING:
         strings = [v.encode() if isinstance(v, str) else bytes(v) for v in values.flat]
         return messages().StringArrayContents(strings=strings).SerializeToString()
-    return values.tobytes(order="A") if values.flags.contiguous else bytes(
-        np.ascontiguousarray(values).data)
+    return values.tobytes()  # C order
 
 
-def _layout(session: Any, proto: Any, rank: int) -> Layout | None:
+def _layout(proto: Any, rank: int) -> Layout | None:
     """The ifrtpy Layout of an ``xla.ifrt.LayoutProto`` (None: the default)."""
     serialized = proto.serialized_layout
     if not serialized.type_name and not serialized.data:
@@ -122,7 +121,7 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     dims = wire.dims_of(request.shape)
     sharding = wire.sharding_from_proto(session.client, request.sharding)
     strides = request.byte_strides.strides if request.HasField("byte_strides") else None
-    layout = _layout(session, request.layout, len(dims)) if request.HasField("layout") else None
+    layout = _layout(request.layout, len(dims)) if request.HasField("layout") else None
     handle = session.result_handle(request.array_handle if request.HasField("array_handle") else 0)
     data = session.take_host_buffer(request.host_buffer_handle)
     values = _host_array(data, dtype, dims, strides)
@@ -181,7 +180,8 @@ def copy_to_host_buffer(session: Any, request: Any) -> None:
 
 
 def _strided_bytes(values: np.ndarray, dtype: DType) -> bytes:
-    """The bytes of ``values`` as laid out in its own buffer (its strides kept)."""
+    """The bytes of ``values`` as laid out in the buffer its byte strides index (the one
+    ``copy_to_host_buffer`` allocated for them)."""
     if dtype.kind == DType.Kind.STRING or values.flags.c_contiguous or values.size == 0:
         return _host_bytes(values, dtype)
     base = values

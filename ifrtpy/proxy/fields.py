@@ -1,5 +1,6 @@
 """The fields the server reads and writes, by message, as the IFRT Proxy protocol numbers
-and types them (``name=number:type``; continuation lines are indented).
+and types them in jaxlib 0.10.2, the oldest client served (``name=number:type``;
+continuation lines are indented).
 
 The server reads its message classes from the installed jaxlib (:mod:`._protocol`);
 :func:`mismatches` compares this table with them, so a jaxlib whose protocol drifted from
