@@ -11,18 +11,21 @@ import abc
 import dataclasses
 import enum
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+import contextlib
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Sequence
 
 import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_int, check_type,
-    invalid_argument,
+    FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_enum, check_int,
+    check_type, invalid_argument,
 )
 from ifrtpy.future import Future, join_futures, then_value
-from ifrtpy.shape import DynamicShape, Shape
-from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
+from ifrtpy.shape import DynamicShape, IndexDomain, Shape
+from ifrtpy.sharding import (
+    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
+)
 from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
@@ -114,6 +117,41 @@ def array_sequence(value: Any, parameter: str) -> list[Any]:
     if isinstance(value, (str, bytes, np.ndarray, Array)) or not hasattr(value, "__iter__"):
         raise invalid_argument(parameter, "a sequence of Arrays", value)
     return list(value)
+
+
+def plan_fully_replicated_shard(array: Array) -> SingleDeviceSharding:
+    """The sharding of ``array.fully_replicated_shard()``: its first addressable device,
+    in its memory kind; InvalidArgumentError unless ``array`` is fully replicated and has
+    an addressable shard."""
+    sharding = array.sharding
+    if not sharding.is_fully_replicated:
+        raise InvalidArgumentError(
+            f"fully_replicated_shard needs a fully replicated array; sharding is {sharding!r}")
+    devices = sharding.devices.addressable_device_list()
+    if not devices:
+        raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
+    return SingleDeviceSharding(devices[0], sharding.memory_kind)
+
+
+def distinct_shards(array: Array, shards: Sequence[Any]) -> dict[IndexDomain, Any]:
+    """For a read of the whole ``array``: the first of ``shards`` (one item per addressable
+    shard, in device order: buffers, data, single-device arrays) holding each index
+    domain, by domain. InvalidArgumentError for an OpaqueSharding, UnimplementedError
+    when the addressable shards do not hold every element."""
+    if isinstance(array.sharding, OpaqueSharding):
+        raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
+    domains = array.sharding.index_domains(
+        array.shape, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS)
+    distinct: dict[IndexDomain, Any] = {}
+    for domain, shard in zip(domains, shards):
+        distinct.setdefault(domain, shard)  # replicas of a domain are read once
+    covered = sum(_num_elements(_dims(d.shape)) for d in distinct)
+    size = _num_elements(_dims(array.shape))
+    if covered != size:
+        raise UnimplementedError(
+            f"copy_to_host_buffer: the addressable shards hold {covered} of the {size} "
+            f"elements of {array.debug_string()}")
+    return distinct
 
 
 def _dims(shape: Any) -> tuple[int, ...]:
@@ -243,15 +281,8 @@ class Array(Value):
         InvalidArgumentError unless ``sharding.is_fully_replicated``. The default
         disassembles and keeps the first shard.
         """
-        if not self.sharding.is_fully_replicated:
-            raise InvalidArgumentError(
-                f"fully_replicated_shard needs a fully replicated array; sharding is "
-                f"{self.sharding!r}"
-            )
-        shards = self.disassemble_into_single_device_arrays(copy_semantics)
-        if not shards:
-            raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
-        return shards[0]
+        plan_fully_replicated_shard(self)
+        return self.disassemble_into_single_device_arrays(copy_semantics)[0]
 
     @abc.abstractmethod
     def copy_to_host_buffer(
@@ -389,23 +420,12 @@ class Array(Value):
         ``copy_to_host_buffer`` (so those must not call back into this helper).
         """
         out = self._host_buffer(out, byte_strides)
-        sharding = self.sharding
-        semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-        domains = sharding.index_domains(self.shape, semantics)
         shards = self.disassemble_into_single_device_arrays(
-            ArrayCopySemantics.REUSE_INPUT, semantics
+            ArrayCopySemantics.REUSE_INPUT, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         )
-        seen: dict[Any, Array] = {}
-        for domain, shard in zip(domains, shards):
-            seen.setdefault(domain, shard)  # replicas of a domain are copied once
-        covered = sum(_num_elements(_dims(d.shape)) for d in seen)
-        if covered != out.size:
-            raise UnimplementedError(
-                f"copy_to_host_buffer: the addressable shards hold {covered} of the "
-                f"{out.size} elements of {self.debug_string()}"
-            )
         futures = [
-            shard.copy_to_host_buffer(out[(*domain.slices(), ...)]) for domain, shard in seen.items()
+            shard.copy_to_host_buffer(out[(*domain.slices(), ...)])
+            for domain, shard in distinct_shards(self, shards).items()
         ]
         return then_value(join_futures(futures), out)
 
@@ -414,9 +434,48 @@ class StoredArray(Array):
     """For implementations: an Array whose ``client``, ``dtype``, ``shape``, ``sharding``,
     ``error`` and ``user_context`` are the attributes ``_client``, ``_dtype``, ``_shape``,
     ``_sharding``, ``_error`` and ``_user_context`` (slots of a subclass, or fields of a C
-    base class), as every backend of ifrtpy keeps them."""
+    base class), as every backend of ifrtpy keeps them.
+
+    Its :meth:`_take` gives the array's data to an array made from it, as the copy
+    semantics say, over three methods of the backend: ``_data`` (the data of a live
+    array, the empty data of an error array; FailedPreconditionError once deleted),
+    ``_copy_of(data)`` (new buffers holding the same values) and ``_drop_data`` (the array
+    reads as deleted from then on, without freeing data another array now holds)."""
 
     __slots__ = ()
+
+    #: Held while data is taken by donation, so that only one new array gets it: the
+    #: backend's lock where its arrays may be donated from several threads at once.
+    _take_lock: ContextManager[Any] = contextlib.nullcontext()
+
+    @abc.abstractmethod
+    def _data(self) -> Any:
+        """The data of a live array (the empty data of an error array); FailedPreconditionError
+        once deleted."""
+
+    @abc.abstractmethod
+    def _copy_of(self, data: Any) -> Any:
+        """New buffers holding the values of ``data``."""
+
+    @abc.abstractmethod
+    def _drop_data(self) -> None:
+        """Read as deleted from now on, without freeing data another array holds now."""
+
+    def _take(self, semantics: Any) -> Any:
+        """The data for an array made from this one: a copy (ALWAYS_COPY), the same data
+        (REUSE_INPUT), or the data itself, this array reading as deleted afterwards
+        (DONATE_INPUT, which deletes an error array too). An error array gives its empty
+        data; a deleted one FailedPreconditionError; nothing changes on an error."""
+        semantics = check_enum(ArrayCopySemantics, semantics, "copy_semantics")
+        if semantics != ArrayCopySemantics.DONATE_INPUT:
+            data = self._data()
+            if semantics == ArrayCopySemantics.ALWAYS_COPY and self._error is None:
+                return self._copy_of(data)
+            return data
+        with self._take_lock:
+            data = self._data()
+            self._drop_data()
+        return data
     _client: Client
     _dtype: DType
     _shape: Shape

@@ -1,13 +1,16 @@
 """The preconditions of the Client's array operations, written once for every backend.
 
 IFRT's ``AssembleArrayFromSingleDeviceArrays``, ``CopyArrays``, ``ReshardArrays`` and
-``MakeErrorArrays`` refuse the same inputs whatever the runtime: arrays of another
-client, mismatched counts, devices, dtypes, shapes and memory kinds, deleted inputs.
+``MakeErrorArrays`` (and an array's ``DisassembleIntoSingleDeviceArrays``) refuse the
+same inputs whatever the runtime: arrays of another client, mismatched counts, devices,
+dtypes, shapes and memory kinds, deleted inputs.
 Each ``plan_*`` function checks a call completely (raising the IFRT error for the first
 problem) and returns what the backend then carries out, so that a backend moves no data
 and deletes no input before every argument is known to be good. The backends keep their
 own data movement and their own extra limits (a sharding jax cannot express, a copy
-across processes PJRT cannot make).
+across processes PJRT cannot make). The plans the interfaces' own defaults use as well
+live in :mod:`ifrtpy.array` (``plan_fully_replicated_shard``, ``distinct_shards``), as
+does the copy-semantics taking of data (``StoredArray._take``).
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from ifrtpy.errors import (
     invalid_argument,
 )
 from ifrtpy.shape import IndexDomain, Shape
-from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceShardSemantics
-from ifrtpy.sharding.jax_shardings import is_jax_array
+from ifrtpy.sharding import (
+    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
+)
 
 __all__ = [
-    "AssemblePlan", "CopyPlan", "ReshardPlan", "plan_assemble", "plan_copy", "plan_reshard",
-    "plan_error_arrays", "arrays_of", "check_of_client", "check_placement", "check_live",
+    "AssemblePlan", "CopyPlan", "DisassemblePlan", "ReshardPlan", "plan_assemble", "plan_copy",
+    "plan_disassemble", "plan_reshard", "plan_error_arrays", "arrays_of", "check_of_client",
+    "check_placement", "check_live", "check_shard_semantics",
     "addressable_domains", "canonical_kind", "dlpack_devices",
 ]
 
@@ -39,12 +44,12 @@ DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 
 # -- the checks the plans share ---------------------------------------------------------------
 
-def check_of_client(client: Any, array: Any, what: str, array_type: Any = Array) -> Any:
+def check_of_client(client: Any, array: Any, what: str, array_type: Any) -> Any:
     """``array`` if it is an array of ``client`` (an instance of ``array_type``, the
     backend's array class); InvalidArgumentError naming ``what``, both clients and how to
     bring the array over otherwise (a jax.Array: ``from_jax``)."""
     if not isinstance(array, Array):
-        if is_jax_array(array):
+        if type(array).__module__.partition(".")[0] in ("jax", "jaxlib"):  # not importing jax
             raise InvalidArgumentError(
                 f"{what} is a jax.Array, not an ifrtpy array: bring it in with "
                 f"ifrt.from_jax(x, client) (its shards, without a copy on CPU)")
@@ -62,7 +67,7 @@ def check_of_client(client: Any, array: Any, what: str, array_type: Any = Array)
     return array
 
 
-def arrays_of(client: Any, arrays: Any, parameter: str, array_type: Any = Array) -> list[Any]:
+def arrays_of(client: Any, arrays: Any, parameter: str, array_type: Any) -> list[Any]:
     """``arrays`` (any sequence, not one array) as a list, each an array of ``client``."""
     checked = array_sequence(arrays, parameter)
     for i, array in enumerate(checked):
@@ -88,6 +93,18 @@ def check_live(array: Array) -> None:
     never live, and is not refused here: operations pass its error on)."""
     if array.error is None and array.is_deleted():
         raise deleted_error(array)
+
+
+def check_shard_semantics(sharding: Sharding, semantics: Any, what: str
+                          ) -> SingleDeviceShardSemantics:
+    """``semantics`` as a SingleDeviceShardSemantics; InvalidArgumentError naming ``what``
+    for ALL_SHARDS when some device of ``sharding`` is not addressable."""
+    semantics = check_enum(SingleDeviceShardSemantics, semantics, "single_device_shard_semantics")
+    if semantics == ALL_SHARDS and not sharding.devices.is_fully_addressable:
+        raise InvalidArgumentError(
+            f"{what} with SingleDeviceShardSemantics.ALL_SHARDS needs every device "
+            f"addressable; {sharding!r} has non-addressable devices")
+    return semantics
 
 
 def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:
@@ -133,6 +150,40 @@ def _shape(shape: Any) -> Shape:
     return shape if isinstance(shape, Shape) else Shape(shape)
 
 
+# -- disassemble -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DisassemblePlan:
+    """A checked ``disassemble_into_single_device_arrays``: ``pieces[i]`` is the shape and
+    single-device sharding of addressable shard ``i``, in device order."""
+
+    pieces: list[tuple[Shape, Sharding]]
+    copy_semantics: ArrayCopySemantics
+
+
+def plan_disassemble(array: Array, copy_semantics: Any, shard_semantics: Any,
+                     shard_shapes: Sequence[Any] | None = None) -> DisassemblePlan:
+    """Check a disassemble of ``array``: known semantics (ALL_SHARDS needs every device
+    addressable), a live array (or an error array), and shard shapes: the sharding's, or
+    ``shard_shapes`` (one per addressable device) where it has none (an OpaqueSharding,
+    InvalidArgumentError without them)."""
+    sharding = array.sharding
+    check_shard_semantics(sharding, shard_semantics, "disassemble")
+    copy_semantics = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics")
+    check_live(array)
+    if isinstance(sharding, OpaqueSharding):
+        if shard_shapes is None:
+            raise InvalidArgumentError(
+                "an array with an OpaqueSharding cannot be disassembled: its shard shapes "
+                "are unknown")
+        kind = sharding.memory_kind
+        pieces = [(_shape(s), SingleDeviceSharding(d, kind))
+                  for s, d in zip(shard_shapes, sharding.devices.addressable_device_list())]
+    else:
+        pieces = [(_shape(s), piece) for s, piece in sharding.disassemble(array.shape, ADDRESSABLE)]
+    return DisassemblePlan(pieces, copy_semantics)
+
+
 # -- assemble ----------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +201,7 @@ class AssemblePlan:
 
 
 def plan_assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_semantics: Any,
-                  shard_semantics: Any, dtype: Any, array_type: Any = Array) -> AssemblePlan:
+                  shard_semantics: Any, dtype: Any, array_type: Any) -> AssemblePlan:
     """Check an assemble: one single-device array of ``client`` per addressable shard of
     ``sharding`` (every shard with ALL_SHARDS, which needs every device addressable), each
     on its shard's device and memory kind, with the shard's shape and one dtype (``dtype``,
@@ -159,11 +210,7 @@ def plan_assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_sema
     check_placement(client, sharding)
     arrays = arrays_of(client, arrays, "assemble arrays", array_type)
     copy_semantics = check_enum(ArrayCopySemantics, copy_semantics, "copy_semantics")
-    if (check_enum(SingleDeviceShardSemantics, shard_semantics, "single_device_shard_semantics")
-            == ALL_SHARDS and not sharding.devices.is_fully_addressable):
-        raise InvalidArgumentError(
-            "SingleDeviceShardSemantics.ALL_SHARDS was requested, but the sharding has "
-            f"non-addressable devices: {sharding!r}")
+    check_shard_semantics(sharding, shard_semantics, "assemble")
     devices = sharding.devices.addressable_device_list()
     if len(arrays) != len(devices):
         raise InvalidArgumentError(
@@ -216,7 +263,7 @@ class CopyPlan:
 
 
 def plan_copy(client: Any, arrays: Any, devices: Any, memory_kind: Any, semantics: Any,
-              array_type: Any = Array) -> CopyPlan:
+              array_type: Any) -> CopyPlan:
     """Check a copy: live arrays of ``client``, all on one device list and memory kind;
     ``devices`` (as many) and ``memory_kind`` of ``client``; every shard staying in its
     process (UnimplementedError otherwise: copies move shards device to device)."""
@@ -267,7 +314,7 @@ class ReshardPlan:
 
 
 def plan_reshard(client: Any, arrays: Any, specs: Any, semantics: Any,
-                 array_type: Any = Array) -> ReshardPlan:
+                 array_type: Any) -> ReshardPlan:
     """Check a reshard: one spec per live array of ``client``, each of its dtype and shape
     (a reshard moves data, it does not convert it), the default layout, and a sharding of
     ``client`` with shard information; ALWAYS_COPY or DONATE_INPUT."""

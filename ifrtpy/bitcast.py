@@ -14,9 +14,9 @@ import math
 from typing import Any, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
-from ifrtpy.array_plans import check_of_client
+from ifrtpy.array_plans import check_live, check_of_client
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_enum
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 __all__ = ["BitcastPlan", "plan_bitcast"]
@@ -47,17 +47,19 @@ def _bytes(dtype: DType, dims: tuple[int, ...], what: str) -> int:
 
 
 def plan_bitcast(client: Any, arrays: Sequence[Array], specs: Sequence[ArraySpec],
-                 semantics: ArrayCopySemantics) -> list[BitcastPlan]:
-    """Check a ``bitcast_arrays`` call; InvalidArgumentError naming the array and what
-    does not match. Nothing is changed."""
-    ArrayCopySemantics(semantics)
+                 semantics: ArrayCopySemantics, array_type: Any) -> list[BitcastPlan]:
+    """Check a ``bitcast_arrays`` call: arrays of ``client`` (instances of ``array_type``)
+    and specs that fit them (InvalidArgumentError naming the array and what does not
+    match), then every array live (FailedPreconditionError; error arrays pass). Nothing
+    is changed."""
+    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
     arrays, specs = list(arrays), list(specs)
     if len(arrays) != len(specs):
         raise InvalidArgumentError(
             f"bitcast_arrays: {len(arrays)} arrays but {len(specs)} specs")
     plans = []
     for i, (array, spec) in enumerate(zip(arrays, specs)):
-        check_of_client(client, array, f"bitcast_arrays: array {i}")
+        check_of_client(client, array, f"bitcast_arrays: array {i}", array_type)
         if not isinstance(spec, ArraySpec):
             raise InvalidArgumentError(f"bitcast_arrays: spec {i} is not an ArraySpec: {spec!r}")
         old, new = array.sharding, spec.sharding
@@ -78,4 +80,6 @@ def plan_bitcast(client: Any, arrays: Sequence[Array], specs: Sequence[ArraySpec
                     f"({old_bytes} bytes), under spec {i} it would be {spec.dtype}{list(b)} "
                     f"({new_bytes} bytes)")
         plans.append(BitcastPlan(array, spec, old_shards, new_shards))
+    for plan in plans:  # after every shape check, as the backends have always checked
+        check_live(plan.array)
     return plans

@@ -18,12 +18,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy.array import (
-    ArrayCopySemantics, ArraySpec, HostBufferSemantics, StoredArray, deleted_error, numpy_of_view,
-    single_device_piece,
+    ArrayCopySemantics, ArraySpec, HostBufferSemantics, StoredArray, deleted_error,
+    distinct_shards, numpy_of_view, plan_fully_replicated_shard, single_device_piece,
 )
 from ifrtpy.array_plans import (
-    addressable_domains, check_live, check_of_client, check_placement, plan_assemble,
-    plan_copy, plan_error_arrays, plan_reshard,
+    addressable_domains, check_placement, plan_assemble, plan_copy, plan_disassemble,
+    plan_error_arrays, plan_reshard,
 )
 from ifrtpy.bitcast import plan_bitcast
 from ifrtpy.dtypes import DType, host_form
@@ -32,15 +32,11 @@ from ifrtpy.errors import (
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
-from ifrtpy.shape import IndexDomain, Shape
+from ifrtpy.shape import Shape
 from ifrtpy.user_context import current_user_context
-from ifrtpy.sharding import (
-    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
-)
+from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceShardSemantics
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
-ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
 REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
 DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 
@@ -51,7 +47,7 @@ class HostArray(StoredArray):
     STRING). Made by the operations of this module."""
 
     __slots__ = ("_client", "_dtype", "_shape", "_sharding", "_shards", "_error", "_deleted",
-                 "_lock", "_user_context", "_layout", "__weakref__")
+                 "_take_lock", "_user_context", "_layout", "__weakref__")
 
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
                  shards: tuple, error: BaseException | None = None,
@@ -63,7 +59,7 @@ class HostArray(StoredArray):
         self._shards = shards
         self._error = error
         self._deleted = False
-        self._lock = threading.Lock()
+        self._take_lock = threading.Lock()
         self._user_context = current_user_context()
         self._layout = layout  # the one it was made in; else read from the shards' strides
 
@@ -97,7 +93,7 @@ class HostArray(StoredArray):
         return Future.ready(None)
 
     def delete(self) -> Future[None]:
-        with self._lock:
+        with self._take_lock:
             self._deleted = True
             self._shards = ()
         return Future.ready(None)
@@ -105,63 +101,36 @@ class HostArray(StoredArray):
     def is_deleted(self) -> bool:
         return self._deleted
 
-    def _take(self, semantics: ArrayCopySemantics) -> tuple:
-        """The shards as ``semantics`` says: copies, shared, or taken (then this array
-        reads as deleted). An error array has none, and is deleted by donation too."""
-        if semantics == DONATE_INPUT:
-            with self._lock:
-                shards = self._shards if self._error is not None else self._live_shards()
-                self._deleted = True
-                self._shards = ()
-            return shards
-        if self._error is not None:
-            return ()
-        shards = self._live_shards()
-        if semantics == ALWAYS_COPY:
-            return tuple(_frozen(s.copy(order="K")) for s in shards)
-        return shards
+    def _data(self) -> tuple:
+        return self._shards if self._error is not None else self._live_shards()
+
+    def _copy_of(self, shards: tuple) -> tuple:
+        return tuple(_frozen(s.copy(order="K")) for s in shards)
+
+    def _drop_data(self) -> None:
+        self._deleted = True
+        self._shards = ()
 
     # -- shards ---------------------------------------------------------------------------
 
-    def _pieces(self) -> list:
-        """(shard shape, SingleDeviceSharding) of each addressable shard."""
-        if isinstance(self._sharding, OpaqueSharding) and self._error is None:
-            kind = self._sharding.memory_kind
-            devices = self._sharding.devices.addressable_device_list()
-            return [(Shape(s.shape), SingleDeviceSharding(d, kind))
-                    for s, d in zip(self._live_shards(), devices)]
-        return self._sharding.disassemble(self._shape, ADDRESSABLE)
-
     def disassemble_into_single_device_arrays(self, copy_semantics=REUSE_INPUT,
                                               single_device_shard_semantics=ADDRESSABLE):
-        if (SingleDeviceShardSemantics(single_device_shard_semantics) == ALL_SHARDS
-                and not self._sharding.devices.is_fully_addressable):
-            raise InvalidArgumentError(
-                "disassemble with ALL_SHARDS needs every device addressable; "
-                f"{self._sharding!r} has non-addressable devices")
-        if self._error is None:
-            self._live_shards()
-        pieces = self._pieces()
-        shards = self._take(ArrayCopySemantics(copy_semantics))
+        opaque = isinstance(self._sharding, OpaqueSharding) and self._error is None
+        plan = plan_disassemble(self, copy_semantics, single_device_shard_semantics,
+                                [s.shape for s in self._shards] if opaque else None)
+        shards = self._take(plan.copy_semantics)
         if self._error is not None:  # each piece fails as this array does
-            return [type(self)(self._client, self._dtype, Shape(shape), sharding, (),
-                                   self._error) for shape, sharding in pieces]
-        return [type(self)(self._client, self._dtype, Shape(shape), sharding, (shard,),
+            return [type(self)(self._client, self._dtype, shape, sharding, (), self._error)
+                    for shape, sharding in plan.pieces]
+        return [type(self)(self._client, self._dtype, shape, sharding, (shard,),
                            layout=self._layout)
-                for (shape, sharding), shard in zip(pieces, shards)]
+                for (shape, sharding), shard in zip(plan.pieces, shards)]
 
     def fully_replicated_shard(self, copy_semantics=REUSE_INPUT):
-        if not self._sharding.is_fully_replicated:
-            raise InvalidArgumentError(
-                "fully_replicated_shard needs a fully replicated array; sharding is "
-                f"{self._sharding!r}")
-        devices = self._sharding.devices.addressable_device_list()
-        if not devices:
-            raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
-        shards = self._take(ArrayCopySemantics(copy_semantics))
-        sharding = SingleDeviceSharding(devices[0], self._sharding.memory_kind)
+        sharding = plan_fully_replicated_shard(self)
+        shards = self._take(copy_semantics)
         return type(self)(self._client, self._dtype, self._shape, sharding, shards[:1],
-                              self._error)
+                          self._error)
 
     # -- host -----------------------------------------------------------------------------
 
@@ -233,18 +202,7 @@ def global_value(array: HostArray, shards: tuple | None = None) -> np.ndarray:
     sharding, dims = array.sharding, array.shape.dims
     if shards and sharding.is_fully_replicated:
         return shards[0]
-    if isinstance(sharding, OpaqueSharding):
-        raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
-    domains = sharding.index_domains(array.shape, ADDRESSABLE)
-    unique: dict[IndexDomain, np.ndarray] = {}
-    for domain, shard in zip(domains, shards):
-        unique.setdefault(domain, shard)  # replicas of a domain are read once
-    covered = sum(int(np.prod(d.shape.dims, dtype=np.int64)) for d in unique)
-    size = int(np.prod(dims, dtype=np.int64))
-    if covered != size:
-        raise UnimplementedError(
-            f"the addressable shards hold {covered} of the {size} elements of "
-            f"{array.debug_string()}")
+    unique = distinct_shards(array, shards)
     out = np.empty(dims, array.dtype.to_numpy())
     for domain, shard in unique.items():
         out[(*domain.slices(), ...)] = shard
@@ -340,14 +298,11 @@ def assemble(array_type: type[HostArray], client: Any, shape: Any, sharding: Any
 def bitcast_arrays(array_type: type[HostArray], client: Any, arrays: Any, specs: Any,
                    semantics: Any) -> list[HostArray]:
     """Each shard's bytes viewed as the spec's dtype and shard shape (NumPy ``view``)."""
-    plans = plan_bitcast(client, arrays, specs, semantics)
-    for i, plan in enumerate(plans):
-        check_of_client(client, plan.array, f"array {i}", array_type)
-        check_live(plan.array)
+    plans = plan_bitcast(client, arrays, specs, semantics, array_type)
     out = []
     for plan in plans:
         spec, error = plan.spec, plan.array.error
-        shards = plan.array._take(ArrayCopySemantics(semantics))
+        shards = plan.array._take(semantics)
         if error is not None:
             out.append(array_type(client, spec.dtype, Shape(spec.shape), spec.sharding, (), error))
             continue

@@ -24,22 +24,24 @@ import weakref
 
 import numpy as np
 
-from ifrtpy.array import Array, ArrayCopySemantics, HostBufferSemantics
-from ifrtpy.array_plans import canonical_kind
+from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics, StoredArray, deleted_error
+from ifrtpy.array_plans import (
+    addressable_domains, check_placement, plan_assemble, plan_copy, plan_disassemble,
+    plan_error_arrays,
+)
 from ifrtpy.client import Client, Compiler
-from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
+from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, NotFoundError, UnimplementedError,
 )
 from ifrtpy.executable import CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future
-from ifrtpy.shape import IndexDomain, Shape
+from ifrtpy.shape import Shape
 from ifrtpy.sharding import OpaqueSharding, SingleDeviceSharding, SingleDeviceShardSemantics
 from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
 
 
 def create_client(device_count: int = 2, addressable_device_count: int | None = None,
@@ -107,39 +109,26 @@ def _whole_in_each_shard(sharding, shape):
     return len(sharding.devices) == 1 or sharding.is_fully_replicated or len(shape) == 0
 
 
-def _shard_domains(sharding, shape):
-    """The slice of the array each addressable shard holds (a single-device or fully
-    replicated sharding need not have index domains)."""
-    if _whole_in_each_shard(sharding, shape):
-        return [IndexDomain(shape)] * len(sharding.devices.addressable_device_list())
-    return sharding.index_domains(shape, ADDRESSABLE)
-
-
-class ExampleArray(Array):
+class ExampleArray(StoredArray):
     """One NumPy array per addressable shard, in ``sharding.devices`` order (never written
-    once made), or an error (``shards`` is None)."""
+    once made), or an error (``shards`` is None). ``StoredArray`` reads ``client``,
+    ``dtype``, ``shape``, ``sharding``, ``error`` and ``user_context`` from the fields."""
 
     def __init__(self, client, dtype, shape, sharding, shards, error=None):
         self._client, self._dtype, self._shape, self._sharding = client, dtype, shape, sharding
         self._shards, self._error, self._deleted = shards, error, False
         self._user_context = current_user_context()  # the context of the call making it
 
-    client = property(lambda self: self._client)
-    user_context = property(lambda self: self._user_context)
-    dtype = property(lambda self: self._dtype)
-    shape = property(lambda self: self._shape)
-    sharding = property(lambda self: self._sharding)
-
     def _live(self):
         if self._deleted:
-            raise FailedPreconditionError(f"Array has been deleted: {self.debug_string()}")
+            raise deleted_error(self)
         return self._shards
 
     def ready_future(self):
         if self._error is not None:
             return Future.failed(self._error)
         if self._deleted:
-            return Future.failed(FailedPreconditionError("Array has been deleted"))
+            return Future.failed(deleted_error(self))
         return Future.ready(None)
 
     def delete(self):
@@ -149,26 +138,23 @@ class ExampleArray(Array):
     def is_deleted(self):
         return self._deleted
 
-    def _taken(self, semantics):
-        """The shards as ``semantics`` says (DONATE_INPUT deletes this array)."""
-        shards = self._shards if self._error is not None else self._live()
-        if ArrayCopySemantics(semantics) == ArrayCopySemantics.DONATE_INPUT:
-            self._deleted, self._shards = True, None
-        elif ArrayCopySemantics(semantics) == ArrayCopySemantics.ALWAYS_COPY and shards is not None:
-            shards = [shard.copy() for shard in shards]
-        return shards
+    # What StoredArray._take needs to give the shards away as the copy semantics say.
+    def _data(self):
+        return self._shards if self._error is not None else self._live()
+
+    def _copy_of(self, shards):
+        return [shard.copy() for shard in shards]
+
+    def _drop_data(self):
+        self._deleted, self._shards = True, None
 
     def disassemble_into_single_device_arrays(self, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
                                               single_device_shard_semantics=ADDRESSABLE):
-        if (single_device_shard_semantics == ALL_SHARDS
-                and not self._sharding.devices.is_fully_addressable):
-            raise InvalidArgumentError("ALL_SHARDS: some of the array's devices are not "
-                                       "addressable")
-        pieces = self._sharding.disassemble(self._shape, ADDRESSABLE)  # (shape, sharding) each
-        shards = self._taken(copy_semantics)
+        plan = plan_disassemble(self, copy_semantics, single_device_shard_semantics)
+        shards = self._take(plan.copy_semantics)
         return [ExampleArray(self._client, self._dtype, shape, sharding,
                              None if shards is None else [shards[i]], self._error)
-                for i, (shape, sharding) in enumerate(pieces)]
+                for i, (shape, sharding) in enumerate(plan.pieces)]
 
     def copy_to_host_buffer(self, out=None, byte_strides=None):
         if not (_whole_in_each_shard(self._sharding, self._shape)
@@ -270,7 +256,6 @@ class ExampleClient(Client):
             raise InvalidArgumentError("example devices need at least one memory kind")
         self._devices = [ExampleDevice(self, i, i < addressable_device_count, memory_kinds)
                          for i in range(device_count)]
-        self._memory_kinds = [MemoryKind(kind) for kind in memory_kinds]
         self._compiler = ExampleCompiler(self)
         self._serial = next(_SERIALS)
         _CLIENTS[self._serial] = self
@@ -289,16 +274,6 @@ class ExampleClient(Client):
     def default_compiler(self):
         return self._compiler
 
-    def _check_sharding(self, sharding):
-        """On this client's devices, in its memory kinds."""
-        for device in sharding.devices:
-            if device.client is not self:
-                raise InvalidArgumentError(f"device {device} belongs to another client")
-        if sharding.memory_kind and sharding.memory_kind not in self._memory_kinds:
-            raise InvalidArgumentError(
-                f"Invalid memory kind {sharding.memory_kind}; available memory kinds: "
-                f"{', '.join(map(str, self._memory_kinds))}")
-
     def make_array_from_host_buffer(self, data, sharding,
                                     semantics=HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
                                     on_done=None, *, layout=None):
@@ -306,81 +281,37 @@ class ExampleClient(Client):
             raise UnimplementedError("the example backend has no custom layouts")
         if isinstance(sharding, OpaqueSharding):
             raise InvalidArgumentError("an OpaqueSharding has no shard information")
-        self._check_sharding(sharding)
+        check_placement(self, sharding)  # on this client's devices, in their memory kinds
         data = np.asarray(data)
         if data.dtype.kind in "OSUT":
             raise UnimplementedError("the example backend has no STRING arrays")
         dtype, shape = DType.from_numpy(data.dtype), Shape(data.shape)
         shards = [np.array(data[domain.slices()], copy=True, order="C")  # copied: on_done
-                  for domain in _shard_domains(sharding, shape)]  # may run at once
+                  for domain in addressable_domains(sharding, shape)]  # may run at once
         if on_done is not None:
             on_done()
         return ExampleArray(self, dtype, shape, sharding, shards)
 
+    # The checks of the operations below are the plans of ifrtpy.array_plans, which every
+    # backend shares; each backend moves its own data.
+
     def make_error_arrays(self, error, specs):
-        for spec in specs:
-            self._check_sharding(spec.sharding)
         return [ExampleArray(self, spec.dtype, Shape(spec.shape), spec.sharding, None, error)
-                for spec in specs]
+                for spec in plan_error_arrays(self, error, specs)]
 
     def assemble_array_from_single_device_arrays(
             self, shape, sharding, arrays, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
             single_device_shard_semantics=ADDRESSABLE, dtype=None):
-        self._check_sharding(sharding)
-        if (single_device_shard_semantics == ALL_SHARDS
-                and not sharding.devices.is_fully_addressable):
-            raise InvalidArgumentError("ALL_SHARDS: some of the sharding's devices are not "
-                                       "addressable")
-        shape, arrays = Shape(shape), list(arrays)
-        devices = sharding.devices.addressable_device_list()  # one array each, in this order
-        if len(arrays) != len(devices):
-            raise InvalidArgumentError(f"the sharding has {len(devices)} addressable devices, "
-                                       f"got {len(arrays)} arrays")
-        shard_shapes = (None if isinstance(sharding, OpaqueSharding)  # shapes unknown
-                        else [s for s, _ in sharding.disassemble(shape, ADDRESSABLE)])
-        if dtype is None and not arrays:
-            raise InvalidArgumentError("assembling no arrays needs a dtype")
-        dtype = arrays[0].dtype if dtype is None else dtype
-        for i, (array, device) in enumerate(zip(arrays, devices)):
-            if not isinstance(array, ExampleArray) or array.client is not self:
-                raise InvalidArgumentError(f"array {i} is not an array of this client")
-            if list(array.sharding.devices) != [device]:
-                raise InvalidArgumentError(f"array {i} is on {array.sharding.devices.to_string()}, "
-                                           f"shard {i} of the sharding on {device}")
-            if shard_shapes is not None and array.shape != shard_shapes[i]:
-                raise InvalidArgumentError(f"array {i} has shape {array.shape}, shard {i} of "
-                                           f"{shape} is {shard_shapes[i]}")
-            if array.dtype != dtype:
-                raise InvalidArgumentError(f"array {i} has dtype {array.dtype}, expected {dtype}")
-            if array._error is None:
-                array._live()  # a deleted array fails here, before any array is taken
-        errors = [array._error for array in arrays if array._error is not None]
-        shards = [array._taken(copy_semantics) for array in arrays]
-        if errors:
-            return ExampleArray(self, dtype, shape, sharding, None, errors[0])
-        return ExampleArray(self, dtype, shape, sharding, [shard for (shard,) in shards])
+        plan = plan_assemble(self, shape, sharding, arrays, copy_semantics,
+                             single_device_shard_semantics, dtype, ExampleArray)
+        shards = [array._take(plan.copy_semantics) for array in plan.arrays]
+        if plan.error is not None:  # the result fails as its first failing input does
+            return ExampleArray(self, plan.dtype, plan.shape, plan.sharding, None, plan.error)
+        return ExampleArray(self, plan.dtype, plan.shape, plan.sharding,
+                            [shard for (shard,) in shards])
 
     def copy_arrays(self, arrays, devices=None, memory_kind=None,
                     semantics=ArrayCopySemantics.ALWAYS_COPY):
-        arrays = list(arrays)
-        for i, array in enumerate(arrays):
-            if not isinstance(array, ExampleArray) or array.client is not self:
-                raise InvalidArgumentError(f"array {i} is not an array of this client")
-            if array.sharding.devices != arrays[0].sharding.devices:
-                raise InvalidArgumentError("copy_arrays needs every input on the same devices: "
-                                           f"array {i} is on {array.sharding.devices.to_string()}")
-            if canonical_kind(array.sharding) != canonical_kind(arrays[0].sharding):
-                raise InvalidArgumentError("copy_arrays needs every input in the same memory "
-                                           f"kind: array {i} is in {canonical_kind(array.sharding)}")
-            if array._error is None:
-                array._live()
-        if devices is not None:
-            devices = DeviceList(devices)
-        targets = [a.sharding.with_device_assignment(devices, memory_kind) for a in arrays]
-        for array, sharding in zip(arrays, targets):
-            self._check_sharding(sharding)
-            if sharding.devices.addressable_mask() != array.sharding.devices.addressable_mask():
-                raise UnimplementedError("the example backend copies shards between "
-                                         "addressable devices only")
-        return [ExampleArray(self, a.dtype, a.shape, sharding, a._taken(semantics), a._error)
-                for a, sharding in zip(arrays, targets)]
+        plan = plan_copy(self, arrays, devices, memory_kind, semantics, ExampleArray)
+        return [ExampleArray(self, a.dtype, a.shape, target, a._take(plan.semantics), a.error)
+                for a, target in zip(plan.arrays, plan.targets)]

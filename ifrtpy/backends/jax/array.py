@@ -1,7 +1,7 @@
 """JaxArray: an ifrtpy Array holding one ``jax.Array``.
 
 The jax value's sharding is the array's ifrtpy sharding converted by
-:mod:`ifrtpy.sharding.jax_shardings` (shardings without a jax equivalent, such as uneven
+:mod:`ifrtpy.interop.jax_shardings` (shardings without a jax equivalent, such as uneven
 ConcreteShardings, raise UnimplementedError). 64-bit dtypes are kept whatever
 ``jax_enable_x64`` says. Deleting or donating an array drops its reference to the jax
 value: buffers shared with other arrays (REUSE_INPUT) stay alive while those hold them.
@@ -16,6 +16,7 @@ from typing import Any, NoReturn, Sequence
 import numpy as np
 
 from ifrtpy.array import Array, ArrayCopySemantics, StoredArray, deleted_error
+from ifrtpy.array_plans import plan_disassemble
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, UnimplementedError, UnknownError,
@@ -25,7 +26,7 @@ from ifrtpy.backends.jax._fastpath import JaxArrayCore
 from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.backends.jax.futures import future_of
 from ifrtpy.shape import Shape
-from ifrtpy.sharding.jax_shardings import cached_to_jax
+from ifrtpy.interop.jax_shardings import cached_to_jax
 from ifrtpy.sharding import HloSharding
 from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,
@@ -34,7 +35,6 @@ from ifrtpy.sharding import (
 from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
 ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
 REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
 DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
@@ -101,21 +101,17 @@ class JaxArray(JaxArrayCore, StoredArray):
         value = self._value
         return self._deleted or (value is not None and value.is_deleted())
 
-    def take(self, semantics: ArrayCopySemantics) -> Any:
-        """The jax value as ``semantics`` says: a copy, shared, or taken (then this array
-        reads as deleted). None for an error array (which donation deletes too)."""
-        if semantics == DONATE_INPUT:
-            with _arrays_lock:
-                value = None if self._error is not None else self.jax_value
-                self._deleted = True
-                self._value = None
-            return value
-        if self._error is not None:
-            return None
-        value = self.jax_value
-        if semantics == ALWAYS_COPY:
-            return call_jax(_device_put, value, value.sharding, may_alias=False)
-        return value
+    _take_lock = _arrays_lock
+
+    def _data(self) -> Any:
+        return None if self._error is not None else self.jax_value
+
+    def _copy_of(self, value: Any) -> Any:
+        return call_jax(_device_put, value, value.sharding, may_alias=False)
+
+    def _drop_data(self) -> None:
+        self._deleted = True
+        self._value = None
 
     # -- shards ---------------------------------------------------------------------------
 
@@ -123,23 +119,14 @@ class JaxArray(JaxArrayCore, StoredArray):
         self, copy_semantics: ArrayCopySemantics = REUSE_INPUT,
         single_device_shard_semantics: SingleDeviceShardSemantics = ADDRESSABLE,
     ) -> list[Array]:
-        if (SingleDeviceShardSemantics(single_device_shard_semantics) == ALL_SHARDS
-                and not self._sharding.devices.is_fully_addressable):
-            raise InvalidArgumentError(
-                "disassemble with ALL_SHARDS needs every device addressable; "
-                f"{self._sharding!r} has non-addressable devices")
-        if isinstance(self._sharding, OpaqueSharding):
-            raise InvalidArgumentError("an array with an OpaqueSharding cannot be disassembled")
-        if self._error is None:
-            self.jax_value
-        pieces = self._sharding.disassemble(self._shape, ADDRESSABLE)
-        value = self.take(ArrayCopySemantics(copy_semantics))
+        plan = plan_disassemble(self, copy_semantics, single_device_shard_semantics)
+        value = self._take(plan.copy_semantics)
         if value is None:  # each piece fails as this array does
-            return [JaxArray(self._client, self._dtype, _static(shape), sharding, None,
-                             self._error) for shape, sharding in pieces]
+            return [JaxArray(self._client, self._dtype, shape, sharding, None, self._error)
+                    for shape, sharding in plan.pieces]
         shards = {s.device.id: s.data for s in value.addressable_shards}
-        return [JaxArray(self._client, self._dtype, _static(shape), sharding,
-                         shards[sharding.devices[0].id]) for shape, sharding in pieces]
+        return [JaxArray(self._client, self._dtype, shape, sharding,
+                         shards[sharding.devices[0].id]) for shape, sharding in plan.pieces]
 
     # -- host -----------------------------------------------------------------------------
 
@@ -229,7 +216,3 @@ def _jax_expressible(sharding: Sharding) -> Sharding:
 def jax_device(device: Any) -> Any:
     """The jax Device of one of this backend's devices."""
     return device.jax_device
-
-
-def _static(shape: Any) -> Shape:
-    return shape if isinstance(shape, Shape) else Shape(shape)

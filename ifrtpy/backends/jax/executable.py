@@ -301,7 +301,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         if donated:
             kept = donated & options.non_donatable_input_indices
             for i in kept:
-                values[i] = checked[i].take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
+                values[i] = checked[i]._take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
             donated = donated - kept
             for i in donated:
                 checked[i].wait_for_reads()  # reads enqueued before the donation see the data

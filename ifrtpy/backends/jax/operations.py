@@ -31,7 +31,7 @@ def assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_semantics
     plan = plan_assemble(client, shape, sharding, arrays, copy_semantics, shard_semantics, dtype,
                          JaxArray)
     jax_sharding = to_jax_sharding(plan.sharding)
-    values = [a.take(plan.copy_semantics) for a in plan.arrays]
+    values = [a._take(plan.copy_semantics) for a in plan.arrays]
     if plan.error is not None:  # the result fails as its first failing input does
         return JaxArray(client, plan.dtype, plan.shape, plan.sharding, None, plan.error)
     import jax
@@ -75,7 +75,7 @@ def _moved(client: Any, arrays: list[JaxArray], targets: list[Sharding],
             out.append(JaxArray(client, array.dtype, array.shape, target, value))
     if semantics == DONATE_INPUT:
         for array in arrays:
-            array.take(DONATE_INPUT)
+            array._take(DONATE_INPUT)
     return out
 
 

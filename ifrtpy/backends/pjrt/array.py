@@ -9,29 +9,29 @@ from __future__ import annotations
 
 import atexit
 import gc
-import math
 import time
 from typing import Any
 
 import numpy as np
 
 from ifrtpy.array import (
-    ArrayCopySemantics, StoredArray, deleted_error, numpy_of_view, single_device_piece,
+    ArrayCopySemantics, StoredArray, deleted_error, distinct_shards, numpy_of_view,
+    plan_fully_replicated_shard, single_device_piece,
 )
+from ifrtpy.array_plans import plan_disassemble
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError, check_enum
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
 from ifrtpy.future import Future, Promise, join_futures, then_value
 from ifrtpy.layout import Layout
-from ifrtpy.shape import IndexDomain, Shape
-from ifrtpy.sharding import OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.shape import Shape
+from ifrtpy.sharding import Sharding, SingleDeviceShardSemantics
 from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
-ALL_SHARDS = SingleDeviceShardSemantics.ALL_SHARDS
 
 
 class PjrtArray(ArrayCore, StoredArray):
@@ -92,38 +92,32 @@ class PjrtArray(ArrayCore, StoredArray):
     def is_deleted(self) -> bool:
         return self._deleted or (bool(self._buffers) and self._buffers[0].is_deleted())
 
-    def _take_buffers(self) -> tuple:
-        """The buffers, for a new owner; this array reads as deleted afterwards."""
-        buffers = self._buffers if self._error is not None else self._live_buffers()
-        self._deleted = True
-        return buffers
+    def _data(self) -> tuple:
+        return self._buffers if self._error is not None else self._live_buffers()
+
+    def _copy_of(self, buffers: tuple) -> tuple:
+        return tuple(b.copy_to_memory(b.memory) for b in buffers)
+
+    def _drop_data(self) -> None:
+        self._deleted = True  # the buffers belong to the new array
 
     # -- shards ---------------------------------------------------------------------------
 
     def disassemble_into_single_device_arrays(self, copy_semantics=ArrayCopySemantics.REUSE_INPUT,
                                               single_device_shard_semantics=ADDRESSABLE):
-        if single_device_shard_semantics == ALL_SHARDS and not self._sharding.devices.is_fully_addressable:
-            raise InvalidArgumentError(
-                "disassemble with ALL_SHARDS needs every device addressable; "
-                f"{self._sharding!r} has non-addressable devices")
-        pieces = self._sharding.disassemble(self._shape, ADDRESSABLE)
-        buffers = _with_copy_semantics(self, copy_semantics)
+        plan = plan_disassemble(self, copy_semantics, single_device_shard_semantics)
+        buffers = self._take(plan.copy_semantics)
         if self._error is not None:  # each piece fails as this array does
-            return [PjrtArray(self._client, self._dtype, Shape(shape), sharding, (), error=self._error)
-                    for shape, sharding in pieces]
-        return [PjrtArray(self._client, self._dtype, Shape(shape), sharding, (buffer,))
-                for (shape, sharding), buffer in zip(pieces, buffers)]
+            return [PjrtArray(self._client, self._dtype, shape, sharding, (), error=self._error)
+                    for shape, sharding in plan.pieces]
+        return [PjrtArray(self._client, self._dtype, shape, sharding, (buffer,))
+                for (shape, sharding), buffer in zip(plan.pieces, buffers)]
 
     def fully_replicated_shard(self, copy_semantics=ArrayCopySemantics.REUSE_INPUT):
-        if not self._sharding.is_fully_replicated:
-            raise InvalidArgumentError(
-                f"fully_replicated_shard needs a fully replicated array; sharding is {self._sharding!r}")
-        buffers = _with_copy_semantics(self, copy_semantics)
-        if not buffers:
-            raise InvalidArgumentError("fully_replicated_shard: the array has no addressable shard")
-        device = self._sharding.devices.addressable_device_list()[0]
-        return PjrtArray(self._client, self._dtype, self._shape,
-                         SingleDeviceSharding(device, self._sharding.memory_kind), buffers[:1])
+        sharding = plan_fully_replicated_shard(self)
+        buffers = self._take(copy_semantics)
+        return PjrtArray(self._client, self._dtype, self._shape, sharding, buffers[:1],
+                         self._error)
 
     # -- host -----------------------------------------------------------------------------
 
@@ -145,19 +139,8 @@ class PjrtArray(ArrayCore, StoredArray):
         if buffers and self._sharding.is_fully_replicated:
             copies = [(buffers[0], out)]
         else:
-            if isinstance(self._sharding, OpaqueSharding):
-                raise InvalidArgumentError(
-                    "an array with an OpaqueSharding cannot be copied to the host")
-            domains = self._sharding.index_domains(self._shape, ADDRESSABLE)
-            unique: dict[IndexDomain, Any] = {}
-            for domain, buffer in zip(domains, buffers):
-                unique.setdefault(domain, buffer)  # one copy per replicated domain
-            covered = sum(math.prod(d.shape.dims) for d in unique)
-            if covered != out.size:
-                raise UnimplementedError(
-                    f"copy_to_host_buffer: the addressable shards hold {covered} of the "
-                    f"{out.size} elements of {self.debug_string()}")
-            copies = [(buffer, out[(*domain.slices(), ...)]) for domain, buffer in unique.items()]
+            copies = [(buffer, out[(*domain.slices(), ...)])
+                      for domain, buffer in distinct_shards(self, buffers).items()]
         staged, events = [], []
         for buffer, target in copies:
             if target.flags.c_contiguous:  # straight into ``out``
@@ -269,20 +252,6 @@ def _staged_copy(buffer, out: np.ndarray) -> Future[np.ndarray]:
 
     done.add_done_callback(place)
     return promise.future
-
-
-def _with_copy_semantics(array: PjrtArray, semantics: ArrayCopySemantics) -> tuple:
-    """The array's buffers as ``semantics`` says: fresh copies, shared, or taken over
-    (an error array has none, and is deleted by donation all the same)."""
-    semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
-    if semantics == ArrayCopySemantics.DONATE_INPUT:
-        return array._take_buffers()
-    if array._error is not None:
-        return ()
-    buffers = array._live_buffers()
-    if semantics == ArrayCopySemantics.ALWAYS_COPY:
-        return tuple(b.copy_to_memory(b.memory) for b in buffers)
-    return buffers
 
 
 def _finish_pending_work_at_exit(timeout: float = 10.0) -> None:

@@ -10,11 +10,9 @@ import math
 from typing import Any, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
-from ifrtpy.array_plans import (
-    arrays_of, check_live, check_of_client, plan_assemble, plan_copy, plan_error_arrays,
-)
+from ifrtpy.array_plans import arrays_of, plan_assemble, plan_copy, plan_error_arrays
 from ifrtpy.backends import host_arrays
-from ifrtpy.backends.pjrt.array import PjrtArray, _with_copy_semantics
+from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.strings import STRING, BasicStringArray, is_string_call
 from ifrtpy.bitcast import plan_bitcast
 from ifrtpy.builder import Builder
@@ -42,7 +40,7 @@ def assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_semantics
                                     copy_semantics, shard_semantics, dtype)
     plan = plan_assemble(client, shape, sharding, arrays, copy_semantics, shard_semantics, dtype,
                          PjrtArray)
-    taken = [_with_copy_semantics(a, plan.copy_semantics) for a in plan.arrays]
+    taken = [a._take(plan.copy_semantics) for a in plan.arrays]
     if plan.error is not None:  # the result fails as its first failing input does
         return PjrtArray(client, plan.dtype, plan.shape, plan.sharding, (), error=plan.error)
     return PjrtArray(client, plan.dtype, plan.shape, plan.sharding, tuple(t[0] for t in taken))
@@ -52,7 +50,7 @@ def bitcast_arrays(client, arrays, specs, semantics) -> list[PjrtArray]:
     """Each shard reinterpreted on its device by a small compiled program (reshape and
     ``bitcast_convert``: PJRT has no buffer bitcast), compiled once per shard signature
     and device. The inputs are deleted after the outputs are ready under DONATE_INPUT."""
-    plans = plan_bitcast(client, arrays, specs, semantics)
+    plans = plan_bitcast(client, arrays, specs, semantics, ARRAY_TYPES)
     for i, plan in enumerate(plans):
         for dtype in (plan.array.dtype, plan.spec.dtype):
             if dtype.to_numpy().kind == "c":
@@ -65,8 +63,6 @@ def bitcast_arrays(client, arrays, specs, semantics) -> list[PjrtArray]:
                 raise UnimplementedError(
                     f"bitcast_arrays: array {i} is in memory kind {sharding.memory_kind}; the "
                     "PjRt backend bitcasts arrays in the devices' default memory only")
-        check_of_client(client, plan.array, f"array {i}", PjrtArray)
-        check_live(plan.array)
     out = []
     for plan in plans:
         spec, array = plan.spec, plan.array
@@ -78,7 +74,7 @@ def bitcast_arrays(client, arrays, specs, semantics) -> list[PjrtArray]:
             for piece, old, new in zip(pieces, plan.old_shards, plan.new_shards):
                 device = piece.sharding.devices[0]
                 exe = _bitcast_executable(client, array.dtype, old, spec.dtype, new, device)
-                buffers.extend(exe(piece)[0]._take_buffers())
+                buffers.extend(exe(piece)[0]._take(ArrayCopySemantics.DONATE_INPUT))
             out.append(PjrtArray(client, spec.dtype, Shape(spec.shape), spec.sharding,
                                  tuple(buffers)))
         if ArrayCopySemantics(semantics) == ArrayCopySemantics.DONATE_INPUT:
