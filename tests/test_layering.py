@@ -29,13 +29,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
                 "_execute_result")),
     ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
+    # interop.jax_shardings converts shardings for the backends that take jax's: it
+    # imports value types only, so it sits below the backends, not with the bridges.
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache", "_pjrt",
-                  "distributed", "ffi")),
+                  "distributed", "ffi", "interop.jax_shardings")),
     ("backends", ("backends",)),
     ("above backends", ("interop", "device_put", "visualize")),
-    # The public face: the package root, its tools, and the old module paths kept for
-    # one release (each only re-exports; nothing inside ifrtpy imports them).
-    ("top", ("", "testing", "cli", "proxy", "__main__", "hlo_sharding", "mesh", "plugin_options",
+    # The public face: the package root and its tools.
+    ("top", ("", "testing", "cli", "proxy", "__main__",
              "_bench", "_coordinator", "_join", "_program_input")),
 ]
 

@@ -26,7 +26,8 @@ from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_enum
 from ifrtpy.layout import Layout
 from ifrtpy.shape import Shape, trusted_shape
-from ifrtpy.sharding import Sharding, SingleDeviceSharding, jax_shardings
+from ifrtpy.interop import jax_shardings
+from ifrtpy.sharding import Sharding, SingleDeviceSharding
 from ifrtpy.user_context import ACTIVE
 
 __all__ = ["make_array_from_host_buffer", "release_staging_memory"]

@@ -6,7 +6,8 @@ jax's device ``i`` of a client's platform is ifrtpy's device ``i``. jax ``NamedS
 (``GSPMDSharding``) -> :class:`HloSharding`, and ifrtpy ``HloSharding`` -> jax
 ``GSPMDSharding``; memory kinds are kept. A sharding that uses a device the other side lacks
 raises InvalidArgumentError naming it. jax is imported only inside these functions. Used
-by the jax bridge (:mod:`ifrtpy.interop.jax`) and by the backends that take jax shardings.
+by the jax bridge (:mod:`ifrtpy.interop.jax`) and by the backends that take jax shardings
+(so it sits below the backends, with the services: it imports only value types).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import numpy as np
 
 from ifrtpy import _jaxlib
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
-from ifrtpy.sharding.base import Sharding, SingleDeviceSharding
-from ifrtpy.sharding.hlo import HloSharding
-from ifrtpy.sharding.mesh import Mesh, NamedSharding, PartitionSpec
+from ifrtpy.sharding import (
+    HloSharding, Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding,
+)
 
 __all__ = ["sharding_from_jax", "sharding_to_jax", "cached_from_jax", "cached_to_jax",
            "jax_device_of", "is_jax_array", "is_jax_target"]
