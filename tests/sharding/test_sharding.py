@@ -1,10 +1,7 @@
 """Port of IFRT's sharding_test.cc: 6 devices of the example backend, the first 4
 addressable."""
 
-import importlib
 import pickle
-import sys
-import warnings
 
 import pytest
 
@@ -579,24 +576,3 @@ class TestShardingParamSharding:
 def test_semantics_argument_is_checked():
     with pytest.raises(TypeError):
         param_sharding(P23).index_domains(Shape([6, 6]), "all")
-
-
-
-@pytest.mark.parametrize("module, home, names", [
-    ("ifrtpy.hlo_sharding", "ifrtpy.sharding", ["HloSharding"]),
-    ("ifrtpy.mesh", "ifrtpy.sharding", ["Mesh", "NamedSharding", "PartitionSpec"]),
-    ("ifrtpy.plugin_options", "ifrtpy.plugins",
-     ["check_options", "known_options", "MAX_CPU_DEVICE_COUNT"]),
-    ("ifrtpy.backends.jax.distributed", "ifrtpy.distributed", ["initialize_distributed"]),
-])
-def test_old_module_paths_still_import_with_a_deprecation_warning(module, home, names):
-    """Module paths of the previous layout stay importable for one release: the same
-    objects as at their new homes, and a DeprecationWarning naming the new path."""
-    sys.modules.pop(module, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module(module)
-    assert [w for w in caught if issubclass(w.category, DeprecationWarning)
-            and home in str(w.message)]
-    new = importlib.import_module(home)
-    assert all(getattr(old, name) is getattr(new, name) for name in names)
