@@ -87,7 +87,7 @@ def test_a_failing_process_stops_the_others_and_its_status_is_kept():
               "    time.sleep(0.3); sys.exit(3)\n"
               "time.sleep(60)")
     status, _, err, took = _launch(3, script)
-    assert status == 3 and took < 10
+    assert status == 3 and took < 45  # the others sleep 60 s: they were stopped, not waited for
     assert "launch: process 1 failed (exit status 3): stopping the others" in err
 
 
@@ -98,7 +98,8 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_grace_period():
               "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True)\n"
               "time.sleep(60)")
     status, out, _, took = _launch(2, script, kill_after_s=1.0)
-    assert status == 7 and "[1] ready" in out and 1.4 < took < 10
+    # the 1 s grace period was given (never less); the others would sleep 60 s
+    assert status == 7 and "[1] ready" in out and 1.4 < took < 45
 
 
 def test_death_by_a_signal_is_128_plus_its_number_and_children_are_stopped_too():
@@ -191,5 +192,5 @@ def test_a_launched_job_whose_process_fails_after_joining_is_stopped():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "[1] joined" in proc.stdout and "process 1 failed (exit status 3)" in proc.stderr
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 60  # the others sleep 60 s: stopped, not waited for
     assert_no_stray_processes(marker)

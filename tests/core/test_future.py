@@ -171,7 +171,7 @@ def test_result_timeout_raises_deadline_exceeded():
         fut.result(timeout=0.02)
     with pytest.raises(TimeoutError):  # also a builtin TimeoutError
         fut.exception(timeout=0.0)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # about a hang only (the timeouts are 0.02 s and 0)
 
 
 def test_generic_subscription():
@@ -241,16 +241,18 @@ def test_callback_may_add_callbacks_and_read_result():
 
 def test_result_blocks_until_set_from_another_thread():
     p = Promise()
+    order = []
 
     def later():
-        time.sleep(0.05)
+        time.sleep(0.05)  # the main thread waits in result() by then, as a rule
+        order.append("set")
         p.set_result("done")
 
     t = threading.Thread(target=later)
-    t0 = time.monotonic()
     t.start()
-    assert p.future.result(timeout=10) == "done"
-    assert time.monotonic() - t0 >= 0.04
+    assert p.future.result(timeout=60) == "done"
+    order.append("returned")
+    assert order == ["set", "returned"]
     t.join()
 
 
