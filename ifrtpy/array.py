@@ -424,7 +424,7 @@ class Array(Value):
             ArrayCopySemantics.REUSE_INPUT, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         )
         futures = [
-            shard.copy_to_host_buffer(out[(*domain.slices(), ...)])
+            shard.copy_to_host_buffer(out[domain.slices()])
             for domain, shard in distinct_shards(self, shards).items()
         ]
         return then_value(join_futures(futures), out)

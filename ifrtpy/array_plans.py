@@ -99,12 +99,13 @@ def check_shard_semantics(sharding: Sharding, semantics: Any, what: str
                           ) -> SingleDeviceShardSemantics:
     """``semantics`` as a SingleDeviceShardSemantics; InvalidArgumentError naming ``what``
     for ALL_SHARDS when some device of ``sharding`` is not addressable."""
-    semantics = check_enum(SingleDeviceShardSemantics, semantics, "single_device_shard_semantics")
-    if semantics == ALL_SHARDS and not sharding.devices.is_fully_addressable:
+    checked: SingleDeviceShardSemantics = check_enum(
+        SingleDeviceShardSemantics, semantics, "single_device_shard_semantics")
+    if checked == ALL_SHARDS and not sharding.devices.is_fully_addressable:
         raise InvalidArgumentError(
             f"{what} with SingleDeviceShardSemantics.ALL_SHARDS needs every device "
             f"addressable; {sharding!r} has non-addressable devices")
-    return semantics
+    return checked
 
 
 def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:
@@ -157,7 +158,7 @@ class DisassemblePlan:
     """A checked ``disassemble_into_single_device_arrays``: ``pieces[i]`` is the shape and
     single-device sharding of addressable shard ``i``, in device order."""
 
-    pieces: list[tuple[Shape, Sharding]]
+    pieces: Sequence[tuple[Shape, Sharding]]
     copy_semantics: ArrayCopySemantics
 
 
