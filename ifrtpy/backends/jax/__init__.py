@@ -12,9 +12,9 @@ anything uses jax.
 """
 
 from ifrtpy.backends.jax.array import JaxArray
-from ifrtpy.backends.jax.client import JaxClient, JaxDevice, JaxMemory, create_client
+from ifrtpy.backends.jax.client import JaxClient, JaxDevice, create_client
 from ifrtpy.distributed import initialize_distributed
 from ifrtpy.backends.jax.executable import JaxCompiler, JaxLoadedExecutable
 
-__all__ = ["JaxArray", "JaxClient", "JaxDevice", "JaxMemory", "JaxCompiler",
+__all__ = ["JaxArray", "JaxClient", "JaxDevice", "JaxCompiler",
            "JaxLoadedExecutable", "create_client", "initialize_distributed"]

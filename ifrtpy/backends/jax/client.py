@@ -1,4 +1,5 @@
-"""JaxClient, JaxDevice and JaxMemory: jax's runtime client seen through ifrtpy's interfaces.
+"""JaxClient and JaxDevice: jax's runtime client seen through ifrtpy's interfaces (its
+memories are :class:`ifrtpy.backends.memories.DeviceMemory`).
 
 Devices and memories are jax's own (same ids, process indices, addressability and memory
 kinds); arrays are :mod:`ifrtpy.backends.jax.array`, made and moved by :mod:`.put` and
@@ -18,8 +19,9 @@ from ifrtpy import _jaxlib, distributed
 from ifrtpy.backends.jax import operations as _operations
 from ifrtpy.backends.jax import put as _put
 from ifrtpy.backends.jax import executable as _executable
+from ifrtpy.backends.memories import DeviceMemory
 from ifrtpy.client import Client
-from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
+from ifrtpy.device import Device, DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import Code, InvalidArgumentError, error_from_code
 from ifrtpy.shape import Shape
@@ -76,31 +78,6 @@ def create_client(platform: str | None = None, device_count: int | None = None) 
     return JaxClient(runtime)
 
 
-class JaxMemory(Memory):
-    """One memory of one jax device (ids are ifrtpy's: device id * 16 + position)."""
-
-    __slots__ = ("_id", "_kind", "_device")
-
-    def __init__(self, memory_id: int, kind: str, device: JaxDevice):
-        self._id = memory_id
-        self._kind = MemoryKind(kind)
-        self._device = device
-
-    @property
-    def id(self) -> int:
-        return self._id
-
-    @property
-    def kind(self) -> MemoryKind:
-        return self._kind
-
-    def devices(self) -> list[Device]:
-        return [self._device]
-
-    def to_string(self) -> str:
-        return f"{self._device.to_string()}:{self._kind.value}"
-
-
 class JaxDevice(Device):
     """A jax device (``jax_device``); one object per device, compared by identity."""
 
@@ -114,7 +91,7 @@ class JaxDevice(Device):
             default = jax_device.default_memory().kind
         except Exception:  # a device of another process: jax lists no memories for it
             kinds, default = ["device"], "device"
-        self._memories = tuple(JaxMemory(jax_device.id * 16 + k, kind, self)
+        self._memories = tuple(DeviceMemory(jax_device.id * 16 + k, kind, self)
                                for k, kind in enumerate(kinds))
         self._default = next(m for m in self._memories if m.kind == MemoryKind(default))
 
@@ -147,10 +124,10 @@ class JaxDevice(Device):
     def process_index(self) -> int:
         return int(self._jax.process_index)
 
-    def memories(self) -> tuple[JaxMemory, ...]:
+    def memories(self) -> tuple[DeviceMemory, ...]:
         return self._memories
 
-    def default_memory(self) -> JaxMemory:
+    def default_memory(self) -> DeviceMemory:
         return self._default
 
     def to_string(self) -> str:

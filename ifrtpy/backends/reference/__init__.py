@@ -17,11 +17,11 @@ backends are compared against, and a worked example of implementing the interfac
 
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.backends.reference.client import (
-    ReferenceClient, ReferenceDevice, ReferenceMemory, create_client,
+    ReferenceClient, ReferenceDevice, create_client,
 )
 from ifrtpy.backends.reference.executable import ReferenceCompiler, ReferenceLoadedExecutable
 
 __all__ = [
-    "ReferenceArray", "ReferenceClient", "ReferenceDevice", "ReferenceMemory",
+    "ReferenceArray", "ReferenceClient", "ReferenceDevice",
     "ReferenceCompiler", "ReferenceLoadedExecutable", "create_client",
 ]

@@ -1,4 +1,5 @@
-"""ReferenceClient, ReferenceDevice and ReferenceMemory: N virtual CPU devices.
+"""ReferenceClient and ReferenceDevice: N virtual CPU devices, each with the CPU plugin's
+three memories.
 
 Array operations are those of :mod:`ifrtpy.backends.host_arrays`, compilation in
 :mod:`ifrtpy.backends.reference.executable`.
@@ -11,11 +12,12 @@ from typing import Any, Mapping
 
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.backends import host_arrays as _host
+from ifrtpy.backends.memories import DeviceMemory
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.backends.reference import executable as _executable
 from ifrtpy.client import Client
 from ifrtpy.executable import ExecuteResult
-from ifrtpy.device import Device, Memory, MemoryKind
+from ifrtpy.device import Device
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.program import stablehlo_version
 from ifrtpy.sharding import SingleDeviceShardSemantics
@@ -44,34 +46,6 @@ def create_client(device_count: int = 8, addressable_device_count: int | None = 
     return ReferenceClient(device_count, addressable_device_count)
 
 
-class ReferenceMemory(Memory):
-    """One memory of one virtual device."""
-
-    __slots__ = ("_id", "_kind", "_device")
-
-    def __init__(self, memory_id: int, kind: str, device: ReferenceDevice):
-        self._id = memory_id
-        self._kind = MemoryKind(kind)
-        self._device = device
-
-    @property
-    def id(self) -> int:
-        return self._id
-
-    @property
-    def kind(self) -> MemoryKind:
-        return self._kind
-
-    def devices(self) -> list[Device]:
-        return [self._device]
-
-    def to_string(self) -> str:
-        return f"REF_CPU_{self._device.id}:{self._kind.value}"
-
-    def debug_string(self) -> str:
-        return f"ReferenceMemory(id={self._id}, kind={self._kind.value}, device={self._device.id})"
-
-
 class ReferenceDevice(Device):
     """A virtual CPU device. Compares by identity; one object per device."""
 
@@ -81,7 +55,7 @@ class ReferenceDevice(Device):
         self._client = client
         self._id = device_id
         self._process_index = process_index
-        self._memories = tuple(ReferenceMemory(device_id * len(MEMORY_KINDS) + k, kind, self)
+        self._memories = tuple(DeviceMemory(device_id * len(MEMORY_KINDS) + k, kind, self)
                                for k, kind in enumerate(MEMORY_KINDS))
 
     @property
@@ -108,10 +82,10 @@ class ReferenceDevice(Device):
     def process_index(self) -> int:
         return self._process_index
 
-    def memories(self) -> tuple[ReferenceMemory, ...]:
+    def memories(self) -> tuple[DeviceMemory, ...]:
         return self._memories
 
-    def default_memory(self) -> ReferenceMemory:
+    def default_memory(self) -> DeviceMemory:
         return self._memories[0]
 
     def to_string(self) -> str:
