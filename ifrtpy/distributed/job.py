@@ -204,12 +204,13 @@ def attach_jax_runtime() -> None:
 def initialize_distributed(coordinator_address: str | None = None,
                            num_processes: int | None = None, process_id: int | None = None, *,
                            local_device_count: int | None = None,
-                           initialization_timeout_s: float = 60,
-                           heartbeat_timeout_s: float = 30,
-                           shutdown_timeout_s: float = 300,
-                           collective_timeout_s: float = 300) -> None:
+                           initialization_timeout: float = 60,
+                           heartbeat_timeout: float = 30,
+                           shutdown_timeout: float = 300,
+                           collective_timeout: float = 300) -> None:
     """Join this process to a run of ``num_processes`` processes over jax's runtime:
-    ``ifrtpy.distributed.initialize(..., backend="jax")`` with these timeouts (seconds).
+    ``ifrtpy.distributed.initialize(..., backend="jax")`` with these default timeouts
+    (seconds; the same names, as jax's ``initialization_timeout``).
 
     ``coordinator_address`` (``host:port``) is where process 0 starts the job's
     coordinator (a process of its own, serving the coordination service) and every
@@ -221,15 +222,15 @@ def initialize_distributed(coordinator_address: str | None = None,
     What the other processes see when one fails (ifrtpy errors, the process goes on):
 
     * It never joins: each waiting process raises DeadlineExceededError naming it after
-      ``initialization_timeout_s``.
+      ``initialization_timeout``.
     * It dies after joining: a program whose collectives need it fails within
-      ``collective_timeout_s`` (gloo's wait, set through ``XLA_FLAGS``;
+      ``collective_timeout`` (gloo's wait, set through ``XLA_FLAGS``;
       DeadlineExceededError or UnavailableError "Gloo ... failed: ...", raised where the
       results are read), the next ones at once (UnavailableError).
       The first collective over a set of devices sets up gloo's connections, which waits
       30 s for a dead process (jaxlib's fixed timeout) instead. Dead before
       ``get_client("jax")``: that raises InternalError (the topology exchange) after
-      ``initialization_timeout_s`` rounded up to whole minutes.
+      ``initialization_timeout`` rounded up to whole minutes.
     * Process 0 dies or leaves: as any other process (the service runs in the
       coordinator's process, which ends once every process has left or died). Only the
       coordinator's own end (killed) would end the others: jaxlib's client terminates a
@@ -238,9 +239,8 @@ def initialize_distributed(coordinator_address: str | None = None,
     """
     initialize(coordinator_address, num_processes, process_id, backend="jax",
                local_device_count=local_device_count,
-               initialization_timeout=initialization_timeout_s,
-               heartbeat_timeout=heartbeat_timeout_s, shutdown_timeout=shutdown_timeout_s,
-               collective_timeout=collective_timeout_s)
+               initialization_timeout=initialization_timeout, heartbeat_timeout=heartbeat_timeout,
+               shutdown_timeout=shutdown_timeout, collective_timeout=collective_timeout)
 
 
 def _abandon(coordinator: Any, membership: _join.Membership | None, client: Any,

@@ -310,8 +310,8 @@ def main():
         return  # leaves the job at exit
     # A process dies once both have run one program together: the backend's own entry point.
     initialize_distributed(address, 2, process_id, local_device_count=4,
-                           initialization_timeout_s=60, heartbeat_timeout_s=HEARTBEAT_S,
-                           shutdown_timeout_s=SHUTDOWN_S, collective_timeout_s=COLLECTIVE_S)
+                           initialization_timeout=60, heartbeat_timeout=HEARTBEAT_S,
+                           shutdown_timeout=SHUTDOWN_S, collective_timeout=COLLECTIVE_S)
     executable, x, expected = psum_program(ifrt.get_client("jax"))
     np.testing.assert_array_equal(expected, [56.0, 64.0])
     np.testing.assert_array_equal(run_psum(executable, x), expected)
