@@ -192,6 +192,8 @@ def _strided_bytes(values: np.ndarray, dtype: DType) -> bytes:
 
 def disassemble(session: Any, request: Any) -> Any:
     array = session.array(request.array_handle)
+    for handle in request.result_handles:  # checked before a DONATE_INPUT consumes the array
+        session.result_handle(handle)
     pieces = array.disassemble_into_single_device_arrays(
         _copy_semantics(request.copy_semantics), _shard_semantics(request))
     handles = session.result_handles(request.result_handles, len(pieces))

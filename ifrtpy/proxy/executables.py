@@ -234,13 +234,16 @@ def execute(session: Any, request: Any) -> Any:
     if request.device_ids and exe.devices() is None:
         devices = DeviceList([session.client.lookup_device(i) for i in request.device_ids])
     options = _execute_options(request.execute_options)
+    # every handle is checked (and room made sure of) before the run donates anything
+    handles = session.result_handles(request.result_array_handle, len(exe.output_shapes()))
+    status = session.result_handle(request.result_status_handle) if options.fill_status else 0
+    session.check_room(len(handles) + 1)
     result = exe.execute(args, options, devices)
-    handles = session.result_handles(request.result_array_handle, len(result.outputs))
     session.put_arrays(handles, result.outputs)
     m = messages()
     response = m.LoadedExecutableExecuteResponse()
     if options.fill_status:
-        status = session.put_future(request.result_status_handle, result.status)
+        session.put_future(status, result.status)
         if not request.result_status_handle:
             response.status_handle = status
     for handle, array in zip(handles, result.outputs):

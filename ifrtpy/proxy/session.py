@@ -107,7 +107,8 @@ class Session:
         return (len(self.arrays) + len(self.executables) + len(self.futures)
                 + len(self._host_buffers))
 
-    def _check_room(self, extra: int = 1) -> None:
+    def check_room(self, extra: int = 1) -> None:
+        """ResourceExhaustedError unless ``extra`` more handles fit the session's limit."""
         if self._live_handles() + extra > self.limits.max_handles:
             raise ResourceExhaustedError(
                 f"session {self.id} would hold {self._live_handles() + extra} handles, over its "
@@ -130,19 +131,19 @@ class Session:
             next(self._handles) for _ in range(count)]
 
     def put_arrays(self, handles: list[int], arrays: list[Any]) -> list[int]:
-        self._check_room(len(arrays))
+        self.check_room(len(arrays))
         for handle, array in zip(handles, arrays):
             self.arrays[handle] = array
         return handles
 
     def put_future(self, handle: int, future: Any) -> int:
         handle = self.result_handle(handle)
-        self._check_room()
+        self.check_room()
         self.futures[handle] = future
         return handle
 
     def put_executable(self, executable: Any) -> int:
-        self._check_room()
+        self.check_room()
         handle = next(self._handles)
         self.executables[handle] = executable
         return handle

@@ -400,6 +400,12 @@ def test_compile_metadata_execute_and_queries(channel, session):
     ok(session.call("check_future_request", M.CheckFutureRequest(
         future_handle=compiled.ready_future_handle)), "check_future_response")
     exe = compiled.loaded_executable_handle
+    donating = ok(session.call("compile_request", compile_request(
+        ADD_ONE.replace("%a: tensor<4xf32>)", "%a: tensor<4xf32> {jax.buffer_donor = true})"),
+        (1,))), "compile_response").loaded_executable_handle
+    donated = ok(session.call("loaded_executable_metadata_request", M.LoadedExecutableMetadataRequest(
+        loaded_executable_handle=donating)), "loaded_executable_metadata_response")
+    assert list(donated.donated_input_indices.donated_input_indices) == [0]
     meta = ok(session.call("loaded_executable_metadata_request", M.LoadedExecutableMetadataRequest(
         loaded_executable_handle=exe)), "loaded_executable_metadata_response")
     assert len(meta.output_shardings.shardings) == 1
@@ -431,6 +437,13 @@ def test_compile_metadata_execute_and_queries(channel, session):
     assert code == INVALID
     assert status_of(session.call("is_array_deleted_request", M.IsArrayDeletedRequest(
         array_handle=4343))) == (code, message)
+    # a result handle already in use is refused before the run: the argument survives
+    code, message = status_of(session.call("loaded_executable_execute_request",
+                                           M.LoadedExecutableExecuteRequest(
+                                               loaded_executable_handle=donating, args_handles=[a],
+                                               result_array_handle=[a])))
+    assert code == INVALID and "already in use" in message
+    np.testing.assert_array_equal(host.get(a, (4,)), x)
     text = ok(session.call("loaded_executable_human_readable_program_text_request",
                            M.LoadedExecutableHumanReadableProgramTextRequest(loaded_executable_handle=exe)),
               "loaded_executable_human_readable_program_text_response")
