@@ -2,8 +2,9 @@
 
 A few virtual devices; arrays held as NumPy arrays, one per addressable shard; programs
 that are Python functions of NumPy arrays. Each class subclasses an abstract interface
-and overrides only its abstract methods (the client also ``make_error_arrays``): the
-rest is the interfaces' defaults. Everything it does not do raises UnimplementedError,
+(the array ``StoredArray``) and overrides only its abstract methods (the client also
+``make_error_arrays``): the rest is the interfaces' defaults, and every check is a plan of
+:mod:`ifrtpy.array_plans`. Everything it does not do raises UnimplementedError,
 which the conformance suite turns into skips carrying the message. Register and use it
 with::
 
@@ -119,11 +120,6 @@ class ExampleArray(StoredArray):
         self._shards, self._error, self._deleted = shards, error, False
         self._user_context = current_user_context()  # the context of the call making it
 
-    def _live(self):
-        if self._deleted:
-            raise deleted_error(self)
-        return self._shards
-
     def ready_future(self):
         if self._error is not None:
             return Future.failed(self._error)
@@ -138,9 +134,10 @@ class ExampleArray(StoredArray):
     def is_deleted(self):
         return self._deleted
 
-    # What StoredArray._take needs to give the shards away as the copy semantics say.
-    def _data(self):
-        return self._shards if self._error is not None else self._live()
+    def _data(self):  # what StoredArray._take gives away, copies or drops
+        if self._deleted and self._error is None:
+            raise deleted_error(self)
+        return self._shards
 
     def _copy_of(self, shards):
         return [shard.copy() for shard in shards]
@@ -162,7 +159,7 @@ class ExampleArray(StoredArray):
             return self._gather_to_host_buffer(out, byte_strides)  # from each shard's own copy
         if self._error is not None:
             return Future.failed(self._error)
-        data = self._live()[0]
+        data = self._data()[0]
         out = self._host_buffer(out, byte_strides)  # validates out, or allocates it
         np.copyto(out, data)
         return Future.ready(out)
