@@ -115,7 +115,7 @@ def copy_arrays(client: Any, arrays: Any, devices: Any, memory_kind: Any, semant
     out = []
     for array, sharding in zip(plan.arrays, plan.targets):
         if array._error is not None:  # an error array's copy fails the same way
-            array._deleted = array._deleted or donate
+            array._take(plan.semantics)  # donated all the same
             out.append(PjrtArray(client, array.dtype, array.shape, sharding, (), error=array._error))
             continue
         kind = sharding.memory_kind
@@ -128,7 +128,7 @@ def copy_arrays(client: Any, arrays: Any, devices: Any, memory_kind: Any, semant
                 buffers.append(buffer.copy_to_memory(memory._handle))
         if donate:
             kept = {id(b) for b in buffers}
-            array._deleted = True
+            array._take(plan.semantics)
             for buffer in array._buffers:
                 if id(buffer) not in kept:
                     buffer.delete()

@@ -37,7 +37,7 @@ def reshard_arrays(client, arrays: Sequence[Array], specs: Sequence[ArraySpec],
 def _reshard_one(client, array: PjrtArray, spec: ArraySpec, buffers: tuple, memories: list,
                  semantics: ArrayCopySemantics) -> PjrtArray:
     if array._error is not None:  # an error array's reshard fails the same way
-        array._deleted = array._deleted or semantics == ArrayCopySemantics.DONATE_INPUT
+        array._take(semantics)  # donated all the same
         return PjrtArray(client, spec.dtype, spec.shape, spec.sharding, (), error=array._error)
     source_domains = addressable_domains(array.sharding, array.shape)
     target_domains = addressable_domains(spec.sharding, Shape(spec.shape))
@@ -62,7 +62,7 @@ def _reshard_one(client, array: PjrtArray, spec: ArraySpec, buffers: tuple, memo
             buffer, _ = _pjrt.buffer_from_host_buffer(client._handle, data, memory=memory._handle)
             out.append(buffer)
     if donate:
-        array._deleted = True
+        array._take(semantics)
         for buffer in buffers:
             if id(buffer) not in used:
                 buffer.delete()
