@@ -24,7 +24,7 @@ from ifrtpy.backends.pjrt import dlpack
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError
+from ifrtpy.errors import FailedPreconditionError
 from ifrtpy.future import Future, Promise, join_futures, then_value
 from ifrtpy.layout import Layout
 from ifrtpy.shape import Shape
