@@ -17,7 +17,8 @@ cdef class ExecutableHandle:
                     PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
                     non_donatable_input_indices, DeviceHandle execute_device) except -1
     cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated)
+                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated,
+                    bint want_events=*)
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)

@@ -452,8 +452,15 @@ cdef class ExecutableHandle:
                 free(non_donatable)
 
     cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated):
-        # arguments[d][k] (by_device) or arguments[k][d]: argument k's buffer on device d.
+                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated,
+                    bint want_events=True):
+        """The one launch routine of every execute (``execute``, ``execute_by_argument``
+        and the PjRt backend's C path): ``arguments[d][k]`` (``by_device``) or
+        ``arguments[k][d]`` is argument k's BufferHandle on device d. Each buffer is
+        checked to be a BufferHandle of this client, referenced and pinned while the
+        plugin uses it; the outputs and events are owned by handles as soon as the plugin
+        returns them. Returns ``(outputs, events)``: outputs grouped as the arguments are,
+        and one completion event per device, or None without ``want_events``."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_args
         cdef Py_ssize_t num_outputs = self.num_outputs
@@ -476,8 +483,10 @@ cdef class ExecutableHandle:
         cdef PyObject** held = NULL
         cdef Py_ssize_t num_held = 0, num_pinned = 0
         cdef bint donate
+        cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
         cdef bint launched = False
+        cdef tuple done = None
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
@@ -510,7 +519,7 @@ cdef class ExecutableHandle:
                     Py_XINCREF(<PyObject*>buffer)
                     held[num_held] = <PyObject*>buffer
                     num_held += 1
-                    donate = k in donated and k not in non_donatable_input_indices
+                    donate = donates and k in donated and k not in non_donatable_input_indices
                     pin_for_launch(buffer, donate, k)
                     num_pinned += 1
                     if by_device:
@@ -519,11 +528,13 @@ cdef class ExecutableHandle:
                         args_flat[i * num_args + g] = buffer.ptr
             memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
             memset(events, 0, num_devices * sizeof(void*))
-            self.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
+            self.launch(args_flat, num_devices, num_args, out_flat,
+                        events if want_events else NULL, launch_id,
                         non_donatable_input_indices, execute_device)
             launched = True
             # outputs[d][k] (by_device) or outputs[k][d]; out_flat[d * num_outputs + k].
-            done = take_events(self.client, events, num_devices)
+            if want_events:
+                done = take_events(self.client, events, num_devices)
             if by_device:
                 outputs = tuple([take_buffers(self.client, out_flat, d * num_outputs, 1, num_outputs)
                                  for d in range(num_devices)])
@@ -533,7 +544,8 @@ cdef class ExecutableHandle:
             return outputs, done
         except BaseException:
             if launched:  # wrapping failed (MemoryError): destroy what no handle owns
-                destroy_unowned(api, out_flat, num_devices * num_outputs, events, num_devices)
+                destroy_unowned(api, out_flat, num_devices * num_outputs, events,
+                                num_devices if want_events else 0)
             raise
         finally:
             for i in range(num_pinned):
@@ -542,7 +554,8 @@ cdef class ExecutableHandle:
                     k = i % num_args
                 else:
                     k = i // num_devices
-                unpin_after_launch(buffer, k in donated and k not in non_donatable_input_indices)
+                unpin_after_launch(
+                    buffer, donates and k in donated and k not in non_donatable_input_indices)
             for i in range(num_held):
                 Py_XDECREF(held[i])
             if heap:

@@ -18,20 +18,14 @@ cimport cython
 cimport numpy as cnp
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
+from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast_GET_ITEM
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
-from libc.stdlib cimport malloc, free
-from libc.string cimport memset
 
-from ifrtpy._pjrt.pjrt_c_api cimport *
-from ifrtpy._pjrt._base cimport check
-from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_launch, unpin_after_launch
+from ifrtpy._pjrt._buffer cimport BufferHandle
 from ifrtpy._pjrt._event cimport EventHandle
-from ifrtpy._pjrt._executable cimport (
-    ExecutableHandle, destroy_unowned, take_buffers, take_events)
+from ifrtpy._pjrt._executable cimport ExecutableHandle
 from ifrtpy._execute_result cimport ExecuteResult
 from ifrtpy.array import deleted_error as _deleted_error
 from ifrtpy.executable import ExecuteOptions
@@ -39,8 +33,6 @@ from ifrtpy.executable import keyword_arguments_error as _keyword_arguments_erro
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.user_context import ACTIVE as _user_context
-
-DEF SMALL = 64
 
 cnp.import_array()
 
@@ -190,17 +182,14 @@ cdef class ExecutableCore:
 
     cdef object _execute_accepted(self, object args, options, bint as_result):
         """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` (a list or
-        a tuple) are of the accepted kinds."""
+        a tuple) are of the accepted kinds. The launch is ``_pjrt``'s, as for every execute."""
         cdef list accepted = self._accepted
         cdef tuple outputs_spec = self._outputs_spec  # read with accepted: set as a pair
         cdef ExecutableHandle handle = self._handle
-        cdef const PJRT_Api* api = handle.client.api
         cdef Py_ssize_t num_args = len(args), num_outputs = handle.num_outputs
-        cdef Py_ssize_t num_devices = len(handle.addressable_devices)
-        cdef Py_ssize_t num_buffers = num_devices * num_outputs, d, k
+        cdef Py_ssize_t num_devices = len(handle.addressable_devices), d, k
         cdef object array_type = self.array_type
         cdef ArrayCore array
-        cdef BufferHandle buffer
         cdef tuple spec, buffers, done
         cdef ExecuteResult result
         if (array_type is None or accepted is None or num_args != len(accepted)
@@ -216,132 +205,62 @@ cdef class ExecutableCore:
             if options.non_donatable_input_indices:
                 non_donatable = sorted(options.non_donatable_input_indices)
             fill_status = options.fill_status
-        cdef PJRT_Buffer* small_args[SMALL]
-        cdef PJRT_Buffer* small_outs[SMALL]
-        cdef PJRT_Event* small_events[SMALL]
-        cdef PyObject* small_held[SMALL]
-        cdef PJRT_Buffer** args_flat = small_args
-        cdef PJRT_Buffer** out_flat = small_outs
-        cdef PJRT_Event** events = small_events if fill_status else NULL
-        # The buffers of each argument, referenced while the plugin uses them without the
-        # GIL (another thread may empty ``args`` meanwhile).
-        cdef PyObject** held = small_held
-        cdef Py_ssize_t num_held = 0, num_pinned = 0
         cdef frozenset donated = self._donated
-        cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
-        cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL or num_args >= SMALL
-        cdef bint launched = False, donate
         cdef list donated_args = None  # the arrays whose buffers the launch takes
-        try:
-            if heap:
-                args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
-                out_flat = <PJRT_Buffer**>malloc((num_buffers + 1) * sizeof(void*))
-                held = <PyObject**>malloc((num_args + 1) * sizeof(PyObject*))
-                if fill_status:
-                    events = <PJRT_Event**>malloc(num_devices * sizeof(void*))
-                if (args_flat == NULL or out_flat == NULL or held == NULL
-                        or (fill_status and events == NULL)):
-                    raise MemoryError()
-            for k in range(num_args):
-                item = <object>PySequence_Fast_GET_ITEM(args, k)
-                if type(item) is not array_type:
+        cdef list arguments = PyList_New(num_args)
+        for k in range(num_args):
+            item = <object>PySequence_Fast_GET_ITEM(args, k)
+            if type(item) is not array_type:
+                return None
+            array = <ArrayCore>item
+            spec = <tuple?>accepted[k]
+            buffers = array._buffers
+            if (array._sharding is not spec[2] or array._dtype is not spec[0]
+                    or array._deleted or array._error is not None
+                    or (array._shape is not spec[1] and array._shape != spec[1])
+                    or len(buffers) != num_devices):
+                return None
+            for d in range(num_devices):
+                if (<BufferHandle?>buffers[d]).exports:  # exported: donation is checked there
                     return None
-                array = <ArrayCore>item
-                spec = <tuple?>accepted[k]
-                buffers = array._buffers
-                if (array._sharding is not spec[2] or array._dtype is not spec[0]
-                        or array._deleted or array._error is not None
-                        or (array._shape is not spec[1] and array._shape != spec[1])
-                        or len(buffers) != num_devices):
-                    return None
-                for d in range(num_devices):
-                    if (<BufferHandle?>buffers[d]).exports:  # exported: donation is checked there
-                        return None
-                Py_XINCREF(<PyObject*>buffers)
-                held[k] = <PyObject*>buffers
-                num_held = k + 1
-                donate = donates and _donates(k, donated, non_donatable)
-                if donate:
-                    if donated_args is None:
-                        donated_args = []
-                    donated_args.append(array)
-                for d in range(num_devices):
-                    buffer = <BufferHandle?>buffers[d]
-                    pin_for_launch(buffer, donate, k)
-                    num_pinned += 1
-                    args_flat[d * num_args + k] = buffer.ptr
-            memset(out_flat, 0, num_buffers * sizeof(void*))
-            if fill_status:
-                memset(events, 0, num_devices * sizeof(void*))
-            handle.launch(args_flat, num_devices, num_args, out_flat, events, launch_id,
-                          non_donatable, None)
-            launched = True
-            if donated_args is not None:  # they read as deleted, as after delete()
-                for item in donated_args:
-                    (<ArrayCore>item)._deleted = True
-            # Each pointer the plugin returned is owned by a handle as soon as it is wrapped
-            # (and cleared); if wrapping fails, the rest are destroyed below.
-            status = None
-            if fill_status:
-                done = take_events(handle.client, events, num_devices)
-            outputs = PyList_New(num_outputs)
-            context = get_value(_user_context)
-            for k in range(num_outputs):
-                buffers = take_buffers(handle.client, out_flat, k, num_outputs, num_devices)
-                spec = <tuple?>outputs_spec[k]
-                array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
-                array._client = self._client
-                array._dtype = spec[0]
-                array._shape = spec[1]
-                array._sharding = spec[2]
-                array._buffers = buffers
-                array._user_context = context
-                Py_INCREF(array)
-                PyList_SET_ITEM(outputs, k, array)
-            if fill_status:
-                status = future_of_events(done)
-            if not as_result:
-                return outputs
-            result = ExecuteResult.__new__(ExecuteResult)
-            result.status = status
-            result.outputs = outputs
-            return result
-        except BaseException:
-            if launched:
-                destroy_unowned(api, out_flat, num_buffers, events, num_devices if fill_status else 0)
-            raise
-        finally:
-            for d in range(num_pinned):  # pinned in order: argument-major
-                k = d // num_devices
-                unpin_after_launch(<BufferHandle>(<tuple>held[k])[d % num_devices],
-                                   donates and _donates(k, donated, non_donatable))
-            for k in range(num_held):
-                Py_XDECREF(held[k])
-            if heap:
-                free(args_flat)
-                free(out_flat)
-                free(held)
-                if fill_status:
-                    free(events)
-
-
-cdef inline bint _donates(Py_ssize_t k, frozenset donated, object non_donatable):
-    return k in donated and k not in non_donatable
+            Py_INCREF(buffers)
+            PyList_SET_ITEM(arguments, k, buffers)
+            if donated and k in donated and k not in non_donatable:
+                if donated_args is None:
+                    donated_args = []
+                donated_args.append(array)
+        results, done = handle._run(arguments, False, num_devices, launch_id, non_donatable,
+                                    None, donated, fill_status)
+        if donated_args is not None:  # they read as deleted, as after delete()
+            for item in donated_args:
+                (<ArrayCore>item)._deleted = True
+        outputs = PyList_New(num_outputs)
+        context = get_value(_user_context)
+        for k in range(num_outputs):
+            spec = <tuple?>outputs_spec[k]
+            array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
+            array._client = self._client
+            array._dtype = spec[0]
+            array._shape = spec[1]
+            array._sharding = spec[2]
+            array._buffers = <tuple>results[k]
+            array._user_context = context
+            Py_INCREF(array)
+            PyList_SET_ITEM(outputs, k, array)
+        if not as_result:
+            return outputs
+        result = ExecuteResult.__new__(ExecuteResult)
+        result.status = future_of_events(done) if fill_status else None
+        result.outputs = outputs
+        return result
 
 
 cdef bint _populate_supported = True
 
 
 cdef bint _all_ready(list events) except -1:
-    cdef EventHandle event
-    cdef PJRT_Event_IsReady_Args args
     for e in events:
-        event = <EventHandle?>e
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
-        args.event = event.ptr
-        check(event.api, event.api.PJRT_Event_IsReady(&args))
-        if not args.is_ready:
+        if not (<EventHandle?>e)._is_ready():
             return False
     return True
 
