@@ -13,24 +13,34 @@ What a program can be made from, and how it becomes StableHLO text:
   TensorFlow's ``experimental_get_compiler_ir(...)(stage="hlo_serialized")`` gives) or a
   serialized ``jax.export.Exported``; and HLO text (``HloModule ...``).
 
-Bytes and HLO text are converted in a short-lived child process (:func:`convert_isolated`):
+Bytes and HLO text are converted in a child process, the reader (:func:`convert_isolated`):
 jaxlib's bytecode and HloModuleProto readers trust their input, and a changed byte can
-abort the process or corrupt its heap. The child hands back StableHLO text, which the
-MLIR text parser reads safely here; a child that crashes means the input is refused.
-Results are memoized by SHA-256 digest, so each distinct input costs one child (about
-half a second) per process; :func:`stablehlo_texts` reads many inputs in one child.
+abort the process or corrupt its heap. The reader hands back StableHLO text, which the
+MLIR text parser reads safely here. One reader, started on first use, serves the inputs
+of a process one at a time (threads wait their turn); a reader that dies on an input, or
+takes over the time bound, means that input is refused and the next one starts a fresh
+reader. A reader that refuses an input is replaced too: having read hostile bytes, its
+heap may be damaged, so it is not trusted with the next input. The reader exits when its
+stdin ends (this process exits), and a forked child starts its own. Results are memoized
+by SHA-256 digest, so each distinct input is read once per process: about X ms each
+(against about Y s for a child per input).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import hashlib
 import os
 import re
+import select
+import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from typing import Any, Sequence
 
 from ifrtpy import _jaxlib
@@ -56,12 +66,9 @@ def stablehlo_text(program: Any) -> str:
 
 
 def stablehlo_texts(programs: Sequence[Any]) -> list[str]:
-    """:func:`stablehlo_text` of each program, the bytes among them (and HLO text) read in
-    one child process rather than one each (an input the batch cannot read, or one that
-    ends the child, is read again alone, for its own error)."""
-    sources = [_source(p) for p in programs]
-    _convert_batch([s for s in sources if not isinstance(s, str)])
-    return [s if isinstance(s, str) else convert_isolated(*s) for s in sources]
+    """:func:`stablehlo_text` of each program, in order (the bytes among them, and HLO text,
+    read one after another by the one reader process); the first refused input's error."""
+    return [stablehlo_text(p) for p in programs]
 
 
 def _source(program: Any) -> str | tuple[bytes, str]:
@@ -159,114 +166,206 @@ def _memoize(key: bytes, text: str) -> None:
             _memo.popitem(last=False)
 
 
-def _run_child(mode: str, data: bytes) -> subprocess.CompletedProcess:
-    """The child of :func:`convert_isolated` in ``mode``, fed ``data``."""
-    # `-c` puts the working directory first on sys.path: it is dropped before the import,
-    # so the child runs this ifrtpy (from package_root), never a package found there.
-    code = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
-            "from ifrtpy.program.inputs import _child_main; _child_main()")
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [package_root, os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-c", code, mode], input=data, capture_output=True,
-                          timeout=_CHILD_TIMEOUT_S, env=env)
+_KINDS = ("bytes", "hlo_text")
+_FRAME = struct.Struct("<BQ")  # (kind index or status, length) before each request and answer
+
+
+class _Reader:
+    """One child process that converts inputs sent on its stdin, one at a time: a request
+    is ``_FRAME(kind index, length)`` and the input; the answer ``_FRAME(status,
+    length)`` and the text (status 0: StableHLO; 1: why the input was refused). Its stderr
+    goes to a file, read for the last line when it dies."""
+
+    def __init__(self) -> None:
+        # `-c` puts the working directory first on sys.path: it is dropped before the import,
+        # so the child runs this ifrtpy (from package_root), never a package found there.
+        code = ("import sys; sys.path[:] = [p for p in sys.path if p]; "
+                "from ifrtpy.program.inputs import _reader_main; _reader_main()")
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+        self.owner = os.getpid()
+        self._stderr = tempfile.TemporaryFile()
+        self._process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self._process.poll() is None
+
+    def convert(self, data: bytes, kind: str, timeout: float) -> tuple[int, str]:
+        """``(status, text)`` of the reader's answer for ``data``; _Died when the reader
+        ends (or takes over ``timeout`` seconds) before it answers."""
+        deadline = time.monotonic() + timeout
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(_FRAME.pack(_KINDS.index(kind), len(data)) + data)
+            self._process.stdin.flush()
+        except OSError:  # the reader has ended: its pipe is closed
+            raise _Died(self._end()) from None
+        status, size = _FRAME.unpack(self._receive(_FRAME.size, deadline))
+        return status, self._receive(size, deadline).decode(errors="replace")
+
+    def _receive(self, size: int, deadline: float) -> bytes:
+        assert self._process.stdout is not None
+        fd, chunks, left = self._process.stdout.fileno(), [], size
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise _Died(None)
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise _Died(self._end())
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _end(self) -> str:
+        """Why the (ended) reader ended: its exit status, or signal, and last stderr line."""
+        code = self._process.wait()
+        how = f"exit status {code}"
+        if code < 0:
+            try:
+                how += f", {signal.Signals(-code).name}"
+            except ValueError:
+                pass
+        self._stderr.seek(0)
+        last = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
+        return how + (": " + last[0][:200] if last else "")
+
+    def close(self) -> None:
+        """Ends the reader (SIGKILL: it holds nothing worth a clean exit) and reaps it."""
+        self.abandon()
+        if self.owner == os.getpid():
+            self._process.kill()
+            self._process.wait()
+
+    def abandon(self) -> None:
+        """Closes this process's ends of the pipes (all a forked child may do: the reader
+        is not its child)."""
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        self._stderr.close()
+
+
+class _Died(Exception):
+    """The reader ended, or overran its time, before it answered (message: how it ended)."""
+
+
+_reader: _Reader | None = None
+_reader_lock = threading.Lock()
+
+
+def _read(data: bytes, kind: str) -> tuple[int, str]:
+    """``(status, text)`` of the reader for ``data``. A reader is started on first use, in
+    each process (a forked child does not share its parent's); it is replaced after any
+    answer but StableHLO text, and after it dies. _Died as :meth:`_Reader.convert`."""
+    global _reader
+    with _reader_lock:
+        if _reader is not None and not _reader.alive():
+            _reader.close()
+            _reader = None
+        if _reader is None:
+            _reader = _Reader()
+        try:
+            status, text = _reader.convert(data, kind, _CHILD_TIMEOUT_S)
+        except _Died:
+            _reader.close()
+            _reader = None
+            raise
+        if status != 0:  # it has read a hostile input: its heap may be damaged
+            _reader.close()
+            _reader = None
+        return status, text
+
+
+def _reader_pid() -> int | None:
+    """The pid of this process's reader (None before the first input or after it ended)."""
+    with _reader_lock:
+        return _reader.pid if _reader is not None and _reader.alive() else None
+
+
+def _close_reader() -> None:
+    global _reader
+    with _reader_lock:
+        if _reader is not None:
+            _reader.close()
+            _reader = None
+
+
+def _forget_reader_after_fork() -> None:
+    global _reader, _reader_lock
+    _reader_lock = threading.Lock()  # another thread may have held it at the fork
+    if _reader is not None:
+        _reader.abandon()
+        _reader = None
+
+
+atexit.register(_close_reader)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_reader_after_fork)
 
 
 def convert_isolated(data: bytes, kind: str) -> str:
     """StableHLO text of untrusted ``data`` ("bytes": bytecode, portable artifact,
     HloModuleProto or serialized jax Exported; "hlo_text": HLO text), converted by jaxlib in
-    a child process; memoized by digest. InvalidArgumentError when the child fails or dies."""
+    the reader process; memoized by digest. InvalidArgumentError when the reader refuses the
+    input, dies on it, or takes over the time bound."""
     key = _key(data, kind)
     text = _memoized(key)
     if text is not None:
         return text
     if not data:
         raise InvalidArgumentError("the program is empty (0 bytes)")
-    try:
-        done = _run_child(kind, data)
-    except subprocess.TimeoutExpired:
-        raise InvalidArgumentError(
-            f"reading the program ({len(data)} bytes) took over {_CHILD_TIMEOUT_S} s; refused") from None
-    if done.returncode == 0:
-        text = done.stdout.decode()
-        _memoize(key, text)
-        return text
     what = "HLO text" if kind == "hlo_text" else f"program bytes ({len(data)} bytes, starting {data[:8]!r})"
-    if done.returncode == 1 and done.stdout:
-        raise InvalidArgumentError(f"not a valid program: {what}: {done.stdout.decode(errors='replace')}")
-    last = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
-    raise InvalidArgumentError(
-        f"not a valid program: {what} made jaxlib's reader fail in a child process (exit "
-        f"status {done.returncode}{': ' + last[0][:200] if last else ''}); refused before it "
-        f"reached this process")
-
-
-_KINDS = ("bytes", "hlo_text")
-_FRAME = struct.Struct("<BQ")  # (kind index or status, length) before each item
-
-
-def _convert_batch(items: Sequence[tuple[bytes, str]]) -> None:
-    """Memoize the StableHLO text of the ``(data, kind)`` items that a single child reads
-    (the others are left to :func:`convert_isolated`)."""
-    todo = {}
-    for data, kind in items:
-        key = _key(data, kind)
-        if data and _memoized(key) is None:
-            todo[key] = (data, kind)
-    if len(todo) < 2:
-        return
-    stream = b"".join(_FRAME.pack(_KINDS.index(kind), len(data)) + data for data, kind in todo.values())
     try:
-        out = _run_child("batch", stream).stdout
-    except subprocess.TimeoutExpired:
-        return
-    offset = 0
-    for key in todo:
-        if offset + _FRAME.size > len(out):
-            return  # the child ended here
-        status, size = _FRAME.unpack_from(out, offset)
-        offset += _FRAME.size
-        if offset + size > len(out):
-            return
-        if status == 0:
-            _memoize(key, out[offset:offset + size].decode())
-        offset += size
+        status, text = _read(data, kind)
+    except _Died as e:
+        if e.args[0] is None:
+            raise InvalidArgumentError(
+                f"reading the program ({len(data)} bytes) took over {_CHILD_TIMEOUT_S} s; "
+                f"refused") from None
+        raise InvalidArgumentError(
+            f"not a valid program: {what} made jaxlib's reader fail in a child process "
+            f"({e.args[0]}); refused before it reached this process") from None
+    if status != 0:
+        raise InvalidArgumentError(f"not a valid program: {what}: {text}")
+    _memoize(key, text)
+    return text
 
 
 def _convert(data: bytes, kind: str) -> str:
     return _hlo_text_to_stablehlo(data.decode()) if kind == "hlo_text" else _bytes_to_stablehlo(data)
 
 
-def _child_main() -> None:
-    """The child of :func:`convert_isolated`: input on stdin, StableHLO text on stdout
-    (exit 0), or a message on stdout (exit 1). In mode "batch" (:func:`_convert_batch`),
-    framed items in and, item by item, framed results out (status 0: the text; 1: the
-    reason it was refused)."""
-    mode = sys.argv[1]
-    data = sys.stdin.buffer.read()
-    if mode == "batch":
-        out = sys.stdout.buffer
-        offset = 0
-        while offset < len(data):
-            kind, size = _FRAME.unpack_from(data, offset)
-            offset += _FRAME.size
-            try:
-                status, text = 0, _convert(data[offset:offset + size], _KINDS[kind])
-            except _Refused as e:
-                status, text = 1, str(e)
-            offset += size
-            encoded = text.encode()
-            out.write(_FRAME.pack(status, len(encoded)) + encoded)
-            out.flush()
-        return
-    try:
-        text = _convert(data, mode)
-    except _Refused as e:
-        sys.stdout.write(str(e))
-        sys.stdout.flush()
-        sys.exit(1)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+def _reader_main() -> None:
+    """The reader process (:class:`_Reader`): answers requests until its stdin ends."""
+    source = sys.stdin.buffer
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # what jaxlib prints cannot mix in
+    sys.stdout = sys.stderr
+    while True:
+        header = source.read(_FRAME.size)
+        if len(header) < _FRAME.size:
+            return  # the parent has gone (or closed the pipe)
+        kind, size = _FRAME.unpack(header)
+        data = source.read(size)
+        try:
+            status, text = 0, _convert(data, _KINDS[kind])
+        except _Refused as e:
+            status, text = 1, str(e)
+        except Exception as e:  # noqa: BLE001 - jaxlib moved a name, or alike
+            status, text = 1, f"{type(e).__name__}: {e}"
+        encoded = text.encode()
+        out.write(_FRAME.pack(status, len(encoded)) + encoded)
+        out.flush()
 
 
 class _Refused(Exception):
