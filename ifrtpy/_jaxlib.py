@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from typing import Any, Sequence
 
 from ifrtpy.errors import UnimplementedError, error_from_status_text
@@ -116,6 +117,13 @@ def version_text() -> str:
     from jaxlib import version as jaxlib_version
 
     return str(jaxlib_version.__version__)
+
+
+def package_dir() -> str:
+    """The folder of the installed jaxlib package (its shared objects lie there)."""
+    import jaxlib
+
+    return os.path.dirname(jaxlib.__file__)
 
 
 @functools.lru_cache(maxsize=None)

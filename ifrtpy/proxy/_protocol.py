@@ -12,6 +12,7 @@ import functools
 import os
 from typing import Any
 
+from ifrtpy import _jaxlib
 from ifrtpy.errors import NotFoundError
 
 __all__ = ["messages", "message_class", "ROOT_FILES", "descriptor_files"]
@@ -112,9 +113,7 @@ def descriptor_files() -> dict[str, Any]:
     through a memory map), by file name."""
     import mmap
 
-    import jaxlib
-
-    folder = os.path.dirname(jaxlib.__file__)
+    folder = _jaxlib.package_dir()
     found: dict[str, Any] = {}
     for library in _LIBRARIES:
         path = os.path.join(folder, library)
