@@ -27,6 +27,14 @@ WORKER = textwrap.dedent("""
 
     address, count, pid, scenario = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     out = {}
+
+    def process_ended(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
     if scenario == "lone":  # started alone in a job of 2: the other never comes
         start = time.monotonic()
         try:
@@ -67,11 +75,15 @@ WORKER = textwrap.dedent("""
     elif scenario == "first-leaver":  # process 0 leaves (and ends) first, process 1 goes on
         if pid == 0:
             out["coordinator"] = distributed.job._state.coordinator.pid
+            _kv.call_put(callbacks, "pid0", str(os.getpid()).encode())
             distributed.shutdown()
             out["left_at"] = time.monotonic()  # one clock for every process of the machine
             print("RESULT " + json.dumps(out), flush=True)
             sys.exit(0)
-        time.sleep(2)  # process 0 is gone by then; the service is not
+        first = int(_kv.call_get(callbacks, "pid0", 30000))
+        deadline = time.monotonic() + 30  # about a hang only: process 0 waiting for this one
+        while not process_ended(first) and time.monotonic() < deadline:
+            time.sleep(0.05)
         _kv.call_put(callbacks, "late", b"still here")
         out["get"] = attempt(lambda: _kv.call_get(callbacks, "late", 5000))
         out["leaving_at"] = time.monotonic()
@@ -156,8 +168,8 @@ def test_a_process_that_dies_does_not_hang_the_others(scenario, victim):
 
 def test_process_0_leaving_first_leaves_the_service_to_the_others():
     """Process 0 leaves at once and ends; the service runs on in the job's coordinator
-    process, so process 1 still uses it 2 s later and leaves normally; the coordinator
-    ends once both have gone."""
+    process, so process 1 still uses it once process 0 has ended, and leaves normally; the
+    coordinator ends once both have gone."""
     (code0, out0, stderr0), (code1, out1, stderr1) = _run_job(2, "first-leaver")
     assert code0 == 0 and out0 is not None, stderr0
     # process 0 left before process 1 did (it did not wait for it), no timing asserted
