@@ -15,17 +15,18 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
 from ifrtpy.array import GONE, Array, array_sequence
+from ifrtpy.array_plans import check_of_client
+from ifrtpy.dtypes import DType
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
-from ifrtpy.sharding import NamedSharding, Sharding, SingleDeviceShardSemantics
+from ifrtpy.sharding import NamedSharding, OpaqueSharding, Sharding, SingleDeviceShardSemantics
 from ifrtpy.sharding.mesh import named_sharding_like
 from ifrtpy.user_context import UserContext
 
 if TYPE_CHECKING:
     from ifrtpy.client import Client
     from ifrtpy.device import Device
-    from ifrtpy.dtypes import DType
     from ifrtpy.future import Future
     from ifrtpy.program import TensorType
     from ifrtpy.shape import Shape
@@ -503,6 +504,56 @@ def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: 
         raise InvalidArgumentError(
             f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
             f"parameter {i} has sharding {sharding!r} (different shards per device)")
+
+
+class ArgumentChecks:
+    """The contract of execute for each argument, written once for every backend: an
+    array of the executable's client (an instance of ``array_type``), not a STRING
+    array, not an error array, not deleted, of its parameter's dtype and shape, on the
+    devices of the parameter sharding and holding the same shard on each (not compared
+    for an OpaqueSharding, which names no shards). The placement of an argument is
+    worked out once per parameter, dtype, shape and sharding (the last ``ENTRIES``)."""
+
+    ENTRIES = 256
+
+    def __init__(self, name: str, client: Any, parameters: Sequence[TensorType],
+                 array_type: type):
+        self._name = name
+        self._client = client
+        self._parameters = list(parameters)
+        self._array_type = array_type
+        self._placed: dict[tuple[Any, ...], None] = {}
+
+    def check(self, args: Any, shardings: Sequence[Sharding]) -> list[Any]:
+        """``args`` as a list, each argument checked against its parameter placed by
+        ``shardings``; InvalidArgumentError (UnimplementedError for a STRING array)
+        naming the first argument that is not usable."""
+        checked = check_argument_count(self._name, args, self._parameters)
+        for i, (arg, sharding) in enumerate(zip(checked, shardings)):
+            self.check_one(i, arg, sharding)
+        return checked
+
+    def check_one(self, i: int, arg: Any, sharding: Sharding) -> None:
+        """Argument ``i`` checked against parameter ``i`` placed by ``sharding``."""
+        name, param = self._name, self._parameters[i]
+        if isinstance(arg, Array) and arg.dtype.kind == DType.Kind.STRING:
+            raise UnimplementedError(
+                f"argument {i} of {name} is a STRING array; XLA programs cannot take strings")
+        check_of_client(self._client, arg, f"argument {i} of {name}", self._array_type)
+        check_argument_value(name, i, arg, param)
+        key = (i, arg.dtype, arg.shape, arg.sharding)
+        if key in self._placed:
+            return
+        check_argument_placement(name, i, arg, param, sharding,
+                                 compare_domains=not isinstance(sharding, OpaqueSharding))
+        if len(self._placed) >= self.ENTRIES:
+            self._placed.clear()
+        self._placed[key] = None
+
+    def placed(self, i: int, dtype: Any, shape: Any, sharding: Sharding) -> bool:
+        """Whether an argument ``i`` of ``dtype``, ``shape`` and ``sharding`` passed the
+        checks of its placement (a backend's repeat path may skip them for it)."""
+        return (i, dtype, shape, sharding) in self._placed
 
 
 def _holds_whole(sharding: Sharding, shape: Shape) -> bool:

@@ -10,7 +10,7 @@ cdef class ExecutableHandle:
     cdef readonly str name
     cdef readonly Py_ssize_t num_outputs
     cdef readonly tuple addressable_devices
-    cdef readonly bint needs_context
+    cdef public bint needs_context
     cdef ExecuteContext _execute_context
 
     cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,

@@ -13,10 +13,10 @@ Differences from the C API:
   EventHandle per device; ``execute_by_argument`` is the same call with the buffers
   grouped by argument and output (how arrays hold them).
 * Functions beyond the plugin's table raise UnimplementedError (see ``_base``).
-* A program that makes host callbacks (names ``xla_ffi_python_cpu_callback``) runs only
-  with an ``execute_context`` set (the plugin crashes on one executed without); each
-  execute holds the context until its completion events fire (asked for if the caller
-  did not).
+* An executable marked ``needs_context`` (by its owner, which knows that its program
+  makes host callbacks) runs only with an ``execute_context`` set (the plugin crashes on
+  one executed without); each execute holds the context until its completion events fire
+  (asked for if the caller did not).
 * An execute made inside a host callback is refused (ResourceExhaustedError) when
   :data:`MAX_EXECUTIONS_PER_DEVICE` executions of programs with host callbacks are in
   flight on one of its devices: the plugin would block it until one of them completes,
@@ -45,16 +45,8 @@ from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
 from ifrtpy import errors as _errors
 from ifrtpy._pjrt import _seal
-from ifrtpy._pjrt import _host_callback
 
 DEF SMALL = 64
-
-#: Custom call targets whose handler reads the execute context (see the module docstring).
-_CONTEXT_TARGETS = tuple(target.encode() for target in _host_callback.CPU_TARGETS)
-
-
-cdef bint _needs_context(bytes code):
-    return any(target in code for target in _CONTEXT_TARGETS)
 
 
 #: The most executions a CPU plugin runs at once on one device (XLA's
@@ -142,9 +134,7 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
     with nogil:
         error = api.PJRT_Client_Compile(&args)
     check(api, error)
-    handle = ExecutableHandle._wrap(client, args.executable)
-    handle.needs_context = _needs_context(code)
-    return handle
+    return ExecutableHandle._wrap(client, args.executable)
 
 
 def plugin_identity(ClientHandle client):
@@ -167,9 +157,7 @@ def deserialize_and_load(ClientHandle client not None, serialized):
     with nogil:
         error = api.PJRT_Executable_DeserializeAndLoad(&args)
     check(api, error)
-    handle = ExecutableHandle._wrap(client, args.loaded_executable)
-    handle.needs_context = _needs_context(payload)
-    return handle
+    return ExecutableHandle._wrap(client, args.loaded_executable)
 
 
 cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count):
@@ -535,12 +523,14 @@ cdef class ExecutableHandle:
             # outputs[d][k] (by_device) or outputs[k][d]; out_flat[d * num_outputs + k].
             if want_events:
                 done = take_events(self.client, events, num_devices)
-            if by_device:
-                outputs = tuple([take_buffers(self.client, out_flat, d * num_outputs, 1, num_outputs)
-                                 for d in range(num_devices)])
-            else:
-                outputs = tuple([take_buffers(self.client, out_flat, k, num_outputs, num_devices)
-                                 for k in range(num_outputs)])
+            outputs = PyTuple_New(num_devices if by_device else num_outputs)
+            for g in range(num_devices if by_device else num_outputs):
+                if by_device:
+                    group = take_buffers(self.client, out_flat, g * num_outputs, 1, num_outputs)
+                else:
+                    group = take_buffers(self.client, out_flat, g, num_outputs, num_devices)
+                Py_INCREF(group)
+                PyTuple_SET_ITEM(outputs, g, group)
             return outputs, done
         except BaseException:
             if launched:  # wrapping failed (MemoryError): destroy what no handle owns

@@ -1,6 +1,7 @@
+from typing import Iterable
+
 from ifrtpy._pjrt._base import PluginHandle
 
-CPU_TARGETS: tuple[str, ...]
 TYPE_NAME: str
 
-def install(plugin: PluginHandle) -> int: ...
+def install(plugin: PluginHandle, targets: Iterable[str]) -> int: ...

@@ -52,8 +52,6 @@ cdef extern from *:
 
 cnp.import_array()
 
-#: The custom call targets of host callbacks on CPU that this handler serves.
-CPU_TARGETS = ("xla_ffi_python_cpu_callback", "xla_ffi_partitioned_python_cpu_callback")
 #: The user data type of an executable's callables, as registered with each plugin.
 TYPE_NAME = "ifrtpy.HostCallbacks"
 
@@ -237,9 +235,10 @@ cdef int _call(XLA_FFI_CallFrame* frame, tuple table, uint64_t index) except -1:
     return 0
 
 
-def install(PluginHandle plugin not None):
-    """Register the handler under :data:`CPU_TARGETS` and the callables' user data type
-    with the plugin (once); returns that type's id, for an ExecuteContext."""
+def install(PluginHandle plugin not None, targets):
+    """Register the handler under each custom call target name in ``targets`` and the
+    callables' user data type with the plugin (once); returns that type's id, for an
+    ExecuteContext."""
     global _num_bound
     type_id = _installed.get(plugin.path)
     if type_id is not None:
@@ -256,7 +255,7 @@ def install(PluginHandle plugin not None):
     _type_ids[_num_bound] = type_id
     ifrtpy_store_release(&_num_bound, _num_bound + 1)
     handler = capsule(<void*>_handler)
-    for target in CPU_TARGETS:
+    for target in targets:
         _ffi.register_handler(plugin, target, handler, _ffi.HOST_PLATFORM)
     _installed[plugin.path] = type_id
     return type_id

@@ -25,7 +25,7 @@ from ifrtpy.errors import (
     NotFoundError, UnimplementedError, check_type, invalid_argument,
 )
 from ifrtpy.program import HloProgram
-from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
+from ifrtpy.program.hlo import CPU_HOST_CALLBACK_TARGETS, HOST_CALLBACK_TARGETS
 
 __all__ = [
     "Target", "register_ffi_target", "pycapsule", "registered_targets", "add_listener",
@@ -373,7 +373,7 @@ def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -
     from ifrtpy._pjrt import _host_callback
 
     with _lock:  # once per plugin, whichever thread compiles first
-        return _host_callback.install(plugin)
+        return _host_callback.install(plugin, sorted(CPU_HOST_CALLBACK_TARGETS))
 
 
 def check_host_callables(program: HloProgram) -> frozenset[str]:

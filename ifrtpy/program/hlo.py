@@ -33,12 +33,18 @@ from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
-__all__ = ["Program", "HloProgram", "TensorType", "from_tensorflow", "HOST_CALLBACK_TARGETS"]
+__all__ = ["Program", "HloProgram", "TensorType", "from_tensorflow", "HOST_CALLBACK_TARGETS",
+           "CPU_HOST_CALLBACK_TARGETS"]
+
+#: The custom call targets jax lowers host callbacks on CPU to: the ones ifrtpy's handler
+#: serves (the only place these names are written).
+CPU_HOST_CALLBACK_TARGETS = frozenset({
+    "xla_ffi_python_cpu_callback", "xla_ffi_partitioned_python_cpu_callback",
+})
 
 #: The custom call targets jax lowers host callbacks to (attribute ``index``: which of the
 #: program's :attr:`HloProgram.host_callbacks` to call).
-HOST_CALLBACK_TARGETS = frozenset({
-    "xla_ffi_python_cpu_callback", "xla_ffi_partitioned_python_cpu_callback",
+HOST_CALLBACK_TARGETS = CPU_HOST_CALLBACK_TARGETS | frozenset({
     "xla_ffi_python_gpu_callback", "xla_ffi_partitioned_python_gpu_callback",
 })
 

@@ -25,7 +25,6 @@ from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import serialized
 from ifrtpy import _jaxlib, _xla, ffi
 from ifrtpy.backends.jax._fastpath import JaxExecutableCore
-from ifrtpy.array_plans import check_of_client
 from ifrtpy.backends.jax.array import JaxArray, jax_device, to_jax_sharding
 from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.client import Compiler
@@ -33,8 +32,7 @@ from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
-    check_execute_devices,
+    ArgumentChecks, NamedOutputs, check_argument_count, check_execute_devices,
 )
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
@@ -143,8 +141,8 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._handle = handle
         self._program = program
         self._devices = devices
-        self._checked: dict[tuple[Any, ...], None] = {}  # (index, dtype, shape, sharding) -> None once checked
         self._params = program.parameters
+        self._argument_checks = ArgumentChecks(self.name, client, self._params, JaxArray)
         self._results = program.results
         self._donated = program.donated_inputs
         self._execute_sharded = handle.execute_sharded
@@ -330,7 +328,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         refused as a deleted argument; anything else is jax's error as ifrtpy's."""
         for i, value in enumerate(values):
             if value.is_deleted():
-                self._check_argument(i, args[i], self._params[i], self._parameter_shardings[i])
+                self._argument_checks.check_one(i, args[i], self._parameter_shardings[i])
         raise translate(error) from None
 
     def _checked_value(self, i: int, arg: Any) -> Any:
@@ -338,16 +336,10 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         parameter, dtype, shape and sharding)."""
         value = arg._value if type(arg) is JaxArray else None
         if (value is None or value.is_deleted() or arg._client is not self._client
-                or (i, arg._dtype, arg._shape, arg._sharding) not in self._checked):
-            self._check_argument(i, arg, self._params[i], self._parameter_shardings[i])
+                or not self._argument_checks.placed(i, arg._dtype, arg._shape, arg._sharding)):
+            self._argument_checks.check_one(i, arg, self._parameter_shardings[i])
             value = arg.jax_value
         return value
-
-    def _check_argument(self, i: int, arg: Any, param: Any, sharding: Sharding) -> None:
-        check_of_client(self._client, arg, f"argument {i} of {self.name}", JaxArray)
-        check_argument_value(self.name, i, arg, param)
-        check_argument_placement(self.name, i, arg, param, sharding)
-        self._checked[(i, arg.dtype, arg.shape, arg.sharding)] = None
 
 
 _token_lock = threading.Lock()

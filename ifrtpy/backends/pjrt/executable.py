@@ -16,11 +16,10 @@ from typing import Any, Sequence
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache, ffi
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
-from ifrtpy.array_plans import canonical_kind, check_of_client
+from ifrtpy.array_plans import canonical_kind
 from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
-from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.backends.pjrt.effects import OrderedEffects
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.client import Compiler
@@ -31,14 +30,14 @@ from ifrtpy.errors import (
     check_type,
 )
 from ifrtpy.executable import (
-    CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
-    check_execute_devices,
+    ArgumentChecks, CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult,
+    LoadedExecutable, NamedOutputs, check_execute_devices,
 )
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, stablehlo_version
-from ifrtpy.sharding import ConcreteEvenSharding, OpaqueSharding, Sharding, SingleDeviceSharding
+from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
+from ifrtpy.sharding import ConcreteEvenSharding, Sharding, SingleDeviceSharding
 from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
@@ -245,7 +244,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_shardings, self._output_shardings = self._shardings()
         self._params = program.parameters
         self._results = program.results
-        self._checked: dict = {}  # (parameter index, argument sharding) -> None once checked
+        self._argument_checks = ArgumentChecks(self.name, client, program.parameters, PjrtArray)
         self._array_type = PjrtArray
         self._donated = frozenset(program.donated_inputs)
         self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
@@ -257,6 +256,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         # Host callbacks: every execute passes their callables (the handle's execute
         # context, see ifrtpy.ffi); ordered effects: token arguments and results threaded
         # between executes, on the checked path only (the C one has no tokens).
+        # The plugin crashes on an execute of a program with host callbacks without them.
+        handle.needs_context = bool(program.custom_call_targets & HOST_CALLBACK_TARGETS)
         if callbacks is not None:
             handle.execute_context = ffi.execute_context(client._handle, program, callbacks)
         self._effects = (OrderedEffects(client, program)
@@ -422,8 +423,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         else:
             shardings = self._parameter_shardings
             out_shardings = self._output_shardings
-        args = check_argument_count(self.name, args, self._params)
-        self._check_arguments(args, shardings)
+        args = self._argument_checks.check(args, shardings)
+        self._check_layouts_or_accept(args)
         self._check_donations(args, non_donatable)
         if execute_device is None and out_shardings is not None:
             out_shardings = self._named_outputs(args)
@@ -451,9 +452,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         status = future_of_events(events) if options.fill_status else None
         return ExecuteResult(status, arrays)
 
-    def _check_arguments(self, args: Sequence[Array], shardings) -> None:
-        for i, (arg, param, sharding) in enumerate(zip(args, self._params, shardings)):
-            self._check_argument(i, arg, param, sharding)
+    def _check_layouts_or_accept(self, args: Sequence[Array]) -> None:
         if not self._client._host_platform:
             # A plugin that places device layouts (CUDA) compares only byte sizes: an
             # argument in another memory order than the parameter would be read wrongly.
@@ -491,18 +490,5 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
                     f"argument {i} of {self.name} is donated, but DLPack exports or NumPy views "
                     "of it are alive: drop them first, or list the argument in "
                     "ExecuteOptions.non_donatable_input_indices")
-
-    def _check_argument(self, i: int, arg, param, sharding: Sharding) -> None:
-        if isinstance(arg, BasicStringArray):
-            raise UnimplementedError(
-                f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
-        check_of_client(self._client, arg, f"argument {i} of {self.name}", PjrtArray)
-        check_argument_value(self.name, i, arg, param)
-        key = (i, arg.sharding)
-        if key in self._checked:
-            return
-        check_argument_placement(self.name, i, arg, param, sharding,
-                                 compare_domains=not isinstance(sharding, OpaqueSharding))
-        self._checked[key] = None
 
 

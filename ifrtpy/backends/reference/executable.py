@@ -25,21 +25,18 @@ import math
 from typing import Any, Sequence
 
 from ifrtpy.array import Array
-from ifrtpy.array_plans import check_of_client
 from ifrtpy.backends import serialized
 from ifrtpy.backends.host_arrays import check_layout, global_value, split
 from ifrtpy.backends.reference import rewrite
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
-from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError,
 )
 from ifrtpy.executable import (
     CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    NamedOutputs, check_argument_count, check_argument_placement, check_argument_value,
-    check_execute_devices, program_layouts,
+    ArgumentChecks, NamedOutputs, check_execute_devices, program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
@@ -144,6 +141,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._deleted = False
         self._user_context = current_user_context()
         self._named_outputs = NamedOutputs(self._outputs or (), program.results)
+        self._argument_checks = ArgumentChecks(program.name, client, program.parameters,
+                                               ReferenceArray)
 
     @property
     def client(self):
@@ -245,8 +244,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
             outputs = [SingleDeviceSharding(device)] * len(self._program.results)
         else:
             params, outputs = self._params, self._outputs
-        args = check_argument_count(self.name, args, self._program.parameters)
-        self._check_arguments(args, params)
+        args = self._argument_checks.check(args, params)
         if device is None:
             outputs = self._named_outputs(args)
         values = [global_value(a) for a in args]
@@ -266,11 +264,3 @@ class ReferenceLoadedExecutable(LoadedExecutable):
                   for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 
-    def _check_arguments(self, args: list, shardings: list) -> None:
-        for i, (arg, param, sharding) in enumerate(zip(args, self._program.parameters, shardings)):
-            check_of_client(self._client, arg, f"argument {i} of {self.name}", ReferenceArray)
-            if arg.dtype.kind == DType.Kind.STRING:
-                raise UnimplementedError(
-                    f"argument {i} of {self.name} is a STRING array; XLA programs cannot take strings")
-            check_argument_value(self.name, i, arg, param)
-            check_argument_placement(self.name, i, arg, param, sharding)
