@@ -22,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import ifrtpy as ifrt
 from ifrtpy import _pjrt
+from ifrtpy.plugins.builds import default_cpu_library
 
 
 def main() -> int:
@@ -30,7 +31,7 @@ def main() -> int:
     parser.add_argument("--number", type=int, default=20)
     args = parser.parse_args()
 
-    path = _pjrt.default_plugin_path()
+    path = default_cpu_library()
     plugin = _pjrt.load_plugin(path)
     ways = {
         "floor (_pjrt.create_client)": lambda: _pjrt.create_client(plugin, {}),

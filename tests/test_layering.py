@@ -28,16 +28,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("errors", "config", "_log", "_jaxlib")),
     ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
                 "_execute_result")),
+    # The C layer mirrors the PJRT C API: it takes errors and the dtype tables, nothing
+    # that decides (plugins, option checks, sealing live in the PjRt backend or below it).
+    ("C layer", ("_pjrt",)),
     ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
     # interop.jax_shardings converts shardings for the backends that take jax's: it
     # imports value types only, so it sits below the backends, not with the bridges.
-    ("services", ("program", "builder", "_xla", "plugins", "compilation_cache", "_pjrt",
+    ("services", ("program", "builder", "_xla", "plugins", "compilation_cache",
                   "distributed", "ffi", "interop.jax_shardings")),
     ("backends", ("backends",)),
     ("above backends", ("interop", "device_put", "visualize")),
     # The public face: the package root and its tools.
-    ("top", ("", "testing", "cli", "proxy", "__main__",
-             "_bench", "_coordinator", "_join", "_program_input")),
+    ("top", ("", "testing", "cli", "proxy", "__main__")),
 ]
 
 #: Packages whose private names the layers above may use.
@@ -191,6 +193,13 @@ def _backend(module: str) -> str | None:
     return None
 
 
+def test_every_name_in_the_tables_is_a_module():
+    named = [prefix for _, prefixes in LAYERS for prefix in prefixes if prefix]
+    named += [p.removeprefix("ifrtpy.") for p in OPEN_PRIVATES]
+    missing = [n for n in named if f"ifrtpy.{n}" not in MODULES]
+    assert not missing, "names in the layer tables that are no module of ifrtpy: " + ", ".join(missing)
+
+
 def test_the_tree_is_read():
     assert {"ifrtpy", "ifrtpy.errors", "ifrtpy.client"} <= set(MODULES)
     assert "ifrtpy.errors" in EDGES["ifrtpy.client"] or any(
@@ -226,6 +235,8 @@ def test_no_private_names_across_packages():
     ("ifrtpy.client", "ifrtpy.backends.pjrt", False),
     ("ifrtpy.backends.pjrt.array", "ifrtpy.array", True),
     ("ifrtpy.sharding", "ifrtpy.interop", False),
+    ("ifrtpy._pjrt._client", "ifrtpy.plugins.options", False),
+    ("ifrtpy._pjrt._executable", "ifrtpy.errors", True),
 ])
 def test_layer_order_is_what_the_rules_say(importer, imported, allowed):
     assert (layer_of(imported) <= layer_of(importer)) is allowed

@@ -103,29 +103,18 @@ cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count):
     return out
 
 
-def default_plugin_path():
-    """Path of the default CPU plugin: the first installed of the XLA CPU builds in
-    ``ifrtpy.plugins.builds.DEFAULT_ORDER`` (docs/plugins.md says which and why).
-
-    Raises NotFoundError when none is installed.
-    """
-    from ifrtpy.plugins.builds import default_cpu_library
-    return default_cpu_library()
-
-
 def loaded_plugins():
     """The plugins this process has loaded: a dict from real path to PluginHandle."""
     return dict(_plugins)
 
 
-def load_plugin(path=None):
-    """The PluginHandle of the plugin at ``path`` (default: :func:`default_plugin_path`).
+def load_plugin(path):
+    """The PluginHandle of the plugin at ``path`` (which plugin is the default is the
+    PjRt backend's choice: ``ifrtpy.plugins.builds.default_cpu_library``).
 
     Loading is idempotent per real path. Raises NotFoundError for a missing file and
     InvalidArgumentError for a file that is not a PJRT plugin.
     """
-    if path is None:
-        path = default_plugin_path()
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise _errors.NotFoundError(f"no PJRT plugin file at {path!r}")

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping
 
 from ifrtpy.errors import InvalidArgumentError
 
-__all__ = ["OptionSpec", "MAX_CPU_DEVICE_COUNT", "WHY_DEVICE_LIMIT", "known_options", "check_options"]
+__all__ = ["OptionSpec", "MAX_CPU_DEVICE_COUNT", "WHY_DEVICE_LIMIT", "known_options", "check_options",
+           "check_cpu_device_count"]
 
 #: Most devices a CPU client may have. Creating a CPU client costs time quadratic in its
 #: device count (measured on the official plugin, see docs/plugins.md): 2048 devices take
@@ -129,6 +130,16 @@ def _kind_of(value: Any) -> str | None:
             isinstance(v, int) and not isinstance(v, bool) for v in value):
         return "int_list"
     return None
+
+
+def check_cpu_device_count(options: Mapping[str, Any]) -> None:
+    """Refuse a ``cpu_device_count`` above :data:`MAX_CPU_DEVICE_COUNT` whatever the plugin
+    (one without a table in ifrtpy too): InvalidArgumentError naming the cap and why."""
+    count = options.get("cpu_device_count")
+    if isinstance(count, int) and count > MAX_CPU_DEVICE_COUNT:
+        raise InvalidArgumentError(
+            f"client option 'cpu_device_count' must be in [1, {MAX_CPU_DEVICE_COUNT}] "
+            f"({WHY_DEVICE_LIMIT}), got {count}")
 
 
 def check_options(plugin: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import pytest
 
 from ifrtpy import _pjrt
 from ifrtpy._pjrt._header import pjrt_include_dir
+from ifrtpy.plugins.builds import default_cpu_library
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
@@ -34,7 +35,7 @@ _NOISE = ("Unsupported fusion type", "absl::InitializeLog", "cpu_device_count se
 
 @pytest.fixture(scope="module")
 def plugin():
-    return _pjrt.load_plugin()
+    return _pjrt.load_plugin(default_cpu_library())
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +202,7 @@ func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
 PRELUDE = """
 import gc, sys, numpy as np
 from ifrtpy import _pjrt, errors
+from ifrtpy.plugins.builds import default_cpu_library
 """
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, strategies as st
 
 from ifrtpy import _pjrt, errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY
+from ifrtpy.plugins.builds import default_cpu_library
 from pjrt_helpers import (
     BITS_OF_DTYPE, MEMORY_KINDS, PJRT_TYPE_NAME_OF_DTYPE, aligned_empty, assert_survives,
     client8, pjrt_buffer_types, plugin, put, random_array,
@@ -181,7 +182,7 @@ def test_error_of_pending_event_raises_and_the_process_lives():
     # PJRT_Event_Error CHECK-fails (abort) on an event that is not ready; the zero-copy
     # done event stays pending while its buffer lives.
     assert_survives("""
-        client = _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": 1})
+        client = _pjrt.create_client(_pjrt.load_plugin(default_cpu_library()), {"cpu_device_count": 1})
         raw = np.zeros(128, np.uint8)
         start = (-raw.ctypes.data) % 64
         x = raw[start:start + 64].view(np.float32)

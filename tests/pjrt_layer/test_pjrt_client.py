@@ -3,6 +3,7 @@
 import pytest
 
 from ifrtpy import _pjrt, errors
+from ifrtpy.plugins.builds import default_cpu_library
 from pjrt_helpers import MEMORY_KINDS, assert_survives, client8, cpu_device_name, plugin  # noqa: F401
 
 
@@ -131,7 +132,7 @@ def test_memory_kind_id_is_per_kind(client8):
 
 # ------------------------------------------------------------------ options
 
-@pytest.mark.parametrize("value", ["8", 8.0, True, False, 0, -1, 2**31, None, [8]],
+@pytest.mark.parametrize("value", ["8", 8.0, True, False, 0, -1, 2**63, None, [8]],
                          ids=repr)
 def test_bad_cpu_device_count_raises_invalid_argument(plugin, value):
     with pytest.raises(errors.InvalidArgumentError) as info:
@@ -142,7 +143,7 @@ def test_bad_cpu_device_count_raises_invalid_argument(plugin, value):
 def test_string_cpu_device_count_is_refused_and_the_process_lives():
     # The plugin aborts (std::bad_variant_access) when it gets this option as a string.
     assert_survives("""
-        plugin = _pjrt.load_plugin()
+        plugin = _pjrt.load_plugin(default_cpu_library())
         try:
             _pjrt.create_client(plugin, {"cpu_device_count": "8"})
         except errors.InvalidArgumentError:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ifrtpy import _pjrt
+from ifrtpy.plugins.builds import default_cpu_library
 from pjrt_helpers import compile_options, lower, random_array, run1
 
 pytestmark = pytest.mark.plugin_compat
@@ -50,8 +51,8 @@ def compat_client(compat_plugin):
 
 def test_newer_plugin_loads_with_its_api_version(compat_plugin):
     assert compat_plugin.api_version == (0, 115)
-    assert compat_plugin.api_struct_size > _pjrt.load_plugin().api_struct_size
-    assert compat_plugin is not _pjrt.load_plugin()
+    assert compat_plugin.api_struct_size > _pjrt.load_plugin(default_cpu_library()).api_struct_size
+    assert compat_plugin is not _pjrt.load_plugin(default_cpu_library())
     assert compat_plugin.attributes["stablehlo_current_version"] >= [1, 13, 3]
 
 

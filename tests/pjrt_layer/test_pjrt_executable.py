@@ -6,6 +6,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ifrtpy import _pjrt, errors
+from ifrtpy.plugins.builds import default_cpu_library
 from pjrt_helpers import (
     assert_survives, client8, compile_options, cpu_device_name, lower, pjrt_buffer_types, plugin,
     put, run1,
@@ -312,7 +313,7 @@ def test_bad_compile_options_are_refused_and_the_process_lives(add_one_text):
     opts = {"empty": b"", "replicas": compile_options(num_replicas=0),
             "partitions": compile_options(num_partitions=0)}
     assert_survives(f"""
-        client = _pjrt.create_client(_pjrt.load_plugin(), {{"cpu_device_count": 1}})
+        client = _pjrt.create_client(_pjrt.load_plugin(default_cpu_library()), {{"cpu_device_count": 1}})
         for name, opts in {opts!r}.items():
             try:
                 _pjrt.compile(client, {add_one_text!r}, opts)
@@ -393,7 +394,7 @@ def test_buffers_dropped_during_execute_stay_alive_until_it_returns():
     text = lower(lambda x, y: x + y, np.zeros(1 << 20, F32), np.zeros(1 << 20, F32))
     assert_survives(f"""
         import threading
-        client = _pjrt.create_client(_pjrt.load_plugin(), {{"cpu_device_count": 1}})
+        client = _pjrt.create_client(_pjrt.load_plugin(default_cpu_library()), {{"cpu_device_count": 1}})
         exe = _pjrt.compile(client, {text!r}, {compile_options()!r})
         x = np.arange(1 << 20, dtype=np.float32)
         go, dropped, state = threading.Event(), threading.Event(), {{"args": None}}

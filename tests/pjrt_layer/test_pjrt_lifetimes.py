@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ifrtpy import _pjrt
+from ifrtpy.plugins.builds import default_cpu_library
 from pjrt_helpers import (
     aligned_empty, assert_survives, client8, compile_options, lower, plugin, put,
 )  # noqa: F401
@@ -52,7 +53,7 @@ def options():
 def _make_world(add_one_text, options):
     """A fresh 2-device client with a buffer, an executable and events; only these are
     returned, not the client or plugin."""
-    client = _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": 2})
+    client = _pjrt.create_client(_pjrt.load_plugin(default_cpu_library()), {"cpu_device_count": 2})
     return _handles_of(client, add_one_text, options)
 
 
@@ -77,7 +78,7 @@ def test_handles_work_after_client_and_plugin_references_are_dropped(add_one_tex
 
 
 def test_buffers_executables_and_events_are_freed(add_one_text, options):
-    client = _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": 2})
+    client = _pjrt.create_client(_pjrt.load_plugin(default_cpu_library()), {"cpu_device_count": 2})
     before = holders_of(client)
     buffer, exe, event = _handles_of(client, add_one_text, options)
     outputs, events = exe.execute([[buffer]])
@@ -112,7 +113,7 @@ def test_client_is_freed_after_its_last_buffer(add_one_text, options):
 
 
 def test_reference_cycles_through_handles_are_collected(add_one_text, options):
-    client = _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": 2})
+    client = _pjrt.create_client(_pjrt.load_plugin(default_cpu_library()), {"cpu_device_count": 2})
     before = holders_of(client)
 
     class Node:
@@ -142,7 +143,7 @@ def test_the_counted_handle_types_are_tracked_by_the_gc(client8, add_one_text, o
 
 def test_interpreter_exit_with_live_handles_and_pending_callbacks(add_one_text, options):
     assert_survives(f"""
-        plugin = _pjrt.load_plugin()
+        plugin = _pjrt.load_plugin(default_cpu_library())
         client = _pjrt.create_client(plugin, {{"cpu_device_count": 4}})
         exe = _pjrt.compile(client, {add_one_text!r}, {options!r})
         arg, _ = _pjrt.buffer_from_host_buffer(client, np.arange(8, dtype=np.float32),

@@ -10,6 +10,7 @@ import pytest
 
 from ifrtpy import _pjrt, errors
 from ifrtpy.plugins import builds
+from ifrtpy.plugins.builds import default_cpu_library
 from pjrt_helpers import header_path, plugin  # noqa: F401  (fixture)
 
 
@@ -33,7 +34,7 @@ INSTALLED = dict(builds.installed_builds())
 
 
 def test_default_plugin_path_is_the_first_default_build_installed():
-    path = Path(_pjrt.default_plugin_path())
+    path = Path(default_cpu_library())
     assert path.is_file()
     assert builds.build_at(str(path)) is next(b for b in builds.DEFAULT_ORDER if b in INSTALLED)
 
@@ -56,14 +57,14 @@ def test_each_build_reports_its_version_table_attributes_and_extensions(build):
 
 
 def test_plugin_path_and_repr(plugin):
-    assert plugin.path == os.path.realpath(_pjrt.default_plugin_path())
+    assert plugin.path == os.path.realpath(default_cpu_library())
     assert plugin.path in repr(plugin) and "%d.%d" % plugin.api_version in repr(plugin)
 
 
 def test_loading_is_idempotent_per_real_path(plugin, tmp_path):
     link = tmp_path / "link_to_plugin.so"
     link.symlink_to(plugin.path)
-    assert _pjrt.load_plugin() is plugin
+    assert _pjrt.load_plugin(default_cpu_library()) is plugin
     assert _pjrt.load_plugin(plugin.path) is plugin
     assert _pjrt.load_plugin(Path(plugin.path)) is plugin
     assert _pjrt.load_plugin(link) is plugin

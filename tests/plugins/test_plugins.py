@@ -13,9 +13,10 @@ import ifrtpy as ifrt
 from ifrtpy import _pjrt, errors
 from ifrtpy.plugins import builds
 from ifrtpy.plugins import discovery as plugins
-from ifrtpy.plugins.options import MAX_CPU_DEVICE_COUNT, check_options
+from ifrtpy.plugins.options import MAX_CPU_DEVICE_COUNT, check_cpu_device_count, check_options
+from ifrtpy.plugins.builds import default_cpu_library
 
-CPU_SO = os.path.realpath(_pjrt.default_plugin_path())
+CPU_SO = os.path.realpath(default_cpu_library())
 
 
 @pytest.fixture
@@ -130,7 +131,7 @@ def test_ifrtpy_entry_point_group(clean_env, tmp_path):
 def test_api_version_is_reported_once_loaded(clean_env):
     ifrt.get_client("cpu")
     info = next(i for i in ifrt.available_plugins() if i.name == "cpu")  # the one picked
-    assert info.api_version == _pjrt.load_plugin().api_version
+    assert info.api_version == _pjrt.load_plugin(default_cpu_library()).api_version
     assert "PJRT API 0." in plugins.plugins_report()
 
 
@@ -235,9 +236,11 @@ def test_device_count_over_the_limit_is_refused_quickly():
     assert "quadratic" in out.stdout and "got 1000000" in out.stdout
 
 
-def test_device_count_limit_also_guards_the_cython_layer():
+def test_device_count_limit_guards_plugins_without_a_table():
+    # The PjRt backend applies it to every plugin it creates a client of, known or not.
+    check_cpu_device_count({"cpu_device_count": MAX_CPU_DEVICE_COUNT})
     with pytest.raises(errors.InvalidArgumentError, match=f"quadratic.*got {MAX_CPU_DEVICE_COUNT + 1}"):
-        _pjrt.create_client(_pjrt.load_plugin(), {"cpu_device_count": MAX_CPU_DEVICE_COUNT + 1})
+        check_cpu_device_count({"cpu_device_count": MAX_CPU_DEVICE_COUNT + 1})
 
 
 def test_a_package_installed_later_is_found(clean_env, tmp_path):

@@ -20,7 +20,8 @@ from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
-from ifrtpy.plugins.builds import build_at
+from ifrtpy.plugins.options import check_cpu_device_count
+from ifrtpy.plugins.builds import build_at, default_cpu_library
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -51,7 +52,7 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
                 "once (device_count= sets cpu_device_count)")
         opts[key], said[key] = value, how
     if plugin is None and name is None:
-        path, name = _pjrt.default_plugin_path(), "cpu"
+        path, name = default_cpu_library(), "cpu"
     elif plugin is None or not _is_path(plugin):
         name = name if plugin is None else (name or plugin)
         path = find_plugin(plugin or name).path
@@ -71,6 +72,7 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         kv_callbacks = job_kv_callbacks(name or os.path.basename(path))
     if table_name is not None:
         opts = check_options(table_name, opts)
+    check_cpu_device_count(opts)  # creating a client costs time quadratic in the count
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
     return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
