@@ -1,0 +1,44 @@
+"""The per-argument contract of execute (``ifrtpy.executable.ArgumentChecks``): one
+check for every backend, with a bounded memo of the placements it accepted."""
+
+import numpy as np
+import pytest
+
+import ifrtpy as ifrt
+from ifrtpy import errors
+from ifrtpy.executable import ArgumentChecks
+
+ADD_ONE = """func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %c = stablehlo.constant dense<1.0> : tensor<8xf32>
+  %y = stablehlo.add %x, %c : tensor<8xf32>
+  return %y : tensor<8xf32>
+}"""
+
+
+@pytest.fixture(params=["pjrt", "reference"])
+def client(request):
+    return ifrt.get_client(request.param, device_count=8)
+
+
+def test_the_memo_of_placements_stays_bounded_and_checks_after_it_is_cleared(client, monkeypatch):
+    monkeypatch.setattr(ArgumentChecks, "ENTRIES", 3)
+    exe = client.compile(ifrt.HloProgram(ADD_ONE),
+                         ifrt.CompileOptions(compile_portable_executable=True))
+    x = np.arange(8, dtype=np.float32)
+    devices = client.devices()
+    for device in devices:  # one placement per device: more than the memo holds
+        a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(device))
+        out = exe.execute([a], devices=ifrt.DeviceList([device])).outputs[0]
+        np.testing.assert_array_equal(np.asarray(out), x + 1)
+        assert len(exe._argument_checks._placed) <= 3
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(devices[0]))
+    with pytest.raises(errors.InvalidArgumentError, match="argument 0"):
+        exe.execute([a], devices=ifrt.DeviceList([devices[1]]))
+
+
+def test_a_string_array_is_refused_by_name(client):
+    exe = client.compile(ifrt.HloProgram(ADD_ONE))
+    strings = client.make_array_from_host_buffer(
+        np.array(["a"] * 8, dtype=object), ifrt.SingleDeviceSharding(client.devices()[0]))
+    with pytest.raises(errors.UnimplementedError, match="argument 0 .* STRING"):
+        exe(strings)
