@@ -137,11 +137,12 @@ def test_a_forked_child_starts_its_own_reader_and_the_reader_ends_with_its_proce
 
         assert "dense<1.500000e+00>" in inputs.convert_isolated(artifact(1.5), "bytes")
         parent_reader = inputs._reader_pid()
-        child = os.fork()
-        if child == 0:
-            ok = "dense<2.500000e+00>" in inputs.convert_isolated(artifact(2.5), "bytes")
-            ok = ok and inputs._reader_pid() not in (None, parent_reader)
-            os._exit(0 if ok else 1)
+        with inputs._reader_lock:  # as if another thread were converting at the fork
+            child = os.fork()
+            if child == 0:
+                ok = "dense<2.500000e+00>" in inputs.convert_isolated(artifact(2.5), "bytes")
+                ok = ok and inputs._reader_pid() not in (None, parent_reader)
+                os._exit(0 if ok else 1)
         _, status = os.waitpid(child, 0)
         assert status == 0, status
         assert "dense<3.500000e+00>" in inputs.convert_isolated(artifact(3.5), "bytes")
