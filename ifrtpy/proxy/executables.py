@@ -34,10 +34,39 @@ XLA_CUSTOM_CALLS = frozenset({
 
 @dataclasses.dataclass
 class Compiled:
-    """An executable of a session with the program it was compiled from."""
+    """An executable of a session with the program it was compiled from; of the inputs
+    the backend would donate, those the compiled code takes (``donated``) and the others
+    (``kept``: each execute keeps them from the backend's donation)."""
 
     executable: Any
     program: HloProgram
+    donated: frozenset[int]
+    kept: frozenset[int]
+
+
+def _compiled(executable: Any, program: HloProgram) -> Compiled:
+    try:
+        marked = frozenset(executable.donatable_input_indices())
+    except UnimplementedError:
+        marked = program.donated_inputs
+    donated = _aliased_inputs(executable, marked)
+    return Compiled(executable, program, donated, marked - donated)
+
+
+def _aliased_inputs(executable: Any, marked: frozenset[int]) -> frozenset[int]:
+    """The inputs of ``marked`` the compiler aliased to an output (``jax.buffer_donor``
+    leaves that choice to it), as the optimized module's ``input_output_alias`` says: only
+    those are donated. A backend without optimized modules donates every marked input."""
+    if not marked:
+        return marked
+    try:
+        module = executable.hlo_modules()[0]
+    except (UnimplementedError, IndexError):
+        return marked
+    proto = message_class("xla.HloModuleProto").FromString(
+        module.as_serialized_hlo_module_proto())
+    aliased = {entry.parameter_number for entry in proto.input_output_alias.entries}
+    return marked & aliased
 
 
 # -- compile -----------------------------------------------------------------------------
@@ -108,7 +137,7 @@ def compile_program(session: Any, request: Any) -> Any:
     program = HloProgram(bytes(request.program.data))
     _check_custom_calls(session, program)
     executable = session.client.compile(program, options)
-    handle = session.put_executable(Compiled(executable, program))
+    handle = session.put_executable(_compiled(executable, program))
     m = messages()
     response = m.CompileResponse(loaded_executable_handle=handle, name=executable.name,
                                  num_devices=executable.num_devices)
@@ -162,8 +191,7 @@ def metadata(session: Any, request: Any) -> Any:
         response.output_layouts_error.CopyFrom(wire.status_proto(error))
     response.output_memory_kinds.memory_kind_lists.add(
         memory_kinds=[str(k) for k in exe.output_memory_kinds()])
-    response.donated_input_indices.donated_input_indices.extend(
-        sorted(exe.donatable_input_indices()))
+    response.donated_input_indices.donated_input_indices.extend(sorted(compiled.donated))
     stats, error = _call(exe.compiled_memory_stats)
     if error is None:
         cls = message_class("xla.CompiledMemoryStatsProto")
@@ -217,9 +245,10 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 
 # -- execute -----------------------------------------------------------------------------
 
-def _execute_options(proto: Any) -> ExecuteOptions:
-    return ExecuteOptions(launch_id=proto.launch_id,
-                          non_donatable_input_indices=frozenset(proto.non_donatable_input_indices),
+def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
+    """The request's options, keeping the inputs the compiled code does not take."""
+    kept = frozenset(proto.non_donatable_input_indices) | compiled.kept
+    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=kept,
                           fill_status=proto.fill_status,
                           execution_stream_id=proto.execution_stream_id)
 
@@ -228,12 +257,13 @@ def execute(session: Any, request: Any) -> Any:
     """Run an executable. Outputs (and, with ``fill_status``, the status future) go under
     the handles the client minted, or under new ones reported with their specs (the
     client's first execute of an executable)."""
-    exe = session.executable(request.loaded_executable_handle).executable
+    compiled = session.executable(request.loaded_executable_handle)
+    exe = compiled.executable
     args = session.arrays_of(request.args_handles)
     devices = None
     if request.device_ids and exe.devices() is None:
         devices = DeviceList([session.client.lookup_device(i) for i in request.device_ids])
-    options = _execute_options(request.execute_options)
+    options = _execute_options(request.execute_options, compiled)
     # every handle is checked (and room made sure of) before the run donates anything
     handles = session.result_handles(request.result_array_handle, len(exe.output_shapes()))
     status = session.result_handle(request.result_status_handle) if options.fill_status else 0

@@ -135,6 +135,24 @@ def test_spmd_over_8_devices_shard_map_donation_and_reshards(server):
     assert_pairs_equal(result)
 
 
+def test_a_donation_the_compiler_cannot_use_leaves_the_input_live(server):
+    """jax marks a sharded donated input ``jax.buffer_donor`` and leaves the aliasing to
+    XLA: an input no output can take (``v @ v.T`` has another shape) stays live and reads
+    back, one XLA aliases is deleted, as on jax's own client."""
+    result = run_jax(server.address, """
+        def donations(d):
+            sharding = NamedSharding(Mesh(np.array(d[:2]), ("x",)), P("x"))
+            x, y = (jax.device_put(np.arange(16.0).reshape(8, 2), sharding) for _ in range(2))
+            jax.jit(lambda v: v @ v.T, donate_argnums=0)(x)
+            jax.jit(lambda v: v * 2, donate_argnums=0)(y)
+            return [float(x.is_deleted()), float(y.is_deleted()), float(np.asarray(x).sum())]
+
+        emit(donations=both(donations))
+    """)
+    assert_pairs_equal(result)
+    assert result["donations"][0] == [0.0, 1.0, 120.0]
+
+
 def test_reference_backend():
     with proxy.serve(ifrt.get_client("reference", device_count=2)) as running:
         result = run_jax(running.address, """
