@@ -530,6 +530,18 @@ def test_byte_strides_in_and_out(channel, session):
     assert code == INVALID and "reads 168" in message  # 1*4 + 2*80 + 4
 
 
+def test_zero_byte_strides_put_a_broadcast(channel, session):
+    """A zero byte stride (a broadcast NumPy view) repeats the elements it indexes."""
+    host = Host(channel, session)
+    row = np.arange(3, dtype=np.float32)
+    store(channel, session.id, 95, row.tobytes())
+    request = put_request(95, [4, 3], 96)
+    request.byte_strides.strides.extend([0, 4])
+    ok(session.call("make_array_from_host_buffer_request", request),
+       "make_array_from_host_buffer_response")
+    np.testing.assert_array_equal(host.get(96, (4, 3)), np.broadcast_to(row, (4, 3)))
+
+
 def test_a_unix_socket_server(client, tmp_path):
     address = f"unix:{tmp_path}/proxy.sock"
     with proxy.serve(client, address) as running, grpc.insecure_channel(address) as ch:
