@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from ifrtpy import _jaxlib
+from ifrtpy._xla import varint
 from ifrtpy.errors import NotFoundError
 
 __all__ = ["messages", "message_class", "ROOT_FILES", "descriptor_files"]
@@ -35,16 +36,6 @@ _LIBRARIES = ("libjax_common.so", "_jax.so", "_ifrt_proxy.so")
 _FILE_FIELDS = {1: 2, 2: 2, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2, 9: 2, 10: 0, 11: 0, 12: 2,
                 13: 2, 14: 0, 15: 2}
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, i
-
 
 def _extent(data: bytes, start: int) -> int:
     """The end of the serialized FileDescriptorProto that begins at ``start``: its fields
@@ -52,11 +43,11 @@ def _extent(data: bytes, start: int) -> int:
     i = start
     while i < len(data):
         try:
-            tag, j = _varint(data, i)
+            tag, j = varint(data, i)
             wire = _FILE_FIELDS.get(tag >> 3)
             if wire != tag & 7:
                 break
-            length, j = _varint(data, j)
+            length, j = varint(data, j)
         except IndexError:
             break
         j += length if wire == 2 else 0

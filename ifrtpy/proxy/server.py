@@ -11,7 +11,6 @@ which drops everything it held.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import itertools
 import logging
 import queue
@@ -19,6 +18,7 @@ import threading
 from concurrent import futures
 from typing import Any, Iterator
 
+import ifrtpy_jax_plugin
 from ifrtpy.errors import InvalidArgumentError, IfrtError, PermissionDeniedError
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
@@ -58,18 +58,6 @@ def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) ->
             f"the client speaks {what} versions {client_min}-{client_max}; this server "
             f"{ours[0]}-{ours[1]}")
     return high
-
-
-def _is_loopback(address: str) -> bool:
-    if address.startswith("unix:"):
-        return True
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Service:
@@ -334,7 +322,7 @@ def serve(client: Any = None, address: str = "127.0.0.1:0", *, allow_remote: boo
     """
     if not isinstance(address, str) or (":" not in address):
         raise InvalidArgumentError(f"address must be 'HOST:PORT' or 'unix:PATH', got {address!r}")
-    if not allow_remote and not _is_loopback(address):
+    if not allow_remote and not ifrtpy_jax_plugin.is_local(address):
         raise PermissionDeniedError(
             f"{address} is not a loopback address: anyone who reaches it can run programs on "
             "these devices and the protocol has no TLS; pass allow_remote=True to serve it "
