@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("jax")
 
+import ffi_library  # noqa: E402
 import ifrtpy as ifrt  # noqa: E402
+from ifrtpy._pjrt import _ffi  # noqa: E402
 from ifrtpy import proxy  # noqa: E402
 
 from test_server_jax import run_jax  # noqa: E402
@@ -23,11 +25,17 @@ CORPUS = str(pathlib.Path(__file__).resolve().parents[1] / "program")
 
 
 def test_corpus_programs_through_the_server_equal_jax_direct():
-    with proxy.serve(ifrt.get_client("pjrt", device_count=8)) as running:
+    client = ifrt.get_client("pjrt", device_count=8)
+    wanted = PROGRAMS
+    if _ffi.framework_version(client._handle.plugin) < ffi_library.header_version():
+        # jaxlib's LAPACK kernels are built for a newer XLA FFI than the plugin runs (jax 0.12
+        # with the default plugin): the server refuses linalg programs, as get_client does
+        wanted = tuple(name for name in PROGRAMS if name != "linalg_solve")
+    with proxy.serve(client) as running:
         result = run_jax(running.address, f"""
             sys.path.insert(0, {CORPUS!r})
             import jax_programs
-            wanted = {PROGRAMS!r}
+            wanted = {wanted!r}
             errors = {{}}
 
             make_mesh = jax.make_mesh
@@ -66,4 +74,4 @@ def test_corpus_programs_through_the_server_equal_jax_direct():
                                            if p.name in wanted))
         """)
     assert result["errors"] == {}
-    assert result["ran"] == sorted(PROGRAMS)
+    assert result["ran"] == sorted(wanted)

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("grpc")
@@ -70,7 +71,9 @@ def run_jax(address, code, timeout=HANG_S):
 
 def assert_pairs_equal(result):
     for name, (through_proxy, direct) in result.items():
-        assert through_proxy == direct, name
+        if through_proxy != direct:  # the server's plugin and jax's CPU client are two XLA builds
+            np.testing.assert_allclose(np.asarray(through_proxy, dtype=float),
+                                       np.asarray(direct, dtype=float), rtol=1e-5, err_msg=name)
 
 
 @pytest.fixture(scope="module")
