@@ -233,22 +233,23 @@ def copy_arrays(session: Any, request: Any) -> Any:
     return messages().CopyArraysResponse(array_handles=handles)
 
 
-def reshard_arrays(session: Any, request: Any) -> Any:
+def _to_specs(session: Any, request: Any, operation: Any, response_type: Any) -> Any:
+    """A reshard or bitcast: ``operation(arrays, specs, semantics)`` into the result handles."""
     arrays = session.arrays_of(request.array_handles)
     handles = session.result_handles(request.result_handles, len(arrays))
     specs = [_spec(session, s) for s in request.array_specs]
-    out = session.client.reshard_arrays(arrays, specs, _copy_semantics(request.copy_semantics))
-    session.put_arrays(handles, out)
-    return messages().ReshardArraysResponse(array_handles=handles)
+    session.put_arrays(handles, operation(arrays, specs, _copy_semantics(request.copy_semantics)))
+    return response_type(array_handles=handles)
+
+
+def reshard_arrays(session: Any, request: Any) -> Any:
+    return _to_specs(session, request, session.client.reshard_arrays,
+                     messages().ReshardArraysResponse)
 
 
 def bitcast_arrays(session: Any, request: Any) -> Any:
-    arrays = session.arrays_of(request.array_handles)
-    handles = session.result_handles(request.result_handles, len(arrays))
-    specs = [_spec(session, s) for s in request.array_specs]
-    out = session.client.bitcast_arrays(arrays, specs, _copy_semantics(request.copy_semantics))
-    session.put_arrays(handles, out)
-    return messages().BitcastArraysResponse(array_handles=handles)
+    return _to_specs(session, request, session.client.bitcast_arrays,
+                     messages().BitcastArraysResponse)
 
 
 def _intervals(starts: Sequence[int], ends: Sequence[int], steps: Sequence[int]) -> list[Interval]:

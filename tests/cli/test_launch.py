@@ -16,7 +16,7 @@ import pytest
 
 from ifrtpy.cli.launch import Launcher, exit_status
 from ifrtpy.errors import InvalidArgumentError
-from job_helpers import assert_no_stray_processes, job_environment
+from job_helpers import assert_no_stray_processes, job_environment, lines_until
 
 WORKER = pathlib.Path(__file__).resolve().parents[1] / "helpers" / "jax_multiprocess_worker.py"
 
@@ -43,15 +43,6 @@ def _launcher(count, script, *options):
         [sys.executable, "-m", "ifrtpy", "launch", "-n", str(count), *options, "--",
          sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True), marker
-
-
-def _lines_until(stream, count, word):
-    lines = []
-    while sum(word in line for line in lines) < count:
-        line = stream.readline()
-        assert line, f"the output ended before {count} lines with {word!r}: {lines}"
-        lines.append(line)
-    return lines
 
 
 def test_each_process_gets_the_jobs_variables_and_its_lines_are_prefixed():
@@ -131,7 +122,7 @@ def test_ctrl_c_is_passed_on_once_and_the_launcher_exits_130():
               "signal.signal(signal.SIGINT, stop); print('ready', flush=True); time.sleep(60)")
     launcher, marker = _launcher(2, script)
     try:
-        _lines_until(launcher.stdout, 2, "ready")
+        lines_until(launcher.stdout, 2, "ready")
         launcher.send_signal(signal.SIGINT)
         out, err = launcher.communicate(timeout=30)
     finally:
@@ -146,7 +137,7 @@ def test_ctrl_c_is_passed_on_once_and_the_launcher_exits_130():
 def test_no_process_is_left_when_the_launcher_is_killed():
     launcher, marker = _launcher(3, "import time; print('up', flush=True); time.sleep(60)")
     try:
-        _lines_until(launcher.stdout, 3, "up")
+        lines_until(launcher.stdout, 3, "up")
     finally:
         launcher.kill()
         launcher.wait()

@@ -67,3 +67,13 @@ def assert_no_stray_processes(marker: str, within_s: float = 10) -> None:
     while (left := stray_processes(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes left running: {left}"
+
+
+def lines_until(stream: Any, count: int, word: Any) -> list[Any]:
+    """Lines read from ``stream`` until ``count`` of them hold ``word``; fails at its end."""
+    lines = []
+    while sum(word in line for line in lines) < count:
+        line = stream.readline()
+        assert line, f"the output ended before {count} lines with {word!r}: {lines}"
+        lines.append(line)
+    return lines

@@ -17,7 +17,7 @@ import pytest
 
 from ifrtpy.cli.launch import Launcher
 from ifrtpy.errors import ResourceExhaustedError
-from job_helpers import assert_no_stray_processes, job_environment
+from job_helpers import assert_no_stray_processes, job_environment, lines_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher's sweep is Linux's")
 
@@ -43,15 +43,6 @@ def _ended(launcher):
         launcher.wait()
         pytest.fail(f"the launcher still ran after {HANG_S} s")
     return launcher.returncode
-
-
-def _lines_until(stream, count, word):
-    lines = []
-    while sum(word in line for line in lines) < count:
-        line = stream.readline()
-        assert line, f"the output ended before {count} lines with {word!r}: {lines}"
-        lines.append(line)
-    return lines
 
 
 def _shell(script, *, limits=""):
@@ -111,7 +102,7 @@ def test_nothing_is_left_when_the_launcher_is_sigkilled():
     die with the launcher too."""
     launcher, marker = _launcher(2, ["sh", "-c", f"{DAEMON} sleep 60 & echo ready; wait"])
     try:
-        _lines_until(launcher.stdout, 2, b"ready")
+        lines_until(launcher.stdout, 2, b"ready")
     finally:
         launcher.kill()
         launcher.wait()
@@ -137,7 +128,7 @@ def test_nothing_is_left_when_the_launchers_runner_is_sigkilled():
     with it, and the launcher kills what was below them; it exits 137, the runner's."""
     launcher, marker = _launcher(2, ["sh", "-c", f"{DAEMON} sleep 60 & echo ready; wait"])
     try:
-        _lines_until(launcher.stdout, 2, b"ready")
+        lines_until(launcher.stdout, 2, b"ready")
         runner, = _children(launcher.pid)
         os.kill(runner, signal.SIGKILL)
         assert _ended(launcher) == 128 + signal.SIGKILL
@@ -208,7 +199,7 @@ def test_a_job_killed_after_the_grace_period_keeps_the_status_of_the_signal_pass
     --kill-after; the launcher's status is 130 (128 + SIGINT, the signal passed on), not
     the 137 of the SIGKILL it sent itself."""
     launcher, marker = _launcher(2, [sys.executable, "-c", STUBBORN], "--kill-after", "0.5")
-    _lines_until(launcher.stdout, 2, b"ready")
+    lines_until(launcher.stdout, 2, b"ready")
     launcher.send_signal(signal.SIGINT)
     assert _ended(launcher) == 128 + signal.SIGINT
     assert_no_stray_processes(marker)
@@ -216,7 +207,7 @@ def test_a_job_killed_after_the_grace_period_keeps_the_status_of_the_signal_pass
 
 def test_a_second_ctrl_c_kills_the_job_and_keeps_the_status_of_the_first():
     launcher, marker = _launcher(2, [sys.executable, "-c", STUBBORN], "--kill-after", "30")
-    _lines_until(launcher.stdout, 2, b"ready")
+    lines_until(launcher.stdout, 2, b"ready")
     launcher.send_signal(signal.SIGINT)
     launcher.stderr.readline()  # "launch: got SIGINT: passing it on to the job"
     launcher.send_signal(signal.SIGINT)
@@ -232,7 +223,7 @@ def test_a_failure_keeps_its_status_when_the_others_are_killed_by_a_second_signa
               "    print('ready', flush=True); time.sleep(0.5); sys.exit(3)\n"
               + STUBBORN)
     launcher, marker = _launcher(2, [sys.executable, "-c", script], "--kill-after", "30")
-    _lines_until(launcher.stdout, 2, b"ready")
+    lines_until(launcher.stdout, 2, b"ready")
     assert b"process 0 failed (exit status 3)" in launcher.stderr.readline()
     launcher.send_signal(signal.SIGINT)
     launcher.stderr.readline()  # "launch: got SIGINT: passing it on to the job"
