@@ -129,11 +129,6 @@ def framework_version(PluginHandle plugin not None):
     return _framework(plugin)[:2]
 
 
-def framework_api_size(PluginHandle plugin not None):
-    """The ``struct_size`` of the plugin's ``XLA_FFI_Api`` table (the functions it has)."""
-    return _framework(plugin)[2]
-
-
 # -- handlers as capsules --------------------------------------------------------------------
 
 cdef void* handler_pointer(object handler) except NULL:
@@ -219,15 +214,6 @@ cdef PJRT_FFI_Extension* _extension(PluginHandle plugin) except NULL:
             return <PJRT_FFI_Extension*>ext
         ext = ext.next
     raise _errors.UnimplementedError(f"{name} has no FFI extension: it cannot register XLA FFI handlers")
-
-
-def has_extension(PluginHandle plugin not None):
-    """Whether the plugin has an FFI extension ifrtpy can use."""
-    try:
-        _extension(plugin)
-    except _errors.UnimplementedError:
-        return False
-    return True
 
 
 cdef int _register(PluginHandle plugin, str name, void* handler, str platform,

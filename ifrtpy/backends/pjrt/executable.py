@@ -317,12 +317,6 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     def output_shapes(self):
         return [r.shape for r in self._results]
 
-    def parameter_dtypes(self):
-        return [p.dtype for p in self._params]
-
-    def parameter_shapes(self):
-        return [p.shape for p in self._params]
-
     def donatable_input_indices(self) -> frozenset[int]:
         return self._program.donated_inputs
 

@@ -174,12 +174,6 @@ class ReferenceLoadedExecutable(LoadedExecutable):
     def output_shapes(self):
         return [r.shape for r in self._program.results]
 
-    def parameter_dtypes(self):
-        return [p.dtype for p in self._program.parameters]
-
-    def parameter_shapes(self):
-        return [p.shape for p in self._program.parameters]
-
     def output_memory_kinds(self) -> list[str]:
         if self._outputs is None:
             return ["device"] * len(self._program.results)
