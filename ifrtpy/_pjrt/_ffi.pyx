@@ -94,13 +94,13 @@ cdef XLA_FFI_Error* _noop(XLA_FFI_CallFrame* frame) noexcept nogil:
     return NULL
 
 
-#: Per plugin path: (major, minor, XLA_FFI_Api struct size, XLA_FFI_Api address).
+#: Per plugin path: (major, minor, XLA_FFI_Api address).
 cdef dict _frameworks = {}
 
 
 cdef const XLA_FFI_Api* framework_api(PluginHandle plugin) except NULL:
     """The plugin's XLA FFI function table (learnt by the probe)."""
-    return <const XLA_FFI_Api*><uintptr_t>_framework(plugin)[3]
+    return <const XLA_FFI_Api*><uintptr_t>_framework(plugin)[2]
 
 
 cdef tuple _framework(PluginHandle plugin):
@@ -117,8 +117,7 @@ cdef tuple _framework(PluginHandle plugin):
             f"the plugin {plugin.path} (PJRT {plugin.api_version[0]}.{plugin.api_version[1]}) "
             "did not tell its XLA FFI version when a handler was registered; ifrtpy cannot "
             "check handlers against it")
-    known = (api.api_version.major_version, api.api_version.minor_version,
-             api.struct_size, <uintptr_t>api)
+    known = (api.api_version.major_version, api.api_version.minor_version, <uintptr_t>api)
     _frameworks[plugin.path] = known
     return known
 
