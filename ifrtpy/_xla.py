@@ -101,9 +101,12 @@ def entry_shapes(module: Any) -> tuple[list[Any], list[Any]]:
 
 
 def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
-    """The parameter and result layouts of a jaxlib HloModule's entry computation."""
+    """The parameter and result layouts of a jaxlib HloModule's entry computation, of its
+    arrays only: tokens, which executables' parameters and outputs leave out, have none
+    (and jaxlib's ``Shape.layout()`` of one aborts the process)."""
     params, results = entry_shapes(module)
-    return [layout_of(s) for s in params], [layout_of(s) for s in results]
+    return ([layout_of(s) for s in params if s.is_array()],
+            [layout_of(s) for s in results if s.is_array()])
 
 
 def layout_of(shape: Any) -> Layout:

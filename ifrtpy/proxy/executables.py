@@ -135,6 +135,11 @@ def compile_program(session: Any, request: Any) -> Any:
             f"(served: {_XLA_PROGRAM})")
     options = _compile_options(session, request.compile_options)
     program = HloProgram(bytes(request.program.data))
+    if program.token_parameters or program.token_results:
+        raise UnimplementedError(
+            f"Compile: the program's main takes {len(program.token_parameters)} and returns "
+            f"{len(program.token_results)} !stablehlo.token values; the ifrtpy proxy serves "
+            "array parameters and results only (jax.lax.create_token outside jit)")
     _check_custom_calls(session, program)
     executable = session.client.compile(program, options)
     handle = session.put_executable(_compiled(executable, program))

@@ -341,3 +341,18 @@ def test_a_plugin_that_places_layouts_checks_argument_order_on_every_call():
             _run_two_out(client, executable)
     finally:
         client._host_platform = True
+
+
+def test_token_results_have_no_layout():
+    """A token result is not an output, so it has no layout either (jaxlib's own
+    ``Shape.layout()`` of a token aborts the process). The reference backend refuses
+    ordered effects, so PjRt only."""
+    client = ifrt.get_client("pjrt")
+    program = ifrt.HloProgram("""
+func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, !stablehlo.token) {
+  %t = stablehlo.create_token : !stablehlo.token
+  return %x, %t : tensor<2xf32>, !stablehlo.token
+}""")
+    executable = client.compile(program)
+    assert executable.output_shapes() == [ifrt.Shape([2])]
+    assert executable.output_layouts() == [Layout.row_major(1)]

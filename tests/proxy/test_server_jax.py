@@ -167,6 +167,25 @@ def test_reference_backend():
     assert_pairs_equal(result)
 
 
+def test_a_token_result_is_refused_at_compile_and_the_session_goes_on(server):
+    # jax's eager create_token compiles a main returning a !stablehlo.token, which the
+    # server's executables do not output: refused by name (the server once aborted
+    # asking jaxlib for the token's layout).
+    result = run_jax(server.address, """
+        with jax.default_device(PROXY[0]):
+            try:
+                jax.lax.create_token()
+                error = ""
+            except Exception as e:
+                error = str(e)
+            y = jax.jit(lambda v: v + 1)(jax.device_put(jnp.arange(3.0), PROXY[0]))
+        emit(error=[error, error], y=[y, y])
+    """)
+    error = result["error"][0]
+    assert "UNIMPLEMENTED" in error and "!stablehlo.token" in error, error
+    assert result["y"][0] == [1.0, 2.0, 3.0]
+
+
 def test_example_backend_serves_arrays_and_refuses_hlo_programs_by_name():
     # The example backend's programs are Python functions, not HLO: jax's puts, copies
     # and reads work through it; a jit is refused with the backend's own reason.
