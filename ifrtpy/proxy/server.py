@@ -10,15 +10,16 @@ which drops everything it held.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import logging
 import queue
 import threading
-from concurrent import futures
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, NoReturn
 
 import ifrtpy_jax_plugin
+from ifrtpy._xla import varint
 from ifrtpy.errors import InvalidArgumentError, IfrtError, PermissionDeniedError
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
@@ -60,8 +61,61 @@ def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) ->
     return high
 
 
+#: Requests that may wait long (a compile, a put waiting for its host buffer to arrive over
+#: another RPC): a session's worker thread handles them, the others run on the event loop.
+_WORKER_KINDS = frozenset({
+    "compile_request", "make_array_from_host_buffer_request",
+    "make_arrays_from_host_buffer_shards_request",
+})
+
+
+class _InOrder:
+    """Handles one session's requests in arrival order: on the event loop while its worker
+    thread has nothing queued, else behind the queued ones in the worker (started on the
+    first such request)."""
+
+    def __init__(self, session: Session, loop: asyncio.AbstractEventLoop):
+        self.session = session
+        self.loop = loop
+        self.queued = 0  # touched on the loop only
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.worker: threading.Thread | None = None
+
+    def submit(self, request: Any) -> None:
+        if not self.queued and request.WhichOneof("request") not in _WORKER_KINDS:
+            self.session.handle(request)
+            return
+        if self.worker is None:
+            self.worker = threading.Thread(target=self._work, daemon=True,
+                                           name=f"ifrtpy-proxy-session-{self.session.id}")
+            self.worker.start()
+        self.queued += 1
+        self.inbox.put(request)
+
+    def _work(self) -> None:
+        while (request := self.inbox.get()) is not _END:
+            self.session.handle(request)
+            _on_loop(self.loop, self._done)
+
+    def _done(self) -> None:
+        self.queued -= 1
+
+    def close(self) -> threading.Thread | None:
+        """Let the worker finish what is queued and end; the worker, if there is one."""
+        self.inbox.put(_END)
+        return self.worker
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """Call ``fn(*args)`` on ``loop`` from another thread; nothing once the loop is closed."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the server stopped: nobody is left to answer
+        pass
+
+
 class _Service:
-    """The RPC handlers over the server's sessions."""
+    """The RPC handlers over the server's sessions (coroutines on the server's loop)."""
 
     def __init__(self, client: Any, limits: Limits):
         self.client = client
@@ -73,7 +127,7 @@ class _Service:
 
     # -- GetVersion -----------------------------------------------------------------------
 
-    def get_version(self, request: Any, context: Any) -> Any:
+    async def get_version(self, request: Any, context: Any) -> Any:
         m = messages()
         try:
             protocol = _pick(request.min_version.protocol_version,
@@ -82,51 +136,65 @@ class _Service:
                            request.max_version.ifrt_serdes_version_number, SERDES_VERSIONS,
                            "IFRT serdes")
         except IfrtError as error:
-            _abort(context, error)
+            await _abort(context, error)
         return m.GrpcGetVersionResponse(version=m.IfrtProxyVersion(
             protocol_version=protocol, ifrt_serdes_version_number=serdes))
 
     # -- IfrtSession ----------------------------------------------------------------------
 
-    def ifrt_session(self, requests: Iterator[Any], context: Any) -> Iterator[Any]:
+    async def ifrt_session(self, requests: AsyncIterator[Any], context: Any) -> None:
         m = messages()
         header = _header(context, _SESSION_HEADER)
         if header is None:
-            _abort(context, InvalidArgumentError(f"IfrtSession needs the {_SESSION_HEADER} header"))
+            await _abort(context, InvalidArgumentError(
+                f"IfrtSession needs the {_SESSION_HEADER} header"))
         try:
             metadata = m.GrpcIfrtSessionMetadata.FromString(header)
             version = _pick(metadata.version.protocol_version, metadata.version.protocol_version,
                             PROTOCOL_VERSIONS, "protocol")
         except Exception as error:  # noqa: BLE001 - a malformed header
-            _abort(context, InvalidArgumentError(f"bad {_SESSION_HEADER} header: {error}"))
-        outbox: queue.Queue = queue.Queue()
+            bad = InvalidArgumentError(f"bad {_SESSION_HEADER} header: {error}")
+        else:
+            bad = None
+        if bad is not None:
+            await _abort(context, bad)
+        loop = asyncio.get_running_loop()
+        outbox: asyncio.Queue = asyncio.Queue()
+        here = threading.get_ident()
+
+        def send(response: Any) -> None:
+            if threading.get_ident() == here:
+                outbox.put_nowait(response)
+            else:
+                _on_loop(loop, outbox.put_nowait, response)
+
         with self.lock:
             session = Session(next(self._ids), context.peer(), self.client, self.limits,
-                              version, outbox.put)
+                              version, send)
             self.sessions[session.id] = session
-        context.add_callback(lambda: outbox.put(_END))
-        reader = threading.Thread(target=self._read, args=(session, requests, outbox),
-                                  name=f"ifrtpy-proxy-session-{session.id}", daemon=True)
-        reader.start()
+        in_order = _InOrder(session, loop)
+        writer = loop.create_task(_write(outbox, context))
+        broken = None
         try:
-            while True:
-                response = outbox.get()
-                if response is _END:
-                    break
-                yield response
-        finally:
-            self._close(session)
-
-    def _read(self, session: Session, requests: Iterator[Any], outbox: queue.Queue) -> None:
-        try:
-            for request in requests:
+            async for request in requests:
                 if self.stopping.is_set():
                     break
-                session.handle(request)
-        except Exception as error:  # noqa: BLE001 - the stream broke: the client is gone
-            _log.debug("session %d: stream ended: %s", session.id, error)
+                in_order.submit(request)
+            worker = in_order.close()
+            if worker is not None:  # the client half-closed: answer what it sent
+                await asyncio.to_thread(worker.join)
+            outbox.put_nowait(_END)
+            await writer
+        except Exception as error:  # noqa: BLE001 - an undecodable message, a lost client
+            broken = error
         finally:
-            outbox.put(_END)
+            in_order.close()
+            writer.cancel()
+            self._close(session)
+        if broken is not None:
+            _log.debug("session %d: stream broke: %s", session.id, broken)
+            await _abort(context, InvalidArgumentError(
+                f"session {session.id} ended: the stream broke ({broken})"))
 
     def _close(self, session: Session) -> None:
         with self.lock:
@@ -142,58 +210,66 @@ class _Service:
 
     # -- host buffers ---------------------------------------------------------------------
 
-    def host_buffer_store(self, chunks: Iterator[Any], context: Any) -> Any:
-        m = messages()
+    async def host_buffer_store(self, chunks: AsyncIterator[Any], context: Any) -> Any:
         try:
             header = _header(context, _STORE_HEADER)
             if header is None:
                 raise InvalidArgumentError(f"HostBufferStore needs the {_STORE_HEADER} header")
-            metadata = m.GrpcHostBufferStoreMetadata.FromString(header)
+            metadata = messages().GrpcHostBufferStoreMetadata.FromString(header)
             session = self.session(metadata.session_id)
             size = metadata.buffer_size
             if size < 0:
                 raise InvalidArgumentError(f"HostBufferStore: buffer_size {size} is negative")
             session.reserve_host_bytes(size)
-            pieces, received = [], 0
-            for chunk in chunks:
-                pieces.append(chunk.data)
-                received += len(chunk.data)
-                if received > size:
+            data, received = bytearray(size), 0
+            async for chunk in chunks:
+                end = received + len(chunk)
+                if end > size:
+                    received = end
                     break
+                data[received:end] = chunk
+                received = end
             if received != size:
                 raise InvalidArgumentError(
                     f"HostBufferStore: the header says {size} bytes, the stream sent "
                     f"{received}{' or more' if received > size else ''}")
-            session.store_host_buffer(metadata.handle,
-                                      pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            session.store_host_buffer(metadata.handle, data)
         except IfrtError as error:
-            _abort(context, error)
-        return m.GrpcHostBufferStoreResponse()
+            await _abort(context, error)
+        return _EMPTY
 
-    def host_buffer_lookup(self, request: Any, context: Any) -> Iterator[Any]:
-        m = messages()
+    async def host_buffer_lookup(self, request: Any, context: Any) -> AsyncIterator[bytes]:
         try:
-            data = self.session(request.session_id).host_buffer(request.handle)
+            session = self.session(request.session_id)
+            data = session.stored_host_buffer(request.handle)
+            if data is None:  # its copy out is still running
+                data = await asyncio.to_thread(session.host_buffer, request.handle)
         except IfrtError as error:
-            _abort(context, error)
-        view = memoryview(data)
+            await _abort(context, error)
+        view = memoryview(data).cast("B")
         if not view:
-            yield m.GrpcHostBufferLookupResponse()
+            yield b""
         for start in range(0, len(view), _CHUNK):
-            yield m.GrpcHostBufferLookupResponse(data=bytes(view[start:start + _CHUNK]))
+            yield view[start:start + _CHUNK]
 
-    def host_buffer_delete(self, request: Any, context: Any) -> Any:
+    async def host_buffer_delete(self, request: Any, context: Any) -> Any:
         try:
             self.session(request.session_id).delete_host_buffer(request.handle)
         except IfrtError as error:
-            _abort(context, error)
+            await _abort(context, error)
         return messages().GrpcHostBufferDeleteResponse()
 
-    def host_buffer_read_from_disk(self, request: Any, context: Any) -> Any:
+    async def host_buffer_read_from_disk(self, request: Any, context: Any) -> Any:
         from ifrtpy.errors import UnimplementedError
 
-        _abort(context, UnimplementedError(
+        await _abort(context, UnimplementedError(
             "HostBufferReadFromDisk: the ifrtpy proxy moves host buffers over gRPC only"))
+
+
+async def _write(outbox: asyncio.Queue, context: Any) -> None:
+    """Send the session's answers in the order they were queued, until ``_END``."""
+    while (response := await outbox.get()) is not _END:
+        await context.write(response)
 
 
 def _header(context: Any, key: str) -> bytes | None:
@@ -206,13 +282,42 @@ def _header(context: Any, key: str) -> bytes | None:
 _GRPC_CODES: dict[int, Any] = {}
 
 
-def _abort(context: Any, error: BaseException) -> None:
+async def _abort(context: Any, error: BaseException) -> NoReturn:
     import grpc  # type: ignore[import-untyped]
 
     if not _GRPC_CODES:
         _GRPC_CODES.update({c.value[0]: c for c in grpc.StatusCode})
     code = wire.status_proto(error).code
-    context.abort(_GRPC_CODES.get(code, grpc.StatusCode.UNKNOWN), str(error))
+    await context.abort(_GRPC_CODES.get(code, grpc.StatusCode.UNKNOWN), str(error))
+    raise AssertionError("unreachable: abort raises")
+
+
+# Host-buffer chunks are ``bytes data = 1`` messages; they are read and written here
+# without a message object, so a chunk is not copied once more on the way.
+_EMPTY = b""
+
+
+def _chunk_of(raw: bytes) -> Any:
+    """The ``data`` of a serialized ``GrpcHostBufferStoreRequest`` (a view, not a copy)."""
+    if raw[:1] == b"\x0a":
+        length, start = varint(raw, 1)
+        if start + length == len(raw):
+            return memoryview(raw)[start:]
+    return messages().GrpcHostBufferStoreRequest.FromString(raw).data
+
+
+def _chunk_message(chunk: Any) -> bytes:
+    """A serialized ``GrpcHostBufferLookupResponse`` holding ``chunk``."""
+    return b"".join((b"\x0a", _varint_bytes(len(chunk)), chunk)) if len(chunk) else b""
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def _handlers(service: _Service) -> Any:
@@ -230,12 +335,12 @@ def _handlers(service: _Service) -> Any:
             service.ifrt_session, request_deserializer=m.IfrtRequest.FromString,
             response_serializer=m.IfrtResponse.SerializeToString),
         "HostBufferStore": grpc.stream_unary_rpc_method_handler(
-            service.host_buffer_store, request_deserializer=m.GrpcHostBufferStoreRequest.FromString,
-            response_serializer=m.GrpcHostBufferStoreResponse.SerializeToString),
+            service.host_buffer_store, request_deserializer=_chunk_of,
+            response_serializer=bytes),
         "HostBufferLookup": grpc.unary_stream_rpc_method_handler(
             service.host_buffer_lookup,
             request_deserializer=m.GrpcHostBufferLookupRequest.FromString,
-            response_serializer=m.GrpcHostBufferLookupResponse.SerializeToString),
+            response_serializer=_chunk_message),
         "HostBufferDelete": unary(service.host_buffer_delete, m.GrpcHostBufferDeleteRequest,
                                   m.GrpcHostBufferDeleteResponse),
         "HostBufferReadFromDisk": unary(service.host_buffer_read_from_disk,
@@ -249,17 +354,31 @@ class ProxyServer:
 
     ``address`` is where it listens (``"127.0.0.1:PORT"`` or ``"unix:PATH"``);
     :meth:`stop` ends it (live streams get an error); a context manager stops it on exit.
+    Its RPCs run on one asyncio event loop in a thread of its own.
     """
 
     def __init__(self, client: Any, address: str, limits: Limits, max_sessions: int):
-        import grpc  # type: ignore[import-untyped]
-
         self.client = client
         self._service = _Service(client, limits)
-        # Each session holds one worker for its stream; the rest serve host buffers.
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=2 * max_sessions + 8,
-                                       thread_name_prefix="ifrtpy-proxy"),
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ifrtpy-proxy",
+                                        daemon=True)
+        self._thread.start()
+        self._done = threading.Event()
+        try:
+            self.address = self._call(self._start(address, max_sessions))
+        except BaseException:
+            self._end_loop()
+            raise
+        self._stopped = False
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _start(self, address: str, max_sessions: int) -> str:
+        import grpc  # type: ignore[import-untyped]
+
+        self._server = grpc.aio.server(
             handlers=[_handlers(self._service)],
             options=[("grpc.max_receive_message_length", -1),
                      ("grpc.max_send_message_length", -1),
@@ -269,11 +388,14 @@ class ProxyServer:
             port = self._server.add_insecure_port(address)
         except RuntimeError as error:
             raise InvalidArgumentError(f"cannot listen at {address!r}: {error}") from None
-        if not address.startswith("unix:"):
-            address = f"{address.rsplit(':', 1)[0]}:{port}"
-        self.address = address
-        self._server.start()
-        self._stopped = False
+        await self._server.start()
+        return address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
+
+    def _end_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self._done.set()
 
     def sessions(self) -> list[SessionInfo]:
         """The live sessions, oldest first."""
@@ -288,16 +410,17 @@ class ProxyServer:
             return
         self._stopped = True
         self._service.stopping.set()
-        self._server.stop(grace).wait()
+        self._call(self._server.stop(grace))
         with self._service.lock:
             live = list(self._service.sessions.values())
             self._service.sessions.clear()
         for session in live:
             session.close()
+        self._end_loop()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server stops (or ``timeout`` passes); True once stopped."""
-        return self._server.wait_for_termination(timeout)
+        return self._done.wait(timeout)
 
     def __enter__(self) -> ProxyServer:
         return self

@@ -227,6 +227,11 @@ class Session:
         with self._lock:
             return self._wait_for_buffer_locked(handle)
 
+    def stored_host_buffer(self, handle: int) -> bytes | None:
+        """The host buffer ``handle`` if it is there now, else None (no wait)."""
+        with self._lock:
+            return self._host_buffers.get(handle)
+
     def take_host_buffer(self, handle: int) -> bytes:
         with self._lock:
             data = self._wait_for_buffer_locked(handle)
