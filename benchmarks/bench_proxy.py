@@ -12,6 +12,12 @@ process started from here holds both jax's own CPU backend and the ``proxy`` bac
 Targets (the IFRT Proxy issue): synchronous <= 30x and chained <= 10x jax direct's time per
 call; put and get >= 0.5x jax direct's bandwidth.
 
+Floors, measured in the same run from the same jax process: one round trip of an empty
+message on a grpc.aio stream served like the proxy's (grpc.aio at both ends; a synchronous
+call is two round trips, execute and the readiness check, and a third one-way message that
+frees the previous output), and 64 MiB over a plain loopback TCP socket each way (the
+bytes of a put or a get cross one; gRPC adds its framing and copies on top).
+
     python benchmarks/bench_proxy.py [--backend pjrt] [--n 300] [--repeats 7]
 """
 
@@ -23,16 +29,99 @@ import subprocess
 import sys
 import time
 
+from _timing import interleaved_median_us, timed
+
 MIB64 = 64 * 2**20
 CHAIN = 50
 
 
-def worker(n, repeats):
-    """In the jax process: the figures of every case on ``cpu`` and ``proxy``, as JSON."""
+def floors(echo, sink, repeats, n):
+    """In the jax process: the echo round trip (us) and the socket GB/s each way."""
+    import asyncio
+    import socket
+
+    import grpc
+
+    async def round_trips():
+        async with grpc.aio.insecure_channel(echo) as channel:
+            call = channel.stream_stream("/bench.Echo/Stream")()
+            samples = []
+            for _ in range(repeats + 1):  # the first is a warm-up
+                start = time.perf_counter()
+                for _ in range(n):
+                    await call.write(b"x")
+                    await call.read()
+                samples.append((time.perf_counter() - start) / n * 1e6)
+            await call.done_writing()
+            return statistics.median(samples[1:])
+
+    rtt = asyncio.run(round_trips())
+    host, port = sink.rsplit(":", 1)
+    data = bytearray(MIB64)
+    up, down = [], []
+    for _ in range(repeats):
+        with socket.create_connection((host, int(port))) as conn:
+            start = time.perf_counter()
+            conn.sendall(data)
+            conn.recv(1)
+            up.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            view, got = memoryview(data), 0
+            while got < MIB64:
+                got += conn.recv_into(view[got:])
+            down.append(time.perf_counter() - start)
+    return {"rtt_us": rtt, "up_gbs": MIB64 / statistics.median(up) / 1e9,
+            "down_gbs": MIB64 / statistics.median(down) / 1e9}
+
+
+def serve_floors():
+    """An echo stream on a grpc.aio server and a socket that takes 64 MiB, acknowledges
+    it and sends 64 MiB back, in threads of this process; their addresses."""
+    import asyncio
+    import socket
+    import threading
+
+    import grpc
+
+    async def echo(requests, context):
+        async for message in requests:
+            yield message
+
+    ready = threading.Event()
+    address = []
+
+    async def run_echo():
+        server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
+            "bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)})])
+        address.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    threading.Thread(target=asyncio.run, args=(run_echo(),), daemon=True).start()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def sink():
+        data = bytearray(MIB64)
+        while True:
+            conn, _ = listener.accept()
+            with conn:
+                view, got = memoryview(data), 0
+                while got < MIB64:
+                    got += conn.recv_into(view[got:])
+                conn.sendall(b"k")
+                conn.sendall(data)
+
+    threading.Thread(target=sink, daemon=True).start()
+    ready.wait()
+    return address[0], "127.0.0.1:%d" % listener.getsockname()[1]
+
+
+def worker(n, repeats, echo, sink):
+    """In the jax process: the figures of every case on ``cpu`` and ``proxy``, and the
+    floors, as JSON."""
     import jax
     import numpy as np
-
-    from _timing import interleaved_median_us, timed
 
     devices = {"jax direct": jax.devices("cpu")[0], "proxy": jax.devices("proxy")[0]}
     add_one = jax.jit(lambda v: v + 1)
@@ -63,6 +152,7 @@ def worker(n, repeats):
     figures = {k: {"sync_us": sync[k], "chained_us": chain[k] / CHAIN,
                    "put_gbs": MIB64 / statistics.median(put[k]) / 1e9,
                    "get_gbs": MIB64 / statistics.median(get[k]) / 1e9} for k in devices}
+    figures["floor"] = floors(echo, sink, repeats, n)
     print(json.dumps(figures))
 
 
@@ -73,12 +163,13 @@ def measure(backend, device_count, n, repeats):
     from ifrtpy.proxy.jax_client import jax_target
 
     client = ifrt.get_client(backend, device_count=device_count)
+    echo, sink = serve_floors()
     with proxy.serve(client) as server:
         env = dict(os.environ, JAX_PLATFORMS="cpu,proxy",
                    JAX_BACKEND_TARGET=jax_target(server.address))
         here = os.path.dirname(os.path.abspath(__file__))
         proc = subprocess.run([sys.executable, __file__, "--worker", "--n", str(n),
-                               "--repeats", str(repeats)],
+                               "--repeats", str(repeats), "--echo", echo, "--sink", sink],
                               env=env, cwd=here, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         raise SystemExit(f"the jax process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -101,6 +192,13 @@ def report(backend, figures):
         bound = f"<= {target}x" if lower else f">= {target}x"
         print(f"{name:24s} {unit:8s} {through[key]:10.2f} {jax_direct[key]:10.2f} "
               f"{ratio:7.2f}x  {bound} {'meets' if meets else 'MISSES'}")
+    floor = figures["floor"]
+    print(f"floors: grpc.aio echo round trip {floor['rtt_us']:.1f} us "
+          f"({2 * floor['rtt_us'] / jax_direct['sync_us']:.0f}x jax's sync call for the two a "
+          f"synchronous call makes); loopback TCP {floor['up_gbs']:.2f} GB/s up "
+          f"({floor['up_gbs'] / jax_direct['put_gbs']:.2f}x jax's put), "
+          f"{floor['down_gbs']:.2f} GB/s down ({floor['down_gbs'] / jax_direct['get_gbs']:.2f}x "
+          "jax's get)")
 
 
 def main():
@@ -110,9 +208,11 @@ def main():
     parser.add_argument("--n", type=int, default=300, help="calls per timed batch")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--echo", help=argparse.SUPPRESS)
+    parser.add_argument("--sink", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.n, args.repeats)
+        worker(args.n, args.repeats, args.echo, args.sink)
     else:
         report(args.backend, measure(args.backend, args.device_count, args.n, args.repeats))
 

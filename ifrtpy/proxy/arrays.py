@@ -48,11 +48,12 @@ def _shard_semantics(request: Any) -> SingleDeviceShardSemantics:
 
 # -- host data ---------------------------------------------------------------------------
 
-def _host_array(data: bytes, dtype: DType, dims: tuple[int, ...], strides: Any) -> np.ndarray:
+def _host_array(data: Any, dtype: DType, dims: tuple[int, ...], strides: Any) -> np.ndarray:
     """The ndarray of ``data`` (read-only view) as ``dtype[dims]`` with ``strides`` (bytes;
     None: C order), after checking that the buffer holds every element."""
     if dtype.kind == DType.Kind.STRING:
         return _string_array(data, dims)
+    data = memoryview(data).toreadonly()
     np_dtype = dtype.to_numpy()
     itemsize = np_dtype.itemsize
     count = math.prod(dims)
@@ -80,7 +81,7 @@ def _host_array(data: bytes, dtype: DType, dims: tuple[int, ...], strides: Any) 
 
 
 def _string_array(data: bytes, dims: tuple[int, ...]) -> np.ndarray:
-    contents = messages().StringArrayContents.FromString(data)
+    contents = messages().StringArrayContents.FromString(bytes(data))
     if len(contents.strings) != math.prod(dims):
         raise InvalidArgumentError(
             f"a STRING host buffer holds {len(contents.strings)} strings for shape {list(dims)}")
@@ -179,15 +180,18 @@ def copy_to_host_buffer(session: Any, request: Any) -> None:
     session.answer_later(future, stored)
 
 
-def _strided_bytes(values: np.ndarray, dtype: DType) -> bytes:
+def _strided_bytes(values: np.ndarray, dtype: DType) -> Any:
     """The bytes of ``values`` as laid out in the buffer its byte strides index (the one
-    ``copy_to_host_buffer`` allocated for them)."""
-    if dtype.kind == DType.Kind.STRING or values.flags.c_contiguous or values.size == 0:
+    ``copy_to_host_buffer`` allocated for them): a flat uint8 view, not a copy, where the
+    memory is contiguous."""
+    if dtype.kind == DType.Kind.STRING or values.size == 0:
         return _host_bytes(values, dtype)
+    if values.flags.c_contiguous:
+        return values.reshape(-1).view(np.uint8)
     base = values
     while isinstance(base.base, np.ndarray):
         base = base.base
-    return bytes(base.data) if base.flags.c_contiguous else _host_bytes(values, dtype)
+    return base.reshape(-1).view(np.uint8) if base.flags.c_contiguous else _host_bytes(values, dtype)
 
 
 def disassemble(session: Any, request: Any) -> Any:

@@ -42,6 +42,11 @@ class Compiled:
     program: HloProgram
     donated: frozenset[int]
     kept: frozenset[int]
+    #: what executes reuse: their ExecuteOptions per request options, and their outputs'
+    #: (dtype, shape, sharding) protos per device list
+    options: dict[tuple, ExecuteOptions] = dataclasses.field(default_factory=dict)
+    output_protos: dict[tuple | None, list[tuple[Any, Any, Any]]] = dataclasses.field(
+        default_factory=dict)
 
 
 def _compiled(executable: Any, program: HloProgram) -> Compiled:
@@ -252,10 +257,32 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 
 def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
     """The request's options, keeping the inputs the compiled code does not take."""
-    kept = frozenset(proto.non_donatable_input_indices) | compiled.kept
-    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=kept,
-                          fill_status=proto.fill_status,
-                          execution_stream_id=proto.execution_stream_id)
+    key = (proto.launch_id, tuple(proto.non_donatable_input_indices), proto.fill_status,
+           proto.execution_stream_id)
+    options = compiled.options.get(key)
+    if options is None:
+        if len(compiled.options) >= _KEPT_OPTIONS:
+            compiled.options.clear()
+        options = compiled.options[key] = ExecuteOptions(
+            launch_id=key[0], non_donatable_input_indices=frozenset(key[1]) | compiled.kept,
+            fill_status=key[2], execution_stream_id=key[3])
+    return options
+
+
+_KEPT_OPTIONS = 64  # distinct options kept per executable (jax sends one or a few)
+
+
+def _output_protos(compiled: Compiled, outputs: list[Any], devices: Any) -> list[tuple]:
+    """The outputs' (dtype, shape, sharding) protos: an executable's are the same on every
+    run on the same devices, so they are made once."""
+    key = None if devices is None else tuple(d.id for d in devices)
+    protos = compiled.output_protos.get(key)
+    if protos is None:
+        m = messages()
+        protos = compiled.output_protos[key] = [
+            (wire.dtype_to_proto(a.dtype), m.ShapeProto(dims=a.shape.dims),
+             wire.sharding_to_proto(a.sharding, a.shape.dims)) for a in outputs]
+    return protos
 
 
 def execute(session: Any, request: Any) -> Any:
@@ -281,11 +308,9 @@ def execute(session: Any, request: Any) -> Any:
         session.put_future(status, result.status)
         if not request.result_status_handle:
             response.status_handle = status
-    for handle, array in zip(handles, result.outputs):
-        dims = array.shape.dims
-        response.outputs.add(dtype=wire.dtype_to_proto(array.dtype), shape=m.ShapeProto(dims=dims),
-                             sharding=wire.sharding_to_proto(array.sharding, dims),
-                             array_handle=handle)
+    for handle, (dtype, shape, sharding) in zip(
+            handles, _output_protos(compiled, result.outputs, devices)):
+        response.outputs.add(dtype=dtype, shape=shape, sharding=sharding, array_handle=handle)
     return response
 
 

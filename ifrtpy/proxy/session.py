@@ -40,6 +40,10 @@ RESULT_FIELDS: dict[str, tuple[str, ...]] = {
     "loaded_executable_execute_request": ("result_array_handle", "result_status_handle"),
 }
 
+#: A host buffer's bytes: ``bytes``, or any object whose buffer holds them and whose
+#: ``len`` is their count (a bytearray, a flat uint8 NumPy array).
+HostBytes = Any
+
 #: How long a request naming a host buffer waits for it to arrive (a bound on a client
 #: that names a buffer it never sends).
 HOST_BUFFER_WAIT_S = 60.0
@@ -86,7 +90,7 @@ class Session:
         self.executables: dict[int, Any] = {}
         self.futures: dict[int, Any] = {}
         self.failed: dict[int, BaseException] = {}
-        self._host_buffers: dict[int, bytes] = {}
+        self._host_buffers: dict[int, HostBytes] = {}
         self._host_bytes = 0
         self._lock = threading.Lock()  # host buffers are touched by other RPCs' threads
         self._stored = threading.Condition(self._lock)
@@ -183,7 +187,7 @@ class Session:
 
     # -- host buffers ----------------------------------------------------------------------
 
-    def store_host_buffer(self, handle: int, data: bytes) -> None:
+    def store_host_buffer(self, handle: int, data: HostBytes) -> None:
         with self._lock:
             if self.closed:
                 raise FailedPreconditionError(f"session {self.id} is closed")
@@ -208,7 +212,7 @@ class Session:
             raise ResourceExhaustedError(
                 f"session {self.id} is at its limit of {self.limits.max_handles} handles")
 
-    def _wait_for_buffer_locked(self, handle: int) -> bytes:
+    def _wait_for_buffer_locked(self, handle: int) -> HostBytes:
         """The host buffer ``handle``, waiting for it: the client sends requests naming a
         buffer without waiting for its store (or its copy out) to finish."""
         deadline = time.monotonic() + HOST_BUFFER_WAIT_S
@@ -223,16 +227,16 @@ class Session:
             raise FailedPreconditionError(f"session {self.id} is closed")
         return self._host_buffers[handle]
 
-    def host_buffer(self, handle: int) -> bytes:
+    def host_buffer(self, handle: int) -> HostBytes:
         with self._lock:
             return self._wait_for_buffer_locked(handle)
 
-    def stored_host_buffer(self, handle: int) -> bytes | None:
+    def stored_host_buffer(self, handle: int) -> HostBytes | None:
         """The host buffer ``handle`` if it is there now, else None (no wait)."""
         with self._lock:
             return self._host_buffers.get(handle)
 
-    def take_host_buffer(self, handle: int) -> bytes:
+    def take_host_buffer(self, handle: int) -> HostBytes:
         with self._lock:
             data = self._wait_for_buffer_locked(handle)
             del self._host_buffers[handle]
