@@ -1,11 +1,14 @@
 """The gRPC service (``xla.ifrt.proxy.GrpcIfrtService``) and :class:`ProxyServer`.
 
-``GetVersion`` picks a protocol and serdes version inside both the client's range and the
-server's; each ``IfrtSession`` stream is a :class:`~ifrtpy.proxy.session.Session`, whose
-requests one thread handles in order while the stream's own thread sends the answers;
-``HostBufferStore`` / ``HostBufferLookup`` / ``HostBufferDelete`` move bulk bytes of a
-session. A stream that ends (the client closed, crashed or was killed) closes its session,
-which drops everything it held.
+Every RPC runs on one grpc.aio event loop in a thread of the server. ``GetVersion`` picks
+a protocol and serdes version inside both the client's range and the server's; each
+``IfrtSession`` stream is a :class:`~ifrtpy.proxy.session.Session`, whose requests are
+handled in order (on the loop, or behind a compile or a put waiting for its bytes in the
+session's worker thread). ``HostBufferStore`` / ``HostBufferLookup`` /
+``HostBufferDelete`` move bulk bytes of a session, and ``HostBufferReadFromDisk`` takes a
+large put that a client on this machine left as a file in the server's private shared
+directory. A stream that ends (the client closed, crashed or was killed) closes its
+session, which drops everything it held.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import mmap
+import os
 import queue
 import threading
 from typing import Any, AsyncIterator, NoReturn
 
 import ifrtpy_jax_plugin
 from ifrtpy._xla import varint
-from ifrtpy.errors import InvalidArgumentError, IfrtError, PermissionDeniedError
+from ifrtpy.errors import (InvalidArgumentError, IfrtError, NotFoundError,
+                           PermissionDeniedError, UnimplementedError)
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.session import Limits, Session
@@ -124,6 +130,8 @@ class _Service:
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
         self.stopping = threading.Event()
+        #: where clients on this machine leave large puts as files (None: nowhere)
+        self.transfer_dir: str | None = None
 
     # -- GetVersion -----------------------------------------------------------------------
 
@@ -153,11 +161,7 @@ class _Service:
             version = _pick(metadata.version.protocol_version, metadata.version.protocol_version,
                             PROTOCOL_VERSIONS, "protocol")
         except Exception as error:  # noqa: BLE001 - a malformed header
-            bad = InvalidArgumentError(f"bad {_SESSION_HEADER} header: {error}")
-        else:
-            bad = None
-        if bad is not None:
-            await _abort(context, bad)
+            await _abort(context, InvalidArgumentError(f"bad {_SESSION_HEADER} header: {error}"))
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
         here = threading.get_ident()
@@ -238,10 +242,10 @@ class _Service:
             await _abort(context, error)
         return _EMPTY
 
-    async def host_buffer_lookup(self, request: Any, context: Any) -> AsyncIterator[bytes]:
+    async def host_buffer_lookup(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             session = self.session(request.session_id)
-            data = session.stored_host_buffer(request.handle)
+            data: Any = session.stored_host_buffer(request.handle)
             if data is None:  # its copy out is still running
                 data = await asyncio.to_thread(session.host_buffer, request.handle)
         except IfrtError as error:
@@ -260,10 +264,75 @@ class _Service:
         return messages().GrpcHostBufferDeleteResponse()
 
     async def host_buffer_read_from_disk(self, request: Any, context: Any) -> Any:
-        from ifrtpy.errors import UnimplementedError
+        metadata = request.metadata
+        try:
+            if self.transfer_dir is None:
+                raise UnimplementedError(
+                    "HostBufferReadFromDisk: this server takes no puts through files (it "
+                    "made no shared directory: it does not listen on a local address)")
+            data = _read_transfer_file(
+                os.path.join(self.transfer_dir, f"lt_{_c_int(metadata.handle)}"),
+                metadata.buffer_size)
+            session = self.session(metadata.session_id)
+            session.reserve_host_bytes(len(data))
+            session.store_host_buffer(metadata.handle, data)
+        except IfrtError as error:
+            await _abort(context, error)
+        return messages().GrpcHostBufferReadFromDiskResponse()
 
-        await _abort(context, UnimplementedError(
-            "HostBufferReadFromDisk: the ifrtpy proxy moves host buffers over gRPC only"))
+
+def _c_int(handle: int) -> int:
+    """``handle`` as the client names its file: converted to a 32-bit C int."""
+    return (handle + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def _read_transfer_file(path: str, size: int) -> Any:
+    """The ``size`` bytes of the client's file at ``path``, mapped (not copied); the file
+    is removed (its mapping lives on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as error:
+        _unlink(path)  # a link in its place
+        raise NotFoundError(f"HostBufferReadFromDisk: cannot open {path}: {error.strerror}") from None
+    try:
+        _unlink(path)
+        found = os.fstat(fd).st_size
+        if found != size:
+            raise InvalidArgumentError(
+                f"HostBufferReadFromDisk: {path} holds {found} bytes; the request says {size}")
+        return mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else b""
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _make_shared_directory(address: str) -> str | None:
+    """This server's private directory for puts through files (see ifrtpy_jax_plugin);
+    None where another user's or a link holds its name."""
+    path = ifrtpy_jax_plugin.shared_directory(address)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:  # a server before this one on the same address left it
+        if not ifrtpy_jax_plugin.is_private_directory(path):
+            _log.warning("%s is not this user's private directory: puts go over gRPC", path)
+            return None
+    except OSError as error:
+        _log.warning("cannot make %s (%s): puts go over gRPC", path, error)
+        return None
+    _remove_files(path)
+    return path
+
+
+def _remove_files(path: str) -> None:
+    for name in os.listdir(path):
+        if name.startswith("lt_"):
+            _unlink(os.path.join(path, name))
 
 
 async def _write(outbox: asyncio.Queue, context: Any) -> None:
@@ -370,6 +439,8 @@ class ProxyServer:
         except BaseException:
             self._end_loop()
             raise
+        if ifrtpy_jax_plugin.is_local(self.address):
+            self._service.transfer_dir = _make_shared_directory(self.address)
         self._stopped = False
 
     def _call(self, coroutine: Any) -> Any:
@@ -417,6 +488,12 @@ class ProxyServer:
         for session in live:
             session.close()
         self._end_loop()
+        if self._service.transfer_dir is not None:
+            _remove_files(self._service.transfer_dir)
+            try:
+                os.rmdir(self._service.transfer_dir)
+            except OSError as error:  # someone put other files there
+                _log.warning("cannot remove %s: %s", self._service.transfer_dir, error)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server stops (or ``timeout`` passes); True once stopped."""

@@ -48,7 +48,9 @@ def server():
 def clean_env(**variables):
     env = {k: v for k, v in os.environ.items()
            if k not in ("JAX_PLATFORMS", "JAX_BACKEND_TARGET",
-                        "IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS")}
+                        "IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS",
+                        ifrtpy_jax_plugin.TRANSFER_DIRECTORY,
+                        ifrtpy_jax_plugin.TRANSFER_THRESHOLD)}
     env.update(variables)
     return env
 
@@ -86,6 +88,30 @@ def test_the_variables_run_an_unchanged_jax_program_on_the_server(server):
     assert seen["devices"] == 3                                  # the server's, not jax's CPU
     assert seen["runtime"].startswith("proxy")
     assert seen["insecure"] == "true"                            # a loopback target
+
+
+def test_large_puts_go_through_the_servers_shared_directory(server, monkeypatch):
+    # the plugin points jaxlib's client at the local server's private directory: a put of
+    # 1 MiB or more is left there as a file, which the server maps and removes
+    from ifrtpy.proxy import server as server_module
+
+    read = []
+    original = server_module._read_transfer_file
+    monkeypatch.setattr(server_module, "_read_transfer_file",
+                        lambda path, size: read.append(size) or original(path, size))
+    code = """
+import json, jax, numpy as np
+x = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
+small = np.arange(10.0, dtype=np.float32)
+print(json.dumps({"same": bool((np.asarray(jax.device_put(x) * 2) == x * 2).all()),
+                  "small": np.asarray(jax.device_put(small)).tolist()}))
+"""
+    seen = run_python(code, clean_env(JAX_PLATFORMS="proxy",
+                                      JAX_BACKEND_TARGET=jax_target(server.address)))
+    assert seen == {"same": True, "small": list(range(10))}
+    assert read == [4 << 20]                       # the small put went over gRPC
+    directory = ifrtpy_jax_plugin.shared_directory(server.address)
+    assert os.listdir(directory) == []
 
 
 def test_connect_jax_does_the_same_from_code(server):

@@ -4,6 +4,7 @@ handles and sizes get error statuses (the server goes on serving); per-session l
 answer RESOURCE_EXHAUSTED; unknown custom-call targets are refused at compile."""
 
 import itertools
+import os
 import queue
 import time
 
@@ -13,6 +14,7 @@ import pytest
 grpc = pytest.importorskip("grpc")
 
 import ifrtpy as ifrt  # noqa: E402
+import ifrtpy_jax_plugin  # noqa: E402
 from ifrtpy import proxy  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError, PermissionDeniedError  # noqa: E402
 from ifrtpy.proxy import fields  # noqa: E402
@@ -206,6 +208,65 @@ def test_put_read_back_and_every_ok_response_sets_its_kind(channel, session):
     np.testing.assert_array_equal(np.frombuffer(data, np.float32), values)
     response = session.call("destruct_array_request", M.DestructArrayRequest(array_handle=[500]))
     assert response.WhichOneof("response") == "destruct_array_response"
+
+
+def read_from_disk(channel, session_id, handle, size):
+    call = channel.unary_unary(
+        SERVICE + "HostBufferReadFromDisk",
+        request_serializer=M.GrpcHostBufferReadFromDiskRequest.SerializeToString,
+        response_deserializer=M.GrpcHostBufferReadFromDiskResponse.FromString)
+    request = M.GrpcHostBufferReadFromDiskRequest()
+    request.metadata.session_id, request.metadata.handle = session_id, handle
+    request.metadata.buffer_size = size
+    return call(request, timeout=WAIT_S)
+
+
+def test_a_put_left_as_a_file_in_the_shared_directory_is_read_and_removed(
+        server, channel, session):
+    # a local server makes a private directory named after its address; jaxlib's client
+    # names its file lt_<handle as a 32-bit int> (a handle of 2**32 - 5 is lt_-5)
+    directory = ifrtpy_jax_plugin.shared_directory(server.address)
+    assert ifrtpy_jax_plugin.is_private_directory(directory)
+    values = np.arange(6, dtype=np.float32)
+    handle = (1 << 32) - 5
+    path = os.path.join(directory, "lt_-5")
+    with open(path, "wb") as f:
+        f.write(values.tobytes())
+    read_from_disk(channel, session.id, handle, values.nbytes)
+    assert not os.path.exists(path)
+    response = session.call("make_array_from_host_buffer_request", put_request(handle, [2, 3], 700))
+    assert response.WhichOneof("response") == "make_array_from_host_buffer_response"
+    response = session.call("copy_to_host_buffer_request",
+                            M.CopyToHostBufferRequest(array_handle=700, host_buffer_handle=701))
+    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
+                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
+        session_id=session.id, handle=701), timeout=WAIT_S))
+    np.testing.assert_array_equal(np.frombuffer(data, np.float32), values)
+
+
+def test_a_file_put_that_is_missing_or_of_another_size_is_refused_and_removed(
+        server, channel, session):
+    with pytest.raises(grpc.RpcError) as caught:
+        read_from_disk(channel, session.id, 41, 24)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and "lt_41" in caught.value.details()
+    path = os.path.join(ifrtpy_jax_plugin.shared_directory(server.address), "lt_42")
+    with open(path, "wb") as f:
+        f.write(bytes(20))
+    with pytest.raises(grpc.RpcError) as caught:
+        read_from_disk(channel, session.id, 42, 24)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "holds 20 bytes" in caught.value.details() and "24" in caught.value.details()
+    assert not os.path.exists(path)
+
+
+def test_a_stopped_server_removes_its_shared_directory(client):
+    running = proxy.serve(client)
+    directory = ifrtpy_jax_plugin.shared_directory(running.address)
+    assert ifrtpy_jax_plugin.is_private_directory(directory)
+    running.stop()
+    assert not os.path.exists(directory)
 
 
 def test_sizes_that_disagree_get_errors_bound_to_the_result_handle(channel, session):
