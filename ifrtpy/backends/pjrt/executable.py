@@ -195,14 +195,14 @@ def _optimized_module(handle):
 
 
 def _hlo_module_shardings(module) -> tuple[list | None, list | None]:
-    """OpShardings of the parameters and outputs of the compiled (SPMD) ``module``, or None."""
-    if module is None:
+    """OpShardings of the parameters and outputs of the compiled (SPMD) ``module``, or
+    None, None where it is not partitioned (it has no output sharding then; a partitioned
+    module without parameters has no parameter shardings either)."""
+    output = None if module is None else module.spmd_output_sharding
+    if output is None:
         return None, None
-    params = module.spmd_parameters_shardings
-    output = module.spmd_output_sharding
-    if output is not None:
-        output = list(output.tuple_shardings) if output.type == output.type.TUPLE else [output]
-    return (list(params) if params else None), output
+    output = list(output.tuple_shardings) if output.type == output.type.TUPLE else [output]
+    return list(module.spmd_parameters_shardings or ()), output
 
 
 def _check_shard_shapes(name: str, module, program: HloProgram, params, outputs) -> None:

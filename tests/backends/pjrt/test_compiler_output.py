@@ -3,6 +3,7 @@ per-parameter and per-output shardings, memory stats and cost analysis."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ifrtpy as ifrt
@@ -41,6 +42,24 @@ def test_shardings_per_parameter_and_output_follow_the_program(compiled):
     assert a.shard_shape((8, 16)) == (2, 16) and not a.is_fully_replicated
     assert b.is_fully_replicated
     assert out.shard_shape((8, 4)) == (2, 4)
+
+
+def test_a_program_without_parameters_keeps_its_output_sharding():
+    # a partitioned module without parameters has no parameter shardings: its outputs are
+    # still sharded (they were once read as replicated, and jax refused them)
+    client = ifrt.get_client(device_count=4)
+    program = ifrt.HloProgram("""
+func.func public @main() -> (tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
+  %0 = stablehlo.iota dim = 0 : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}""")
+    executable = client.compile(program, ifrt.CompileOptions(num_partitions=4))
+    assert executable.parameter_shardings() == []
+    [out] = executable.output_shardings()
+    assert out.shard_shape((8,)) == (2,) and not out.is_fully_replicated
+    [result] = executable.execute([]).outputs
+    assert [tuple(s.shape.dims) for s in result.disassemble_into_single_device_arrays()] == [(2,)] * 4
+    np.testing.assert_array_equal(np.asarray(result), np.arange(8, dtype=np.float32))
 
 
 def test_memory_stats_and_cost_analysis_are_present(compiled):
