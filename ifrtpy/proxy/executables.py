@@ -227,9 +227,13 @@ def cost_analysis(session: Any, request: Any) -> Any:
 
 
 def program_text(session: Any, request: Any) -> Any:
+    """What the compiler made of the program (jax's ``compiled.as_text()``, as IFRT's PjRt
+    executables answer), or the program itself where the backend cannot tell."""
     exe = session.executable(request.loaded_executable_handle).executable
     response = messages().LoadedExecutableHumanReadableProgramTextResponse()
-    text, error = _call(exe.program_text)
+    text, error = _call(lambda: exe.program_text(optimized=True))
+    if isinstance(error, UnimplementedError):
+        text, error = _call(exe.program_text)
     if error is None:
         response.human_readable_program_text = text
     else:
