@@ -95,6 +95,15 @@ def store(channel, session_id, handle, data, size=None):
     return call(iter(chunks), metadata=[(STORE_HEADER, header.SerializeToString())], timeout=WAIT_S)
 
 
+def lookup(channel, session_id, handle):
+    """The bytes of host buffer ``handle`` (HostBufferLookup)."""
+    call = channel.unary_stream(SERVICE + "HostBufferLookup",
+                                request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                                response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+    return b"".join(r.data for r in call(M.GrpcHostBufferLookupRequest(
+        session_id=session_id, handle=handle), timeout=WAIT_S))
+
+
 def single_device_sharding(device_id=0):
     inner = M.SingleDeviceShardingProto(device_id=device_id).SerializeToString()
     return M.ShardingProto(serialized_sharding=M.Serialized(
@@ -200,11 +209,7 @@ def test_put_read_back_and_every_ok_response_sets_its_kind(channel, session):
     response = session.call("copy_to_host_buffer_request",
                             M.CopyToHostBufferRequest(array_handle=500, host_buffer_handle=2))
     assert response.WhichOneof("response") == "copy_to_host_buffer_response"
-    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
-                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
-                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
-    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
-        session_id=session.id, handle=2), timeout=WAIT_S))
+    data = lookup(channel, session.id, 2)
     np.testing.assert_array_equal(np.frombuffer(data, np.float32), values)
     response = session.call("destruct_array_request", M.DestructArrayRequest(array_handle=[500]))
     assert response.WhichOneof("response") == "destruct_array_response"
@@ -238,11 +243,7 @@ def test_a_put_left_as_a_file_in_the_shared_directory_is_read_and_removed(
     assert response.WhichOneof("response") == "make_array_from_host_buffer_response"
     response = session.call("copy_to_host_buffer_request",
                             M.CopyToHostBufferRequest(array_handle=700, host_buffer_handle=701))
-    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
-                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
-                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
-    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
-        session_id=session.id, handle=701), timeout=WAIT_S))
+    data = lookup(channel, session.id, 701)
     np.testing.assert_array_equal(np.frombuffer(data, np.float32), values)
 
 
@@ -382,12 +383,7 @@ class Host:
         buffer = next(self.next)
         ok(self.session.call("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
             array_handle=handle, host_buffer_handle=buffer)), "copy_to_host_buffer_response")
-        lookup = self.channel.unary_stream(
-            SERVICE + "HostBufferLookup",
-            request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
-            response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
-        data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
-            session_id=self.session.id, handle=buffer), timeout=WAIT_S))
+        data = lookup(self.channel, self.session.id, buffer)
         return np.frombuffer(data, np.float32).reshape(shape)
 
 
@@ -545,11 +541,7 @@ def test_string_arrays_round_trip(channel, session):
                 "make_array_from_host_buffer_response").array_handle
     ok(session.call("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
         array_handle=handle, host_buffer_handle=78)), "copy_to_host_buffer_response")
-    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
-                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
-                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
-    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
-        session_id=session.id, handle=78), timeout=WAIT_S))
+    data = lookup(channel, session.id, 78)
     assert list(M.StringArrayContents.FromString(data).strings) == words
 
 
@@ -580,11 +572,7 @@ def test_byte_strides_in_and_out(channel, session):
     copy = M.CopyToHostBufferRequest(array_handle=91, host_buffer_handle=92)
     copy.byte_strides.strides.extend([4, 8])
     ok(session.call("copy_to_host_buffer_request", copy), "copy_to_host_buffer_response")
-    lookup = channel.unary_stream(SERVICE + "HostBufferLookup",
-                                  request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
-                                  response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
-    data = b"".join(r.data for r in lookup(M.GrpcHostBufferLookupRequest(
-        session_id=session.id, handle=92), timeout=WAIT_S))
+    data = lookup(channel, session.id, 92)
     assert data == x.tobytes(order="F")
     request = put_request(93, [2, 3])
     request.byte_strides.strides.extend([4, 80])  # reads past the buffer's end
