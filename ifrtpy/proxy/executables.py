@@ -42,9 +42,7 @@ class Compiled:
     program: HloProgram
     donated: frozenset[int]
     kept: frozenset[int]
-    #: what executes reuse: their ExecuteOptions per request options, and their outputs'
-    #: (dtype, shape, sharding) protos per device list
-    options: dict[tuple, ExecuteOptions] = dataclasses.field(default_factory=dict)
+    #: what executes reuse: their outputs' (dtype, shape, sharding) protos per device list
     output_protos: dict[tuple | None, list[tuple[Any, Any, Any]]] = dataclasses.field(
         default_factory=dict)
 
@@ -260,20 +258,12 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 # -- execute -----------------------------------------------------------------------------
 
 def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
-    """The request's options, keeping the inputs the compiled code does not take."""
-    key = (proto.launch_id, tuple(proto.non_donatable_input_indices), proto.fill_status,
-           proto.execution_stream_id)
-    options = compiled.options.get(key)
-    if options is None:
-        if len(compiled.options) >= _KEPT_OPTIONS:
-            compiled.options.clear()
-        options = compiled.options[key] = ExecuteOptions(
-            launch_id=key[0], non_donatable_input_indices=frozenset(key[1]) | compiled.kept,
-            fill_status=key[2], execution_stream_id=key[3])
-    return options
-
-
-_KEPT_OPTIONS = 64  # distinct options kept per executable (jax sends one or a few)
+    """The request's options, keeping the inputs the compiled code does not take (made
+    per call: jax sends a new ``launch_id`` with each)."""
+    kept = frozenset(proto.non_donatable_input_indices) | compiled.kept
+    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=kept,
+                          fill_status=proto.fill_status,
+                          execution_stream_id=proto.execution_stream_id)
 
 
 def _output_protos(compiled: Compiled, outputs: list[Any], devices: Any) -> list[tuple]:
