@@ -24,6 +24,8 @@ __all__ = ["configure", "serve"]
 
 #: How long clients get to finish their requests when the server stops (seconds).
 STOP_GRACE_S = 2.0
+#: How often the main thread wakes to run a signal's handler (seconds).
+SIGNAL_POLL_S = 0.2
 
 REMOTE_WARNING = (
     "warning: {address} is not a loopback address: whoever can connect to it can run programs "
@@ -67,7 +69,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"ifrtpy proxy: serving {client!r} at {target}", flush=True)
         print(f"point jax at it: JAX_PLATFORMS=proxy JAX_BACKEND_TARGET={target} python train.py\n"
               "Ctrl-C stops the server.", flush=True)
-        stop.wait()
+        # Timed waits: the kernel may hand the signal to another thread, and Python runs
+        # its handler only when the main thread next wakes.
+        while not stop.wait(SIGNAL_POLL_S):
+            pass
     finally:
         server.stop(grace=STOP_GRACE_S)
     return 0

@@ -1,6 +1,9 @@
 """``python -m ifrtpy serve``: the exact ready line, a server that answers there, a clean stop
 on SIGTERM and SIGINT, and no non-loopback address without ``--allow-remote``."""
 
+import ctypes
+import os
+import platform
 import re
 import signal
 import socket
@@ -53,6 +56,18 @@ def test_ready_line_then_a_clean_stop(number):
         code, _, err = stop(proc, number)
     assert (code, err) == (0, "")                               # no traceback, exit 0
     assert not accepts_connections(port)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
+                    reason="sends the signal to one thread with the x86_64 tgkill syscall")
+def test_a_signal_that_another_thread_receives_still_stops_it():
+    # the kernel may hand a process's SIGTERM to any thread; the server once hung then
+    proc, _ = start("--backend", "pjrt", "--device-count", "2")
+    threads = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(234, proc.pid, threads[-1], int(signal.SIGTERM)) == 0  # tgkill
+    out, err = proc.communicate(timeout=HANG_S)
+    assert (proc.returncode, err) == (0, "")
 
 
 def test_a_unix_socket(tmp_path):
