@@ -273,9 +273,8 @@ class _Service:
             data = _read_transfer_file(
                 os.path.join(self.transfer_dir, f"lt_{_c_int(metadata.handle)}"),
                 metadata.buffer_size)
-            session = self.session(metadata.session_id)
-            session.reserve_host_bytes(len(data))
-            session.store_host_buffer(metadata.handle, data)
+            # storing checks the session's host-buffer limit (the bytes are already here)
+            self.session(metadata.session_id).store_host_buffer(metadata.handle, data)
         except IfrtError as error:
             await _abort(context, error)
         return messages().GrpcHostBufferReadFromDiskResponse()
