@@ -11,7 +11,7 @@ import abc
 import dataclasses
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
 from ifrtpy.array import GONE, Array, array_sequence
@@ -19,8 +19,13 @@ from ifrtpy.array_plans import check_of_client
 from ifrtpy.dtypes import DType
 from ifrtpy.layout import Layout
 from ifrtpy.device import DeviceList
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_int, invalid_argument
-from ifrtpy.sharding import NamedSharding, OpaqueSharding, Sharding, SingleDeviceShardSemantics
+from ifrtpy.errors import (
+    FailedPreconditionError, InternalError, InvalidArgumentError, UnimplementedError, check_int,
+    check_type, invalid_argument,
+)
+from ifrtpy.sharding import (
+    NamedSharding, OpaqueSharding, Sharding, SingleDeviceShardSemantics, SingleDeviceSharding,
+)
 from ifrtpy.sharding.mesh import named_sharding_like
 from ifrtpy.user_context import UserContext
 
@@ -37,6 +42,8 @@ __all__ = [
     "ExecuteResult",
     "CompiledMemoryStats",
     "LoadedExecutable",
+    "CheckedExecute",
+    "ExecuteContract",
 ]
 
 _INT32 = (-(2**31), 2**31 - 1)
@@ -389,7 +396,10 @@ class LoadedExecutable(abc.ABC):
         backend has none."""
         raise UnimplementedError(f"{type(self).__name__} has no HLO modules")
 
-    @abc.abstractmethod
+    #: The contract of :meth:`execute` for this executable (see :class:`ExecuteContract`),
+    #: which the backend makes when it makes the executable.
+    _execute_contract: ExecuteContract
+
     def execute(
         self,
         args: list[Array],
@@ -406,7 +416,24 @@ class LoadedExecutable(abc.ABC):
         those devices (InvalidArgumentError for a non-portable one). Errors during the
         run arrive through ``status`` (when ``options.fill_status``) and the outputs'
         ready futures. Raises FailedPreconditionError if the executable was deleted.
+
+        The whole contract is checked here, once for every backend (the backend's
+        ``_execute_contract``, an :class:`ExecuteContract`); the backend's :meth:`_launch`
+        carries out the checked call.
         """
+        return self._execute_checked(args, options, devices)
+
+    def _execute_checked(self, args: Any, options: Any, devices: Any) -> ExecuteResult:
+        """:meth:`execute` (what a backend's C path, which repeats calls of the kinds
+        already checked, hands every other call to)."""
+        return self._launch(self._execute_contract.check(self, args, options, devices))
+
+    @abc.abstractmethod
+    def _launch(self, call: CheckedExecute) -> ExecuteResult:
+        """Carry out ``call``, an execute whose contract :meth:`execute` checked: run on
+        ``call.device`` (a portable executable) or the executable's devices, give up the
+        arguments in ``call.donated``, and return the outputs (in
+        ``call.output_shardings`` where the backend knows them)."""
 
     @abc.abstractmethod
     def delete(self) -> Future[None]:
@@ -520,7 +547,7 @@ class ArgumentChecks:
                  array_type: type):
         self._name = name
         self._client = client
-        self._parameters = list(parameters)
+        self.parameters = list(parameters)
         self._array_type = array_type
         self._placed: dict[tuple[Any, ...], None] = {}
 
@@ -528,14 +555,14 @@ class ArgumentChecks:
         """``args`` as a list, each argument checked against its parameter placed by
         ``shardings``; InvalidArgumentError (UnimplementedError for a STRING array)
         naming the first argument that is not usable."""
-        checked = check_argument_count(self._name, args, self._parameters)
+        checked = check_argument_count(self._name, args, self.parameters)
         for i, (arg, sharding) in enumerate(zip(checked, shardings)):
             self.check_one(i, arg, sharding)
         return checked
 
     def check_one(self, i: int, arg: Any, sharding: Sharding) -> None:
         """Argument ``i`` checked against parameter ``i`` placed by ``sharding``."""
-        name, param = self._name, self._parameters[i]
+        name, param = self._name, self.parameters[i]
         if isinstance(arg, Array) and arg.dtype.kind == DType.Kind.STRING:
             raise UnimplementedError(
                 f"argument {i} of {name} is a STRING array; XLA programs cannot take strings")
@@ -554,6 +581,97 @@ class ArgumentChecks:
         """Whether an argument ``i`` of ``dtype``, ``shape`` and ``sharding`` passed the
         checks of its placement (a backend's repeat path may skip them for it)."""
         return (i, dtype, shape, sharding) in self._placed
+
+
+class CheckedExecute(NamedTuple):
+    """One call of execute, its contract checked (:meth:`ExecuteContract.check`)."""
+
+    #: The arguments, each checked against its parameter.
+    args: list[Any]
+    #: The call's options (the defaults for None).
+    options: ExecuteOptions
+    #: The device a portable executable runs on; None for one bound to devices.
+    device: Device | None
+    #: The arguments the call gives up: donatable, not in the options' non-donatable ones.
+    donated: frozenset[int]
+    #: The sharding of each output (named as the arguments' meshes); None where unknown.
+    output_shardings: list[Sharding] | None
+
+
+class ExecuteContract:
+    """The contract of :meth:`LoadedExecutable.execute`, written once for every backend:
+    the executable is not deleted; ``options`` is an ExecuteOptions or None (the
+    defaults); ``devices`` is a portable executable's one addressable device, or else
+    None or the compiled devices; there are as many arguments as ``parameters``, each
+    checked by :class:`ArgumentChecks` against its parameter placed by
+    ``parameter_shardings`` (a portable executable's: its device); and the call donates
+    the ``donatable`` arguments that ``options.non_donatable_input_indices`` leaves.
+
+    ``parameters`` None is a program whose parameter types the backend does not know
+    (e.g. a Python function): each argument is then checked to be a live array of the
+    client, and nothing is donated. ``output_shardings`` (None where unknown) are named
+    after the arguments' meshes (:class:`NamedOutputs`)."""
+
+    def __init__(self, name: str, client: Any, array_type: type,
+                 parameters: Sequence[TensorType] | None,
+                 parameter_shardings: Sequence[Sharding] | None = None,
+                 results: Sequence[TensorType] = (),
+                 output_shardings: Sequence[Sharding] | None = None,
+                 donatable: frozenset[int] = frozenset()):
+        self._name = name
+        self._client = client
+        self._array_type = array_type
+        self._parameter_shardings = (None if parameter_shardings is None
+                                     else list(parameter_shardings))
+        self._results = list(results)
+        self._donatable = frozenset(donatable)
+        self.arguments = (None if parameters is None
+                          else ArgumentChecks(name, client, parameters, array_type))
+        self.named_outputs = (None if output_shardings is None
+                              else NamedOutputs(output_shardings, results))
+
+    def check(self, executable: LoadedExecutable, args: Any, options: Any,
+              devices: Any) -> CheckedExecute:
+        """The call ``executable.execute(args, options, devices)`` checked; the first
+        broken rule raises (FailedPreconditionError for a deleted executable,
+        InvalidArgumentError naming the argument or option otherwise)."""
+        if executable.is_deleted():
+            raise FailedPreconditionError(f"executable {self._name!r} has been deleted")
+        if options is None:
+            options = _DEFAULT_EXECUTE_OPTIONS
+        elif type(options) is not ExecuteOptions:
+            check_type(options, ExecuteOptions, "options", "an ExecuteOptions or None")
+        device = check_execute_devices(executable, devices)
+        if self.arguments is None:
+            checked = [self._live_array(i, arg)
+                       for i, arg in enumerate(array_sequence(args, "args"))]
+            return CheckedExecute(checked, options, device, frozenset(), None)
+        shardings = self._parameter_shardings
+        if device is not None:  # portable: every parameter and output on that device
+            single = SingleDeviceSharding(device)
+            shardings = [single] * len(self.arguments.parameters)
+            outputs: list[Sharding] | None = [single] * len(self._results)
+        elif shardings is None:  # only a portable executable has none, and it has a device
+            raise InternalError(f"{self._name}: a bound executable without parameter shardings")
+        checked = self.arguments.check(args, shardings)
+        if device is None:
+            outputs = None if self.named_outputs is None else self.named_outputs(checked)
+        donated = self._donatable
+        if donated and options.non_donatable_input_indices:
+            donated = donated - options.non_donatable_input_indices
+        return CheckedExecute(checked, options, device, donated, outputs)
+
+    def _live_array(self, i: int, arg: Any) -> Any:
+        what = f"argument {i} of {self._name}"
+        check_of_client(self._client, arg, what, self._array_type)
+        if arg.error is not None:
+            raise InvalidArgumentError(f"{what} is an error array: {arg.error}")
+        if arg.is_deleted():
+            raise InvalidArgumentError(f"{what} has been deleted or donated: {GONE}")
+        return arg
+
+
+_DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
 def _holds_whole(sharding: Sharding, shape: Shape) -> bool:

@@ -34,9 +34,9 @@ from ifrtpy.client import Client, Compiler
 from ifrtpy.device import Device, Memory, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
-    FailedPreconditionError, InvalidArgumentError, NotFoundError, UnimplementedError,
+    InvalidArgumentError, NotFoundError, UnimplementedError,
 )
-from ifrtpy.executable import CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable
+from ifrtpy.executable import CompileOptions, ExecuteContract, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import OpaqueSharding, SingleDeviceSharding, SingleDeviceShardSemantics
@@ -174,6 +174,8 @@ class ExampleExecutable(LoadedExecutable):
     def __init__(self, client, function, devices):
         self._client, self._function, self._devices = client, function, devices
         self._deleted = False
+        # Its parameter types are known only when it runs: arrays of the client, live.
+        self._execute_contract = ExecuteContract(self.name, client, ExampleArray, None)
         self._user_context = current_user_context()
 
     client = property(lambda self: self._client)
@@ -201,22 +203,15 @@ class ExampleExecutable(LoadedExecutable):
     def output_memory_kinds(self):
         raise UnimplementedError("the outputs of a Python function are known when it runs")
 
-    def execute(self, args, options=None, devices=None):
-        options = ExecuteOptions() if options is None else options
-        if self._deleted:
-            raise FailedPreconditionError(f"the executable {self.name!r} was deleted")
-        if devices is not None and self._devices is not None:
-            raise InvalidArgumentError("devices are given to portable executables only; this "
-                                       f"one runs on {self._devices.to_string()}")
-        for i, arg in enumerate(args):
-            if not isinstance(arg, ExampleArray) or arg.client is not self._client:
-                raise InvalidArgumentError(f"argument {i} is not an array of this client")
-        where = SingleDeviceSharding((devices or self._devices
+    def _launch(self, call):
+        # execute checked the call (ifrtpy.executable.ExecuteContract): arrays of this
+        # client, live, and the device a portable executable runs on.
+        where = SingleDeviceSharding((call.device or self._devices
                                       or self._client.addressable_devices())[0])
-        results = self._function(*[np.asarray(arg) for arg in args])
+        results = self._function(*[np.asarray(arg) for arg in call.args])
         outputs = [self._client.make_array_from_host_buffer(np.asarray(r), where)
                    for r in results]
-        return ExecuteResult(Future.ready(None) if options.fill_status else None, outputs)
+        return ExecuteResult(Future.ready(None) if call.options.fill_status else None, outputs)
 
     def delete(self):
         self._deleted = True

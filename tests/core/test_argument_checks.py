@@ -30,7 +30,7 @@ def test_the_memo_of_placements_stays_bounded_and_checks_after_it_is_cleared(cli
         a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(device))
         out = exe.execute([a], devices=ifrt.DeviceList([device])).outputs[0]
         np.testing.assert_array_equal(np.asarray(out), x + 1)
-        assert len(exe._argument_checks._placed) <= 3
+        assert len(exe._execute_contract.arguments._placed) <= 3
     a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(devices[0]))
     with pytest.raises(errors.InvalidArgumentError, match="argument 0"):
         exe.execute([a], devices=ifrt.DeviceList([devices[1]]))

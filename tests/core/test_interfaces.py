@@ -127,7 +127,7 @@ def test_abstract_method_sets_are_the_documented_core():
         "disassemble_into_single_device_arrays", "copy_to_host_buffer"}
     assert LoadedExecutable.__abstractmethods__ == {
         "client", "name", "devices", "addressable_devices", "parameter_shardings",
-        "output_shardings", "output_dtypes", "output_shapes", "output_memory_kinds", "execute",
+        "output_shardings", "output_dtypes", "output_shapes", "output_memory_kinds", "_launch",
         "delete", "is_deleted"}
     assert Client.__abstractmethods__ == {
         "runtime_type", "platform_name", "platform_version", "platform_id", "process_index",

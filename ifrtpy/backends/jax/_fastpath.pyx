@@ -59,8 +59,8 @@ cdef class JaxExecutableCore:
     ``execute`` runs here a call with default options whose arguments are each an
     ``_array_type`` of ``_client`` with a value and the ``(dtype, shape, sharding)``
     objects of ``_accepted`` for its parameter, when the program donates nothing. Every
-    other call goes to ``_execute_checked`` (in ``executable.py``), which checks each
-    argument and sets ``_accepted``.
+    other call goes to ``_execute_checked``, the interface's execute (``ifrtpy.executable``),
+    which checks the whole contract; the backend's ``_launch`` then sets ``_accepted``.
     """
 
     cdef public object _client

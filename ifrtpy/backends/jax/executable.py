@@ -19,7 +19,7 @@ previous execute's tokens: their effects run in the order of the executes.
 from __future__ import annotations
 
 import threading
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn, Sequence, cast
 
 from ifrtpy.array import Array, ArrayCopySemantics
 from ifrtpy.backends import serialized
@@ -31,8 +31,8 @@ from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import (
-    CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    ArgumentChecks, NamedOutputs, check_argument_count, check_execute_devices,
+    ArgumentChecks, CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract,
+    ExecuteResult, LoadedExecutable, NamedOutputs,
 )
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
@@ -42,7 +42,6 @@ from ifrtpy.sharding import Sharding, SingleDeviceSharding
 from ifrtpy.user_context import UserContext, current_user_context
 
 _MAGIC = b"IFRTPY-JAX-EXECUTABLE-1\n"
-_DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
 def _devices_of(client: Any, options: CompileOptions) -> DeviceList:
@@ -134,7 +133,8 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
     LoadedExecutable).
 
     ``execute`` repeats calls whose arguments are of the kinds already accepted in C
-    (``JaxExecutableCore``); the checks are here, in ``_execute_checked``."""
+    (``JaxExecutableCore``); every other call is checked by the interface's ``execute``
+    and launched here, in ``_launch``."""
 
     def __init__(self, client: Any, handle: Any, program: HloProgram, devices: DeviceList):
         self._client = client
@@ -142,7 +142,6 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._program = program
         self._devices = devices
         self._params = program.parameters
-        self._argument_checks = ArgumentChecks(self.name, client, self._params, JaxArray)
         self._results = program.results
         self._donated = program.donated_inputs
         self._execute_sharded = handle.execute_sharded
@@ -159,7 +158,9 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
                                                  len(self._results), self._memory_kinds)
         self._outputs_spec = tuple((r.dtype, r.shape, s) for r, s in zip(
             self._results, self._output_shardings))
-        self._named_outputs = NamedOutputs(self._output_shardings, self._results)
+        self._execute_contract = ExecuteContract(
+            self.name, client, JaxArray, self._params, self._parameter_shardings,
+            self._results, self._output_shardings, self._donated)
         self._array_type = JaxArray
         self._user_context = current_user_context()
         self._handlers = [
@@ -282,27 +283,19 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
 
     # -- execution ------------------------------------------------------------------------
 
-    def _execute_checked(self, args: Sequence[Array], options: ExecuteOptions | None,
-                         devices: DeviceList | None) -> ExecuteResult:
-        """``execute`` with every check (see ``JaxExecutableCore``)."""
+    def _launch(self, call: CheckedExecute) -> ExecuteResult:
         execute_sharded = self._execute_sharded
-        if execute_sharded is None:
-            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
-        options = _DEFAULT_EXECUTE_OPTIONS if options is None else options
-        check_execute_devices(self, devices)
-        args = check_argument_count(self.name, args, self._params)
-        values = [self._checked_value(i, arg) for i, arg in enumerate(args)]
-        checked: list[JaxArray] = list(args)  # type: ignore[arg-type]  # checked above
-        named = self._named_outputs  # a token program never takes the C path: nothing accepted
+        checked: list[JaxArray] = call.args
+        options = call.options
+        values = [arg.jax_value for arg in checked]
+        named = cast(NamedOutputs, self._execute_contract.named_outputs)  # bound: never None
+        # A token program never takes the C path: nothing is accepted for it.
         outputs_spec = named.accept(self, checked) if self._tokens is None else named.specs(checked)
-        donated = self._donated
-        if donated:
-            kept = donated & options.non_donatable_input_indices
-            for i in kept:
-                values[i] = checked[i]._take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
-            donated = donated - kept
-            for i in donated:
-                checked[i].wait_for_reads()  # reads enqueued before the donation see the data
+        donated = call.donated
+        for i in self._donated - donated:
+            values[i] = checked[i]._take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
+        for i in donated:
+            checked[i].wait_for_reads()  # reads enqueued before the donation see the data
         try:
             if self._tokens is not None:
                 outputs = self._tokens.execute(execute_sharded, values, options.launch_id,
@@ -313,7 +306,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
             else:
                 outputs = execute_sharded(values).consume_with_handlers(self._handlers)
         except Exception as e:
-            self._launch_failed(args, values, e)
+            self._launch_failed(checked, values, e)
         for i in donated:
             checked[i].delete()  # jax took its buffer
         client = self._client
@@ -326,20 +319,11 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
                        ) -> NoReturn:
         """Raise for jax's refusal of a launch: an argument deleted through jax itself is
         refused as a deleted argument; anything else is jax's error as ifrtpy's."""
+        arguments = cast(ArgumentChecks, self._execute_contract.arguments)  # types known
         for i, value in enumerate(values):
             if value.is_deleted():
-                self._argument_checks.check_one(i, args[i], self._parameter_shardings[i])
+                arguments.check_one(i, args[i], self._parameter_shardings[i])
         raise translate(error) from None
-
-    def _checked_value(self, i: int, arg: Any) -> Any:
-        """The jax value of argument ``i`` once it passes the checks (remembered per
-        parameter, dtype, shape and sharding)."""
-        value = arg._value if type(arg) is JaxArray else None
-        if (value is None or value.is_deleted() or arg._client is not self._client
-                or not self._argument_checks.placed(i, arg._dtype, arg._shape, arg._sharding)):
-            self._argument_checks.check_one(i, arg, self._parameter_shardings[i])
-            value = arg.jax_value
-        return value
 
 
 _token_lock = threading.Lock()

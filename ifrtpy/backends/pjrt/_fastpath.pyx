@@ -135,8 +135,9 @@ cdef class ExecutableCore:
     ``execute`` repeats, in C, a call whose arguments are of the kinds a checked call
     accepted: each an ``_array_type`` with the ``(dtype, shape, sharding)`` of
     ``_accepted`` (sharding and dtype by identity, shape by equality), live and not an
-    error array. Every other call goes to ``_execute_checked`` (in ``executable.py``),
-    which checks each argument against the program and sets ``_accepted``.
+    error array. Every other call goes to ``_execute_checked``, the interface's execute
+    (``ifrtpy.executable``), which checks the whole contract; the backend's ``_launch``
+    (in ``executable.py``) then sets ``_accepted``.
     """
 
     cdef public object _client

@@ -30,8 +30,8 @@ from ifrtpy.errors import (
     check_type,
 )
 from ifrtpy.executable import (
-    ArgumentChecks, CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult,
-    LoadedExecutable, NamedOutputs, check_execute_devices,
+    CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract, ExecuteResult,
+    LoadedExecutable,
 )
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
@@ -42,7 +42,6 @@ from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
 MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
-_DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
 
 
 def compile_program(client, program: Any, options: CompileOptions | None) -> PjrtLoadedExecutable:
@@ -230,7 +229,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     """A compiled program loaded on a PjrtClient's devices.
 
     Its fields, and the repeat of an accepted call in ``execute``, live in the C-level
-    ``ExecutableCore``; the checks are here, in ``_execute_checked``.
+    ``ExecutableCore``; every other call is checked by the interface's ``execute`` and
+    launched here, in ``_launch``.
     """
 
     def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None,
@@ -244,14 +244,15 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._parameter_shardings, self._output_shardings = self._shardings()
         self._params = program.parameters
         self._results = program.results
-        self._argument_checks = ArgumentChecks(self.name, client, program.parameters, PjrtArray)
         self._array_type = PjrtArray
         self._donated = frozenset(program.donated_inputs)
         self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
         self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
-        self._named_outputs = NamedOutputs(self._output_shardings or (), self._results)
+        self._execute_contract = ExecuteContract(
+            self.name, client, PjrtArray, program.parameters, self._parameter_shardings,
+            self._results, self._output_shardings, self._donated)
         self._user_context = current_user_context()
         # Host callbacks: every execute passes their callables (the handle's execute
         # context, see ifrtpy.ffi); ordered effects: token arguments and results threaded
@@ -400,28 +401,12 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
     # -- execution ------------------------------------------------------------------------
 
-    def _execute_checked(self, args: Sequence[Array], options: ExecuteOptions | None,
-                         devices: DeviceList | None) -> ExecuteResult:
-        """``execute`` with every argument checked against the program."""
-        if self._deleted:
-            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
-        if options is None:
-            options = _DEFAULT_EXECUTE_OPTIONS
-        check_type(options, ExecuteOptions, "options", "an ExecuteOptions or None")
+    def _launch(self, call: CheckedExecute) -> ExecuteResult:
+        args, options, execute_device = call.args, call.options, call.device
         non_donatable = options.non_donatable_input_indices
         non_donatable = sorted(non_donatable) if non_donatable else ()
-        execute_device = check_execute_devices(self, devices)
-        if execute_device is not None:  # portable: everything on that device
-            shardings = [SingleDeviceSharding(execute_device)] * len(self._params)
-            out_shardings = [shardings[0]] * len(self._results)
-        else:
-            shardings = self._parameter_shardings
-            out_shardings = self._output_shardings
-        args = self._argument_checks.check(args, shardings)
         self._check_layouts_or_accept(args)
-        self._check_donations(args, non_donatable)
-        if execute_device is None and out_shardings is not None:
-            out_shardings = self._named_outputs(args)
+        self._check_donations(args, call.donated)
         device_handle = None if execute_device is None else execute_device._handle
         if self._effects is None:
             outputs, events = self._handle.execute_by_argument(
@@ -437,12 +422,11 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
             devices = [execute_device] if execute_device is not None else self._addressable
             outputs, events = effects.run(launch, [a._buffers for a in args], devices)
-        for i in self._donated:  # their buffers are the outputs': they read as deleted
-            if i not in non_donatable:
-                args[i]._deleted = True
+        for i in call.donated:  # their buffers are the outputs': they read as deleted
+            args[i]._deleted = True
         client = self._client
         arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
-                  for r, sharding, buffers in zip(self._results, out_shardings, outputs)]
+                  for r, sharding, buffers in zip(self._results, call.output_shardings, outputs)]
         status = future_of_events(events) if options.fill_status else None
         return ExecuteResult(status, arrays)
 
@@ -453,7 +437,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             # Layouts are checked on every call, so no call takes the unchecked C path.
             self._check_layouts(args)
         elif self._devices is not None and self._effects is None:
-            self._named_outputs.accept(self, args)
+            self._execute_contract.named_outputs.accept(self, args)
 
     def _check_layouts(self, args: Sequence[Array]) -> None:
         expected = self._parameter_orders
@@ -476,10 +460,10 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
                     f"parameter {i} takes minor-to-major order {tuple(order)}: put it in that "
                     "layout, or compile with argument_layouts matching it")
 
-    def _check_donations(self, args: Sequence[Array], non_donatable) -> None:
+    def _check_donations(self, args: Sequence[Array], donated: frozenset[int]) -> None:
         """Refuse to donate a buffer that DLPack exports or NumPy views still read."""
-        for i in self._program.donated_inputs:
-            if i < len(args) and i not in non_donatable and any(b.exports for b in args[i]._buffers):
+        for i in donated:
+            if any(b.exports for b in args[i]._buffers):
                 raise FailedPreconditionError(
                     f"argument {i} of {self.name} is donated, but DLPack exports or NumPy views "
                     "of it are alive: drop them first, or list the argument in "

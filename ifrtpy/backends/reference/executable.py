@@ -22,26 +22,22 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any, Sequence
+from typing import Any
 
-from ifrtpy.array import Array
 from ifrtpy.backends import serialized
 from ifrtpy.backends.host_arrays import check_layout, global_value, split
 from ifrtpy.backends.reference import rewrite
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
-from ifrtpy.errors import (
-    FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError,
-)
+from ifrtpy.errors import IfrtError, InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import (
-    CompiledMemoryStats, CompileOptions, ExecuteOptions, ExecuteResult, LoadedExecutable,
-    ArgumentChecks, NamedOutputs, check_execute_devices, program_layouts,
+    CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract, ExecuteResult,
+    LoadedExecutable, program_layouts,
 )
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
-from ifrtpy.sharding import SingleDeviceSharding
 from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-REFERENCE-EXECUTABLE-1\n"
@@ -140,9 +136,9 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._parameter_layouts, self._output_layouts = _layouts(options, program)
         self._deleted = False
         self._user_context = current_user_context()
-        self._named_outputs = NamedOutputs(self._outputs or (), program.results)
-        self._argument_checks = ArgumentChecks(program.name, client, program.parameters,
-                                               ReferenceArray)
+        self._execute_contract = ExecuteContract(
+            program.name, client, ReferenceArray, program.parameters, self._params,
+            program.results, self._outputs, program.donated_inputs)
 
     @property
     def client(self):
@@ -227,25 +223,11 @@ class ReferenceLoadedExecutable(LoadedExecutable):
 
     # -- execution ------------------------------------------------------------------------
 
-    def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
-                devices: DeviceList | None = None) -> ExecuteResult:
-        if self._deleted:
-            raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
-        options = options if options is not None else ExecuteOptions()
-        device = check_execute_devices(self, devices)
-        if device is not None:  # portable: everything on that device
-            params = [SingleDeviceSharding(device)] * len(self._program.parameters)
-            outputs = [SingleDeviceSharding(device)] * len(self._program.results)
-        else:
-            params, outputs = self._params, self._outputs
-        args = self._argument_checks.check(args, params)
-        if device is None:
-            outputs = self._named_outputs(args)
+    def _launch(self, call: CheckedExecute) -> ExecuteResult:
+        args, options, outputs = call.args, call.options, call.output_shardings
         values = [global_value(a) for a in args]
-        donated = self._program.donated_inputs - options.non_donatable_input_indices
-        for i in sorted(donated):
-            if i < len(args):
-                args[i].delete()
+        for i in sorted(call.donated):
+            args[i].delete()
         client, results = self._client, self._program.results
         try:
             out_values = self._interpretable.run(values)
