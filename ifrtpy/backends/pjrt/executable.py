@@ -13,11 +13,12 @@ import weakref
 from typing import Any, Sequence
 
 
-from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache, ffi
+from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy._pjrt import _seal
 from ifrtpy.array import Array
 from ifrtpy.array_plans import canonical_kind
 from ifrtpy.backends import serialized
+from ifrtpy.backends.pjrt import ffi
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.effects import OrderedEffects
@@ -70,7 +71,7 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
 
 def _prepare_custom_calls(client, program: HloProgram, devices: DeviceList | None):
     """Register the custom call targets ``program`` names with the plugin; the user data
-    type id of host callbacks where it makes any (see :mod:`ifrtpy.ffi`)."""
+    type id of host callbacks where it makes any (see :mod:`ifrtpy.backends.pjrt.ffi`)."""
     if not program.custom_call_targets:
         return None
     return ffi.prepare(client._handle.plugin, client.platform_name, program,
