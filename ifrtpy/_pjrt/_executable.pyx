@@ -3,8 +3,11 @@
 
 Differences from the C API:
 
-* ``compile`` refuses compile options the CPU plugin would abort on (empty bytes, or
-  build options with fewer than one replica or partition); they are parsed with jaxlib.
+* ``compile`` takes StableHLO (text or bytecode) only, and refuses empty compile options
+  (the CPU plugin aborts on them). It does not parse the options: they are the caller's
+  contract, a serialized CompileOptionsProto with at least one replica and one partition
+  (the CPU plugin aborts on fewer; the PjRt backend builds them from a checked
+  ``ifrtpy.CompileOptions``).
 * An ExecutableHandle owns both the ``PJRT_LoadedExecutable*`` and the
   ``PJRT_Executable*`` behind it, and caches the name, output count and addressable
   devices read at load time.
@@ -93,38 +96,28 @@ cdef int _check_nested(str name, tuple devices) except -1:
     return 0
 
 
-def _check_compile_options(bytes options not None):
-    if not options:
-        raise _errors.InvalidArgumentError(
-            "compile options are empty; pass a serialized xla CompileOptionsProto "
-            "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())"
-        )
-    from ifrtpy import _jaxlib
-    xla_client = _jaxlib.xla_client()
-    build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
-    if build.num_replicas < 1 or build.num_partitions < 1:
-        raise _errors.InvalidArgumentError(
-            f"compile options need at least one replica and one partition, got "
-            f"num_replicas={build.num_replicas}, num_partitions={build.num_partitions}"
-        )
+def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None):
+    """Compile StableHLO ``code`` (text or bytecode) with ``compile_options``, a serialized
+    CompileOptionsProto; returns an ExecutableHandle.
 
-
-def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None,
-            str format not None="mlir"):
-    """Compile ``code`` (StableHLO text or bytecode for format "mlir", HLO for "hlo")
-    with serialized CompileOptionsProto ``compile_options``; returns an ExecutableHandle."""
+    Empty ``compile_options`` raise InvalidArgumentError (the CPU plugin aborts on them);
+    otherwise they are handed to the plugin unparsed: the caller guarantees a valid proto
+    with ``num_replicas`` and ``num_partitions`` at least 1 (the CPU plugin aborts the
+    process on 0)."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Program program
     cdef PJRT_Client_Compile_Args args
     cdef PJRT_Error* error
-    cdef bytes fmt = format.encode()
-    _check_compile_options(compile_options)
+    if not compile_options:
+        raise _errors.InvalidArgumentError(
+            "compile options are empty; pass a serialized xla CompileOptionsProto "
+            "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())")
     memset(&program, 0, sizeof(program))
     program.struct_size = PJRT_Program_STRUCT_SIZE
     program.code = <char*>code
     program.code_size = len(code)
-    program.format = fmt
-    program.format_size = len(fmt)
+    program.format = b"mlir"
+    program.format_size = 4
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE
     args.client = client.ptr
