@@ -26,9 +26,11 @@ Differences from the C API:
   and they wait for it (executes nested that deep, or as many threads whose callbacks
   execute on one device). An execute whose inline callback ended in KeyboardInterrupt
   (Ctrl-C) raises KeyboardInterrupt, not the plugin's error.
-* ``ExecutableHandle.serialize`` seals the plugin's bytes (``_seal``: the plugin's identity
-  and a SHA-256 checksum) and ``deserialize_and_load`` only hands sealed, intact bytes of
-  the same plugin to it: a plugin aborts on a corrupted serialized executable.
+* ``ExecutableHandle.serialize`` returns the plugin's own bytes and ``deserialize_and_load``
+  hands the bytes it is given to the plugin unchecked: a plugin aborts on a corrupted
+  serialized executable, so the caller must know them intact (the PjRt backend seals
+  them with the plugin's identity and a SHA-256 checksum, ``ifrtpy.backends.pjrt.seal``,
+  and checks the seal before this call).
 """
 
 from cpython.object cimport PyObject
@@ -47,7 +49,6 @@ from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
 from ifrtpy import errors as _errors
-from ifrtpy._pjrt import _seal
 
 DEF SMALL = 64
 
@@ -130,23 +131,19 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
     return ExecutableHandle._wrap(client, args.executable)
 
 
-def plugin_identity(ClientHandle client):
-    """Bytes naming the client's plugin build (what a sealed executable must match)."""
-    return _seal.plugin_identity(client.plugin, client.platform_name, client.platform_version)
-
-
-def deserialize_and_load(ClientHandle client not None, serialized):
-    """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin;
-    InvalidArgumentError (and no plugin call) for other or corrupted bytes."""
+def deserialize_and_load(ClientHandle client not None, bytes serialized not None):
+    """Load ``serialized``, the bytes ``ExecutableHandle.serialize`` returned with the same
+    plugin. They are handed to the plugin unchecked: a plugin may abort the process on
+    corrupted bytes, so the caller must know them intact (the PjRt backend's seal,
+    ``ifrtpy.backends.pjrt.seal``, checks them first)."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Executable_DeserializeAndLoad_Args args
     cdef PJRT_Error* error
-    cdef bytes payload = _seal.unseal(plugin_identity(client), serialized)
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
     args.client = client.ptr
-    args.serialized_executable = payload
-    args.serialized_executable_size = len(payload)
+    args.serialized_executable = serialized
+    args.serialized_executable_size = len(serialized)
     with nogil:
         error = api.PJRT_Executable_DeserializeAndLoad(&args)
     check(api, error)
@@ -642,7 +639,8 @@ cdef class ExecutableHandle:
         return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
 
     def serialize(self):
-        """The executable as sealed bytes, loadable by ``deserialize_and_load`` with the same plugin."""
+        """The plugin's serialized executable, for ``deserialize_and_load`` with the same
+        plugin (unsealed: the PjRt backend seals it, ``ifrtpy.backends.pjrt.seal``)."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_Serialize_Args args
         memset(&args, 0, sizeof(args))
@@ -655,7 +653,7 @@ cdef class ExecutableHandle:
         finally:
             if args.serialized_executable_deleter != NULL:
                 args.serialized_executable_deleter(args.serialized_executable)
-        return _seal.seal(plugin_identity(self.client), payload)
+        return payload
 
     def compiled_memory_stats(self):
         cdef const PJRT_Api* api = self.client.api

@@ -161,8 +161,19 @@ def test_serialize_then_deserialize_and_load_runs_the_same(add_one_exe, client8)
 
 @pytest.mark.parametrize("data", [b"garbage", b""], ids=["garbage", "empty"])
 def test_deserialize_of_bad_bytes_raises(client8, data):
+    # The layer hands the bytes to the plugin unchecked (the PjRt backend seals them:
+    # tests/robustness/test_untrusted_bytes.py); the default plugin refuses these two.
     with pytest.raises(errors.IfrtError):
         _pjrt.deserialize_and_load(client8, data)
+
+
+def test_serialize_returns_the_plugins_own_bytes(add_one_exe, client8):
+    # No seal of ifrtpy's in this layer: the bytes are the plugin's, loaded as they are.
+    serialized = add_one_exe.serialize()
+    assert not serialized.startswith(b"IFRTPY")
+    assert _pjrt.deserialize_and_load(client8, serialized).name == add_one_exe.name
+    with pytest.raises(TypeError):
+        _pjrt.deserialize_and_load(client8, bytearray(serialized))
 
 
 def test_compiled_memory_stats(add_one_exe):
