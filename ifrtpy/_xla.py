@@ -23,7 +23,11 @@ __all__ = [
 
 def compile_options_proto(options: CompileOptions, program: HloProgram, devices: DeviceList | None,
                          platform: str) -> bytes:
-    """Serialized ``xla.CompileOptionsProto`` (never empty, replicas and partitions >= 1)."""
+    """Serialized ``xla.CompileOptionsProto`` of ``options``: never empty, with at least one
+    replica and one partition (what ``_pjrt.compile`` requires of its caller and does not
+    check). ``options`` were checked once, when made (``CompileOptions.__post_init__``);
+    here only what needs the proto is: debug option names and value types, and the
+    values of the flag overrides."""
     xla_client = _jaxlib.xla_client()
     argument_layouts, result_layouts = program_layouts(options, program.parameters, program.results)
 
@@ -45,7 +49,7 @@ def compile_options_proto(options: CompileOptions, program: HloProgram, devices:
         results = layout_shapes(program.results, result_layouts, platform)
         build.result_layout = results[0] if len(results) == 1 else xla_client.Shape.tuple_shape(results)
     for name, value in options.debug_options.items():
-        if not isinstance(name, str) or name.startswith("_") or not hasattr(build.debug_options, name):
+        if name.startswith("_") or not hasattr(build.debug_options, name):
             raise InvalidArgumentError(f"unknown XLA debug option {name!r}")
         expected = type(getattr(build.debug_options, name))
         try:

@@ -9,9 +9,11 @@ An entry is one file, named by the SHA-256 key of what determines the executable
 program bytes sent to the plugin, the serialized compile options, the plugin's identity
 and version, the devices' kinds and count, and for CPU devices the host processor's model
 and features, on Linux). It holds the key and the plugin's sealed
-serialized executable (plugin identity + SHA-256 checksum, see ``ifrtpy._pjrt._seal``),
-so a truncated, corrupted or foreign entry is detected before the plugin sees it: it is
-discarded with a :class:`CompilationCacheWarning` and the program compiled afresh.
+serialized executable (plugin identity + SHA-256 checksum: the PjRt backend seals it,
+``ifrtpy.backends.pjrt.seal``, and gives :meth:`CompilationCache.load` the check of the
+seal), so a truncated, corrupted or foreign entry is detected before the plugin sees it
+(the C layer hands bytes to the plugin unchecked): it is discarded with a
+:class:`CompilationCacheWarning` and the program compiled afresh.
 
 Entries are written atomically (a private temporary file, fsync, rename), so processes
 compiling the same program at once each write a whole entry and readers see a whole one.

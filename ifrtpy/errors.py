@@ -12,7 +12,7 @@ runtime alike.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Sequence
 
 
 class Code(enum.IntEnum):
@@ -144,6 +144,12 @@ def error_from_status_text(text: str) -> IfrtError:
     if sep and name in Code.__members__:
         return error_from_code(Code[name], message)
     return UnknownError(text)
+
+
+def combined(errors: Sequence[IfrtError]) -> IfrtError:
+    """One error for several (at least one): the first one's class, each distinct message
+    once, joined by "; "."""
+    return type(errors[0])("; ".join(dict.fromkeys(str(e) for e in errors)))
 
 
 def describe(value: object) -> str:

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
                 "_execute_result")),
     # The C layer mirrors the PJRT C API: it takes errors and the dtype tables, nothing
-    # that decides (plugins, option checks, sealing live in the PjRt backend or below it).
+    # that decides (plugins, option checks, sealing and FFI registration live in the PjRt
+    # backend or below it: backends.pjrt.seal, backends.pjrt.ffi; test below).
     ("C layer", ("_pjrt",)),
     ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
     # interop.jax_shardings converts shardings for the backends that take jax's: it
@@ -231,12 +232,28 @@ def test_no_private_names_across_packages():
     assert not crossing, "private names across packages:\n" + "\n".join(sorted(set(crossing)))
 
 
+#: All the C layer imports of ifrtpy outside itself.
+C_LAYER_IMPORTS = {"ifrtpy.errors", "ifrtpy.dtypes"}
+
+
+def test_the_c_layer_imports_only_errors_and_dtypes():
+    taken = {t for m, targets in EDGES.items() if m.startswith("ifrtpy._pjrt")
+             for t in targets if not t.startswith("ifrtpy._pjrt")}
+    assert taken <= C_LAYER_IMPORTS, (
+        "the C layer imports " + ", ".join(sorted(taken - C_LAYER_IMPORTS)) + ": what decides "
+        "(sealing, option checks, caps, registration) belongs in the PjRt backend")
+
+
 @pytest.mark.parametrize("importer, imported, allowed", [
     ("ifrtpy.client", "ifrtpy.backends.pjrt", False),
     ("ifrtpy.backends.pjrt.array", "ifrtpy.array", True),
     ("ifrtpy.sharding", "ifrtpy.interop", False),
     ("ifrtpy._pjrt._client", "ifrtpy.plugins.options", False),
     ("ifrtpy._pjrt._executable", "ifrtpy.errors", True),
+    ("ifrtpy._pjrt._executable", "ifrtpy.backends.pjrt.seal", False),
+    ("ifrtpy.backends.pjrt.seal", "ifrtpy._pjrt", True),
+    ("ifrtpy.ffi", "ifrtpy.backends.pjrt.ffi", False),
+    ("ifrtpy.backends.pjrt.ffi", "ifrtpy.ffi", True),
 ])
 def test_layer_order_is_what_the_rules_say(importer, imported, allowed):
     assert (layer_of(imported) <= layer_of(importer)) is allowed

@@ -188,7 +188,7 @@ cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) e
     if donate and buffer._read_only:
         raise _errors.InvalidArgumentError(
             f"argument {argument} views memory its DLPack producer marked read-only: it "
-            "cannot be donated (list it in ExecuteOptions.non_donatable_input_indices)")
+            "cannot be donated (list it in the execute's non_donatable_input_indices)")
     if donate and buffer._launches:
         raise _errors.InvalidArgumentError(
             f"argument {argument} cannot be donated: an execute on another thread (or another "

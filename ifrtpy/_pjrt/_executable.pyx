@@ -3,8 +3,11 @@
 
 Differences from the C API:
 
-* ``compile`` refuses compile options the CPU plugin would abort on (empty bytes, or
-  build options with fewer than one replica or partition); they are parsed with jaxlib.
+* ``compile`` takes StableHLO (text or bytecode) only, and refuses empty compile options
+  (the CPU plugin aborts on them). It does not parse the options: they are the caller's
+  contract, a serialized CompileOptionsProto with at least one replica and one partition
+  (the CPU plugin aborts on fewer; the PjRt backend builds them from a checked
+  ``ifrtpy.CompileOptions``).
 * An ExecutableHandle owns both the ``PJRT_LoadedExecutable*`` and the
   ``PJRT_Executable*`` behind it, and caches the name, output count and addressable
   devices read at load time.
@@ -23,9 +26,11 @@ Differences from the C API:
   and they wait for it (executes nested that deep, or as many threads whose callbacks
   execute on one device). An execute whose inline callback ended in KeyboardInterrupt
   (Ctrl-C) raises KeyboardInterrupt, not the plugin's error.
-* ``ExecutableHandle.serialize`` seals the plugin's bytes (``_seal``: the plugin's identity
-  and a SHA-256 checksum) and ``deserialize_and_load`` only hands sealed, intact bytes of
-  the same plugin to it: a plugin aborts on a corrupted serialized executable.
+* ``ExecutableHandle.serialize`` returns the plugin's own bytes and ``deserialize_and_load``
+  hands the bytes it is given to the plugin unchecked: a plugin aborts on a corrupted
+  serialized executable, so the caller must know them intact (the PjRt backend seals
+  them with the plugin's identity and a SHA-256 checksum, ``ifrtpy.backends.pjrt.seal``,
+  and checks the seal before this call).
 """
 
 from cpython.object cimport PyObject
@@ -44,7 +49,6 @@ from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
 from ifrtpy import errors as _errors
-from ifrtpy._pjrt import _seal
 
 DEF SMALL = 64
 
@@ -93,38 +97,28 @@ cdef int _check_nested(str name, tuple devices) except -1:
     return 0
 
 
-def _check_compile_options(bytes options not None):
-    if not options:
-        raise _errors.InvalidArgumentError(
-            "compile options are empty; pass a serialized xla CompileOptionsProto "
-            "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())"
-        )
-    from ifrtpy import _jaxlib
-    xla_client = _jaxlib.xla_client()
-    build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
-    if build.num_replicas < 1 or build.num_partitions < 1:
-        raise _errors.InvalidArgumentError(
-            f"compile options need at least one replica and one partition, got "
-            f"num_replicas={build.num_replicas}, num_partitions={build.num_partitions}"
-        )
+def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None):
+    """Compile StableHLO ``code`` (text or bytecode) with ``compile_options``, a serialized
+    CompileOptionsProto; returns an ExecutableHandle.
 
-
-def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None,
-            str format not None="mlir"):
-    """Compile ``code`` (StableHLO text or bytecode for format "mlir", HLO for "hlo")
-    with serialized CompileOptionsProto ``compile_options``; returns an ExecutableHandle."""
+    Empty ``compile_options`` raise InvalidArgumentError (the CPU plugin aborts on them);
+    otherwise they are handed to the plugin unparsed: the caller guarantees a valid proto
+    with ``num_replicas`` and ``num_partitions`` at least 1 (the CPU plugin aborts the
+    process on 0)."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Program program
     cdef PJRT_Client_Compile_Args args
     cdef PJRT_Error* error
-    cdef bytes fmt = format.encode()
-    _check_compile_options(compile_options)
+    if not compile_options:
+        raise _errors.InvalidArgumentError(
+            "compile options are empty; pass a serialized xla CompileOptionsProto "
+            "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())")
     memset(&program, 0, sizeof(program))
     program.struct_size = PJRT_Program_STRUCT_SIZE
     program.code = <char*>code
     program.code_size = len(code)
-    program.format = fmt
-    program.format_size = len(fmt)
+    program.format = b"mlir"
+    program.format_size = 4
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE
     args.client = client.ptr
@@ -137,23 +131,19 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
     return ExecutableHandle._wrap(client, args.executable)
 
 
-def plugin_identity(ClientHandle client):
-    """Bytes naming the client's plugin build (what a sealed executable must match)."""
-    return _seal.plugin_identity(client.plugin, client.platform_name, client.platform_version)
-
-
-def deserialize_and_load(ClientHandle client not None, serialized):
-    """Load an executable produced by ``ExecutableHandle.serialize`` with the same plugin;
-    InvalidArgumentError (and no plugin call) for other or corrupted bytes."""
+def deserialize_and_load(ClientHandle client not None, bytes serialized not None):
+    """Load ``serialized``, the bytes ``ExecutableHandle.serialize`` returned with the same
+    plugin. They are handed to the plugin unchecked: a plugin may abort the process on
+    corrupted bytes, so the caller must know them intact (the PjRt backend's seal,
+    ``ifrtpy.backends.pjrt.seal``, checks them first)."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Executable_DeserializeAndLoad_Args args
     cdef PJRT_Error* error
-    cdef bytes payload = _seal.unseal(plugin_identity(client), serialized)
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
     args.client = client.ptr
-    args.serialized_executable = payload
-    args.serialized_executable_size = len(payload)
+    args.serialized_executable = serialized
+    args.serialized_executable_size = len(serialized)
     with nogil:
         error = api.PJRT_Executable_DeserializeAndLoad(&args)
     check(api, error)
@@ -649,7 +639,8 @@ cdef class ExecutableHandle:
         return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
 
     def serialize(self):
-        """The executable as sealed bytes, loadable by ``deserialize_and_load`` with the same plugin."""
+        """The plugin's serialized executable, for ``deserialize_and_load`` with the same
+        plugin (unsealed: the PjRt backend seals it, ``ifrtpy.backends.pjrt.seal``)."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_Serialize_Args args
         memset(&args, 0, sizeof(args))
@@ -662,7 +653,7 @@ cdef class ExecutableHandle:
         finally:
             if args.serialized_executable_deleter != NULL:
                 args.serialized_executable_deleter(args.serialized_executable)
-        return _seal.seal(plugin_identity(self.client), payload)
+        return payload
 
     def compiled_memory_stats(self):
         cdef const PJRT_Api* api = self.client.api

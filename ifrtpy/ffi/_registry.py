@@ -1,36 +1,34 @@
-"""The custom call targets registered with ifrtpy, and their registration with plugins.
+"""The custom call targets registered with ifrtpy: what users touch, for every backend.
 
-Nothing here needs ifrtpy's C layer but the registration with plugins (the jax backend
-runs without it). A target is recorded once per (platform, name) and registered with a plugin when a program
-compiled by it names the target (or at once, with the plugins that have compiled before).
-jaxlib's own kernels (LAPACK, sparse) are registered the same way, on demand, and ifrtpy's
-handlers of host callbacks and of ``dce_sink`` too. Before a handler reaches a plugin, the
-XLA FFI version it claims is compared with the plugin's: a plugin takes handlers claiming
-its own version or an older one (from 0.1) and silently drops the others, so those are
-refused here, with both versions named. A refusal is remembered per plugin and target,
-and raised again by every compile that needs the target.
+Nothing here needs ifrtpy's C layer (the jax backend runs without it). A target is
+recorded once per (platform, name); backends learn the targets through listeners
+(:func:`add_listener`): the PjRt backend registers them with its plugins
+(``ifrtpy.backends.pjrt.ffi``: on demand, with the check of each handler's XLA FFI version
+against the plugin's), the jax backend with jax's runtime. jaxlib's own kernels (LAPACK,
+sparse) are found here (:func:`jaxlib_kernels`) and made ready to run
+(:func:`load_jaxlib_kernels`); a program's host callbacks are checked to carry their
+callables (:func:`check_host_callables`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import os
 import threading
 from typing import Any, Callable
 
 from ifrtpy import _jaxlib
 from ifrtpy.errors import (
-    AlreadyExistsError, FailedPreconditionError, IfrtError, InvalidArgumentError,
-    NotFoundError, UnimplementedError, check_type, invalid_argument,
+    AlreadyExistsError, FailedPreconditionError, IfrtError, InvalidArgumentError, check_type,
+    combined, invalid_argument,
 )
 from ifrtpy.program import HloProgram
-from ifrtpy.program.hlo import CPU_HOST_CALLBACK_TARGETS, HOST_CALLBACK_TARGETS
+from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
 
 __all__ = [
     "Target", "register_ffi_target", "pycapsule", "registered_targets", "add_listener",
-    "prepare", "execute_context", "explain_compile_error", "jaxlib_kernels",
-    "load_jaxlib_kernels", "check_host_callables", "PLATFORMS",
+    "canonical_platform", "jaxlib_kernels", "load_jaxlib_kernels", "check_host_callables",
+    "PLATFORMS",
 ]
 
 #: Platform names as ifrtpy and jax write them -> as XLA's FFI registry names them.
@@ -38,8 +36,6 @@ PLATFORMS = {"cpu": "Host", "cuda": "CUDA", "rocm": "ROCM"}
 _ALIASES = {"host": "cpu", "cpu": "cpu", "cuda": "cuda", "rocm": "rocm"}
 #: The FFI stages jax accepts in a dict of handlers.
 STAGES = ("instantiate", "prepare", "initialize", "execute")
-#: Targets ifrtpy serves itself.
-_NOOP_TARGETS = frozenset({"dce_sink"})
 #: The private handler the C layer registers with each plugin to learn its XLA FFI version
 #: (``ifrtpy._pjrt._ffi.PROBE_TARGET``, written here too: this module runs without the C layer).
 PROBE_TARGET = "ifrtpy_xla_ffi_version_probe"
@@ -65,13 +61,16 @@ class Target:
 _lock = threading.RLock()
 _targets: dict[tuple[str, str], Target] = {}
 _listeners: list[Callable[[Target], None]] = []
-_registered: set[tuple[str, str]] = set()  # (plugin path, target) registered
-_refused: dict[tuple[str, str], IfrtError] = {}  # (plugin path, target) -> why not
-_plugins: dict[str, tuple[Any, str]] = {}  # plugin path -> (PluginHandle, platform) seen compiling
+
+
+def canonical_platform(platform: str) -> str | None:
+    """``platform`` as the keys of :data:`PLATFORMS` name it ("host" is "cpu"), or None for
+    a platform ifrtpy has no custom calls for."""
+    return _ALIASES.get(platform.lower())
 
 
 def _platform(platform: Any) -> str:
-    canonical = _ALIASES.get(str(platform).lower()) if isinstance(platform, str) else None
+    canonical = canonical_platform(platform) if isinstance(platform, str) else None
     if canonical is None:
         raise invalid_argument("platform", f"one of {sorted(PLATFORMS)}", platform)
     return canonical
@@ -183,11 +182,12 @@ def register_ffi_target(name: str, target: Any, platform: str = "cpu", api_versi
     custom call API; ``platform`` "cpu" (or "cuda", "rocm").
 
     The target is registered with every plugin of ``platform`` that compiles a program
-    naming it (the PjRt backend), and with jax's runtime for ``get_client("jax")``.
-    Raises AlreadyExistsError for another handler under a registered name (plugins keep
-    the first), and the plugin's refusal where a plugin already in use cannot take it
-    (a typed handler built for a newer XLA FFI than the plugin runs, a legacy target, or
-    stages other than "execute"): the target stays registered for the others.
+    naming it (the PjRt backend), and with jax's runtime for ``get_client("jax")``: each
+    backend's listener (:func:`add_listener`) is told. Raises AlreadyExistsError for
+    another handler under a registered name (plugins keep the first), and a listener's
+    refusal, such as a plugin's already in use that cannot take it (a typed handler built
+    for a newer XLA FFI than the plugin runs, a legacy target, or stages other than
+    "execute"): the target stays registered for the others.
     """
     check_type(name, str, "name")
     if not name:
@@ -211,17 +211,14 @@ def register_ffi_target(name: str, target: Any, platform: str = "cpu", api_versi
                 f"handler; plugins keep the first registration of a name")
         _targets[(entry.platform, name)] = entry
         listeners = list(_listeners)
-        plugins = [p for p, platform in _plugins.values() if platform == entry.platform]
-    for listener in listeners:
-        listener(entry)
     errors = []
-    for plugin in plugins:
+    for listener in listeners:
         try:
-            _register_with(plugin, entry)
+            listener(entry)
         except IfrtError as e:
             errors.append(e)
     if errors:
-        raise type(errors[0])("; ".join(dict.fromkeys(str(e) for e in errors)))
+        raise combined(errors)
 
 
 def _same(a: Target, b: Target) -> bool:
@@ -240,7 +237,10 @@ def registered_targets(platform: str = "cpu") -> dict[str, Target]:
 
 def add_listener(listener: Callable[[Target], None]) -> None:
     """Call ``listener(target)`` for every target registered so far and from now on (how
-    a backend with its own runtime, jax's, learns them)."""
+    a backend learns them: the PjRt backend registers them with the plugins it has
+    compiled with, the jax backend with jax's runtime). An IfrtError a listener raises for
+    a target registered from now on is raised by :func:`register_ffi_target`, after every
+    listener was told."""
     with _lock:
         _listeners.append(listener)
         known = list(_targets.values())
@@ -248,71 +248,7 @@ def add_listener(listener: Callable[[Target], None]) -> None:
         listener(target)
 
 
-# -- registration with a plugin ----------------------------------------------------------------
-
-def _plugin_name(plugin: Any) -> str:
-    major, minor = plugin.api_version
-    return f"the plugin {os.path.basename(plugin.path)} (PJRT {major}.{minor})"
-
-
-def _check_registrable(plugin: Any, target: Target) -> None:
-    from ifrtpy._pjrt import _ffi
-
-    what = ("jaxlib's kernel" if target.source == "jaxlib" else "custom call target")
-    if target.api_version != 1:
-        raise UnimplementedError(
-            f"{what} {target.name!r} is a legacy custom call (api_version=0): PJRT plugins "
-            f"register typed XLA FFI handlers only (api_version=1); get_client('jax') runs "
-            f"legacy targets")
-    if set(target.handlers) != {"execute"}:
-        raise UnimplementedError(
-            f"{what} {target.name!r} has stages {sorted(target.handlers)}: a PJRT plugin's FFI "
-            f"extension registers the execute stage only")
-    framework = _ffi.framework_version(plugin)
-    major, minor, _ = _ffi.handler_metadata(plugin, target.execute)
-    if major == framework[0] and 1 <= minor <= framework[1]:
-        return
-    hint = (" (jnp.linalg and jax.scipy.linalg call these kernels): use a CPU plugin whose "
-            "XLA runs that version or newer, or get_client('jax')" if target.source == "jaxlib"
-            else ": build the handler against XLA FFI headers of that version or older, or "
-                 "use a plugin whose XLA runs the handler's version")
-    raise FailedPreconditionError(
-        f"{what} {target.name!r} is built for XLA FFI {major}.{minor}; {_plugin_name(plugin)} "
-        f"runs XLA FFI {framework[0]}.{framework[1]} and takes handlers built for 0.1 to that "
-        f"version{hint}")
-
-
-def _register_with(plugin: Any, target: Target) -> None:
-    from ifrtpy._pjrt import _ffi
-
-    key = (plugin.path, target.name)
-    with _lock:
-        if key in _registered:
-            return
-        refused = _refused.get(key)
-        if refused is not None:
-            raise type(refused)(str(refused))
-        try:
-            _check_registrable(plugin, target)
-            _ffi.register_handler(plugin, target.name, target.execute, PLATFORMS[target.platform])
-        except IfrtError as e:
-            _refused[key] = e
-            raise
-        _registered.add(key)
-
-
-def _builtin(platform: str, name: str) -> Target | None:
-    """jaxlib's kernel or ifrtpy's own handler for ``name`` on ``platform``, if any."""
-    if name in _NOOP_TARGETS:
-        from ifrtpy._pjrt import _ffi
-
-        return Target(name, platform, {"execute": _ffi.noop_handler()}, 1, "ifrtpy")
-    kernels = jaxlib_kernels(platform)
-    if name in kernels:
-        load_jaxlib_kernels(platform, frozenset({name}))
-        return Target(name, platform, {"execute": kernels[name]}, 1, "jaxlib")
-    return None
-
+# -- jaxlib's kernels and host callbacks ----------------------------------------------------
 
 _kernels: dict[str, dict[str, Any]] = {}
 _loaded: set[str] = set()
@@ -344,38 +280,6 @@ def load_jaxlib_kernels(platform: str, targets: frozenset[str]) -> None:
             _loaded.add(platform)
 
 
-def prepare(plugin: Any, platform: str, program: HloProgram, num_devices: int) -> int | None:
-    """Make ``plugin`` (of a client of ``platform``) ready to compile ``program`` for
-    ``num_devices`` devices: register every target the program names that ifrtpy knows
-    (registered ones, jaxlib's kernels, ifrtpy's own) and check its host callbacks. Returns
-    the user data type id of host callback tables where the program makes host callbacks,
-    else None. Targets nobody registered are left to the plugin, which refuses them by name
-    (:func:`explain_compile_error`)."""
-    targets = program.custom_call_targets
-    known = _ALIASES.get(platform.lower())
-    if known is None:  # a platform ifrtpy has no handlers for: the plugin decides
-        if targets & HOST_CALLBACK_TARGETS:
-            raise UnimplementedError(f"ifrtpy runs host callbacks on CPU plugins only, not {platform}")
-        return None
-    platform = known
-    with _lock:
-        _plugins.setdefault(plugin.path, (plugin, platform))
-    for name in sorted(targets - HOST_CALLBACK_TARGETS):
-        with _lock:
-            target = _targets.get((platform, name))
-        if target is None:
-            target = _builtin(platform, name)
-        if target is not None:
-            _register_with(plugin, target)
-    if not targets & HOST_CALLBACK_TARGETS:
-        return None
-    _check_host_callbacks(program, platform, num_devices)
-    from ifrtpy._pjrt import _host_callback
-
-    with _lock:  # once per plugin, whichever thread compiles first
-        return _host_callback.install(plugin, sorted(CPU_HOST_CALLBACK_TARGETS))
-
-
 def check_host_callables(program: HloProgram) -> frozenset[str]:
     """The host callback targets ``program`` calls, once checked that it carries a
     callable for each call (a runtime would crash on a call without)."""
@@ -392,43 +296,3 @@ def check_host_callables(program: HloProgram) -> frozenset[str]:
         raise InvalidArgumentError(
             f"the program calls host callback {missing[0]}, but carries {carried} callables")
     return targets
-
-
-def _check_host_callbacks(program: HloProgram, platform: str, num_devices: int) -> None:
-    targets = check_host_callables(program)
-    if platform != "cpu":
-        raise UnimplementedError(
-            f"the program makes host callbacks ({', '.join(sorted(targets))}): ifrtpy runs host "
-            f"callbacks on CPU plugins only, not {platform}")
-    partitioned = sorted(t for t in targets if "partitioned" in t)
-    if partitioned and num_devices > 1:
-        raise UnimplementedError(
-            f"partitioned host callbacks ({partitioned[0]}, from "
-            "jax.debug.callback(partitioned=True)) need a custom partitioner that PJRT plugins "
-            "lack; they run on one device only")
-
-
-def execute_context(client_handle: Any, program: HloProgram, type_id: int) -> Any:
-    """The execute context carrying ``program``'s host callbacks (user data ``type_id``)
-    to ifrtpy's handler, for every execute of its executable on ``client_handle``."""
-    from ifrtpy._pjrt import _ffi
-
-    return _ffi.ExecuteContext(client_handle, {type_id: tuple(program.host_callbacks)})
-
-
-def explain_compile_error(error: IfrtError) -> IfrtError | None:
-    """A clearer error for a plugin's refusal of a custom call target nobody registered
-    (or None where ``error`` is not one)."""
-    text = str(error)
-    marker = "No FFI handler registered for "
-    if marker in text:
-        name = text.split(marker, 1)[1].split(" ", 1)[0]
-        return NotFoundError(
-            f"the program calls custom call target {name!r}, which has no handler: register "
-            f"one with ifrtpy.ffi.register_ffi_target({name!r}, ifrtpy.ffi.pycapsule(...)) "
-            f"(the plugin said: {text})")
-    if "No registered implementation for untyped custom call" in text:
-        return UnimplementedError(
-            f"the program makes a legacy (untyped) custom call, which PJRT plugins cannot "
-            f"register handlers for: use typed XLA FFI (api_version=4) (the plugin said: {text})")
-    return None

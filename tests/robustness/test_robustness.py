@@ -127,6 +127,8 @@ REPRODUCERS = {
                 (lambda: _pjrt.buffer_from_host_buffer(None, x, c._handle.devices[0]), "client"),
                 (lambda: _pjrt.buffer_from_host_buffer(c._handle, None, c._handle.devices[0]), "data"),
                 (lambda: _pjrt.compile(None, b"", b""), "client"),
+                (lambda: _pjrt.deserialize_and_load(None, b""), "client"),
+                (lambda: _pjrt.deserialize_and_load(c._handle, None), "serialized"),
                 (lambda: b.copy_to_device(None), "device"),
                 (lambda: b.copy_to_memory(None), "memory")]:
             try:
@@ -135,8 +137,9 @@ REPRODUCERS = {
                 assert str(e).startswith(f"Argument '{name}' has incorrect type"), str(e)
             else:
                 raise AssertionError(f"None accepted for {name}")
-        # serialized bytes are checked by the seal before anything reaches the plugin
-        expect_error(lambda: _pjrt.deserialize_and_load(c._handle, None),
+        # the public path checks serialized bytes (the envelope, then the PjRt backend's
+        # seal) before anything reaches the plugin
+        expect_error(lambda: c.deserialize_executable(None),
                      "a serialized executable is bytes, got NoneType")
     """),
     "host_callback_hostile": ("""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 import ifrtpy as ifrt
-from ifrtpy._pjrt import _seal
+from ifrtpy.backends import serialized
+from ifrtpy.backends.pjrt import seal
 from ifrtpy.errors import InvalidArgumentError
 from pjrt_helpers import run_python
 
@@ -50,23 +52,50 @@ def test_a_portable_artifact_with_a_changed_byte_is_refused(position, value):
     assert "intact" in done.stdout
 
 
-def test_the_corrupted_plugin_payload_is_refused_by_the_pjrt_layer():
+def test_the_corrupted_plugin_payload_is_refused_by_every_public_path(tmp_path):
+    # ifrtpy._pjrt hands serialized executables to the plugin unchecked; the PjRt backend's
+    # seal (ifrtpy.backends.pjrt.seal) keeps these bytes, on which the plugin aborts, from it:
+    # given bare, inside a well-formed envelope, and as a compilation cache entry.
     payload = os.path.join(HELPERS, "data", "corrupt_executable_payload.b64")
     done = run_python(f"""
-        import base64
+        import base64, os, warnings
+        import numpy as np
         import ifrtpy as ifrt
-        from ifrtpy import _pjrt
+        from ifrtpy.backends import serialized
         c = ifrt.get_client("pjrt", device_count=8)
         payload = base64.b64decode(open({payload!r}).read())
-        for call in (lambda: _pjrt.deserialize_and_load(c._handle, payload),
-                     lambda: c.deserialize_executable(payload)):
+        program = ifrt.HloProgram({ADD_ONE!r})
+        data = c.compile(program).serialize()
+        magic = data[:data.index(b"\\n") + 1]
+        text, ids, _ = serialized.unpack(magic, data, "executable")
+        for call in (lambda: c.deserialize_executable(payload),
+                     lambda: c.deserialize_executable(serialized.pack(magic, text, ids, payload))):
             try:
                 call()
             except ifrt.errors.InvalidArgumentError as e:
                 print("refused:", e)
+        cache = {str(tmp_path / "cache")!r}
+        options = ifrt.CompileOptions(compilation_cache_dir=cache)
+        c.compile(program, options)
+        [name] = os.listdir(cache)
+        path = os.path.join(cache, name)
+        head = open(path, "rb").read().split(b"\\n", 2)
+        open(path, "wb").write(head[0] + b"\\n" + head[1] + b"\\n" + payload)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exe = ifrt.get_client("pjrt", device_count=8).compile(program, options)
+        print("cache:", *[str(w.message) for w in caught])
+        x = np.arange(8, dtype=np.float32)
+        [y] = exe(ifrt.device_put(x, exe.client.devices()[0]))
+        assert (np.asarray(y) == x + 1).all()
+        print("intact")
     """)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.count("refused: not a serialized") == 2
+    assert "refused: not a serialized ifrtpy executable" in done.stdout, done.stdout
+    assert "refused: not a serialized executable written by ifrtpy" in done.stdout, done.stdout
+    assert "discarded and the program compiled again: not a serialized executable written" \
+        in done.stdout, done.stdout
+    assert "intact" in done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -75,64 +104,70 @@ def client():
 
 
 @pytest.fixture(scope="module")
-def sealed(client):
-    return client.compile(ifrt.HloProgram(ADD_ONE))._handle.serialize()
+def data(client):
+    """ADD_ONE, serialized by the PjRt backend: the plugin's sealed bytes in an envelope."""
+    return client.compile(ifrt.HloProgram(ADD_ONE)).serialize()
 
 
-def test_sealed_bytes_round_trip(client, sealed):
-    from ifrtpy import _pjrt
-
-    handle = _pjrt.deserialize_and_load(client._handle, sealed)
-    assert handle.name == client.compile(ifrt.HloProgram(ADD_ONE))._handle.name
+def _magic(data):
+    return data[:data.index(b"\n") + 1]
 
 
-def test_any_changed_or_missing_byte_of_the_payload_is_refused(client, sealed):
-    from ifrtpy import _pjrt
+def _sealed(data):
+    """The sealed plugin bytes ``data`` carries."""
+    return serialized.unpack(_magic(data), data, "executable")[2]
 
-    start = len(sealed) - len(_seal.unseal(_pjrt.plugin_identity(client._handle), sealed))
+
+def _carrying(data, sealed):
+    """``data``'s envelope (checksum made anew) carrying ``sealed`` instead: only the seal
+    stands between those bytes and the plugin."""
+    text, ids, _ = serialized.unpack(_magic(data), data, "executable")
+    return serialized.pack(_magic(data), text, ids, sealed)
+
+
+def _payload(client, sealed):
+    return seal.unseal(seal.plugin_identity(client._handle), sealed)
+
+
+def test_sealed_bytes_round_trip(client, data):
+    sealed = _sealed(data)
+    assert sealed.startswith(seal.MAGIC)
+    loaded = client.deserialize_executable(_carrying(data, sealed))
+    x = np.arange(8, dtype=np.float32)
+    [y] = loaded(ifrt.device_put(x, client.devices()[0]))
+    np.testing.assert_array_equal(np.asarray(y), x + 1)
+
+
+def test_any_changed_or_missing_byte_of_the_payload_is_refused(client, data):
+    sealed = _sealed(data)
+    start = len(sealed) - len(_payload(client, sealed))
     for position in (start, start + 1, (start + len(sealed)) // 2, len(sealed) - 1):
         changed = bytearray(sealed)
         changed[position] ^= 0x40
         with pytest.raises(InvalidArgumentError, match="checksum does not match"):
-            _pjrt.deserialize_and_load(client._handle, bytes(changed))
-    for cut in (len(_seal.MAGIC) + 2, start - 1, len(sealed) - 1):
+            client.deserialize_executable(_carrying(data, bytes(changed)))
+    for cut in (len(seal.MAGIC) + 2, start - 1, len(sealed) - 1):
         with pytest.raises(InvalidArgumentError, match="corrupt serialized executable"):
-            _pjrt.deserialize_and_load(client._handle, sealed[:cut])
+            client.deserialize_executable(_carrying(data, sealed[:cut]))
 
 
-def test_bytes_sealed_for_another_plugin_are_refused(client, sealed):
-    from ifrtpy import _pjrt
-
-    payload = _seal.unseal(_pjrt.plugin_identity(client._handle), sealed)
-    other = _seal.seal(b"('xla_cpu_pjrt.so', 1, (0, 99))", payload)
+def test_bytes_sealed_for_another_plugin_are_refused(client, data):
+    other = seal.seal(b"('xla_cpu_pjrt.so', 1, (0, 99))", _payload(client, _sealed(data)))
     with pytest.raises(InvalidArgumentError, match="another PJRT plugin"):
-        _pjrt.deserialize_and_load(client._handle, other)
+        client.deserialize_executable(_carrying(data, other))
 
 
-def test_raw_plugin_bytes_are_refused(client, sealed):
-    from ifrtpy import _pjrt
-
-    payload = _seal.unseal(_pjrt.plugin_identity(client._handle), sealed)
+def test_raw_plugin_bytes_are_refused(client, data):
+    payload = _payload(client, _sealed(data))
     with pytest.raises(InvalidArgumentError, match="not a serialized executable written by ifrtpy"):
-        _pjrt.deserialize_and_load(client._handle, payload)
+        client.deserialize_executable(_carrying(data, payload))
+    with pytest.raises(InvalidArgumentError, match="not a serialized ifrtpy executable"):
+        client.deserialize_executable(payload)
 
 
-def test_the_converting_child_ignores_a_package_in_the_working_directory(tmp_path):
-    # `python -c` puts the working directory first on sys.path: a package named ifrtpy
-    # there must not be what converts (or replaces) the program.
-    fake = tmp_path / "cwd" / "ifrtpy"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(
-        "import sys\nsys.stdout.write('func.func @main() -> () { return }')\nsys.exit(0)\n")
-    script = tmp_path / "convert.py"
-    script.write_text(
-        "import ifrtpy as ifrt\n"
-        f"art, _ = ifrt.HloProgram({ADD_ONE!r}).serialize_for((1, 13, 3))\n"
-        "print([str(p) for p in ifrt.HloProgram(art).parameters])\n")
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "cwd",
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert done.returncode == 0, done.stderr
-    assert "f32[8]" in done.stdout, done.stdout
+@pytest.mark.parametrize("value", [None, 3, "text"])
+def test_what_is_not_bytes_is_refused(client, value):
+    with pytest.raises(InvalidArgumentError, match="a serialized executable is bytes"):
+        client.deserialize_executable(value)
+    with pytest.raises(InvalidArgumentError, match="a serialized executable is bytes"):
+        seal.deserialize_and_load(client._handle, value)

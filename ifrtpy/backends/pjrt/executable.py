@@ -13,11 +13,11 @@ import weakref
 from typing import Any, Sequence
 
 
-from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache, ffi
-from ifrtpy._pjrt import _seal
+from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy.array import Array
 from ifrtpy.array_plans import canonical_kind
 from ifrtpy.backends import serialized
+from ifrtpy.backends.pjrt import ffi, seal
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.effects import OrderedEffects
@@ -69,7 +69,7 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
 
 def _prepare_custom_calls(client, program: HloProgram, devices: DeviceList | None):
     """Register the custom call targets ``program`` names with the plugin; the user data
-    type id of host callbacks where it makes any (see :mod:`ifrtpy.ffi`)."""
+    type id of host callbacks where it makes any (see :mod:`ifrtpy.backends.pjrt.ffi`)."""
     if not program.custom_call_targets:
         return None
     return ffi.prepare(client._handle.plugin, client.platform_name, program,
@@ -81,22 +81,22 @@ def _compile_through(cache, client, program: HloProgram, target, compile_options
     """The executable from the persistent ``cache``, else compiled and stored there. The
     key holds what the code sent to the plugin is made of (the program text, the StableHLO
     version targeted and jaxlib's), so a hit needs no serialization."""
-    identity = _pjrt.plugin_identity(client._handle)
+    identity = seal.plugin_identity(client._handle)
     kinds = sorted({d.kind for d in devices}) if devices is not None else ["portable"]
     key = compilation_cache.cache_key([
         program.text.encode(), repr((target, stablehlo_version(), _jaxlib.version_text())).encode(),
         compile_options, identity, repr(kinds).encode(),
         str(len(devices) if devices is not None else 0).encode(),
         compilation_cache.host_cpu_identity() if client.platform_name == "cpu" else b""])
-    sealed = cache.load(key, lambda data: _seal.unseal(identity, data))
+    sealed = cache.load(key, lambda data: seal.unseal(identity, data))
     if sealed is not None:
         try:
-            return _pjrt.deserialize_and_load(client._handle, sealed)
+            return seal.deserialize_and_load(client._handle, sealed)
         except IfrtError as e:
             compilation_cache.warn(f"the plugin did not load cache entry {key}: {e}")
     handle = _compile(client, program, target, compile_options)
     try:
-        cache.store(key, handle.serialize())
+        cache.store(key, seal.serialize(handle))
     except IfrtError as e:  # a cache must not make a compile fail
         compilation_cache.warn(f"the compiled program was not cached: {e}")
     return handle
@@ -128,7 +128,7 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None) 
             f"the executable was compiled for {devices.to_string() if devices else 'no devices (portable)'}; "
             f"it cannot be loaded onto {DeviceList(options.devices).to_string()} (compile it again)")
     callbacks = _prepare_custom_calls(client, program, devices)
-    handle = _pjrt.deserialize_and_load(client._handle, payload)
+    handle = seal.deserialize_and_load(client._handle, payload)
     return PjrtLoadedExecutable(client, handle, program, devices, callbacks)
 
 
@@ -345,7 +345,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
             raise UnimplementedError(
                 f"{self.name!r} makes host callbacks: their Python callables cannot be serialized")
         ids = None if self._devices is None else [d.id for d in self._devices]
-        return serialized.pack(_MAGIC, self._program.text, ids, self._handle.serialize())
+        return serialized.pack(_MAGIC, self._program.text, ids, seal.serialize(self._handle))
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
         return CompiledMemoryStats(**self._handle.compiled_memory_stats())

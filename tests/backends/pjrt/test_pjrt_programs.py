@@ -6,6 +6,7 @@ consumed), compile errors, placement and donation."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
@@ -626,6 +627,37 @@ def test_bad_compile_options(client, kwargs):
         kwargs = dict(kwargs, devices=[client.addressable_devices()[0]])
     with pytest.raises(InvalidArgumentError):
         ifrt.CompileOptions(**kwargs)
+
+
+def test_the_options_sent_to_the_plugin_keep_the_pjrt_layers_contract(client, monkeypatch):
+    # ifrtpy._pjrt.compile does not parse compile options (it refuses empty ones only):
+    # the caller sends a CompileOptionsProto with at least one replica and one partition
+    # (the CPU plugin aborts the process on 0). The backend builds it from a CompileOptions,
+    # which refuses fewer when it is made, however it is made; nothing reaches the plugin.
+    from jaxlib import xla_client
+
+    from ifrtpy import _pjrt
+    sent = []
+    real = _pjrt.compile
+
+    def spy(handle, code, options):
+        sent.append(options)
+        return real(handle, code, options)
+
+    monkeypatch.setattr(_pjrt, "compile", spy)
+    base = ifrt.CompileOptions()
+    for name in ("num_replicas", "num_partitions"):
+        with pytest.raises(InvalidArgumentError, match=f"{name} must be >= 1, got 0"):
+            dataclasses.replace(base, **{name: 0})
+    assert not sent
+    program = "func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> { return %x : tensor<8xf32> }"
+    for options in [None, ifrt.CompileOptions(num_partitions=2), ifrt.CompileOptions(num_replicas=2),
+                    ifrt.CompileOptions(compile_portable_executable=True)]:
+        client.compile(program, options)
+    assert len(sent) == 4
+    for options in sent:
+        build = xla_client.CompileOptions.ParseFromString(options).executable_build_options
+        assert options and build.num_replicas >= 1 and build.num_partitions >= 1
 
 
 def test_more_devices_than_the_client_has(client):

@@ -1,15 +1,19 @@
-"""The seal on serialized PJRT executables: bytes are handed to a plugin's deserializer
-only when ifrtpy wrote them, for this plugin, and they arrived intact.
+"""The seal on the PjRt backend's serialized executables: bytes are handed to a plugin's
+deserializer only when ifrtpy wrote them, for this plugin, and they arrived intact.
 
 A plugin deserializes executables without checking them (a flipped byte can abort the
-process), so ``ExecutableHandle.serialize`` wraps the plugin's bytes as::
+process), and ``ifrtpy._pjrt`` hands it the bytes it is given, unchecked. So the backend
+wraps the plugin's bytes (:func:`serialize`) as::
 
     MAGIC, u32 identity length, identity, u64 payload length, SHA-256(identity + payload), payload
 
-and ``deserialize_and_load`` unwraps them, refusing anything else with
-InvalidArgumentError. The digest detects corruption and truncation; it does not prove
-who wrote the bytes (anyone can compute it): load serialized executables only from
-sources you trust, as you would a pickle, since they hold machine code.
+and unwraps them before the plugin sees them (:func:`deserialize_and_load`), refusing
+anything else with InvalidArgumentError. Every path that loads an executable goes through
+here: ``PjrtLoadedExecutable.serialize`` and ``deserialize_executable``, and the persistent
+compilation cache (``ifrtpy.compilation_cache``), whose entries hold sealed bytes. The
+digest detects corruption and truncation; it does not prove who wrote the bytes (anyone
+can compute it): load serialized executables only from sources you trust, as you would a
+pickle, since they hold machine code.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from typing import Any
 
+from ifrtpy import _pjrt
 from ifrtpy.errors import InvalidArgumentError
+
+__all__ = ["MAGIC", "plugin_identity", "seal", "unseal", "serialize", "deserialize_and_load"]
 
 MAGIC = b"IFRTPY-PJRT-SEALED-1\n"
 _LENGTHS = struct.Struct("<I")
@@ -29,10 +35,12 @@ _PAYLOAD = struct.Struct("<Q")
 _identities: dict[tuple[str, str, str], bytes] = {}
 
 
-def plugin_identity(plugin: Any, platform_name: str, platform_version: str) -> bytes:
-    """What distinguishes one plugin build from another: its file name and size, PJRT API
-    version, attributes and platform (read once per loaded plugin)."""
-    known = _identities.get((plugin.path, platform_name, platform_version))
+def plugin_identity(client: _pjrt.ClientHandle) -> bytes:
+    """What distinguishes the plugin build of ``client`` from another: its file name and
+    size, PJRT API version, attributes and platform (read once per loaded plugin)."""
+    plugin = client.plugin
+    key = (plugin.path, client.platform_name, client.platform_version)
+    known = _identities.get(key)
     if known is not None:
         return known
     try:
@@ -41,8 +49,8 @@ def plugin_identity(plugin: Any, platform_name: str, platform_version: str) -> b
         size = -1
     attributes = sorted((k, str(v)) for k, v in plugin.attributes.items())
     identity = repr((os.path.basename(plugin.path), size, tuple(plugin.api_version), attributes,
-                     platform_name, platform_version)).encode()
-    _identities[(plugin.path, platform_name, platform_version)] = identity
+                     client.platform_name, client.platform_version)).encode()
+    _identities[key] = identity
     return identity
 
 
@@ -57,7 +65,7 @@ def seal(identity: bytes, payload: bytes) -> bytes:
                      _digest(identity, payload), payload])
 
 
-def unseal(identity: bytes, data: bytes | bytearray | memoryview) -> bytes:
+def unseal(identity: bytes, data: object) -> bytes:
     """The plugin's payload of what :func:`seal` wrote with ``identity``; InvalidArgumentError
     for bytes of another form, another plugin, or with any byte changed or missing."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -93,3 +101,14 @@ def unseal(identity: bytes, data: bytes | bytearray | memoryview) -> bytes:
             "corrupt serialized executable: its SHA-256 checksum does not match; it is not "
             "handed to the plugin")
     return payload
+
+
+def serialize(handle: _pjrt.ExecutableHandle) -> bytes:
+    """The plugin's serialized ``handle``, sealed for its client's plugin."""
+    return seal(plugin_identity(handle.client), handle.serialize())
+
+
+def deserialize_and_load(client: _pjrt.ClientHandle, data: object) -> _pjrt.ExecutableHandle:
+    """The executable of what :func:`serialize` wrote with ``client``'s plugin, loaded onto
+    ``client``; InvalidArgumentError, and no plugin call, for any other bytes."""
+    return _pjrt.deserialize_and_load(client, unseal(plugin_identity(client), data))
