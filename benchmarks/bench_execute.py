@@ -3,7 +3,10 @@
 1. ``x + 1`` on f32[8], one device: the Array API (``execute`` + wait for the output; and
    the ``exe(x)`` shorthand), ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor:
    the same PJRT execute + await + destroy called from a Cython loop with no Python in
-   between (benchmarks/_floor.pyx).
+   between (benchmarks/_floor.pyx). Beside them, what the shape of the call costs with
+   nothing behind it (``_floor.EmptyCall``: Python into C, the GIL released once, a new
+   object returned in a list): the floor plus that is the least a Python ``exe(x)`` of
+   this shape can cost.
 2. SPMD ``x * 2 + 1`` over an f32 array split over 8 devices, 64 MiB (bound by the
    plugin's own work, the same for both) and 512 bytes (bound by dispatch): ifrtpy vs
    jax.jit.
@@ -73,6 +76,14 @@ def main():
             exe(a)[0].block_until_ready()
         return time.perf_counter() - start
 
+    empty = floor.EmptyCall()
+
+    def empty_loop(n):
+        start = time.perf_counter()
+        for _ in range(n):
+            empty(a)[0].block_until_ready()
+        return time.perf_counter() - start
+
     def jax_loop(n):
         start = time.perf_counter()
         for _ in range(n):
@@ -85,11 +96,16 @@ def main():
         "ifrtpy Array API": array_loop,
         "ifrtpy exe(x)": call_loop,
         "jax.jit": jax_loop,
+        "empty call (shape)": empty_loop,
     }, args.n, args.repeats)
     base = small["floor (Cython loop)"]
     print(f"execute x+1 f32[8] on one device, median of {args.repeats} x {args.n}")
+    shape = small.pop("empty call (shape)")
     for name, us in small.items():
         print(f"  {name:22s} {us:8.2f} us   {us / base:5.2f}x floor   {us / small['jax.jit']:5.2f}x jax")
+    least = base + shape
+    print(f"  the call's shape alone costs {shape:.2f} us: floor + shape = {least:.2f} us "
+          f"({least / base:.2f}x floor); exe(x) is {small['ifrtpy exe(x)'] / least:.2f}x that")
 
     for columns, n in ((2 * 1024 * 1024, 20), (16, 2000)):
         spmd_case(client, jax, ifrt, columns, n, args.repeats)
