@@ -172,9 +172,9 @@ def test_process_0_leaving_first_leaves_the_service_to_the_others():
     coordinator ends once both have gone."""
     (code0, out0, stderr0), (code1, out1, stderr1) = _run_job(2, "first-leaver")
     assert code0 == 0 and out0 is not None, stderr0
+    assert code1 == 0 and out1 is not None, stderr1
     # process 0 left before process 1 did (it did not wait for it), no timing asserted
     assert out0["left_at"] < out1["leaving_at"]
-    assert code1 == 0 and out1 is not None, stderr1
     assert out1["get"].get("value") == "still here", out1
     assert_ends(out0["coordinator"], within_s=30)
 
