@@ -337,7 +337,11 @@ class Array(Value):
         """This process's shards, in the sharding's device order, as ``jax.Array``'s: each
         with its device, the NumPy index of the global array it holds, its replica id
         (how many shards before it hold the same index) and its data (a single-device
-        array sharing this array's buffers)."""
+        array sharing this array's buffers). InvalidArgumentError for a sharding with
+        unreduced axes, whose shards hold partial values (jax refuses their ``index``):
+        ``disassemble_into_single_device_arrays`` gives each device's."""
+        check_reduced(self.sharding, "addressable_shards",
+                      "disassemble_into_single_device_arrays gives each device's partial values")
         semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         domains = self.sharding.index_domains(self.shape, semantics)
         pieces = self.disassemble_into_single_device_arrays(ArrayCopySemantics.REUSE_INPUT,

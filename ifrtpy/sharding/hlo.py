@@ -297,10 +297,14 @@ def _hlo_sharding_from_text(devices, text: str, memory_kind, reduction=None) -> 
     return HloSharding(devices, text, memory_kind, reduction=reduction)
 
 
-def check_reduced(sharding: Sharding, what: str) -> None:
+def check_reduced(sharding: Sharding, what: str,
+                  instead: str = "Reduce them in a program first (jax: jax.sharding.reshard(x, "
+                                 "P(...)) inside jit, or an output sharding without unreduced "
+                                 "axes)") -> None:
     """InvalidArgumentError naming ``what`` (an operation that reads or writes shards as
     the array's values, by index domain) when ``sharding`` has unreduced axes: its shards
-    hold partial values, and taking one as the array's would be silently wrong."""
+    hold partial values, and taking one as the array's would be silently wrong. The
+    message ends with ``instead``, what to do."""
     if not sharding.has_unreduced_axes:
         return
     size = sharding.unreduced_group_size if isinstance(sharding, HloSharding) else "several"
@@ -309,5 +313,4 @@ def check_reduced(sharding: Sharding, what: str) -> None:
         f"{what}: {sharding!r} has unreduced axes: each group of {size} of its "
         f"{len(sharding.devices)} devices holds partial values of the same elements (the "
         f"array is their {reduction or 'reduction'}), which cannot be read or written as "
-        "the array's values. Reduce them in a program first (jax: jax.sharding.reshard(x, "
-        "P(...)) inside jit, or an output sharding without unreduced axes)")
+        f"the array's values. {instead}")
