@@ -30,6 +30,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ifrtpy import _jaxlib
+from ifrtpy.device import Device
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import IndexDomain, Shape, trusted_shape
 from ifrtpy.sharding._common import (
@@ -37,7 +38,7 @@ from ifrtpy.sharding._common import (
 )
 from ifrtpy.sharding.base import Sharding
 
-__all__ = ["HloSharding", "as_xla_hlo_sharding", "check_reduced"]
+__all__ = ["HloSharding", "as_xla_hlo_sharding", "check_reduced", "same_unreduced"]
 
 # OpSharding.Type numbers (xla_data.proto).
 _REPLICATED, _MAXIMAL, _TUPLE, _OTHER, _MANUAL, _UNKNOWN, _UNREDUCED = 0, 1, 2, 3, 4, 5, 6
@@ -171,6 +172,20 @@ class HloSharding(Sharding):
         if self._kind == _UNREDUCED:
             return len(self._devices) > 1
         return self._reduction is not None and self._unreduced_group_size() > 1
+
+    def unreduced_groups(self) -> frozenset[frozenset[Device]]:
+        """The groups of devices whose partial values ``reduction`` combines (each holds
+        the same index domain); empty without unreduced axes."""
+        if not self.has_unreduced_axes:
+            return frozenset()
+        if self._kind == _UNREDUCED:
+            return frozenset([frozenset(self._devices)])
+        grid = np.asarray(self._assignment, dtype=np.int64).reshape(self._tile_dims)
+        axes = [self._data_rank + i for i, t in enumerate(self._subgroup_types) if t == _UNREDUCED]
+        rows = np.moveaxis(grid, axes, range(grid.ndim - len(axes), grid.ndim)).reshape(
+            -1, self._unreduced_group_size())
+        devices = self._devices
+        return frozenset(frozenset(devices[int(p)] for p in row) for row in rows)
 
     @property
     def reduction(self) -> Optional[str]:
@@ -314,3 +329,15 @@ def check_reduced(sharding: Sharding, what: str,
         f"{len(sharding.devices)} devices holds partial values of the same elements (the "
         f"array is their {reduction or 'reduction'}), which cannot be read or written as "
         f"the array's values. {instead}")
+
+
+def same_unreduced(a: Sharding, b: Sharding) -> bool:
+    """Whether arrays of shardings ``a`` and ``b`` that put the same index domains on each
+    device also hold the same values there: neither has unreduced axes, or both reduce
+    the same groups of devices the same way. (A replicated array passed where a program
+    takes unreduced partial values would be summed over each group: silently wrong.)"""
+    if not (a.has_unreduced_axes or b.has_unreduced_axes):
+        return True
+    return (isinstance(a, HloSharding) and isinstance(b, HloSharding)
+            and a.has_unreduced_axes and b.has_unreduced_axes and a.reduction == b.reduction
+            and a.unreduced_groups() == b.unreduced_groups())

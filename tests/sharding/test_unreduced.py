@@ -19,8 +19,9 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 import ifrtpy as ifrt  # noqa: E402
 from ifrtpy import _jaxlib  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError  # noqa: E402
+from ifrtpy.interop.jax import sharding_from_jax  # noqa: E402
 from ifrtpy.shape import IndexDomain, Shape  # noqa: E402
-from ifrtpy.sharding import HloSharding, check_reduced  # noqa: E402
+from ifrtpy.sharding import HloSharding, check_reduced, same_unreduced  # noqa: E402
 from ifrtpy.testing.example_backend import create_client  # noqa: E402
 
 DEVICES = create_client(8).devices()
@@ -92,6 +93,32 @@ def test_value_protocol(mesh_shape, names, spec, shape):
     assert "unreduced" in text and text in sharding.debug_string()
     assert HloSharding(sharding.devices, text) == sharding  # the HLO text form round-trips
     assert sharding.with_device_assignment(list(sharding.devices)[::-1]).has_unreduced_axes
+
+
+@pytest.mark.parametrize("mesh_shape,names,spec,shape", CASES)
+def test_unreduced_groups_are_the_mesh_lines_along_the_unreduced_axes(mesh_shape, names, spec,
+                                                                      shape):
+    mesh = explicit_mesh(mesh_shape, names)
+    sharding = ifrt_sharding(NamedSharding(mesh, spec), len(shape))
+    positions = np.arange(int(np.prod(mesh_shape))).reshape(mesh_shape)
+    axes = [names.index(a) for a in spec.unreduced]
+    lines = np.moveaxis(positions, axes, range(len(names) - len(axes), len(names)))
+    expected = {frozenset(DEVICES[int(p)] for p in line)
+                for line in lines.reshape(-1, sharding.unreduced_group_size)}
+    assert sharding.unreduced_groups() == expected
+    reduced = ifrt_sharding(NamedSharding(mesh, without_unreduced(spec)), len(shape))
+    assert reduced.unreduced_groups() == frozenset()
+    # The same domains on each device are not the same values unless the groups agree.
+    assert same_unreduced(sharding, sharding) and same_unreduced(reduced, reduced)
+    assert not same_unreduced(sharding, reduced) and not same_unreduced(reduced, sharding)
+
+
+def test_unreduced_over_other_axes_holds_other_values():
+    mesh = explicit_mesh((2, 2, 2), ("x", "y", "z"))
+    over_y, over_z = (ifrt_sharding(NamedSharding(mesh, P("x", None, unreduced={axis})), 2)
+                      for axis in "yz")
+    assert over_y.index_domains((4, 6)) == over_z.index_domains((4, 6))
+    assert not same_unreduced(over_y, over_z)
 
 
 def test_xla_text_forms():
@@ -233,3 +260,22 @@ def test_copies_to_other_devices_keep_the_partial_values(client, unreduced_out):
     for mine, theirs in zip(copy.disassemble_into_single_device_arrays(),
                             unreduced_out.disassemble_into_single_device_arrays()):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+
+
+def test_jax_arrays_with_unreduced_axes_cross_both_ways(client, programs):
+    jax_out = programs["jax_out"]
+    mine = ifrt.from_jax(jax_out, client)
+    assert isinstance(mine.sharding, HloSharding) and mine.sharding.has_unreduced_axes
+    expected = [np.asarray(s.data) for s in jax_out.addressable_shards]
+    pieces = [np.asarray(p) for p in mine.disassemble_into_single_device_arrays()]
+    for piece, want in zip(pieces, expected):
+        np.testing.assert_array_equal(piece, want)
+    with pytest.raises(InvalidArgumentError, match="has unreduced axes"):
+        np.asarray(mine)
+    back = ifrt.to_jax(mine)
+    for shard, want in zip(back.addressable_shards, expected):
+        np.testing.assert_array_equal(np.asarray(shard.data), want)
+    # jax's reduced axes are replicated ones: a NamedSharding without them.
+    mesh = programs["mesh"]
+    reduced = sharding_from_jax(NamedSharding(mesh, P("x", None, reduced={"y"})), client)
+    assert reduced == sharding_from_jax(NamedSharding(mesh, P("x", None)), client)
