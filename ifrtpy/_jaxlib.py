@@ -31,7 +31,7 @@ __all__ = [
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
-    "tile_form",
+    "tile_form", "reduction_op", "with_reduction_op",
     "ffi_kernels", "load_ffi_kernels",
 ]
 
@@ -317,6 +317,29 @@ def tile_form(hlo_sharding: Any) -> Any:
     module (newer XLA CPU builds write it); ifrtpy's sharding math reads tile assignments."""
     convert = getattr(hlo_sharding, "v3_to_v2_sharding", None)  # jaxlib >= 0.12
     return hlo_sharding if convert is None else convert()
+
+
+def reduction_op(hlo_sharding: Any) -> int | None:
+    """The reduction of ``hlo_sharding``'s unreduced axes as jaxlib numbers it (0 sum,
+    1 max, 2 min: jaxlib >= 0.12 reads it from the OpSharding's ``sdy::reduction_op``
+    metadata); None where this jaxlib has no reduction ops (0.10: every unreduced axis is
+    a sum)."""
+    read = getattr(hlo_sharding, "reduction_op", None)
+    return None if read is None else int(read())
+
+
+def with_reduction_op(hlo_sharding: Any, op: int) -> Any:
+    """A copy of ``hlo_sharding`` whose unreduced axes reduce with ``op`` (jaxlib's number);
+    UnimplementedError for an op other than 0 (sum) where this jaxlib has no reduction ops."""
+    if getattr(hlo_sharding, "set_reduction_op", None) is None:
+        if op == 0:
+            return hlo_sharding
+        raise UnimplementedError(
+            f"jaxlib {version_text()} has no reductions other than a sum for unreduced "
+            f"axes (jaxlib 0.12 has them), asked for reduction op {op}")
+    copy = xla_client().HloSharding.from_proto(hlo_sharding.to_proto())
+    copy.set_reduction_op(op)  # in place (jaxlib 0.12)
+    return copy
 
 
 def gspmd_sharding(jax_devices: Sequence[Any], op_sharding: Any, memory_kind: str | None) -> Any:

@@ -24,7 +24,7 @@ from ifrtpy.errors import (
 from ifrtpy.future import Future, join_futures, then_value
 from ifrtpy.shape import DynamicShape, IndexDomain, Shape
 from ifrtpy.sharding import (
-    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
+    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics, check_reduced,
 )
 from ifrtpy.user_context import UserContext
 
@@ -136,10 +136,12 @@ def plan_fully_replicated_shard(array: Array) -> SingleDeviceSharding:
 def distinct_shards(array: Array, shards: Sequence[Any]) -> dict[IndexDomain, Any]:
     """For a read of the whole ``array``: the first of ``shards`` (one item per addressable
     shard, in device order: buffers, data, single-device arrays) holding each index
-    domain, by domain. InvalidArgumentError for an OpaqueSharding, UnimplementedError
-    when the addressable shards do not hold every element."""
+    domain, by domain. InvalidArgumentError for an OpaqueSharding or unreduced axes (the
+    shards hold partial values), UnimplementedError when the addressable shards do not hold
+    every element."""
     if isinstance(array.sharding, OpaqueSharding):
         raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
+    check_reduced(array.sharding, "copy_to_host_buffer")
     domains = array.sharding.index_domains(
         array.shape, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS)
     distinct: dict[IndexDomain, Any] = {}
@@ -335,7 +337,11 @@ class Array(Value):
         """This process's shards, in the sharding's device order, as ``jax.Array``'s: each
         with its device, the NumPy index of the global array it holds, its replica id
         (how many shards before it hold the same index) and its data (a single-device
-        array sharing this array's buffers)."""
+        array sharing this array's buffers). InvalidArgumentError for a sharding with
+        unreduced axes, whose shards hold partial values (jax refuses their ``index``):
+        ``disassemble_into_single_device_arrays`` gives each device's."""
+        check_reduced(self.sharding, "addressable_shards",
+                      "disassemble_into_single_device_arrays gives each device's partial values")
         semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         domains = self.sharding.index_domains(self.shape, semantics)
         pieces = self.disassemble_into_single_device_arrays(ArrayCopySemantics.REUSE_INPUT,

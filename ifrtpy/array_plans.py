@@ -27,7 +27,7 @@ from ifrtpy.errors import (
 )
 from ifrtpy.shape import IndexDomain, Shape
 from ifrtpy.sharding import (
-    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
+    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics, check_reduced,
 )
 
 __all__ = [
@@ -111,9 +111,11 @@ def check_shard_semantics(sharding: Sharding, semantics: Any, what: str
 def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:
     """The box of an array of ``shape`` that each addressable shard of ``sharding`` holds
     (the whole array where it replicates), to move data by: InvalidArgumentError when
-    ``sharding`` cannot hold such an array (:meth:`Sharding.check_array_shape`), gives
-    another count of shards than of addressable devices, or a shard outside ``shape``."""
+    ``sharding`` cannot hold such an array (:meth:`Sharding.check_array_shape`), has
+    unreduced axes (its shards hold partial values, not slices), gives another count of
+    shards than of addressable devices, or a shard outside ``shape``."""
     sharding.check_array_shape(shape)
+    check_reduced(sharding, "placing data by index domain")
     count = len(sharding.devices.addressable_device_list())
     if sharding.is_fully_replicated:
         return [IndexDomain(shape)] * count
@@ -318,7 +320,9 @@ def plan_reshard(client: Any, arrays: Any, specs: Any, semantics: Any,
                  array_type: Any) -> ReshardPlan:
     """Check a reshard: one spec per live array of ``client``, each of its dtype and shape
     (a reshard moves data, it does not convert it), the default layout, and a sharding of
-    ``client`` with shard information; ALWAYS_COPY or DONATE_INPUT."""
+    ``client`` with shard information, neither it nor the array's with unreduced axes
+    (partial values: a reshard would take one for the whole); ALWAYS_COPY or
+    DONATE_INPUT."""
     arrays = arrays_of(client, arrays, "reshard_arrays arrays", array_type)
     specs = list(specs)
     semantics = check_enum(ArrayCopySemantics, semantics, "semantics")
@@ -341,6 +345,8 @@ def plan_reshard(client: Any, arrays: Any, specs: Any, semantics: Any,
             raise InvalidArgumentError(f"spec {i}: cannot reshard to an OpaqueSharding")
         spec.sharding.check_array_shape(array.shape)
         check_live(array)
+        check_reduced(array.sharding, f"reshard_arrays of array {i}")
+        check_reduced(spec.sharding, f"reshard_arrays to spec {i}")
     return ReshardPlan(arrays, specs, semantics)
 
 

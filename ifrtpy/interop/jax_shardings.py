@@ -90,18 +90,21 @@ def _memory_kind(sharding: Any) -> str | None:
 def sharding_from_jax(sharding: Any, client: Any, ndim: int | None = None) -> Sharding:
     """The ifrtpy sharding equivalent to a jax ``sharding`` (a jax Device gives a
     SingleDeviceSharding), over ``client``'s devices with the same ids. ``ndim`` (the
-    array's rank) is needed only for jax shardings other than Named and SingleDevice. Index
-    domains equal jax's ``devices_indices_map``."""
+    array's rank) is needed only for jax shardings other than Named and SingleDevice, and
+    for a NamedSharding with unreduced axes, which becomes an HloSharding (ifrtpy's
+    NamedSharding has no form for them; jax's ``reduced`` axes are replicated ones). Index
+    domains equal jax's ``devices_indices_map`` (which jax refuses for unreduced axes)."""
     import jax
     if isinstance(sharding, jax.Device):
         return SingleDeviceSharding(_ifrt_device(client, sharding))
     if isinstance(sharding, jax.sharding.SingleDeviceSharding):
         (device,) = sharding.device_set
         return SingleDeviceSharding(_ifrt_device(client, device), _memory_kind(sharding))
-    if isinstance(sharding, jax.sharding.NamedSharding):
+    if isinstance(sharding, jax.sharding.NamedSharding) and not getattr(sharding.spec, "unreduced", None):
         mesh = sharding.mesh
         devices = np.vectorize(lambda d: _ifrt_device(client, d), otypes=[object])(mesh.devices)
-        spec = PartitionSpec(*[_spec_entry(e) for e in sharding.spec])
+        entries = getattr(sharding.spec, "partitions", sharding.spec)  # without (un)reduced axes
+        spec = PartitionSpec(*[_spec_entry(e) for e in entries])
         return NamedSharding(Mesh(devices, mesh.axis_names), spec, _memory_kind(sharding))
     if isinstance(sharding, jax.sharding.Sharding):
         if ndim is None:

@@ -88,7 +88,9 @@ def sharding_from_proto(client: Any, proto: Any) -> Sharding:
         p = m.HloShardingProto.FromString(serialized.data)
         op = _jaxlib.xla_client().OpSharding()
         op.ParseFromString(p.xla_op_sharding.SerializeToString())
-        return HloSharding(_devices(client, p.devices.device_ids), op, _memory_kind(p))
+        sharding = HloSharding(_devices(client, p.devices.device_ids), op, _memory_kind(p))
+        _check_reduction(sharding, p.xla_op_sharding)
+        return sharding
     if kind == _OPAQUE:
         p = m.OpaqueShardingProto.FromString(serialized.data)
         return OpaqueSharding(_devices(client, p.devices.device_ids), _memory_kind(p))
@@ -105,6 +107,22 @@ def sharding_from_proto(client: Any, proto: Any) -> Sharding:
                                 [dims_of(s) for s in p.shard_shapes], memory_kind=_memory_kind(p))
     raise UnimplementedError(f"sharding type {kind!r} is not served (served: {_SINGLE}, "
                              f"{_HLO}, {_OPAQUE}, {_CONCRETE}, {_CONCRETE_EVEN})")
+
+
+#: The OpMetadata op_type of the reduction of an OpSharding's unreduced axes (jax 0.12).
+_REDUCTION_OP = "sdy::reduction_op"
+
+
+def _check_reduction(sharding: HloSharding, proto: Any) -> None:
+    """UnimplementedError when ``proto`` (an xla.OpSharding message) names a reduction of its
+    unreduced axes that ``sharding`` (read by this server's jaxlib) does not carry: a jaxlib
+    without reduction ops reads a max or a min as a sum, which would be silently wrong."""
+    named = [m.op_name.lower() for m in proto.metadata if m.op_type == _REDUCTION_OP]
+    if sharding.has_unreduced_axes and named and named[0] != sharding.reduction:
+        raise UnimplementedError(
+            f"the sharding {sharding.xla_hlo_sharding} reduces its unreduced axes by "
+            f"{named[0]}, which this server's jaxlib {_jaxlib.version_text()} reads as a "
+            f"{sharding.reduction} (jaxlib 0.12 reads it)")
 
 
 def _tile_form(proto: Any) -> Any:

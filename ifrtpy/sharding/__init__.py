@@ -27,6 +27,8 @@ from ifrtpy.sharding.base import SingleDeviceSharding as SingleDeviceSharding
 from ifrtpy.sharding.concrete import ConcreteEvenSharding as ConcreteEvenSharding
 from ifrtpy.sharding.concrete import ConcreteSharding as ConcreteSharding
 from ifrtpy.sharding.hlo import HloSharding as HloSharding
+from ifrtpy.sharding.hlo import check_reduced as check_reduced
+from ifrtpy.sharding.hlo import same_unreduced as same_unreduced
 from ifrtpy.sharding.mesh import Mesh as Mesh
 from ifrtpy.sharding.mesh import NamedSharding as NamedSharding
 from ifrtpy.sharding.mesh import PartitionSpec as PartitionSpec
@@ -37,5 +39,5 @@ from ifrtpy.sharding.param import ShardingParamSharding as ShardingParamSharding
 __all__ = [
     "SingleDeviceShardSemantics", "Sharding", "SingleDeviceSharding", "OpaqueSharding",
     "ConcreteSharding", "ConcreteEvenSharding", "ShardingParam", "ShardingParamSharding",
-    "HloSharding", "Mesh", "PartitionSpec", "NamedSharding",
+    "HloSharding", "check_reduced", "same_unreduced", "Mesh", "PartitionSpec", "NamedSharding",
 ]

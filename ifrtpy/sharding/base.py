@@ -60,6 +60,14 @@ class Sharding(abc.ABC):
         """True when every shard holds the whole array."""
         return self._is_fully_replicated
 
+    @property
+    def has_unreduced_axes(self) -> bool:
+        """Whether some devices hold partial values of the same elements (XLA's and jax's
+        unreduced axes: the array is their sum, or another reduction), which no read of a
+        shard as the array's values may take as whole. False but for an HloSharding with
+        unreduced axes."""
+        return False
+
     @abc.abstractmethod
     def shard_shape(self, shape: AnyShape) -> Shape:
         """The shape of every shard of an array of ``shape``; raises if shards are uneven."""

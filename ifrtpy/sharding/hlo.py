@@ -5,10 +5,20 @@ their parameters and outputs. Tile-assignment values are indices into ``devices`
 The XLA object comes from jaxlib (``jaxlib.xla_client.HloSharding`` / ``OpSharding``);
 it is read once at construction into plain tuples, and all shard math is pure Python.
 
-Supported kinds: replicated, maximal, manual, unknown and tiled (iota or explicit tile
-assignments, partial replication via ``last_tile_dim_replicate`` and subgroups in
-``last_tile_dims``). Uneven tiles are ``ceil(dim / tiles)`` long with the last ones
-clipped, as XLA does. Tuple and unreduced shardings are refused.
+Supported kinds: replicated, maximal, manual, unknown, unreduced and tiled (iota or
+explicit tile assignments, partial replication via ``last_tile_dim_replicate`` and
+subgroups in ``last_tile_dims``, replicated and unreduced). Uneven tiles are
+``ceil(dim / tiles)`` long with the last ones clipped, as XLA does. Tuple shardings are
+refused.
+
+Unreduced axes (jax's ``P(..., unreduced={...})``, XLA's ``{unreduced}`` and
+``last_tile_dims={unreduced}``): each device of an unreduced group holds a buffer of its
+tile's shape, but a partial value; the array is the reduction (a sum, or with jaxlib 0.12
+a max or min, the OpSharding's ``sdy::reduction_op`` metadata) of the group's buffers. So
+for shapes and index domains an unreduced axis is like a replicated one, and such a
+sharding is never fully replicated: :attr:`HloSharding.has_unreduced_axes` tells the
+operations that read values by index domain (a copy to the host, a put, a reshard) to
+refuse it.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ifrtpy import _jaxlib
+from ifrtpy.device import Device
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import IndexDomain, Shape, trusted_shape
 from ifrtpy.sharding._common import (
@@ -27,12 +38,14 @@ from ifrtpy.sharding._common import (
 )
 from ifrtpy.sharding.base import Sharding
 
-__all__ = ["HloSharding", "as_xla_hlo_sharding"]
+__all__ = ["HloSharding", "as_xla_hlo_sharding", "check_reduced", "same_unreduced"]
 
 # OpSharding.Type numbers (xla_data.proto).
 _REPLICATED, _MAXIMAL, _TUPLE, _OTHER, _MANUAL, _UNKNOWN, _UNREDUCED = 0, 1, 2, 3, 4, 5, 6
 _TYPE_NAMES = {_REPLICATED: "replicated", _MAXIMAL: "maximal", _MANUAL: "manual",
-               _UNKNOWN: "unknown", _OTHER: "tiled"}
+               _UNKNOWN: "unknown", _OTHER: "tiled", _UNREDUCED: "unreduced"}
+#: The reductions of unreduced axes, by jaxlib's ``HloSharding.reduction_op()`` number.
+REDUCTIONS = ("sum", "max", "min")
 
 
 def _xla_client():
@@ -62,13 +75,18 @@ class HloSharding(Sharding):
     Fully replicated for replicated shardings, maximal shardings on one device, and tiled
     shardings whose data dims are all 1 with only replicated subgroups. Index domains of
     maximal shardings are the whole array on every device (as in IFRT); manual and unknown
-    shardings have none.
+    shardings have none. Unreduced axes are like replicated ones for shapes and index
+    domains (see the module's docstring); ``reduction`` ("sum", "max" or "min") names how
+    their partial values combine where the HLO text cannot say it (it has no form for it),
+    e.g. ``HloSharding(devices, "{unreduced}", reduction="max")`` (jaxlib 0.12); by default
+    it is the one ``xla_hlo_sharding`` carries (a sum from text).
     """
 
     __slots__ = ("_xla", "_kind", "_tile_dims", "_data_rank", "_subgroup_types",
-                 "_assignment", "_text", "_tile_of_device")
+                 "_assignment", "_text", "_tile_of_device", "_reduction")
 
-    def __init__(self, devices, xla_hlo_sharding: Any, memory_kind=None):
+    def __init__(self, devices, xla_hlo_sharding: Any, memory_kind=None, *,
+                 reduction: Optional[str] = None):
         devices = _as_device_list(devices)
         xla = as_xla_hlo_sharding(xla_hlo_sharding)
         proto = xla.to_proto()
@@ -86,8 +104,6 @@ class HloSharding(Sharding):
                 subgroups = (_REPLICATED,)
             else:
                 subgroups = tuple(int(t) for t in xla.subgroup_types())
-            if _UNREDUCED in subgroups:
-                raise InvalidArgumentError(f"HloSharding does not support the sharding {xla}")
         self._xla = xla
         self._kind = kind
         self._tile_dims = tile_dims
@@ -96,17 +112,86 @@ class HloSharding(Sharding):
         self._assignment = assignment
         self._text = str(xla)
         self._tile_of_device: Optional[Sequence[int]] = None
+        self._reduction: Optional[str] = None
+        if kind == _UNREDUCED or _UNREDUCED in subgroups:
+            self._set_reduction(reduction)
+        elif reduction is not None:
+            raise InvalidArgumentError(
+                f"HloSharding reduction={reduction!r} needs unreduced axes; the sharding "
+                f"{self._text} has none")
         super().__init__(devices, memory_kind, self._compute_fully_replicated(len(devices)))
+
+    def _set_reduction(self, reduction: Optional[str]) -> None:
+        """The reduction of the unreduced axes: ``reduction`` (checked, and written into
+        the jaxlib sharding), else the one the jaxlib sharding carries."""
+        if reduction is None:
+            op = _jaxlib.reduction_op(self._xla) or 0
+            if op >= len(REDUCTIONS):
+                raise InvalidArgumentError(
+                    f"HloSharding {self._text} has reduction op {op}; ifrtpy knows "
+                    f"{', '.join(f'{i} ({r})' for i, r in enumerate(REDUCTIONS))}")
+            self._reduction = REDUCTIONS[op]
+            return
+        if reduction not in REDUCTIONS:
+            raise InvalidArgumentError(
+                f"HloSharding reduction must be one of {', '.join(map(repr, REDUCTIONS))}, "
+                f"got {reduction!r}")
+        self._xla = _jaxlib.with_reduction_op(self._xla, REDUCTIONS.index(reduction))
+        self._reduction = reduction
+
+    @property
+    def unreduced_group_size(self) -> int:
+        """How many devices hold partial values of each element (1 without unreduced
+        axes)."""
+        if self._kind == _UNREDUCED:
+            return len(self._devices)
+        return self._unreduced_group_size()
+
+    def _unreduced_group_size(self) -> int:
+        """Of a tiled sharding: how many devices hold the partial values of each element
+        (1 without unreduced subgroups)."""
+        return math.prod(n for n, t in zip(self._tile_dims[self._data_rank:], self._subgroup_types)
+                         if t == _UNREDUCED)
 
     def _compute_fully_replicated(self, num_devices: int) -> bool:
         if self._kind == _REPLICATED:
             return True
-        if self._kind == _MAXIMAL:
-            return num_devices == 1
+        if self._kind in (_MAXIMAL, _UNREDUCED):
+            return num_devices == 1  # an unreduced group of one device holds the whole value
         if self._kind == _OTHER:
             return (math.prod(self._tile_dims[:self._data_rank]) == 1
-                    and all(t == _REPLICATED for t in self._subgroup_types))
+                    and all(t == _REPLICATED or (t == _UNREDUCED and n == 1)
+                            for n, t in zip(self._tile_dims[self._data_rank:],
+                                            self._subgroup_types)))
         return False
+
+    @property
+    def has_unreduced_axes(self) -> bool:
+        """Whether the devices of some group (more than one device) each hold a partial
+        value of the same elements, which ``reduction`` combines."""
+        if self._kind == _UNREDUCED:
+            return len(self._devices) > 1
+        return self._reduction is not None and self._unreduced_group_size() > 1
+
+    def unreduced_groups(self) -> frozenset[frozenset[Device]]:
+        """The groups of devices whose partial values ``reduction`` combines (each holds
+        the same index domain); empty without unreduced axes."""
+        if not self.has_unreduced_axes:
+            return frozenset()
+        if self._kind == _UNREDUCED:
+            return frozenset([frozenset(self._devices)])
+        grid = np.asarray(self._assignment, dtype=np.int64).reshape(self._tile_dims)
+        axes = [self._data_rank + i for i, t in enumerate(self._subgroup_types) if t == _UNREDUCED]
+        rows = np.moveaxis(grid, axes, range(grid.ndim - len(axes), grid.ndim)).reshape(
+            -1, self._unreduced_group_size())
+        devices = self._devices
+        return frozenset(frozenset(devices[int(p)] for p in row) for row in rows)
+
+    @property
+    def reduction(self) -> Optional[str]:
+        """How the partial values of unreduced axes combine ("sum", "max", "min"); None
+        for a sharding without unreduced axes."""
+        return self._reduction
 
     @property
     def xla_hlo_sharding(self):
@@ -211,14 +296,48 @@ class HloSharding(Sharding):
 
     def _partitioning_key(self):
         return (self._kind, self._tile_dims, self._data_rank, self._subgroup_types,
-                self._assignment)
+                self._assignment, self._reduction)
 
     def debug_string(self) -> str:
-        return f"HloSharding(memory_kind: {self._memory_kind}, hlo_sharding: {self._text})"
+        reduction = "" if self._reduction in (None, "sum") else f", reduction: {self._reduction}"
+        return (f"HloSharding(memory_kind: {self._memory_kind}, hlo_sharding: "
+                f"{self._text}{reduction})")
 
     def __reduce__(self):
-        return (_hlo_sharding_from_text, (self._devices, self._text, self._memory_kind))
+        return (_hlo_sharding_from_text,
+                (self._devices, self._text, self._memory_kind, self._reduction))
 
 
-def _hlo_sharding_from_text(devices, text: str, memory_kind) -> HloSharding:
-    return HloSharding(devices, text, memory_kind)
+def _hlo_sharding_from_text(devices, text: str, memory_kind, reduction=None) -> HloSharding:
+    return HloSharding(devices, text, memory_kind, reduction=reduction)
+
+
+def check_reduced(sharding: Sharding, what: str,
+                  instead: str = "Reduce them in a program first (jax: jax.sharding.reshard(x, "
+                                 "P(...)) inside jit, or an output sharding without unreduced "
+                                 "axes)") -> None:
+    """InvalidArgumentError naming ``what`` (an operation that reads or writes shards as
+    the array's values, by index domain) when ``sharding`` has unreduced axes: its shards
+    hold partial values, and taking one as the array's would be silently wrong. The
+    message ends with ``instead``, what to do."""
+    if not sharding.has_unreduced_axes:
+        return
+    size = sharding.unreduced_group_size if isinstance(sharding, HloSharding) else "several"
+    reduction = sharding.reduction if isinstance(sharding, HloSharding) else None
+    raise InvalidArgumentError(
+        f"{what}: {sharding!r} has unreduced axes: each group of {size} of its "
+        f"{len(sharding.devices)} devices holds partial values of the same elements (the "
+        f"array is their {reduction or 'reduction'}), which cannot be read or written as "
+        f"the array's values. {instead}")
+
+
+def same_unreduced(a: Sharding, b: Sharding) -> bool:
+    """Whether arrays of shardings ``a`` and ``b`` that put the same index domains on each
+    device also hold the same values there: neither has unreduced axes, or both reduce
+    the same groups of devices the same way. (A replicated array passed where a program
+    takes unreduced partial values would be summed over each group: silently wrong.)"""
+    if not (a.has_unreduced_axes or b.has_unreduced_axes):
+        return True
+    return (isinstance(a, HloSharding) and isinstance(b, HloSharding)
+            and a.has_unreduced_axes and b.has_unreduced_axes and a.reduction == b.reduction
+            and a.unreduced_groups() == b.unreduced_groups())

@@ -298,7 +298,8 @@ def named_sharding_like(sharding: Sharding, mesh: Mesh, shape: Sequence[int]
                         ) -> Optional[NamedSharding]:
     """The NamedSharding over ``mesh`` that puts every element of an array of ``shape`` on
     the devices ``sharding`` puts it on (its memory kind too), or None where there is
-    none (other devices, a tiling no spec over ``mesh`` gives, uneven or empty dims).
+    none (other devices, a tiling no spec over ``mesh`` gives, uneven or empty dims,
+    unreduced axes: a spec here has no form for partial values).
 
     How jax names a compiled program's output shardings after its inputs' mesh: the spec is
     read from the index domains (each mesh axis, stepped once, moves the shards along one
@@ -306,6 +307,8 @@ def named_sharding_like(sharding: Sharding, mesh: Mesh, shape: Sequence[int]
     domain.
     """
     shape = _static_shape(shape, "named_sharding_like")
+    if sharding.has_unreduced_axes:
+        return None
     if set(sharding.devices) != set(mesh.device_list) or len(sharding.devices) != mesh.size:
         return None
     try:

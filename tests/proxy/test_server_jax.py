@@ -156,6 +156,72 @@ def test_a_donation_the_compiler_cannot_use_leaves_the_input_live(server):
     assert result["donations"][0] == [0.0, 1.0, 120.0]
 
 
+def test_unreduced_shardings_of_jax_explicit_mode(server):
+    """Arrays with unreduced axes (``P(..., unreduced={...})``): a matmul leaving its
+    contraction unreduced, a program keeping it so, one reducing it (``reshard``), a fully
+    unreduced result, and a vjp whose forward program has no outputs: every device holds
+    what it holds on jax's CPU client, the reductions equal NumPy's, and a read of the
+    partial values is refused as jax's own client refuses it (0.10: in Python, 0.12:
+    INVALID_ARGUMENT from the runtime, here the server)."""
+    result = run_jax(server.address, """
+        from jax.sharding import AxisType
+        a = np.arange(32, dtype=np.float32).reshape(4, 8)
+        b = np.linspace(-1, 1, 48, dtype=np.float32).reshape(8, 6)
+
+        def outcome(f):
+            try:
+                f()
+                return "read"
+            except Exception as e:  # the kind of refusal, as each client reports it
+                return type(e).__name__ + (" INVALID_ARGUMENT" if "INVALID_ARGUMENT" in str(e) else "")
+
+        def shards(x):
+            return np.stack([np.asarray(s.data) for s in x.addressable_shards])
+
+        def program(d):
+            mesh = Mesh(np.array(d).reshape(2, 4), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+            with jax.set_mesh(mesh):
+                def matmul(a_spec, b_spec, out_spec):
+                    return jax.jit(lambda u, v: jnp.einsum("ij,jk->ik", u, v, out_sharding=out_spec))(
+                        jax.device_put(a, NamedSharding(mesh, a_spec)),
+                        jax.device_put(b, NamedSharding(mesh, b_spec)))
+                out = matmul(P("x", "y"), P("y", None), P("x", None, unreduced={"y"}))
+                kept = jax.jit(lambda w: w + w)(out)
+                reduced = jax.jit(lambda w: jax.sharding.reshard(w + w, P("x", None)))(kept)
+                full = matmul(P(None, ("x", "y")), P(("x", "y"), None),
+                              P(None, None, unreduced={"x", "y"}))
+                summed = jax.jit(lambda w: jax.sharding.reshard(w, P()))(full)
+                r1, r2 = (jax.reshard(np.arange(8.0), P(reduced={"x"})) for _ in range(2))
+                _, f_vjp = jax.vjp(jax.jit(lambda p, q: q), r1, r2)
+                x_bar, y_bar = f_vjp(jax.reshard(jnp.arange(8.0), P(unreduced={"x"})))
+                return dict(
+                    specs=[str(x.sharding.spec) for x in (out, kept, full, x_bar, y_bar)],
+                    shard_shape=list(out.sharding.shard_shape(out.shape)),
+                    out=shards(out), kept=shards(kept), full=shards(full),
+                    reduced=np.asarray(reduced), summed=np.asarray(summed),
+                    bars=np.concatenate([shards(x_bar), shards(y_bar)]),
+                    read=outcome(lambda: np.asarray(out)),
+                    get=outcome(lambda: jax.device_get(kept)))
+
+        through, direct = program(PROXY), program(CPU)
+        emit(**{k: (through[k], direct[k]) for k in through})
+    """)
+    assert_pairs_equal({k: v for k, v in result.items() if k not in ("specs", "read", "get")})
+    for name in ("specs", "read", "get"):
+        assert result[name][0] == result[name][1], name
+    assert "unreduced={'y'}" in result["specs"][0][0]
+    assert result["shard_shape"][0] == [2, 6]
+    assert result["read"][0] in ("NotImplementedError", "JaxRuntimeError INVALID_ARGUMENT")
+    product = np.arange(32.0).reshape(4, 8) @ np.linspace(-1, 1, 48, dtype=np.float32).reshape(8, 6)
+    np.testing.assert_allclose(result["reduced"][0], 4 * product, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result["summed"][0], product, rtol=1e-5, atol=1e-5)
+    # Each "y" group of 4 devices adds up to the product's rows of its "x" block.
+    out = np.asarray(result["out"][0])
+    np.testing.assert_allclose(out[:4].sum(0), product[:2], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[4:].sum(0), product[2:], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(result["full"][0]).sum(0), product, rtol=1e-5, atol=1e-5)
+
+
 def test_reference_backend():
     with proxy.serve(ifrt.get_client("reference", device_count=2)) as running:
         result = run_jax(running.address, """

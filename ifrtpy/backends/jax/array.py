@@ -30,7 +30,7 @@ from ifrtpy.interop.jax_shardings import cached_to_jax
 from ifrtpy.sharding import HloSharding
 from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,
-    SingleDeviceShardSemantics,
+    SingleDeviceShardSemantics, check_reduced,
 )
 from ifrtpy.user_context import current_user_context
 
@@ -137,6 +137,7 @@ class JaxArray(JaxArrayCore, StoredArray):
         value = self.jax_value
         if isinstance(self._sharding, OpaqueSharding):
             raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
+        check_reduced(self._sharding, "copy_to_host_buffer")
         if not self._sharding.devices.is_fully_addressable:
             if self._addressable_shards_hold_it_all():  # replicated: read this process's
                 return self._gather_to_host_buffer(out, byte_strides)

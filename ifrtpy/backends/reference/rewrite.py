@@ -163,7 +163,9 @@ def _sdy_to_hlo_text(attr, meshes: dict) -> str:
     if not names:  # a maximal mesh: one device
         return f"{{maximal device={ids[0]}}}"
     if list(sharding.unreduced_axes):
-        raise UnimplementedError("sdy.sharding with unreduced axes is not supported")
+        raise UnimplementedError(
+            "the reference backend runs programs on global values, and an sdy.sharding with "
+            f"unreduced axes holds partial ones: {attr} (the PjRt and jax backends run it)")
     dims = []
     for dim in sharding.dimension_shardings:
         axes = []
@@ -205,7 +207,13 @@ def _value_shardings(function, key: str, count: int, devices: DeviceList, meshes
             text = _string(attr["mhlo.sharding"])
         elif attr is not None and "sdy.sharding" in attr:
             text = _sdy_to_hlo_text(attr["sdy.sharding"], meshes)
-        out.append(HloSharding(devices, text, kind))
+        sharding = HloSharding(devices, text, kind)
+        if sharding.has_unreduced_axes:  # partial values per device: not a global value
+            raise UnimplementedError(
+                f"the reference backend runs programs on global values, and a "
+                f"{'parameter' if key == 'arg_attrs' else 'result'} with unreduced axes "
+                f"({text}) holds partial ones (the PjRt and jax backends run it)")
+        out.append(sharding)
     return out
 
 
