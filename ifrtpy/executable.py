@@ -25,6 +25,7 @@ from ifrtpy.errors import (
 )
 from ifrtpy.sharding import (
     NamedSharding, OpaqueSharding, Sharding, SingleDeviceShardSemantics, SingleDeviceSharding,
+    same_unreduced,
 )
 from ifrtpy.sharding.mesh import named_sharding_like
 from ifrtpy.user_context import UserContext
@@ -528,9 +529,11 @@ def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: 
             f"argument {i} of {name} is on {held.to_string()}, the executable runs on "
             f"{wanted.to_string()}")
     if compare_domains and not same_domains(arg.sharding, sharding, param.shape):
+        partial = arg.sharding.has_unreduced_axes or sharding.has_unreduced_axes
         raise InvalidArgumentError(
             f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
-            f"parameter {i} has sharding {sharding!r} (different shards per device)")
+            f"parameter {i} has sharding {sharding!r} ("
+            f"{'partial values on one side only' if partial else 'different shards per device'})")
 
 
 class ArgumentChecks:
@@ -685,8 +688,11 @@ def _holds_whole(sharding: Sharding, shape: Shape) -> bool:
 
 
 def same_domains(a: Sharding, b: Sharding, shape: Shape) -> bool:
-    """Whether ``a`` and ``b`` put the same index domain of an array of ``shape`` on each
-    (addressable) device: both hold the whole array everywhere, or their domains match."""
+    """Whether ``a`` and ``b`` put the same values of an array of ``shape`` on each
+    (addressable) device: the same partial values or none (:func:`same_unreduced`), and
+    both hold the whole array everywhere or their index domains match."""
+    if not same_unreduced(a, b):
+        return False
     if _holds_whole(a, shape) and _holds_whole(b, shape):
         return True
     semantics = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS

@@ -197,10 +197,8 @@ def metadata(session: Any, request: Any) -> Any:
             wire.xla_layout_proto(l, len(s.dims)) for l, s in zip(layouts, exe.output_shapes()))
     else:
         response.output_layouts_error.CopyFrom(wire.status_proto(error))
-    # One kind per output: the client asserts the count. (The PjRt backend reports one
-    # kind for a partitioned program with no outputs, its empty result tuple's.)
-    kinds = exe.output_memory_kinds()[:len(exe.output_shapes())]
-    response.output_memory_kinds.memory_kind_lists.add(memory_kinds=[str(k) for k in kinds])
+    response.output_memory_kinds.memory_kind_lists.add(
+        memory_kinds=[str(k) for k in exe.output_memory_kinds()])
     response.donated_input_indices.donated_input_indices.extend(sorted(compiled.donated))
     stats, error = _call(exe.compiled_memory_stats)
     if error is None:

@@ -254,6 +254,16 @@ def test_a_program_reduces_an_unreduced_argument(client, unreduced_out, programs
     np.testing.assert_allclose(np.asarray(doubled), 2 * programs["a"] @ programs["b"], rtol=1e-5)
 
 
+def test_an_argument_without_the_partial_values_a_parameter_takes_is_refused(client, programs):
+    # The same boxes on each device as the unreduced parameter, but whole values: the
+    # program would add them up over each group of 4 (4x the array).
+    whole = put(client, programs["a"] @ programs["b"], ("x", None))
+    exe = client.compile(ifrt.HloProgram(programs["double"]),
+                         ifrt.CompileOptions(devices=client.devices(), num_partitions=8))
+    with pytest.raises(InvalidArgumentError, match="partial values on one side only"):
+        exe(whole)
+
+
 def test_copies_to_other_devices_keep_the_partial_values(client, unreduced_out):
     copy, = client.copy_arrays([unreduced_out], ifrt.DeviceList(client.devices()[::-1]))
     assert copy.sharding.has_unreduced_axes

@@ -276,6 +276,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         if params is not None and outputs is not None:  # without token parameters and results
             params = [p for i, p in enumerate(params) if i not in self._program.token_parameters]
             outputs = [o for i, o in enumerate(outputs) if i not in self._program.token_results]
+            if not self._program.results:  # the empty result tuple's sharding is no output's
+                outputs = []
         if params is None or outputs is None:  # not partitioned: every device holds it whole
             def whole(types):
                 return [ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)

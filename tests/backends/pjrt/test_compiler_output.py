@@ -98,3 +98,18 @@ def test_the_reference_backend_runs_the_program_as_it_is():
     assert exe.program_text(optimized=True) == exe.program_text()
     with pytest.raises(ifrt.errors.UnimplementedError):
         exe.hlo_modules()
+
+
+def test_a_partitioned_program_without_results_has_no_output_shardings():
+    # its compiled module returns an empty tuple, whose sharding is not an output's
+    client = ifrt.get_client(device_count=4)
+    program = ifrt.HloProgram("""
+func.func public @main(%x: tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) -> () {
+  return
+}""")
+    executable = client.compile(program, ifrt.CompileOptions(num_partitions=4))
+    assert executable.output_shardings() == []
+    assert executable.output_memory_kinds() == []
+    x = client.make_array_from_host_buffer(np.arange(8, dtype=np.float32),
+                                           executable.parameter_shardings()[0])
+    assert executable.execute([x]).outputs == []
