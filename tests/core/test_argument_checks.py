@@ -42,3 +42,30 @@ def test_a_string_array_is_refused_by_name(client):
         np.array(["a"] * 8, dtype=object), ifrt.SingleDeviceSharding(client.devices()[0]))
     with pytest.raises(errors.UnimplementedError, match="argument 0 .* STRING"):
         exe(strings)
+
+
+def test_a_backend_that_does_not_know_its_parameters_still_gets_the_contract():
+    # The example backend's programs are Python functions (ExecuteContract with parameters
+    # None): execute still refuses a deleted executable, a deleted or foreign argument and
+    # a device for a bound executable before its launch runs.
+    from ifrtpy.testing.example_backend import create_client
+
+    client, other = create_client(2), create_client(2)
+    calls = []
+    exe = client.compile(lambda a: calls.append(a) or [a + 1])
+    x = np.arange(4.0)
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]))
+    np.testing.assert_array_equal(np.asarray(exe(a)[0]), x + 1)
+    gone = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[0]))
+    gone.delete()
+    with pytest.raises(errors.InvalidArgumentError, match="argument 0 of .* deleted"):
+        exe(gone)
+    foreign = other.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(other.devices()[0]))
+    with pytest.raises(errors.InvalidArgumentError, match="not an array of this client"):
+        exe(foreign)
+    with pytest.raises(errors.InvalidArgumentError, match="compiled for"):
+        exe.execute([a], devices=ifrt.DeviceList([client.devices()[1]]))
+    exe.delete()
+    with pytest.raises(errors.FailedPreconditionError, match="deleted"):
+        exe(a)
+    assert len(calls) == 1  # only the first call reached the launch
