@@ -3,7 +3,8 @@
 The interpreter runs programs on global values, so: what cannot run on them (manual SPMD
 regions, collectives, custom calls other than sharding annotations, ops the interpreter
 aborts on) is refused with UnimplementedError; sharding annotations are dropped (they are
-identities on global values); the parameter and output shardings are read from the
+identities on global values); integer division and remainder get XLA's results where the
+interpreter's would kill the process (a zero divisor, INT_MIN / -1); the parameter and output shardings are read from the
 ``mhlo.sharding`` or ``sdy.sharding`` attributes of ``main`` (replicated where there are
 none); and where ``main`` has element types the interpreter's Python bindings cannot pass
 (complex parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts
@@ -13,6 +14,7 @@ them (bitcast, convert, real/imag) around a call of the original.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -130,6 +132,51 @@ def _check_and_strip(module, name: str) -> int:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
     return len(ops) - len(strip)
+
+
+def _guard_integer_division(module) -> None:
+    """Make integer ``stablehlo.divide`` and ``remainder`` total, with XLA's results: x / 0
+    is -1 (all bits set, unsigned too), x % 0 is x, INT_MIN / -1 is INT_MIN and
+    INT_MIN % -1 is 0. The interpreter divides with the machine's instruction, which kills
+    the process (SIGFPE) on a zero divisor or that overflow; here they divide by 1 instead
+    and the result is selected."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    for op in _walk(module.operation, []):
+        kind = op.operation.name
+        if kind not in ("stablehlo.divide", "stablehlo.remainder"):
+            continue
+        tensor = ir.RankedTensorType(op.results[0].type)
+        integer = re.fullmatch(r"(u?)i(\d+)", element_name(tensor))
+        if integer is None:
+            continue
+        element = tensor.element_type
+        width, signed = int(integer.group(2)), not integer.group(1)
+        lhs, rhs = op.operands[0], op.operands[1]
+        with ir.InsertionPoint(op), op.location:
+            def constant(value):
+                return hlo.ConstantOp(ir.DenseElementsAttr.get_splat(
+                    tensor, ir.IntegerAttr.get(element, value))).result
+
+            def equal(a, b):
+                return hlo.CompareOp(a, b, hlo.ComparisonDirectionAttr.get("EQ")).result
+
+            by_zero = equal(rhs, constant(0))
+            refused = by_zero
+            if signed and width > 1:
+                overflow = hlo.AndOp(equal(lhs, constant(-(1 << (width - 1)))),
+                                     equal(rhs, constant(-1))).result
+                refused = hlo.OrOp(by_zero, overflow).result
+            divisor = hlo.SelectOp(refused, constant(1), rhs).result
+            if kind == "stablehlo.divide":  # INT_MIN / 1 is XLA's INT_MIN / -1
+                all_ones = -1 if signed else (1 << width) - 1
+                value = hlo.SelectOp(by_zero, constant(all_ones),
+                                     hlo.DivOp(lhs, divisor).result).result
+            else:  # INT_MIN % 1 is XLA's 0
+                value = hlo.SelectOp(by_zero, lhs, hlo.RemOp(lhs, divisor).result).result
+        op.results[0].replace_all_uses_with(value)
+        op.operation.erase()
 
 
 def _why_not(target: str) -> str:
@@ -306,5 +353,6 @@ def prepare(program: HloProgram, devices: DeviceList | None
             params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
             outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
         op_count = _check_and_strip(module, program.name)
+        _guard_integer_division(module)
         text, encoders, decoders = _wrap_main(module, main)
     return Interpretable(text, encoders, decoders, program), params, outputs, op_count

@@ -1,0 +1,50 @@
+"""Integer division and remainder on the reference backend: XLA's results where the
+StableHLO interpreter's machine division would kill the process (a zero divisor, and
+INT_MIN / -1), checked against a model of XLA's rule in Python integers and against the
+PjRt backend."""
+
+import numpy as np
+import pytest
+
+import ifrtpy as ifrt
+
+DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint32]
+ELEMENT = {np.int8: "i8", np.int32: "i32", np.int64: "i64", np.uint8: "ui8", np.uint32: "ui32"}
+
+
+def xla(op, a, b, dtype):
+    """XLA's divide / remainder of Python ints: truncating; x / 0 is all bits set,
+    x % 0 is x; INT_MIN / -1 is INT_MIN (wraps), INT_MIN % -1 is 0."""
+    info = np.iinfo(dtype)
+    if b == 0:
+        return (-1 if info.min < 0 else info.max) if op == "divide" else a
+    q = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
+    if op == "divide":
+        return info.min if q > info.max else q
+    return a - q * b if q <= info.max else 0
+
+
+def operands(dtype):
+    info = np.iinfo(dtype)
+    values = sorted(v for v in {0, 1, 2, 7, info.max, info.min, -1, -2, -7}
+                    if info.min <= v <= info.max)
+    pairs = [(a, b) for a in values for b in values]
+    return (np.array([a for a, _ in pairs], dtype), np.array([b for _, b in pairs], dtype))
+
+
+@pytest.mark.parametrize("op", ["divide", "remainder"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_integer_division_gives_xlas_results_and_the_process_lives(op, dtype):
+    x, y = operands(dtype)
+    t = f"tensor<{len(x)}x{ELEMENT[dtype]}>"
+    program = ifrt.HloProgram(f"""
+func.func public @main(%x: {t}, %y: {t}) -> {t} {{
+  %z = stablehlo.{op} %x, %y : {t}
+  return %z : {t}
+}}""")
+    expected = np.array([xla(op, int(a), int(b), dtype) for a, b in zip(x, y)], dtype)
+    for backend in ("reference", "pjrt"):
+        client = ifrt.get_client(backend, device_count=1)
+        device = client.devices()[0]
+        out, = client.compile(program)(ifrt.device_put(x, device), ifrt.device_put(y, device))
+        np.testing.assert_array_equal(np.asarray(out), expected, err_msg=backend)
