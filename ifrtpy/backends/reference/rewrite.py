@@ -4,7 +4,8 @@ The interpreter runs programs on global values, so: what cannot run on them (man
 regions, collectives, custom calls other than sharding annotations, ops the interpreter
 aborts on) is refused with UnimplementedError; sharding annotations are dropped (they are
 identities on global values); integer division and remainder get XLA's results where the
-interpreter's would kill the process (a zero divisor, INT_MIN / -1); the parameter and output shardings are read from the
+interpreter's would kill the process (a zero divisor, INT_MIN / -1); composites are calls
+of their decompositions; the parameter and output shardings are read from the
 ``mhlo.sharding`` or ``sdy.sharding`` attributes of ``main`` (replicated where there are
 none); and where ``main`` has element types the interpreter's Python bindings cannot pass
 (complex parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts
@@ -132,6 +133,24 @@ def _check_and_strip(module, name: str) -> int:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
     return len(ops) - len(strip)
+
+
+def _inline_composites(module) -> None:
+    """Replace each ``stablehlo.composite`` by a call of its decomposition (portable
+    artifacts carry CHLO ops such as ``chlo.atanh`` that way); the interpreter does not
+    run composites."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import func
+
+    for op in _walk(module.operation, []):
+        if op.operation.name != "stablehlo.composite":
+            continue
+        callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"])
+        with ir.InsertionPoint(op), op.location:
+            call = func.CallOp([r.type for r in op.results], callee, list(op.operands))
+        for old, new in zip(op.results, call.results):
+            old.replace_all_uses_with(new)
+        op.operation.erase()
 
 
 def _guard_integer_division(module) -> None:
@@ -352,6 +371,7 @@ def prepare(program: HloProgram, devices: DeviceList | None
             meshes = _meshes(module)
             params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
             outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
+        _inline_composites(module)
         op_count = _check_and_strip(module, program.name)
         _guard_integer_division(module)
         text, encoders, decoders = _wrap_main(module, main)

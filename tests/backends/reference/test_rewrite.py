@@ -1,7 +1,8 @@
-"""Integer division and remainder on the reference backend: XLA's results where the
-StableHLO interpreter's machine division would kill the process (a zero divisor, and
-INT_MIN / -1), checked against a model of XLA's rule in Python integers and against the
-PjRt backend."""
+"""What the reference backend rewrites before the StableHLO interpreter runs a program:
+integer division and remainder get XLA's results where the interpreter's machine division
+would kill the process (a zero divisor, and INT_MIN / -1), checked against a model of XLA's
+rule in Python integers and against the PjRt backend; composites (how portable artifacts
+carry CHLO ops) run as calls of their decompositions."""
 
 import numpy as np
 import pytest
@@ -48,3 +49,30 @@ func.func public @main(%x: {t}, %y: {t}) -> {t} {{
         device = client.devices()[0]
         out, = client.compile(program)(ifrt.device_put(x, device), ifrt.device_put(y, device))
         np.testing.assert_array_equal(np.asarray(out), expected, err_msg=backend)
+
+
+ATANH_COMPOSITE = """
+func.func private @atanh_decomposition(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %one = stablehlo.constant dense<1.0> : tensor<8xf32>
+  %half = stablehlo.constant dense<0.5> : tensor<8xf32>
+  %p = stablehlo.add %one, %x : tensor<8xf32>
+  %m = stablehlo.subtract %one, %x : tensor<8xf32>
+  %q = stablehlo.divide %p, %m : tensor<8xf32>
+  %l = stablehlo.log %q : tensor<8xf32>
+  %r = stablehlo.multiply %half, %l : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.composite "chlo.atanh" %x {decomposition = @atanh_decomposition} : (tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}"""
+
+
+def test_a_composite_runs_as_its_decomposition():
+    x = np.linspace(-0.9, 0.9, 8, dtype=np.float32)
+    for backend in ("reference", "pjrt"):
+        client = ifrt.get_client(backend, device_count=1)
+        out, = client.compile(ifrt.HloProgram(ATANH_COMPOSITE))(
+            ifrt.device_put(x, client.devices()[0]))
+        np.testing.assert_allclose(np.asarray(out), np.arctanh(x), rtol=1e-5, atol=1e-6,
+                                   err_msg=backend)
