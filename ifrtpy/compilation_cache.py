@@ -142,9 +142,10 @@ class CompilationCache:
         return os.path.join(self.directory, key + _SUFFIX)
 
     def load(self, key: str, unseal: Callable[[bytes], bytes]) -> bytes | None:
-        """The sealed executable stored under ``key``, checked with ``unseal`` (which raises
-        for bytes of another plugin or with a changed byte), or None. A bad entry is
-        removed with a warning; an unsafe one is left alone with a warning."""
+        """What ``unseal`` makes of the sealed executable stored under ``key`` (the plugin's
+        payload; ``unseal`` raises for bytes of another plugin or with a changed byte), or
+        None. A bad entry is removed with a warning; an unsafe one is left alone with a
+        warning."""
         if not self._usable_directory(create=False):
             return None
         path = self._path(key)
@@ -167,8 +168,7 @@ class CompilationCache:
         try:
             if not data.startswith(head):
                 raise ValueError("it does not start with its key")
-            sealed = data[len(head):]
-            unseal(sealed)
+            payload = unseal(data[len(head):])
         except Exception as e:  # noqa: BLE001 - any reason makes the entry unusable
             warn(f"compilation cache entry {path!r} is discarded and the program compiled "
                   f"again: {e}")
@@ -178,7 +178,7 @@ class CompilationCache:
             os.utime(path)  # most recently used
         except OSError:
             pass
-        return sealed
+        return payload
 
     def store(self, key: str, sealed: bytes) -> None:
         """Write the entry atomically, then trim the cache; a warning if it cannot."""

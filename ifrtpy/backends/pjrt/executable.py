@@ -88,10 +88,10 @@ def _compile_through(cache, client, program: HloProgram, target, compile_options
         compile_options, identity, repr(kinds).encode(),
         str(len(devices) if devices is not None else 0).encode(),
         compilation_cache.host_cpu_identity() if client.platform_name == "cpu" else b""])
-    sealed = cache.load(key, lambda data: seal.unseal(identity, data))
-    if sealed is not None:
+    payload = cache.load(key, lambda data: seal.unseal(identity, data))  # checked there
+    if payload is not None:
         try:
-            return seal.deserialize_and_load(client._handle, sealed)
+            return _pjrt.deserialize_and_load(client._handle, payload)
         except IfrtError as e:
             compilation_cache.warn(f"the plugin did not load cache entry {key}: {e}")
     handle = _compile(client, program, target, compile_options)
