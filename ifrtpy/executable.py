@@ -498,13 +498,19 @@ def check_argument_count(name: str, args: Any, parameters: Sequence[Any]) -> lis
     return checked
 
 
-def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
-    """Argument ``i`` of executable ``name`` (an array of the right client) is usable for
-    parameter ``param``: not an error array, not deleted, of its dtype and shape."""
+def check_argument_live(name: str, i: int, arg: Any) -> None:
+    """Argument ``i`` of executable ``name`` (an array) is not an error array and not
+    deleted."""
     if arg.error is not None:
         raise InvalidArgumentError(f"argument {i} of {name} is an error array: {arg.error}")
     if arg.is_deleted():
         raise InvalidArgumentError(f"argument {i} of {name} has been deleted or donated: {GONE}")
+
+
+def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
+    """Argument ``i`` of executable ``name`` (an array of the right client) is usable for
+    parameter ``param``: live (:func:`check_argument_live`), of its dtype and shape."""
+    check_argument_live(name, i, arg)
     if arg.dtype != param.dtype or arg.shape != param.shape:
         raise InvalidArgumentError(
             f"argument {i} of {name} is {arg.dtype}{list(arg.shape)}, the program's "
@@ -580,11 +586,6 @@ class ArgumentChecks:
             self._placed.clear()
         self._placed[key] = None
 
-    def placed(self, i: int, dtype: Any, shape: Any, sharding: Sharding) -> bool:
-        """Whether an argument ``i`` of ``dtype``, ``shape`` and ``sharding`` passed the
-        checks of its placement (a backend's repeat path may skip them for it)."""
-        return (i, dtype, shape, sharding) in self._placed
-
 
 class CheckedExecute(NamedTuple):
     """One call of execute, its contract checked (:meth:`ExecuteContract.check`)."""
@@ -646,8 +647,11 @@ class ExecuteContract:
             check_type(options, ExecuteOptions, "options", "an ExecuteOptions or None")
         device = check_execute_devices(executable, devices)
         if self.arguments is None:
-            checked = [self._live_array(i, arg)
-                       for i, arg in enumerate(array_sequence(args, "args"))]
+            checked = array_sequence(args, "args")
+            for i, arg in enumerate(checked):
+                check_of_client(self._client, arg, f"argument {i} of {self._name}",
+                                self._array_type)
+                check_argument_live(self._name, i, arg)
             return CheckedExecute(checked, options, device, frozenset(), None)
         shardings = self._parameter_shardings
         if device is not None:  # portable: every parameter and output on that device
@@ -663,15 +667,6 @@ class ExecuteContract:
         if donated and options.non_donatable_input_indices:
             donated = donated - options.non_donatable_input_indices
         return CheckedExecute(checked, options, device, donated, outputs)
-
-    def _live_array(self, i: int, arg: Any) -> Any:
-        what = f"argument {i} of {self._name}"
-        check_of_client(self._client, arg, what, self._array_type)
-        if arg.error is not None:
-            raise InvalidArgumentError(f"{what} is an error array: {arg.error}")
-        if arg.is_deleted():
-            raise InvalidArgumentError(f"{what} has been deleted or donated: {GONE}")
-        return arg
 
 
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()
