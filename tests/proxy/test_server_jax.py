@@ -100,6 +100,16 @@ def test_plain_jit_through_the_pjrt_backend(server):
     assert result["y"][0] == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0]
 
 
+def test_a_get_larger_than_a_lookup_piece_arrives_whole(server):
+    # 9 MiB and 12 bytes: two whole pieces of the server's HostBufferLookup and a part
+    result = run_jax(server.address, """
+        host = np.random.default_rng(0).random((9 << 18) + 3, dtype=np.float32)
+        got = np.asarray(jax.jit(lambda x: x * 2)(jax.device_put(host, PROXY[0])))
+        emit(equal=bool(np.array_equal(got, host * 2)), size=got.nbytes)
+    """)
+    assert result == {"equal": True, "size": (9 << 20) + 12}
+
+
 def test_spmd_over_8_devices_shard_map_donation_and_reshards(server):
     result = run_jax(server.address, """
         from jax.experimental.shard_map import shard_map
