@@ -4,6 +4,7 @@ remaps, bitcasts, error arrays, deletion and readiness, each on ifrtpy's public
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -18,7 +19,7 @@ from ifrtpy.future import join_futures
 from ifrtpy.layout import Layout
 from ifrtpy.remap import Interval, Mapping, RemapPlan
 from ifrtpy.shape import Shape
-from ifrtpy.sharding import SingleDeviceShardSemantics
+from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
 
@@ -273,9 +274,42 @@ def remap_arrays(session: Any, request: Any) -> Any:
                      [_spec(session, s) for s in plan_proto.output_specs], mappings)
     arrays = session.arrays_of(request.array_handles)
     handles = session.result_handles(request.result_handles, len(plan_proto.output_specs))
-    out = session.client.remap_arrays(plan, arrays, _copy_semantics(request.copy_semantics))
+    out = session.client.remap_arrays(_with_index_domains(plan, arrays), arrays,
+                                      _copy_semantics(request.copy_semantics))
     session.put_arrays(handles, out)
     return messages().RemapArraysResponse(array_handles=handles)
+
+
+def _with_index_domains(plan: RemapPlan, arrays: Sequence[Any]) -> RemapPlan:
+    """``plan``, where an output sharding names no index domains (a ConcreteEvenSharding
+    that is not fully replicated: jax reorders an array's shards to another device order
+    that way), with a ConcreteSharding of the domains the moved shards hold instead.
+
+    A remap moves no data, so each output shard holds what its input shard held; saying so
+    lets the output be read and passed to programs compiled for that placement (jax's
+    reshard between two device orders of the same devices). Plans this cannot complete
+    stay as they are, for ``remap_arrays`` to take or refuse."""
+    outputs = list(plan.output_specs)
+    if len(arrays) != len(plan.input_specs) or not any(
+            type(s.sharding) is ConcreteEvenSharding and not s.sharding.is_fully_replicated
+            for s in outputs):
+        return plan
+    moves = plan.shard_moves()
+    for b, spec in enumerate(outputs):
+        sharding = spec.sharding
+        if type(sharding) is not ConcreteEvenSharding or sharding.is_fully_replicated:
+            continue
+        try:
+            domains = [arrays[a].sharding.index_domains(arrays[a].shape)[k] for a, k in moves[b]]
+        except InvalidArgumentError:  # an input that names no domains either
+            continue
+        if any(arrays[a].sharding.has_unreduced_axes for a, _ in moves[b]):
+            continue  # domains do not say which partial values a shard holds
+        known = ConcreteSharding(sharding.devices, spec.shape,
+                                 [sharding.shard_shape(spec.shape)] * len(domains), domains,
+                                 sharding.memory_kind)
+        outputs[b] = dataclasses.replace(spec, sharding=known)
+    return RemapPlan(plan.input_specs, outputs, plan.mappings)
 
 
 # -- lifetime and readiness ----------------------------------------------------------------

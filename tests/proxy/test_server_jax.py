@@ -148,6 +148,29 @@ def test_spmd_over_8_devices_shard_map_donation_and_reshards(server):
     assert_pairs_equal(result)
 
 
+def test_a_reshard_between_two_orders_of_the_same_devices(server):
+    # jax regroups the shards into the target's device order (a RemapArrays whose output
+    # sharding names no index domains), then runs a program compiled for that placement
+    result = run_jax(server.address, """
+        def moved(d, spec, donate):
+            mesh = Mesh(np.array(d[:4]).reshape(2, 2), ("x", "y"))
+            reordered = Mesh(np.array(d[:4][::-1]).reshape(2, 2), ("x", "y"))
+            x = jax.device_put(np.arange(16).reshape(8, 2), NamedSharding(mesh, P("x", "y")))
+            out = jax.device_put(x, NamedSharding(reordered, spec), donate=donate)
+            shards = sorted(out.addressable_shards, key=lambda s: d.index(s.device))
+            return np.stack([np.asarray(s.data) for s in shards]), x.is_deleted()
+        emit(rows=both(lambda d: moved(d, P("x"), False)[0]),
+             whole=both(lambda d: moved(d, P(), False)[0]),
+             donated=both(lambda d: moved(d, P("x", "y"), True)[0]),
+             input_deleted=both(lambda d: moved(d, P("x"), True)[1]))
+    """)
+    assert_pairs_equal(result)
+    rows = np.arange(16).reshape(8, 2)
+    # device 3 (first of the reordered mesh) holds the first half of the rows
+    assert result["rows"][0] == [rows[4:].tolist(), rows[4:].tolist(), rows[:4].tolist(),
+                                 rows[:4].tolist()]
+
+
 def test_a_donation_the_compiler_cannot_use_leaves_the_input_live(server):
     """jax marks a sharded donated input ``jax.buffer_donor`` and leaves the aliasing to
     XLA: an input no output can take (``v @ v.T`` has another shape) stays live and reads
