@@ -17,7 +17,7 @@ from ifrtpy.program import HloProgram, TensorType
 
 __all__ = [
     "compile_options_proto", "layout_shapes", "entry_shapes", "module_layouts", "layout_of",
-    "proto_field",
+    "proto_field", "without_debug_options", "varint", "varint_bytes",
 ]
 
 
@@ -120,22 +120,53 @@ def layout_of(shape: Any) -> Layout:
 
 def proto_field(data: bytes, number: int) -> bytes:
     """The bytes of length-delimited field ``number`` of a serialized protobuf message."""
-    i = 0
+    for found, wire, start, end in _fields(data):
+        if found == number and wire == 2:
+            return data[start:end]
+    raise InvalidArgumentError(f"field {number} missing from the plugin's optimized program")
+
+
+def without_debug_options(serialized: bytes) -> bytes:
+    """A serialized ``CompileOptionsProto`` without its build options' ``debug_options``
+    (field 3 of ``executable_build_options``, field 3): the plugin then compiles with its
+    own XLA's defaults, not those of the jaxlib that filled the proto (another XLA build,
+    whose defaults can differ: jaxlib 0.12's ``xla_enable_hlo_sharding_v3`` makes a
+    PJRT 0.106 plugin partition a mesh with ``device_ids`` wrongly)."""
+    out = bytearray()
+    for number, wire, start, end in _fields(serialized):
+        if number == 3 and wire == 2:
+            build = serialized[start:end]
+            kept = b"".join(_field_bytes(build, *f) for f in _fields(build) if f[0] != 3)
+            out += b"\x1a" + varint_bytes(len(kept)) + kept
+        else:
+            out += _field_bytes(serialized, number, wire, start, end)
+    return bytes(out)
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int, int]]:
+    """``(number, wire type, start, end)`` of each field of a serialized message; for a
+    length-delimited field, start and end bound its bytes, else its value."""
+    fields, i = [], 0
     while i < len(data):
         key, i = varint(data, i)
-        wire = key & 7
+        wire, start = key & 7, i
         if wire == 2:
-            size, i = varint(data, i)
-            if key >> 3 == number:
-                return data[i:i + size]
-            i += size
+            size, start = varint(data, i)
+            i = start + size
         elif wire == 0:
             _, i = varint(data, i)
         elif wire in (1, 5):
             i += 8 if wire == 1 else 4
         else:
-            break
-    raise InvalidArgumentError(f"field {number} missing from the plugin's optimized program")
+            raise InvalidArgumentError(f"wire type {wire} in a serialized message")
+        fields.append((key >> 3, wire, start, i))
+    return fields
+
+
+def _field_bytes(data: bytes, number: int, wire: int, start: int, end: int) -> bytes:
+    """The serialized field again: its key, its length (length-delimited) and its bytes."""
+    head = varint_bytes(number << 3 | wire)
+    return head + (varint_bytes(end - start) if wire == 2 else b"") + data[start:end]
 
 
 def varint(data: bytes, i: int) -> tuple[int, int]:
@@ -147,3 +178,13 @@ def varint(data: bytes, i: int) -> tuple[int, int]:
         shift += 7
         if byte < 0x80:
             return value, i
+
+
+def varint_bytes(value: int) -> bytes:
+    """``value`` (>= 0) as a protobuf varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -24,7 +24,7 @@ import threading
 from typing import Any, AsyncIterator, NoReturn
 
 import ifrtpy_jax_plugin
-from ifrtpy._xla import varint
+from ifrtpy._xla import varint, varint_bytes
 from ifrtpy.errors import (InvalidArgumentError, IfrtError, NotFoundError,
                            PermissionDeniedError, UnimplementedError)
 from ifrtpy.proxy import wire
@@ -378,16 +378,7 @@ def _chunk_of(raw: bytes) -> Any:
 
 def _chunk_message(chunk: Any) -> bytes:
     """A serialized ``GrpcHostBufferLookupResponse`` holding ``chunk``."""
-    return b"".join((b"\x0a", _varint_bytes(len(chunk)), chunk)) if len(chunk) else b""
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return b"".join((b"\x0a", varint_bytes(len(chunk)), chunk)) if len(chunk) else b""
 
 
 def _handlers(service: _Service) -> Any:

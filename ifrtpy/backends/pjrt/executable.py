@@ -57,6 +57,8 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
                     f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
     devices = options.resolve_devices(client)
     compile_options = _xla.compile_options_proto(options, program, devices, client.platform_name)
+    if not options.debug_options:  # the plugin's own XLA defaults, not jaxlib's
+        compile_options = _xla.without_debug_options(compile_options)
     callbacks = _prepare_custom_calls(client, program, devices)
     target = client.plugin.attributes.get("stablehlo_current_version")
     cache = compilation_cache.cache_for(options.compilation_cache_dir)

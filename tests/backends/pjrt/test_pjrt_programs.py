@@ -617,6 +617,30 @@ def test_shardy_sharding_only_on_results_compiles(client):
     np.testing.assert_array_equal(_host(out), X * 2)
 
 
+def test_a_mesh_with_device_ids_partitions_as_its_sharding_says(client):
+    """The identity of an array whose mesh numbers its devices in another order
+    (``device_ids``, as jax writes a reordering of shards), gathered along ``y``. With
+    jaxlib 0.12's default debug options (``xla_enable_hlo_sharding_v3``) sent to it, the
+    plugin read the mesh as ``device_ids``-free: each row came back wrong."""
+    text = """module @reorder attributes {mhlo.num_partitions = 4 : i32} {
+      sdy.mesh @mesh = <["x"=2, "y"=2], device_ids=[3, 2, 1, 0]>
+      sdy.mesh @mesh_0 = <["x"=2, "y"=2]>
+      func.func public @main(%a: tensor<8x2xi32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>})
+          -> (tensor<8x2xi32> {sdy.sharding = #sdy.sharding<@mesh_0, [{"x"}, {}]>}) {
+        return %a : tensor<8x2xi32>
+      }
+    }"""
+    devices = client.addressable_devices()[:4][::-1]
+    executable = client.compile(text, ifrt.CompileOptions(devices=devices, num_partitions=4))
+    x = np.arange(16, dtype=np.int32).reshape(8, 2)
+    [param] = executable.parameter_shardings()
+    [out] = executable(_put(client, x, param))
+    np.testing.assert_array_equal(_host(out), x)
+    for shard in out.disassemble_into_single_device_arrays():  # devices 3, 2 hold rows 0-3
+        np.testing.assert_array_equal(_host(shard), x[:4] if shard.sharding.devices[0].id in (
+            devices[0].id, devices[1].id) else x[4:])
+
+
 @pytest.mark.parametrize("kwargs", [
     {"num_replicas": 0}, {"num_partitions": 0}, {"num_replicas": -1},
     {"num_partitions": 2, "devices": "one"}, {"compile_portable_executable": True,
