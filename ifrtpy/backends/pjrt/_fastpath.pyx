@@ -19,7 +19,7 @@ cimport numpy as cnp
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.sequence cimport PySequence_Fast_GET_ITEM
+from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
 from libc.stdlib cimport free, malloc
@@ -229,6 +229,8 @@ cdef class ExecutableCore:
             if groups == NULL or results == NULL:
                 raise MemoryError()
             for k in range(num_args):
+                if k >= PySequence_Fast_GET_SIZE(args):  # a list another thread shortened
+                    return None  # (comparing shapes runs Python code)
                 item = <object>PySequence_Fast_GET_ITEM(args, k)
                 if type(item) is not array_type:
                     return None
