@@ -457,14 +457,20 @@ cdef class ExecutableHandle:
         cdef PyObject* small_results[SMALL]
         cdef PyObject** results = small_results
         cdef PyObject* done = NULL
-        cdef tuple copied = tuple(groups)  # the caller's list may change while _run reads it
+        # _run reads the list in place unless a group's own Python code (a subclass of list
+        # or tuple) may change it meanwhile: then a copy.
+        cdef object read = groups
+        for group in groups:
+            if not (PyTuple_CheckExact(group) or PyList_CheckExact(group)):
+                read = tuple(groups)
+                break
         outputs = PyTuple_New(num_results)  # before the launch: nothing fails after it
         if num_results > SMALL:
             results = <PyObject**>malloc(num_results * sizeof(PyObject*))
             if results == NULL:
                 raise MemoryError()
         try:
-            self._run(PySequence_Fast_ITEMS(copied), len(copied), by_device, num_devices,
+            self._run(PySequence_Fast_ITEMS(read), len(read), by_device, num_devices,
                       launch_id, non_donatable_input_indices, execute_device, donated,
                       results, &done)
             for i in range(num_results):  # the tuple takes over each reference
