@@ -1,3 +1,4 @@
+from cpython.object cimport PyObject
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi cimport ExecuteContext
@@ -16,9 +17,13 @@ cdef class ExecutableHandle:
     cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
                     PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
                     non_donatable_input_indices, DeviceHandle execute_device) except -1
-    cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated,
-                    bint want_events=*)
+    cdef tuple _run_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
+                           int launch_id, non_donatable_input_indices,
+                           DeviceHandle execute_device, frozenset donated)
+    cdef int _run(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
+                  Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
+                  DeviceHandle execute_device, frozenset donated, PyObject** results,
+                  PyObject** done) except -1
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)

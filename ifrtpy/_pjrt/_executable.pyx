@@ -35,7 +35,9 @@ Differences from the C API:
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.list cimport PyList_CheckExact
+from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
@@ -209,6 +211,21 @@ cdef list _checked_lists(object lists, str parameter):
 cdef frozenset _NO_INDICES = frozenset()
 
 
+cdef inline Py_ssize_t _length(object group) except -1:
+    """``len(group)`` of a list or tuple: read directly unless a subclass may override it."""
+    if PyTuple_CheckExact(group) or PyList_CheckExact(group):
+        return PySequence_Fast_GET_SIZE(group)
+    return len(group)
+
+
+cdef inline object _item(object group, Py_ssize_t i):
+    """``group[i]`` of a list or tuple whose length was read by ``_length`` (for an exact
+    list, in the same stretch with the GIL held)."""
+    if PyTuple_CheckExact(group) or PyList_CheckExact(group):
+        return <object>PySequence_Fast_GET_ITEM(group, i)
+    return group[i]
+
+
 cdef tuple _launch_options(launch_id, non_donatable, execute_device, donated):
     """The checked ``(launch_id, non_donatable, execute_device, donated)`` of an execute
     (the defaults pass without a call)."""
@@ -314,8 +331,8 @@ cdef class ExecutableHandle:
         argument_lists = _checked_lists(argument_lists, "argument_lists")
         launch_id, non_donatable, device, donated = _launch_options(
             launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
-        return self._run(argument_lists, True, len(argument_lists), launch_id, non_donatable,
-                         device, donated)
+        return self._run_tuples(argument_lists, True, len(argument_lists), launch_id,
+                                non_donatable, device, donated)
 
     def execute_by_argument(self, arguments, launch_id=0, non_donatable_input_indices=(),
                             execute_device=None, donated_input_indices=()):
@@ -326,7 +343,8 @@ cdef class ExecutableHandle:
         launch_id, non_donatable, device, donated = _launch_options(
             launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
         cdef Py_ssize_t num_devices = 1 if device is not None else len(self.addressable_devices)
-        return self._run(arguments, False, num_devices, launch_id, non_donatable, device, donated)
+        return self._run_tuples(arguments, False, num_devices, launch_id, non_donatable, device,
+                                donated)
 
     cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
                     PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
@@ -429,29 +447,73 @@ cdef class ExecutableHandle:
                 free(out_ptrs)
                 free(non_donatable)
 
-    cdef tuple _run(self, list arguments, bint by_device, Py_ssize_t num_devices, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device, frozenset donated,
-                    bint want_events=True):
+    cdef tuple _run_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
+                           int launch_id, non_donatable_input_indices,
+                           DeviceHandle execute_device, frozenset donated):
+        """``_run`` of ``groups`` (lists or tuples of BufferHandles) returning
+        ``(outputs, events)``, both tuples."""
+        cdef Py_ssize_t num_results = num_devices if by_device else self.num_outputs
+        cdef Py_ssize_t i
+        cdef PyObject* small_results[SMALL]
+        cdef PyObject** results = small_results
+        cdef PyObject* done = NULL
+        # _run reads the list in place unless a group's own Python code (a subclass of list
+        # or tuple) may change it meanwhile: then a copy.
+        cdef object read = groups
+        for group in groups:
+            if not (PyTuple_CheckExact(group) or PyList_CheckExact(group)):
+                read = tuple(groups)
+                break
+        outputs = PyTuple_New(num_results)  # before the launch: nothing fails after it
+        if num_results > SMALL:
+            results = <PyObject**>malloc(num_results * sizeof(PyObject*))
+            if results == NULL:
+                raise MemoryError()
+        try:
+            self._run(PySequence_Fast_ITEMS(read), len(read), by_device, num_devices,
+                      launch_id, non_donatable_input_indices, execute_device, donated,
+                      results, &done)
+            for i in range(num_results):  # the tuple takes over each reference
+                PyTuple_SET_ITEM(outputs, i, <object>results[i])
+        finally:
+            if results != small_results:
+                free(results)
+        events = <tuple>done
+        Py_XDECREF(done)
+        return outputs, events
+
+    cdef int _run(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
+                  Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
+                  DeviceHandle execute_device, frozenset donated, PyObject** results,
+                  PyObject** done) except -1:
         """The one launch routine of every execute (``execute``, ``execute_by_argument``
-        and the PjRt backend's C path): ``arguments[d][k]`` (``by_device``) or
-        ``arguments[k][d]`` is argument k's BufferHandle on device d. Each buffer is
-        checked to be a BufferHandle of this client, referenced and pinned while the
-        plugin uses it; the outputs and events are owned by handles as soon as the plugin
-        returns them. Returns ``(outputs, events)``: outputs grouped as the arguments are,
-        and one completion event per device, or None without ``want_events``."""
+        and the PjRt backend's C path). ``groups[0:num_groups]`` are lists or tuples of
+        BufferHandles, referenced by the caller for the call: ``groups[d][k]``
+        (``by_device``) or ``groups[k][d]`` is argument k's BufferHandle on device d. Each
+        buffer is checked to be a BufferHandle of this client, referenced and pinned while
+        the plugin uses it; the outputs and events are owned by handles as soon as the
+        plugin returns them.
+
+        On success ``results[g]`` (``num_devices`` entries ``by_device``, else one per
+        output) receives a new reference to a tuple of BufferHandles grouped as the
+        arguments are: device g's outputs, or output g on each device; and ``done``, unless
+        NULL, a new reference to the tuple of completion events, one per device (none are
+        asked for with ``done`` NULL). On error neither is written."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_args
         cdef Py_ssize_t num_outputs = self.num_outputs
-        cdef Py_ssize_t d, g, i, k
+        cdef Py_ssize_t num_results = num_devices if by_device else num_outputs
+        cdef Py_ssize_t d, g, i, k, size
         cdef PJRT_Buffer** args_flat = NULL
         cdef PJRT_Buffer** out_flat = NULL
         cdef PJRT_Event** events = NULL
         cdef BufferHandle buffer
         cdef object group
+        cdef bint want_events = done != NULL
         if by_device:
-            num_args = len(arguments[0]) if num_devices else 0
+            num_args = _length(<object>groups[0]) if num_groups else 0
         else:
-            num_args = len(arguments)
+            num_args = num_groups
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
@@ -464,7 +526,7 @@ cdef class ExecutableHandle:
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
         cdef bint launched = False
-        cdef tuple done = None
+        cdef Py_ssize_t num_written = 0
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
@@ -475,17 +537,18 @@ cdef class ExecutableHandle:
                     raise MemoryError()
             else:
                 args_flat, out_flat, events, held = small_args, small_outs, small_events, small_held
-            for g in range(num_devices if by_device else num_args):
-                group = arguments[g]
-                if by_device and len(group) != num_args:
+            for g in range(num_groups):
+                group = <object>groups[g]
+                size = _length(group)
+                if by_device and size != num_args:
                     raise _errors.InvalidArgumentError(
-                        f"argument list {g} has {len(group)} buffers, list 0 has {num_args}")
-                if not by_device and len(group) != num_devices:
+                        f"argument list {g} has {size} buffers, list 0 has {num_args}")
+                if not by_device and size != num_devices:
                     raise _errors.InvalidArgumentError(
-                        f"argument {g} has {len(group)} buffers for {num_devices} devices")
-                for i in range(num_args if by_device else num_devices):
+                        f"argument {g} has {size} buffers for {num_devices} devices")
+                for i in range(size):
                     k = i if by_device else g
-                    item = group[i]
+                    item = _item(group, i)
                     if not isinstance(item, BufferHandle):
                         raise _errors.invalid_argument(
                             f"the buffer of argument {k} on device {g if by_device else i}",
@@ -510,19 +573,24 @@ cdef class ExecutableHandle:
                         events if want_events else NULL, launch_id,
                         non_donatable_input_indices, execute_device)
             launched = True
-            # outputs[d][k] (by_device) or outputs[k][d]; out_flat[d * num_outputs + k].
-            if want_events:
-                done = take_events(self.client, events, num_devices)
-            outputs = PyTuple_New(num_devices if by_device else num_outputs)
-            for g in range(num_devices if by_device else num_outputs):
+            # results[d][k] (by_device) or results[k][d]; out_flat[d * num_outputs + k].
+            for g in range(num_results):
                 if by_device:
                     group = take_buffers(self.client, out_flat, g * num_outputs, 1, num_outputs)
                 else:
                     group = take_buffers(self.client, out_flat, g, num_outputs, num_devices)
                 Py_INCREF(group)
-                PyTuple_SET_ITEM(outputs, g, group)
-            return outputs, done
+                results[g] = <PyObject*>group
+                num_written += 1
+            if want_events:
+                group = take_events(self.client, events, num_devices)
+                Py_INCREF(group)
+                done[0] = <PyObject*>group
+            return 0
         except BaseException:
+            for g in range(num_written):  # on error nothing is written
+                Py_XDECREF(results[g])
+                results[g] = NULL
             if launched:  # wrapping failed (MemoryError): destroy what no handle owns
                 destroy_unowned(api, out_flat, num_devices * num_outputs, events,
                                 num_devices if want_events else 0)

@@ -18,10 +18,11 @@ cimport cython
 cimport numpy as cnp
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
-from cpython.sequence cimport PySequence_Fast_GET_ITEM
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
 from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
+from libc.stdlib cimport free, malloc
 
 from ifrtpy._pjrt._buffer cimport BufferHandle
 from ifrtpy._pjrt._event cimport EventHandle
@@ -35,6 +36,10 @@ from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.user_context import ACTIVE as _user_context
 
 cnp.import_array()
+
+DEF SMALL = 64  # arguments and outputs of an execute kept on the stack
+
+cdef object _active_user_context = _user_context  # the ContextVar, read without a lookup
 
 cdef extern from *:
     """
@@ -191,7 +196,7 @@ cdef class ExecutableCore:
         cdef Py_ssize_t num_devices = len(handle.addressable_devices), d, k
         cdef object array_type = self.array_type
         cdef ArrayCore array
-        cdef tuple spec, buffers, done
+        cdef tuple spec, buffers
         cdef ExecuteResult result
         if (array_type is None or accepted is None or num_args != len(accepted)
                 or num_outputs != len(outputs_spec)):
@@ -208,52 +213,82 @@ cdef class ExecutableCore:
             fill_status = options.fill_status
         cdef frozenset donated = self._donated
         cdef list donated_args = None  # the arrays whose buffers the launch takes
-        cdef list arguments = PyList_New(num_args)
-        for k in range(num_args):
-            item = <object>PySequence_Fast_GET_ITEM(args, k)
-            if type(item) is not array_type:
-                return None
-            array = <ArrayCore>item
-            spec = <tuple?>accepted[k]
-            buffers = array._buffers
-            if (array._sharding is not spec[2] or array._dtype is not spec[0]
-                    or array._deleted or array._error is not None
-                    or (array._shape is not spec[1] and array._shape != spec[1])
-                    or len(buffers) != num_devices):
-                return None
-            for d in range(num_devices):
-                if (<BufferHandle?>buffers[d]).exports:  # exported: donation is checked there
+        # The buffer tuple of each argument and the outputs' buffer tuples (one per
+        # output), each referenced until handed on; on the stack unless there are many.
+        cdef PyObject* small_groups[SMALL]
+        cdef PyObject* small_results[SMALL]
+        cdef PyObject** groups = small_groups
+        cdef PyObject** results = small_results
+        cdef Py_ssize_t num_groups = 0, num_results = 0
+        cdef PyObject* done = NULL
+        try:
+            if num_args > SMALL:
+                groups = <PyObject**>malloc(num_args * sizeof(PyObject*))
+            if num_outputs > SMALL:
+                results = <PyObject**>malloc(num_outputs * sizeof(PyObject*))
+            if groups == NULL or results == NULL:
+                raise MemoryError()
+            for k in range(num_args):
+                if k >= PySequence_Fast_GET_SIZE(args):  # a list another thread shortened
+                    return None  # (comparing shapes runs Python code)
+                item = <object>PySequence_Fast_GET_ITEM(args, k)
+                if type(item) is not array_type:
                     return None
-            Py_INCREF(buffers)
-            PyList_SET_ITEM(arguments, k, buffers)
-            if donated and k in donated and k not in non_donatable:
-                if donated_args is None:
-                    donated_args = []
-                donated_args.append(array)
-        results, done = handle._run(arguments, False, num_devices, launch_id, non_donatable,
-                                    None, donated, fill_status)
-        if donated_args is not None:  # they read as deleted, as after delete()
-            for item in donated_args:
-                (<ArrayCore>item)._deleted = True
-        outputs = PyList_New(num_outputs)
-        context = get_value(_user_context)
-        for k in range(num_outputs):
-            spec = <tuple?>outputs_spec[k]
-            array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
-            array._client = self._client
-            array._dtype = spec[0]
-            array._shape = spec[1]
-            array._sharding = spec[2]
-            array._buffers = <tuple>results[k]
-            array._user_context = context
-            Py_INCREF(array)
-            PyList_SET_ITEM(outputs, k, array)
-        if not as_result:
-            return outputs
-        result = ExecuteResult.__new__(ExecuteResult)
-        result.status = future_of_events(done) if fill_status else None
-        result.outputs = outputs
-        return result
+                array = <ArrayCore>item
+                spec = <tuple?>accepted[k]
+                buffers = array._buffers
+                if (array._sharding is not spec[2] or array._dtype is not spec[0]
+                        or array._deleted or array._error is not None
+                        or (array._shape is not spec[1] and array._shape != spec[1])
+                        or len(buffers) != num_devices):
+                    return None
+                for d in range(num_devices):
+                    if (<BufferHandle?>buffers[d]).exports:  # exported: donation is checked there
+                        return None
+                Py_INCREF(buffers)
+                groups[k] = <PyObject*>buffers
+                num_groups += 1
+                if donated and k in donated and k not in non_donatable:
+                    if donated_args is None:
+                        donated_args = []
+                    donated_args.append(array)
+            handle._run(groups, num_args, False, num_devices, launch_id, non_donatable, None,
+                        donated, results, &done if fill_status else NULL)
+            num_results = num_outputs
+            if donated_args is not None:  # they read as deleted, as after delete()
+                for item in donated_args:
+                    (<ArrayCore>item)._deleted = True
+            outputs = PyList_New(num_outputs)
+            context = get_value(_active_user_context)
+            for k in range(num_outputs):
+                spec = <tuple?>outputs_spec[k]
+                array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
+                array._client = self._client
+                array._dtype = spec[0]
+                array._shape = spec[1]
+                array._sharding = spec[2]
+                array._buffers = <tuple>results[k]
+                Py_XDECREF(results[k])  # the array holds the tuple
+                results[k] = NULL
+                array._user_context = context
+                Py_INCREF(array)
+                PyList_SET_ITEM(outputs, k, array)
+            if not as_result:
+                return outputs
+            result = ExecuteResult.__new__(ExecuteResult)
+            result.status = future_of_events(<tuple>done) if fill_status else None
+            result.outputs = outputs
+            return result
+        finally:
+            for k in range(num_groups):
+                Py_XDECREF(groups[k])
+            for k in range(num_results):
+                Py_XDECREF(results[k])
+            Py_XDECREF(done)
+            if groups != small_groups:
+                free(groups)
+            if results != small_results:
+                free(results)
 
 
 cdef bint _populate_supported = True

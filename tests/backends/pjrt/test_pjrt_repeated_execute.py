@@ -206,6 +206,39 @@ def test_arguments_dropped_by_another_thread_during_the_call():
     """)
 
 
+def test_arguments_removed_while_the_call_checks_them():
+    """Comparing an argument's shape with the accepted one may run Python code (a shape
+    equal to it, not the same object), which may shorten the caller's list: the C path
+    then hands the call to the checked path instead of reading past the list's end."""
+    assert_survives("""
+        import ifrtpy as ifrt
+        from ifrtpy.shape import Shape
+        client = ifrt.get_client("pjrt", device_count=1)
+        prog = (
+            "func.func public @main(%x: tensor<8xf32>, %y: tensor<8xf32>) -> tensor<8xf32> {"
+            "  %z = stablehlo.add %x, %y : tensor<8xf32>"
+            "  return %z : tensor<8xf32>"
+            "}")
+        exe = client.compile(ifrt.HloProgram(prog))
+        a, b = (ifrt.device_put(np.arange(8, dtype=np.float32), client.devices()[0])
+                for _ in range(2))
+        exe.execute([a, b])
+        args = [a, b]
+
+        class Emptying(Shape):
+            def __ne__(self, other):
+                args.clear()
+                return False
+
+        a._shape = Emptying(a._shape)
+        try:
+            exe.execute(args)
+        except ifrt.errors.InvalidArgumentError as e:
+            print("refused", "got 0" in str(e))
+        print("alive")
+    """, "refused True")
+
+
 def test_block_until_ready(client):
     """Ready: the array itself. Deleted, or donated by an execute: FailedPreconditionError.
     An error array: its error."""
