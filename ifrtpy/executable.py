@@ -90,11 +90,12 @@ class CompileOptions:
     ``compile_portable_executable`` the executable is not bound to devices: give the
     device at execute time. ``use_spmd_partitioning``/``use_shardy_partitioner`` None
     keep XLA's defaults. ``debug_options`` maps ``xla.DebugOptions`` field names to
-    values (sent with jaxlib's defaults for the others; none: a PjRt plugin compiles
-    with its own XLA's defaults); ``env_option_overrides`` maps XLA flag names (without ``--``) to
-    str/bool/int/float values. ``compilation_cache_dir`` is this compile's persistent
-    compilation cache: a directory, False for none, None for the configured one (see
-    :mod:`ifrtpy.compilation_cache`); it does not change the executable.
+    values (sent with jaxlib's defaults for the others; with none, a PjRt plugin
+    compiles with its own XLA's defaults); ``env_option_overrides`` maps XLA flag names
+    (without ``--``) to str/bool/int/float values. ``compilation_cache_dir`` is this
+    compile's persistent compilation cache: a directory, False for none, None for the
+    configured one (see :mod:`ifrtpy.compilation_cache`); it does not change the
+    executable.
     ``argument_layouts`` / ``result_layouts`` give the device layout of each parameter /
     result (None: all default; a None entry: that one default, row-major), one per
     parameter / result of the program, each of its rank (checked at compile); see

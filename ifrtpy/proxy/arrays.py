@@ -289,27 +289,37 @@ def _with_index_domains(plan: RemapPlan, arrays: Sequence[Any]) -> RemapPlan:
     lets the output be read and passed to programs compiled for that placement (jax's
     reshard between two device orders of the same devices). Plans this cannot complete
     stay as they are, for ``remap_arrays`` to take or refuse."""
-    outputs = list(plan.output_specs)
-    if len(arrays) != len(plan.input_specs) or not any(
-            type(s.sharding) is ConcreteEvenSharding and not s.sharding.is_fully_replicated
-            for s in outputs):
+    unknown = [b for b, spec in enumerate(plan.output_specs)
+               if type(spec.sharding) is ConcreteEvenSharding
+               and not spec.sharding.is_fully_replicated]
+    if not unknown or len(arrays) != len(plan.input_specs):
         return plan
     moves = plan.shard_moves()
-    for b, spec in enumerate(outputs):
-        sharding = spec.sharding
-        if type(sharding) is not ConcreteEvenSharding or sharding.is_fully_replicated:
+    outputs = list(plan.output_specs)
+    held: dict[int, Any] = {}  # the index domains of each input, or None
+    for b in unknown:
+        for a in {a for a, _ in moves[b]} - held.keys():
+            held[a] = _index_domains(arrays[a])
+        if any(held[a] is None for a, _ in moves[b]):
             continue
-        try:
-            domains = [arrays[a].sharding.index_domains(arrays[a].shape)[k] for a, k in moves[b]]
-        except InvalidArgumentError:  # an input that names no domains either
-            continue
-        if any(arrays[a].sharding.has_unreduced_axes for a, _ in moves[b]):
-            continue  # domains do not say which partial values a shard holds
+        domains = [held[a][k] for a, k in moves[b]]
+        spec, sharding = outputs[b], outputs[b].sharding
         known = ConcreteSharding(sharding.devices, spec.shape,
                                  [sharding.shard_shape(spec.shape)] * len(domains), domains,
                                  sharding.memory_kind)
         outputs[b] = dataclasses.replace(spec, sharding=known)
     return RemapPlan(plan.input_specs, outputs, plan.mappings)
+
+
+def _index_domains(array: Any) -> list[Any] | None:
+    """The index domain of each shard of ``array``; None where its sharding names none, or
+    has unreduced axes (a domain does not say which partial value a shard holds)."""
+    if array.sharding.has_unreduced_axes:
+        return None
+    try:
+        return list(array.sharding.index_domains(array.shape))
+    except InvalidArgumentError:
+        return None
 
 
 # -- lifetime and readiness ----------------------------------------------------------------
