@@ -10,6 +10,7 @@ Differences from the C API:
 * ``keep_alive_until`` holds a Python object (memory the plugin uses) until an event fires.
 """
 
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
@@ -148,6 +149,10 @@ cdef class EventHandle:
             return 0
         with nogil:
             check(self.api, self.api.PJRT_Event_Await(&args))
+        # A signal that came during the wait (Ctrl-C) is raised here, in the main thread:
+        # the caller may return to Python with no further check, and a signal still
+        # pending when the interpreter exits is dropped.
+        PyErr_CheckSignals()
         return 0
 
     def error(self):

@@ -316,6 +316,9 @@ def main():
     np.testing.assert_array_equal(expected, [56.0, 64.0])
     np.testing.assert_array_equal(run_psum(executable, x), expected)
     print("FIRST OK", flush=True)
+    store = ifrt.distributed.key_value_store()  # both have read the first result: a victim
+    store.put(f"test:first{process_id}", b"ok")  # leaving sooner can reset the other's read
+    store.get(f"test:first{1 - process_id}", 60_000)
     victim = 0 if mode.startswith("coordinator") else 1
     if process_id == victim:
         if mode == "coordinator-leaves":
