@@ -118,26 +118,33 @@ def layout_of(shape: Any) -> Layout:
     return Layout(layout.minor_to_major(), layout.tiling())
 
 
+_LENGTH_DELIMITED = 2  # the wire type of bytes and messages
+#: Field numbers: CompileOptionsProto.executable_build_options and
+#: ExecutableBuildOptionsProto.debug_options (xla.proto).
+_BUILD_OPTIONS, _DEBUG_OPTIONS = 3, 3
+
+
 def proto_field(data: bytes, number: int) -> bytes:
     """The bytes of length-delimited field ``number`` of a serialized protobuf message."""
     for found, wire, start, end in _fields(data):
-        if found == number and wire == 2:
+        if found == number and wire == _LENGTH_DELIMITED:
             return data[start:end]
     raise InvalidArgumentError(f"field {number} missing from the plugin's optimized program")
 
 
 def without_debug_options(serialized: bytes) -> bytes:
-    """A serialized ``CompileOptionsProto`` without its build options' ``debug_options``
-    (field 3 of ``executable_build_options``, field 3): the plugin then compiles with its
-    own XLA's defaults, not those of the jaxlib that filled the proto (another XLA build,
-    whose defaults can differ: jaxlib 0.12's ``xla_enable_hlo_sharding_v3`` makes a
-    PJRT 0.106 plugin partition a mesh with ``device_ids`` wrongly)."""
+    """A serialized ``CompileOptionsProto`` without its build options' ``debug_options``:
+    the plugin then compiles with its own XLA's defaults, not those of the jaxlib that
+    filled the proto (another XLA build, whose defaults can differ: jaxlib 0.12's
+    ``xla_enable_hlo_sharding_v3`` makes a PJRT 0.106 plugin partition a mesh with
+    ``device_ids`` wrongly)."""
     out = bytearray()
     for number, wire, start, end in _fields(serialized):
-        if number == 3 and wire == 2:
+        if number == _BUILD_OPTIONS and wire == _LENGTH_DELIMITED:
             build = serialized[start:end]
-            kept = b"".join(_field_bytes(build, *f) for f in _fields(build) if f[0] != 3)
-            out += b"\x1a" + varint_bytes(len(kept)) + kept
+            kept = b"".join(_field_bytes(build, *f) for f in _fields(build)
+                            if f[0] != _DEBUG_OPTIONS)
+            out += _field_bytes(kept, _BUILD_OPTIONS, _LENGTH_DELIMITED, 0, len(kept))
         else:
             out += _field_bytes(serialized, number, wire, start, end)
     return bytes(out)
@@ -150,7 +157,7 @@ def _fields(data: bytes) -> list[tuple[int, int, int, int]]:
     while i < len(data):
         key, i = varint(data, i)
         wire, start = key & 7, i
-        if wire == 2:
+        if wire == _LENGTH_DELIMITED:
             size, start = varint(data, i)
             i = start + size
         elif wire == 0:
@@ -166,7 +173,8 @@ def _fields(data: bytes) -> list[tuple[int, int, int, int]]:
 def _field_bytes(data: bytes, number: int, wire: int, start: int, end: int) -> bytes:
     """The serialized field again: its key, its length (length-delimited) and its bytes."""
     head = varint_bytes(number << 3 | wire)
-    return head + (varint_bytes(end - start) if wire == 2 else b"") + data[start:end]
+    size = varint_bytes(end - start) if wire == _LENGTH_DELIMITED else b""
+    return head + size + data[start:end]
 
 
 def varint(data: bytes, i: int) -> tuple[int, int]:
