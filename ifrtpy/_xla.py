@@ -115,7 +115,7 @@ def module_layouts(module: Any) -> tuple[list[Layout], list[Layout]]:
 
 def layout_of(shape: Any) -> Layout:
     layout = shape.layout()
-    return Layout(layout.minor_to_major(), layout.tiling())
+    return Layout(layout.minor_to_major(), layout.tiling(), layout.element_size_in_bits())
 
 
 _LENGTH_DELIMITED = 2  # the wire type of bytes and messages

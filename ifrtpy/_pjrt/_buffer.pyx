@@ -24,7 +24,8 @@ from libc.string cimport memset
 cimport cython
 
 from ifrtpy._pjrt._base cimport check, drop_error, has_function, require, error_to_exception
-from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle
+from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle, layout_text
+from ifrtpy._pjrt.layouts cimport BufferLayoutArgs, LayoutsExtension, layouts_extension
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
@@ -457,6 +458,24 @@ cdef class BufferHandle:
             tiles.append(tuple(tiled.tile_dims[k + j] for j in range(tiled.tile_dim_sizes[i])))
             k += tiled.tile_dim_sizes[i]
         return minor_to_major, tuple(tiles)
+
+    def layout_text(self):
+        """The plugin's serialized device layout of the buffer (XLA's layout text, e.g.
+        ``b"{0:T(1024)(128)(8,1)E(4)}"``: everything the plugin holds, the packed element
+        size included), from the layouts extension. UnimplementedError where the plugin has
+        no layouts extension."""
+        cdef const PJRT_Api* api = self.client.api
+        cdef const LayoutsExtension* ext = layouts_extension(api)
+        cdef BufferLayoutArgs args
+        if ext == NULL:
+            raise _errors.UnimplementedError(
+                f"the PJRT plugin {self.client.plugin.path!r} has no layouts extension "
+                f"(PJRT_Layouts_PJRT_Buffer_MemoryLayout)")
+        memset(&args, 0, sizeof(args))
+        args.struct_size = sizeof(BufferLayoutArgs)
+        args.buffer = self.ptr
+        check(api, ext.buffer_layout(&args))
+        return layout_text(api, ext, args.layout)
 
     def to_host_buffer(self, out=None):
         """Start copying the buffer into ``out`` (a new array if None).

@@ -2,6 +2,10 @@ from cpython.ref cimport PyObject
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle
 from ifrtpy._pjrt._kv cimport KeyValueCallbacks
+from ifrtpy._pjrt.layouts cimport LayoutsExtension
+
+
+cdef bytes layout_text(const PJRT_Api* api, const LayoutsExtension* ext, void* layout)
 
 
 cdef class ClientHandle:

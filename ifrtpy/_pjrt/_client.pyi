@@ -1,4 +1,4 @@
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ifrtpy._pjrt._base import NamedValue, PluginHandle
 from ifrtpy._pjrt._kv import KeyValueCallbacks
@@ -23,6 +23,7 @@ class ClientHandle:
     def process_index(self) -> int: ...
     def lookup_device(self, device_id: int) -> DeviceHandle: ...
     def default_device_assignment(self, num_replicas: int, num_partitions: int) -> list[int]: ...
+    def default_layout(self, buffer_type: int, dims: Sequence[int]) -> bytes: ...
 
 class DeviceHandle:
     @property

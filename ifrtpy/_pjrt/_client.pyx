@@ -21,7 +21,32 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 cimport cython
 
 from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
+from ifrtpy._pjrt.layouts cimport *
 from ifrtpy import errors as _errors
+from ifrtpy import dtypes as _dtypes
+
+cdef bytes layout_text(const PJRT_Api* api, const LayoutsExtension* ext, void* layout):
+    """The serialized text of a ``PJRT_Layouts_MemoryLayout``, which this call destroys."""
+    cdef LayoutSerializeArgs text
+    cdef LayoutDestroyArgs destroy
+    memset(&text, 0, sizeof(text))
+    text.struct_size = sizeof(LayoutSerializeArgs)
+    text.layout = layout
+    try:
+        check(api, ext.serialize(&text))
+        try:
+            if text.serialized_bytes == NULL:
+                return b""
+            return text.serialized_bytes[:text.serialized_bytes_size]
+        finally:
+            if text.serialized_layout_deleter != NULL:
+                text.serialized_layout_deleter(text.serialized_layout)
+    finally:
+        memset(&destroy, 0, sizeof(destroy))
+        destroy.struct_size = sizeof(LayoutDestroyArgs)
+        destroy.layout = layout
+        check(api, ext.destroy(&destroy))
+
 
 #: Options whose type the plugin trusts blindly (a mismatch aborts the process).
 _OPTION_TYPES = {"cpu_device_count": int}
@@ -254,6 +279,39 @@ cdef class ClientHandle:
         with nogil:
             check(api, api.PJRT_Client_DefaultDeviceAssignment(&args))
         return [int(i) for i in ids]
+
+    def default_layout(self, int buffer_type, dims):
+        """The plugin's serialized default layout (XLA's layout text, e.g. ``b"{0:T(128)}"``)
+        of an array of PJRT_Buffer_Type ``buffer_type`` and ``dims``, from the layouts
+        extension's PJRT_Layouts_PJRT_Client_GetDefaultLayout. UnimplementedError where the
+        plugin has no layouts extension."""
+        cdef const LayoutsExtension* ext = layouts_extension(self.api)
+        if ext == NULL:
+            raise _errors.UnimplementedError(
+                f"the PJRT plugin {self.plugin.path!r} has no layouts extension "
+                f"(PJRT_Layouts_PJRT_Client_GetDefaultLayout)")
+        if buffer_type not in _dtypes.NUMPY_OF_PJRT_BUFFER_TYPE:
+            raise _errors.InvalidArgumentError(
+                f"buffer_type must be a PJRT_Buffer_Type of an array dtype, got {buffer_type}")
+        cdef list sizes = [_errors.check_int(d, "dims", 0, 2**63 - 1) for d in dims]
+        cdef size_t n = len(sizes), i
+        cdef int64_t* c_dims = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
+        if c_dims == NULL:
+            raise MemoryError()
+        cdef DefaultLayoutArgs args
+        try:
+            for i in range(n):
+                c_dims[i] = sizes[i]
+            memset(&args, 0, sizeof(args))
+            args.struct_size = sizeof(DefaultLayoutArgs)
+            args.client = self.ptr
+            args.type = <PJRT_Buffer_Type>buffer_type
+            args.dims = c_dims
+            args.num_dims = n
+            check(self.api, ext.default_layout(&args))
+        finally:
+            free(c_dims)
+        return layout_text(self.api, ext, args.layout)
 
     def __repr__(self):
         return f"<ClientHandle {self.platform_name} with {len(self.devices)} devices>"

@@ -98,16 +98,17 @@ def _host_bytes(values: np.ndarray, dtype: DType) -> bytes:
     return values.tobytes()  # C order
 
 
-def _layout(proto: Any, rank: int) -> Layout | None:
-    """The ifrtpy Layout of an ``xla.ifrt.LayoutProto`` (None: the default)."""
+def _layout(proto: Any) -> Layout | None:
+    """The ifrtpy Layout of an ``xla.ifrt.LayoutProto`` (None: the default). A layout
+    that is the device's default is sent as such: the backend's put knows it."""
     serialized = proto.serialized_layout
     if not serialized.type_name and not serialized.data:
         return None
     if serialized.type_name not in ("xla::ifrt::PjRtLayout", "xla::PjRtLayout"):
         raise UnimplementedError(f"layout type {serialized.type_name!r} is not served")
     xla = messages().PjRtLayoutProto.FromString(serialized.data).xla_layout
-    layout = Layout(list(xla.minor_to_major), [list(t.dimensions) for t in xla.tiles])
-    return None if layout == Layout.row_major(rank) else layout
+    return Layout(list(xla.minor_to_major), [list(t.dimensions) for t in xla.tiles],
+                  xla.element_size_in_bits)
 
 
 def _spec(session: Any, proto: Any) -> ArraySpec:
@@ -123,7 +124,7 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     dims = wire.dims_of(request.shape)
     sharding = wire.sharding_from_proto(session.client, request.sharding)
     strides = request.byte_strides.strides if request.HasField("byte_strides") else None
-    layout = _layout(request.layout, len(dims)) if request.HasField("layout") else None
+    layout = _layout(request.layout) if request.HasField("layout") else None
     handle = session.result_handle(request.array_handle if request.HasField("array_handle") else 0)
     data = session.take_host_buffer(request.host_buffer_handle)
     values = _host_array(data, dtype, dims, strides)

@@ -354,7 +354,7 @@ def default_layout(session: Any, request: Any) -> Any:
     dims = [int(d) for d in request.dims]
     device = session.client.lookup_device(request.device_id)
     layout = session.client.get_default_layout(dtype, dims, device, request.memory_kind or None)
-    return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout, len(dims)))
+    return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout))
 
 
 HANDLERS = {

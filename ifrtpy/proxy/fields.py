@@ -30,7 +30,7 @@ xla.DeviceAssignmentProto.ComputationDevice replica_device_ids=1:int64
 xla.ExecutableBuildOptionsProto num_replicas=4:int64 num_partitions=5:int64
     use_spmd_partitioning=6:bool device_assignment=9:message use_shardy_partitioner=19:bool
     process_index=22:int64
-xla.LayoutProto minor_to_major=1:int64 tiles=6:message
+xla.LayoutProto minor_to_major=1:int64 tiles=6:message element_size_in_bits=7:int64
 xla.OpSharding type=1:enum tile_assignment_dimensions=3:int64
     tile_assignment_devices=4:int64 tuple_shardings=5:message
     replicate_on_last_tile_dim=6:bool metadata=7:message iota_reshape_dims=9:int64

@@ -244,16 +244,16 @@ def attribute_map(attributes: Any) -> Any:
     return proto
 
 
-def layout_text(layout: Layout | None, rank: int) -> bytes:
-    """PjRt's text of a layout (``b"{1,0}"``), what GetDefaultLayout answers."""
-    layout = layout or Layout.row_major(rank)
+def layout_text(layout: Layout) -> bytes:
+    """PjRt's text of a layout (XLA's, ``b"{1,0:T(8,128)}"``), what GetDefaultLayout answers."""
     return str(layout).encode()
 
 
 def xla_layout_proto(layout: Layout | None, rank: int) -> Any:
-    """An ``xla.LayoutProto`` (minor-to-major and tiles) of a layout."""
+    """An ``xla.LayoutProto`` (minor-to-major, tiles, element size) of a layout."""
     layout = layout or Layout.row_major(rank)
-    proto = message_class("xla.LayoutProto")(minor_to_major=list(layout.minor_to_major))
+    proto = message_class("xla.LayoutProto")(minor_to_major=list(layout.minor_to_major),
+                                             element_size_in_bits=layout.element_size_in_bits)
     for tile in layout.tiles:
         proto.tiles.add(dimensions=list(tile))
     return proto

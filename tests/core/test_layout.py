@@ -30,13 +30,43 @@ def test_layout_is_an_immutable_value():
         a.minor_to_major = (1, 0)
     assert pickle.loads(pickle.dumps(Layout((1, 0), ((8, 128),)))) == Layout((1, 0), ((8, 128),))
     assert repr(Layout((1, 0), ((8, 128),))) == "Layout(minor_to_major=(1, 0), tiles=((8, 128),))"
-    assert str(Layout((1, 0), ((8, 128), (2,)))) == "{1,0:T(8,128)T(2)}"
+    assert str(Layout((1, 0), ((8, 128), (2,)))) == "{1,0:T(8,128)(2)}"
     assert Layout.row_major(0) == Layout(())
+    packed = Layout((1, 0), ((8, 128), (8, 1)), 4)
+    assert packed != Layout((1, 0), ((8, 128), (8, 1))) and packed.element_size_in_bits == 4
+    assert pickle.loads(pickle.dumps(packed)) == packed
+    assert repr(packed) == ("Layout(minor_to_major=(1, 0), tiles=((8, 128), (8, 1)), "
+                            "element_size_in_bits=4)")
+
+
+# The default layouts libtpu 0.0.42 (PJRT 0.112) reports on a TPU v5e, and others of XLA's
+# text: each parses to the fields it states and prints back the same.
+@pytest.mark.parametrize("text, fields", [
+    ("{}", ((), (), 0)), ("{0}", ((0,), (), 0)), ("{1,0}", ((1, 0), (), 0)),
+    ("{:T(128)}", ((), ((128,),), 0)), ("{0:T(128)}", ((0,), ((128,),), 0)),
+    ("{1,0:T(2,128)}", ((1, 0), ((2, 128),), 0)),
+    ("{0:T(512)(128)(4,1)}", ((0,), ((512,), (128,), (4, 1)), 0)),
+    ("{2,0,1:T(4,128)(2,1)}", ((2, 0, 1), ((4, 128), (2, 1)), 0)),
+    ("{1,0:T(8,128)(8,1)E(4)}", ((1, 0), ((8, 128), (8, 1)), 4)),
+    ("{0:E(2)}", ((0,), (), 2)),
+])
+def test_xla_layout_text_both_ways(text, fields):
+    layout = Layout.parse(text)
+    assert (layout.minor_to_major, layout.tiles, layout.element_size_in_bits) == fields
+    assert str(layout) == text and Layout.parse(text.encode()) == layout
+
+
+def test_a_memory_space_is_dropped_and_other_layouts_are_refused():
+    assert Layout.parse("{1,0:T(2,128)S(1)}") == Layout((1, 0), [(2, 128)])
+    for text in ["{1,0:L(4)}", "{0:T(*,128)}", "{1,0:D(D,C)}", "1,0", "{1,0:T()}", ""]:
+        with pytest.raises(errors.InvalidArgumentError, match="not an XLA dense layout"):
+            Layout.parse(text)
 
 
 @pytest.mark.parametrize("args, match", [
     (((0, 0),), "permutation"), (((1, 2),), "permutation"), ((("a",),), "ints"),
     (((0,), [()]), "tiles"), (((0,), [(0,)]), "tiles"), (((0,), [(True,)]), "tiles"),
+    (((0,), (), -1), "element_size_in_bits"), (((0,), (), True), "element_size_in_bits"),
 ])
 def test_bad_layouts_are_refused(args, match):
     with pytest.raises(errors.InvalidArgumentError, match=match):
@@ -319,26 +349,27 @@ def test_cpu_plugin_compiles_a_column_major_result_but_copies_it_out_row_major()
     np.testing.assert_array_equal(np.asarray(transposed), x.T)
 
 
-def test_a_plugin_that_places_layouts_checks_argument_order_on_every_call():
-    # On CUDA an argument in another memory order than its parameter would be read wrongly
+def test_a_plugin_that_places_layouts_checks_argument_layouts():
+    # On a TPU an argument in another layout than its parameter would be read wrongly
     # (PJRT compares byte sizes only). The CPU plugin stands in for such a plugin here: the
-    # check runs when the client is not a host platform, and the parameter's order is set.
+    # check runs when the client is not a host platform, and the parameter's layout is set.
     client = ifrt.get_client("pjrt", device_count=2)
-    executable = client.compile(TWO_OUT)
-    x, outputs = _run_two_out(client, executable)
-    assert executable._accepted is not None  # the CPU platform: later calls take the C path
     client._host_platform = False
     try:
         executable = client.compile(ifrt.HloProgram(TWO_OUT), ifrt.CompileOptions(
             compilation_cache_dir=False, argument_layouts=[Layout.row_major(2), None]))
         x, outputs = _run_two_out(client, executable)  # row-major argument: accepted
         np.testing.assert_array_equal(np.asarray(outputs[0]), x + x)
-        assert executable._accepted is None  # every call is checked
-        executable._parameter_orders = [(0, 1), ()]  # as if compiled column-major
+        assert executable._accepted is not None  # default layouts: later calls take the C path
+        executable = client.compile(ifrt.HloProgram(TWO_OUT), ifrt.CompileOptions(
+            compilation_cache_dir=False))
+        # as if compiled for a column-major parameter 0
+        executable._layout_plan = ([Layout.column_major(2), Layout(())], [False, True], [None, None])
         with pytest.raises(errors.InvalidArgumentError,
                            match=r"argument 0 of main is in device layout \{1,0\}, the program's "
-                                 r"parameter 0 takes minor-to-major order \(0, 1\)"):
+                                 r"parameter 0 takes \{0,1\}"):
             _run_two_out(client, executable)
+        assert executable._accepted is None  # every such call is checked
     finally:
         client._host_platform = True
 
@@ -356,3 +387,31 @@ func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, !stablehlo.token) {
     executable = client.compile(program)
     assert executable.output_shapes() == [ifrt.Shape([2])]
     assert executable.output_layouts() == [Layout.row_major(1)]
+
+
+def test_accepts_asks_for_an_order_and_what_is_stated():
+    tiled = Layout((1, 0), [(8, 128)])
+    assert Layout.row_major(2).accepts(tiled) and tiled.accepts(tiled)
+    assert not Layout.column_major(2).accepts(tiled)
+    assert not tiled.accepts(Layout((1, 0), [(2, 128)])) and not tiled.accepts(Layout.row_major(2))
+    assert Layout((0,)).accepts(Layout((0,), (), 4)) and not Layout((0,), (), 4).accepts(Layout((0,)))
+
+
+def test_pjrt_default_layouts_are_the_plugins_answer():
+    """The PjRt client asks the plugin (its layouts extension): the layout its buffers get,
+    a sub-byte dtype packed, plain host memory row-major on every plugin."""
+    import ml_dtypes
+
+    client = ifrt.get_client("pjrt", device_count=2)
+    device = client.devices()[0]
+    int4 = ifrt.DType.from_numpy(np.dtype(ml_dtypes.int4))
+    f32 = ifrt.DType.from_numpy(np.dtype(np.float32))
+    assert client._handle.default_layout(f32.pjrt_buffer_type, [2, 3]) == b"{1,0}"
+    assert client.get_default_layout(f32, (2, 3), device) == Layout.row_major(2)
+    assert client.get_default_layout(int4, (2, 3), device) == Layout((1, 0), (), 4)
+    for kind in ("device", "pinned_host", "unpinned_host"):
+        array = client.make_array_from_host_buffer(
+            np.zeros((2, 3), ml_dtypes.int4), ifrt.SingleDeviceSharding(device, kind))
+        assert array.layout == client.get_default_layout(int4, (2, 3), device, kind)
+    with pytest.raises(errors.InvalidArgumentError, match="buffer_type"):
+        client._handle.default_layout(0, [2])  # INVALID: refused before the plugin sees it

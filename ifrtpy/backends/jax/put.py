@@ -18,6 +18,7 @@ from ifrtpy.backends.jax.array import JaxArray, _device_put, jax_device, to_jax_
 from ifrtpy.backends.jax.calls import call_jax
 from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.layout import Layout
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import OpaqueSharding, Sharding
 
@@ -37,6 +38,16 @@ class _HostData:
                                         descr=[("", raw)])
 
 
+def _check_default_layout(client: Any, layout: Any, dtype: DType, dims: tuple[int, ...],
+                          sharding: Sharding) -> None:
+    """UnimplementedError unless ``layout`` asks for the default layout of the shards."""
+    default = client.get_default_layout(dtype, sharding.shard_shape(Shape(dims)).dims,
+                                        sharding.devices[0], sharding.memory_kind)
+    if not isinstance(layout, Layout) or not layout.accepts(default):
+        raise UnimplementedError(
+            f"the jax backend puts arrays in their default layout ({default}) only, not in {layout}")
+
+
 def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
                                 semantics: HostBufferSemantics,
                                 on_done: Callable[[], None] | None, layout: Any) -> JaxArray:
@@ -47,8 +58,6 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
     call returns. With the ZERO_COPY semantics jax gets the data itself, and ``on_done``
     runs once jax no longer holds it (at once where jax copied it; when the last array
     aliasing it is freed otherwise)."""
-    if layout is not None:
-        raise UnimplementedError("custom layouts are not supported by the jax backend")
     check_placement(client, sharding)
     semantics = HostBufferSemantics(semantics)
     if on_done is not None and not callable(on_done):
@@ -60,6 +69,8 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
         raise UnimplementedError("the jax backend has no STRING arrays: jax arrays hold no strings; "
                                  "use the pjrt or reference backend")
     dtype = DType.from_numpy(data.dtype)
+    if layout is not None:
+        _check_default_layout(client, layout, dtype, data.shape, sharding)
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
     shape = Shape(data.shape)

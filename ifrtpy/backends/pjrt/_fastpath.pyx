@@ -114,6 +114,7 @@ cdef class ArrayCore:
     cdef public object _error
     cdef public bint _deleted
     cdef public object _user_context
+    cdef public object _layout  # None: the default layout of its memory
     cdef object __weakref__
 
     def block_until_ready(self):
@@ -238,7 +239,7 @@ cdef class ExecutableCore:
                 spec = <tuple?>accepted[k]
                 buffers = array._buffers
                 if (array._sharding is not spec[2] or array._dtype is not spec[0]
-                        or array._deleted or array._error is not None
+                        or array._deleted or array._error is not None or array._layout is not None
                         or (array._shape is not spec[1] and array._shape != spec[1])
                         or len(buffers) != num_devices):
                     return None

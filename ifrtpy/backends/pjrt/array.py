@@ -23,6 +23,7 @@ from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.backends.pjrt.layouts import buffer_layout
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError
 from ifrtpy.future import Future, Promise, join_futures, then_value
@@ -45,7 +46,7 @@ class PjrtArray(ArrayCore, StoredArray):
     __slots__ = ()
 
     def __init__(self, client, dtype: DType, shape: Shape, sharding: Sharding,
-                 buffers: tuple, error: BaseException | None = None):
+                 buffers: tuple, error: BaseException | None = None, layout: Layout | None = None):
         self._client = client
         self._dtype = dtype
         self._shape = shape
@@ -54,14 +55,16 @@ class PjrtArray(ArrayCore, StoredArray):
         self._error = error
         self._deleted = False
         self._user_context = current_user_context()
+        self._layout = layout  # where it may not be the default layout of its memory
 
     @property
     def layout(self) -> Layout | None:
-        """The device layout the plugin reports for the first shard (PJRT_Buffer_GetMemoryLayout);
-        None for an error array or one with no addressable shard."""
+        """The device layout the plugin reports for the first shard; None for an error array
+        or one with no addressable shard."""
         if self._error is not None or not self._buffers:
             return None
-        return Layout(*self._live_buffers()[0].memory_layout)
+        buffer = self._live_buffers()[0]
+        return self._layout if self._layout is not None else buffer_layout(buffer, self._dtype)
 
     @property
     def buffers(self) -> tuple:
@@ -110,14 +113,14 @@ class PjrtArray(ArrayCore, StoredArray):
         if self._error is not None:  # each piece fails as this array does
             return [PjrtArray(self._client, self._dtype, shape, sharding, (), error=self._error)
                     for shape, sharding in plan.pieces]
-        return [PjrtArray(self._client, self._dtype, shape, sharding, (buffer,))
+        return [PjrtArray(self._client, self._dtype, shape, sharding, (buffer,), layout=self._layout)
                 for (shape, sharding), buffer in zip(plan.pieces, buffers)]
 
     def fully_replicated_shard(self, copy_semantics=ArrayCopySemantics.REUSE_INPUT):
         sharding = plan_fully_replicated_shard(self)
         buffers = self._take(copy_semantics)
         return PjrtArray(self._client, self._dtype, self._shape, sharding, buffers[:1],
-                         self._error)
+                         self._error, self._layout)
 
     # -- host -----------------------------------------------------------------------------
 

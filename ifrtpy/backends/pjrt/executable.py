@@ -22,6 +22,7 @@ from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.effects import OrderedEffects
 from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.backends.pjrt.layouts import packed
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.future import Future
@@ -227,6 +228,16 @@ def _check_shard_shapes(name: str, module, program: HloProgram, params, outputs)
                     "does not read (please report it)")
 
 
+def _default_layout(client, dtype, shape, sharding) -> Layout | None:
+    """The default layout of a shard of an array of ``dtype`` and ``shape`` in ``sharding``
+    (None where the sharding has no addressable device)."""
+    devices = sharding.devices.addressable_device_list()
+    if not devices:
+        return None
+    return client.get_default_layout(dtype, sharding.shard_shape(shape).dims, devices[0],
+                                     sharding.memory_kind)
+
+
 class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     """A compiled program loaded on a PjrtClient's devices.
 
@@ -249,7 +260,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._array_type = PjrtArray
         self._donated = frozenset(program.donated_inputs)
         self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
-        self._parameter_orders: list | None = None  # minor-to-major order of each parameter, once read
+        self._layout_plan: tuple | None = None  # see _read_layout_plan, read at the first call
         self._outputs_spec = tuple(
             (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
         self._execute_contract = ExecuteContract(
@@ -327,11 +338,17 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
     def parameter_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        return _xla.module_layouts(self.hlo_modules()[0])[0]
+        program = self._program
+        values = [p for i, p in enumerate(program.parameters) if i not in program.token_parameters]
+        return [packed(layout, v.dtype) for layout, v in
+                zip(_xla.module_layouts(self.hlo_modules()[0])[0], values)]
 
     def output_layouts(self) -> list[Layout]:
         """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        return _xla.module_layouts(self.hlo_modules()[0])[1]
+        program = self._program
+        values = [r for i, r in enumerate(program.results) if i not in program.token_results]
+        return [packed(layout, v.dtype) for layout, v in
+                zip(_xla.module_layouts(self.hlo_modules()[0])[1], values)]
 
     @property
     def user_context(self):
@@ -409,7 +426,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         args, options, execute_device = call.args, call.options, call.device
         non_donatable = options.non_donatable_input_indices
         non_donatable = sorted(non_donatable) if non_donatable else ()
-        self._check_layouts_or_accept(args)
+        self._check_layouts_or_accept(args, call.output_shardings)
         self._check_donations(args, call.donated)
         device_handle = None if execute_device is None else execute_device._handle
         if self._effects is None:
@@ -429,40 +446,63 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         for i in call.donated:  # their buffers are the outputs': they read as deleted
             args[i]._deleted = True
         client = self._client
-        arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers)
-                  for r, sharding, buffers in zip(self._results, call.output_shardings, outputs)]
+        layouts = self._layout_plan[2]
+        arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers, layout=layout)
+                  for r, sharding, buffers, layout in
+                  zip(self._results, call.output_shardings, outputs, layouts)]
         status = future_of_events(events) if options.fill_status else None
         return ExecuteResult(status, arrays)
 
-    def _check_layouts_or_accept(self, args: Sequence[Array]) -> None:
-        if not self._client._host_platform:
-            # A plugin that places device layouts (CUDA) compares only byte sizes: an
-            # argument in another memory order than the parameter would be read wrongly.
-            # Layouts are checked on every call, so no call takes the unchecked C path.
-            self._check_layouts(args)
-        elif self._devices is not None and self._effects is None:
-            self._execute_contract.named_outputs.accept(self, args)
-
-    def _check_layouts(self, args: Sequence[Array]) -> None:
-        expected = self._parameter_orders
-        if expected is None:
-            try:
-                expected = [layout.minor_to_major for layout in self.parameter_layouts()]
-            except UnimplementedError:  # no optimized module to read: nothing to compare
-                expected = [None] * len(args)
-            self._parameter_orders = expected
-        for i, (arg, order) in enumerate(zip(args, expected)):
-            if order is None or len(order) < 2:
+    def _check_layouts_or_accept(self, args: Sequence[Array], output_shardings) -> None:
+        """Refuse an argument whose device layout is not its parameter's (PJRT compares
+        only byte sizes: it would be read wrongly); then, where every argument and output
+        is in the default layout of its memory (all are on the CPU plugin), let the C path
+        repeat calls with arguments of these kinds."""
+        plan = self._layout_plan
+        if plan is None:
+            plan = self._layout_plan = self._read_layout_plan(args, output_shardings)
+        params, default_params, _ = plan
+        host = self._client._host_platform  # the CPU plugin holds every array row-major
+        everything_default = host or default_params is not None
+        for i, arg in enumerate(args):
+            if host or (arg._layout is None and default_params is not None and default_params[i]):
                 continue
+            everything_default = False
+            expected = params[i] if params is not None else None
+            if expected is None:
+                continue  # nothing to compare with
             try:
                 layout = arg.layout
             except UnimplementedError:  # the plugin reports no readable layout: nothing to compare
                 continue
-            if layout is not None and layout.minor_to_major != order:
+            if layout is not None and (layout.minor_to_major, layout.tiles) != (
+                    expected.minor_to_major, expected.tiles):
                 raise InvalidArgumentError(
                     f"argument {i} of {self.name} is in device layout {layout}, the program's "
-                    f"parameter {i} takes minor-to-major order {tuple(order)}: put it in that "
-                    "layout, or compile with argument_layouts matching it")
+                    f"parameter {i} takes {expected}: put it in that layout, or compile with "
+                    "argument_layouts matching it")
+        if everything_default and self._devices is not None and self._effects is None:
+            self._execute_contract.named_outputs.accept(self, args)
+
+    def _read_layout_plan(self, args: Sequence[Array], output_shardings) -> tuple:
+        """(the parameters' layouts, whether each is the default layout of its argument's
+        memory, each output's layout where it is not its default), from the compiled
+        module and the first call's arguments; (None, None, [None...]) where the plugin
+        returns no HLO to read them from (nothing is compared then)."""
+        try:
+            params, outputs = self.parameter_layouts(), self.output_layouts()
+        except UnimplementedError:
+            params = outputs = None
+        if params is None or len(params) != len(args) or len(outputs) != len(self._results):
+            return None, None, [None] * len(self._results)  # another entry signature (tuples)
+        client = self._client
+        default_params = [layout == _default_layout(client, a.dtype, a.shape, a.sharding)
+                          for layout, a in zip(params, args)]
+        custom_outputs = [None if layout == _default_layout(client, r.dtype, r.shape, s) else layout
+                          for layout, r, s in zip(outputs, self._results, output_shardings)]
+        if any(layout is not None for layout in custom_outputs):
+            default_params = None  # the C path makes outputs in default layouts only
+        return params, default_params, custom_outputs
 
     def _check_donations(self, args: Sequence[Array], donated: frozenset[int]) -> None:
         """Refuse to donate a buffer that DLPack exports or NumPy views still read."""

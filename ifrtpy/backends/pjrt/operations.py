@@ -13,6 +13,7 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.array_plans import arrays_of, plan_assemble, plan_copy, plan_error_arrays
 from ifrtpy.backends import host_arrays
 from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.layouts import buffer_layout
 from ifrtpy.backends.pjrt.strings import STRING, BasicStringArray, is_string_call
 from ifrtpy.bitcast import plan_bitcast
 from ifrtpy.builder import Builder
@@ -43,7 +44,8 @@ def assemble(client: Any, shape: Any, sharding: Any, arrays: Any, copy_semantics
     taken = [a._take(plan.copy_semantics) for a in plan.arrays]
     if plan.error is not None:  # the result fails as its first failing input does
         return PjrtArray(client, plan.dtype, plan.shape, plan.sharding, (), error=plan.error)
-    return PjrtArray(client, plan.dtype, plan.shape, plan.sharding, tuple(t[0] for t in taken))
+    return PjrtArray(client, plan.dtype, plan.shape, plan.sharding, tuple(t[0] for t in taken),
+                     layout=plan.arrays[0]._layout if plan.arrays else None)
 
 
 def bitcast_arrays(client, arrays, specs, semantics) -> list[PjrtArray]:
@@ -132,7 +134,10 @@ def copy_arrays(client: Any, arrays: Any, devices: Any, memory_kind: Any, semant
             for buffer in array._buffers:
                 if id(buffer) not in kept:
                     buffer.delete()
-        out.append(PjrtArray(client, array.dtype, array.shape, sharding, tuple(buffers)))
+        # A copy of an array in the default layout gets the default of its new memory.
+        layout = None if array._layout is None else buffer_layout(buffers[0], array.dtype)
+        out.append(PjrtArray(client, array.dtype, array.shape, sharding, tuple(buffers),
+                             layout=layout))
     return out
 
 
