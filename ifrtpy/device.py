@@ -197,6 +197,26 @@ class Device(abc.ABC):
     def __repr__(self) -> str:
         return self.debug_string()
 
+    if not TYPE_CHECKING:  # typed code reads ``attributes[name]``; mypy keeps checking names
+        def __getattr__(self, name: str) -> Any:
+            """Each of :attr:`attributes` as an attribute (``d.coords``), as jax's devices.
+
+            AttributeError naming the device and the attributes it has for any other name.
+            Private names and the class's own members (a property that raised
+            AttributeError) are never looked up there: a half-built device, or a copy or
+            pickle probe, gets the plain AttributeError.
+            """
+            if name.startswith("_") or hasattr(type(self), name):
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}",
+                    name=name, obj=self)
+            attributes = self.attributes
+            if name in attributes:
+                return attributes[name]
+            raise AttributeError(
+                f"device {self.to_string()} has no attribute {name!r}; its attributes: "
+                f"{', '.join(sorted(attributes)) or 'none'}", name=name, obj=self)
+
 
 class DeviceList(Sequence):
     """An immutable, ordered list of devices, which may repeat a device (as IFRT's);

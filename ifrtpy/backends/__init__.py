@@ -117,7 +117,11 @@ def _default_of(backend: str) -> tuple[str, str | None]:
         path = os.path.realpath(find_plugin(backend).path)
     except (NotFoundError, InvalidArgumentError):
         return backend, None  # making it raises the error get_client gives with options
-    if path == os.path.realpath(default_cpu_library()):
+    try:
+        default = os.path.realpath(default_cpu_library())
+    except NotFoundError:  # no CPU build: a plugin named otherwise needs none
+        default = None
+    if path == default:
         return "pjrt", None
     return backend, path
 

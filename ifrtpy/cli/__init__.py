@@ -27,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ifrtpy {ifrt.__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     client_options = argparse.ArgumentParser(add_help=False)
-    client_options.add_argument("--plugin", help="path of a PJRT plugin .so (default: the CPU plugin docs/plugins.md names)")
+    client_options.add_argument("--plugin", help="a PJRT plugin by name ('tpu', 'cuda', ...) or path of its .so "
+                                "(default: the CPU plugin docs/plugins.md names)")
     client_options.add_argument("--devices", type=int, default=None, help="cpu_device_count option")
     client_options.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                 help="show the traceback of an error")

@@ -2,7 +2,8 @@
 
 * :mod:`.discovery`: :func:`find_plugin` and :func:`available_plugins` (jax's
   conventions: ``PJRT_NAMES_AND_LIBRARY_PATHS``, the ``jax_plugins`` and ``xla_plugins``
-  packages, entry points), and the CUDA libraries of ``nvidia-*`` wheels;
+  packages, libtpu by ``TPU_LIBRARY_PATH`` or its package, entry points), and the CUDA
+  libraries of ``nvidia-*`` wheels;
 * :mod:`.builds`: the XLA CPU plugin builds ifrtpy knows, and which is the default
   (``"cpu"``);
 * :mod:`.options`: the create options each known plugin reads, checked before it sees them.
@@ -11,6 +12,7 @@
 from ifrtpy.plugins.discovery import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ifrtpy.plugins.discovery import ENV_VAR as ENV_VAR
 from ifrtpy.plugins.discovery import SEARCH_ORDER as SEARCH_ORDER
+from ifrtpy.plugins.discovery import TPU_ENV_VAR as TPU_ENV_VAR
 from ifrtpy.plugins.discovery import PluginInfo as PluginInfo
 from ifrtpy.plugins.discovery import available_plugins as available_plugins
 from ifrtpy.plugins.discovery import find_plugin as find_plugin
@@ -23,6 +25,6 @@ from ifrtpy.plugins.options import known_options as known_options
 
 __all__ = [
     "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
-    "preload_nvidia_libraries", "ENV_VAR", "ENTRY_POINT_GROUP", "SEARCH_ORDER",
+    "preload_nvidia_libraries", "ENV_VAR", "TPU_ENV_VAR", "ENTRY_POINT_GROUP", "SEARCH_ORDER",
     "OptionSpec", "MAX_CPU_DEVICE_COUNT", "known_options", "check_options",
 ]

@@ -8,19 +8,24 @@ first source that has the name wins):
 2. jax plugin packages: modules of the ``jax_plugins`` namespace package and the
    ``jax_plugins`` entry-point group (``jax-cuda12-pjrt`` / ``jax-cuda13-pjrt`` ship
    ``jax_plugins/xla_cuda13/xla_cuda_plugin.so``, named ``"cuda"``);
-3. the XLA CPU builds ifrtpy knows (:mod:`.builds`): ``"cpu"`` is the default one, and
+3. libtpu, named ``"tpu"``, where jax finds it: ``TPU_LIBRARY_PATH`` when it names an
+   existing file (else it is passed over, as jax does after a warning), then
+   ``libtpu.so`` in the ``libtpu`` package's directory (what ``libtpu.get_library_path()``
+   returns);
+4. the XLA CPU builds ifrtpy knows (:mod:`.builds`): ``"cpu"`` is the default one, and
    each installed build is also named by its distribution (``"xla-cpu-pjrt"``,
    ``"fastatomstruct-xla-cpu"``, ``"lammps-jax-pjrt-cpu"``);
-4. ``xla_plugins`` packages (``xla-cpu-pjrt`` ships ``xla_plugins/xla_cpu_pjrt``, named
+5. ``xla_plugins`` packages (``xla-cpu-pjrt`` ships ``xla_plugins/xla_cpu_pjrt``, named
    ``"cpu"``);
-5. the ``ifrtpy.pjrt_plugins`` entry-point group, for third parties: the entry point's
+6. the ``ifrtpy.pjrt_plugins`` entry-point group, for third parties: the entry point's
    name is the plugin name and its object is the library path (str or path-like) or a
    function returning it.
 
 An explicit path (``get_client("cuda", plugin="/path/to/plugin.so")``) comes before all of
 these. Nothing is imported or loaded while looking (package directories are found on
 ``sys.path``), except the objects of ``ifrtpy.pjrt_plugins`` entry points (third-party
-code that asked to be called).
+code that asked to be called). No source needs a CPU build: only the default client
+(no name, no path) does.
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ from ifrtpy.plugins.builds import DEFAULT_ORDER, installed_builds, package_dirs
 
 __all__ = [
     "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
-    "preload_nvidia_libraries", "ENV_VAR",
+    "preload_nvidia_libraries", "ENV_VAR", "TPU_ENV_VAR",
     "ENTRY_POINT_GROUP",
 ]
 
 #: The environment variable jax reads: ``name:path,name:path``.
 ENV_VAR = "PJRT_NAMES_AND_LIBRARY_PATHS"
+#: The environment variable jax reads for libtpu's path (``jax/_src/cloud_tpu_init.py``).
+TPU_ENV_VAR = "TPU_LIBRARY_PATH"
 #: ifrtpy's own entry-point group for third-party plugins.
 ENTRY_POINT_GROUP = "ifrtpy.pjrt_plugins"
 
@@ -53,6 +60,7 @@ SEARCH_ORDER = (
     f"the environment variable {ENV_VAR}",
     "the jax_plugins namespace package",
     "the jax_plugins entry-point group",
+    f"libtpu ('tpu'): the environment variable {TPU_ENV_VAR}, then the libtpu package",
     "the XLA CPU builds ifrtpy knows",
     "the xla_plugins namespace package",
     f"the {ENTRY_POINT_GROUP} entry-point group",
@@ -116,6 +124,16 @@ def _from_namespace(package: str) -> Iterator[PluginInfo]:
                 yield PluginInfo(_plugin_name(entry), library, f"{package}:{entry}")
 
 
+def _from_libtpu() -> Iterator[PluginInfo]:
+    path = os.environ.get(TPU_ENV_VAR)
+    if path and os.path.isfile(path):
+        yield PluginInfo("tpu", path, f"env:{TPU_ENV_VAR}")
+    for directory in package_dirs("libtpu"):
+        library = os.path.join(directory, "libtpu.so")
+        if os.path.isfile(library):
+            yield PluginInfo("tpu", library, "the libtpu package")
+
+
 def _from_cpu_builds() -> Iterator[PluginInfo]:
     found = dict(installed_builds())
     default = next((build for build in DEFAULT_ORDER if build in found), None)
@@ -159,6 +177,7 @@ _SOURCES: tuple[Callable[[], Iterator[PluginInfo]], ...] = (
     _from_env,
     lambda: _from_namespace("jax_plugins"),
     _from_jax_entry_points,
+    _from_libtpu,
     _from_cpu_builds,
     lambda: _from_namespace("xla_plugins"),
     _from_ifrtpy_entry_points,
@@ -185,15 +204,17 @@ def _directories(path: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _search_key() -> tuple[Any, ...]:
-    """What a search depends on: the environment variable, ``sys.path`` and the
-    modification times of its directories (installing a package changes one)."""
+    """What a search depends on: the environment variables, whether ``TPU_LIBRARY_PATH``
+    names a file, ``sys.path`` and the modification times of its directories (installing
+    a package changes one)."""
     path = tuple(sys.path)
     try:
         times = tuple(os.stat(d).st_mtime_ns for d in _directories(path))
     except OSError:  # a directory went away: search again
         _directories.cache_clear()
         times = None
-    return (os.environ.get(ENV_VAR), path, times)
+    tpu = os.environ.get(TPU_ENV_VAR)
+    return (os.environ.get(ENV_VAR), tpu, tpu is not None and os.path.isfile(tpu), path, times)
 
 
 def _search() -> list[PluginInfo]:
@@ -241,7 +262,7 @@ def find_plugin(name: str) -> PluginInfo:
     raise NotFoundError(
         f"no PJRT plugin named {name!r}. Found: {listing}. Looked in "
         f"{'; '.join(SEARCH_ORDER)}. Give a path with plugin='/path/to/plugin.so', or "
-        f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda')"
+        f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda', libtpu for 'tpu')"
     )
 
 
@@ -275,11 +296,19 @@ def preload_nvidia_libraries() -> list[str]:
 
 
 def plugins_report() -> str:
-    """Lines for ``python -m ifrtpy info``: each plugin found, with where and its version."""
+    """Lines for ``python -m ifrtpy info``: each plugin name once, with the library
+    :func:`find_plugin` picks, where it was found and its version; the others of that
+    name, which it shadows, on one line below it."""
     lines = ["plugins  (by name: ifrtpy.get_client(name))"]
+    by_name: dict[str, list[PluginInfo]] = {}
     for info in available_plugins():
+        by_name.setdefault(info.name, []).append(info)
+    for name, (info, *shadowed) in by_name.items():
         version = "not loaded" if info.api_version is None else "PJRT API %d.%d" % info.api_version
-        lines.append(f"  {info.name}: {info.path} (from {info.source}, {version})")
+        lines.append(f"  {name}: {info.path} (from {info.source}, {version})")
+        if shadowed:
+            lines.append("    also at (not picked): " + "; ".join(
+                f"{i.path} (from {i.source})" for i in shadowed))
     if len(lines) == 1:
         lines.append(f"  none found; looked in {'; '.join(SEARCH_ORDER)}")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Typed client-create options of the PJRT plugins ifrtpy knows.
 
-Each known plugin (by name: ``"cpu"``, ``"cuda"``, ``"rocm"``, and the XLA CPU builds of
-:mod:`ifrtpy.plugins.builds` by their distribution names) has a table of the options
+Each known plugin (by name: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, and the XLA CPU
+builds of :mod:`ifrtpy.plugins.builds` by their distribution names) has a table of the options
 its ``PJRT_Client_Create`` reads, with their PJRT value type. :func:`check_options` refuses
 an unknown name, a value of the wrong type and a value out of range before the plugin
 sees it (the official CPU plugin aborts the process on a wrongly typed
@@ -106,9 +106,22 @@ _GPU = {
     "partition_index": OptionSpec("int", "index of this partition (slice)", _between(0, 2**31 - 1)),
 }
 
+#: libtpu (measured on 0.0.42.1, PJRT 0.112): its PJRT_Client_Create itself refuses an
+#: unknown name ("Unexpected option name passed to PJRT_Client_Create") and a wrongly typed
+#: value ("has type index 0 but expected type index 1"). max_inflight_computations is
+#: what jax's make_tpu_client documents ("Defaults to allowing 32 in-flight
+#: computations"); ml_framework_name / ml_framework_version are what jax passes
+#: (jax/_src/cloud_tpu_init.py: "JAX" and its version).
+_TPU = {
+    "max_inflight_computations": OptionSpec(
+        "int", "computations the client keeps in flight (default 32)", _between(1, 2**31 - 1)),
+    "ml_framework_name": OptionSpec("str", "the framework using the client, e.g. 'JAX'"),
+    "ml_framework_version": OptionSpec("str", "that framework's version"),
+}
+
 _KNOWN: dict[str, Mapping[str, OptionSpec]] = {
     "cpu": _CPU, "xla-cpu-pjrt": _CPU, "fastatomstruct-xla-cpu": _CPU,
-    "lammps-jax-pjrt-cpu": _CPU_0_115, "cuda": _GPU, "rocm": _GPU,
+    "lammps-jax-pjrt-cpu": _CPU_0_115, "cuda": _GPU, "rocm": _GPU, "tpu": _TPU,
 }
 
 
