@@ -32,6 +32,7 @@ from ifrtpy.device import Memory as Memory
 from ifrtpy.device import MemoryKind as MemoryKind
 from ifrtpy.device_put import device_put as device_put
 from ifrtpy.dtypes import DType as DType
+from ifrtpy.dtypes import InexactDType as InexactDType
 from ifrtpy.executable import CompiledMemoryStats as CompiledMemoryStats
 from ifrtpy.executable import CompileOptions as CompileOptions
 from ifrtpy.executable import ExecuteOptions as ExecuteOptions

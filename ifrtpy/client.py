@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import types
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ from ifrtpy.array import (
     _dims,
 )
 from ifrtpy.array_plans import dlpack_devices
-from ifrtpy.dtypes import DType, host_form, is_string_host_dtype
+from ifrtpy.dtypes import DType, InexactDType, host_form, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
 from ifrtpy.executable import CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
@@ -34,6 +35,7 @@ from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding, SingleDeviceShardSemantics
 
 _DEFAULT_COMPILE_OPTIONS = CompileOptions()  # one object: its hash is computed once
+_EVERY_DTYPE_EXACT: Mapping[DType, InexactDType] = types.MappingProxyType({})
 
 if TYPE_CHECKING:
     from ifrtpy.device import Device, MemoryKind
@@ -178,6 +180,23 @@ class Client(abc.ABC):
         dense row-major layout, which is what the CPU plugin and the reference backend use.
         """
         return Layout.row_major(len(dims))
+
+    def inexact_dtypes(
+        self, memory_kind: MemoryKind | str | None = None,
+    ) -> Mapping[DType, InexactDType]:
+        """The dtypes whose values change on the way to this client's devices in
+        ``memory_kind`` (None: their default memory), each with the values the devices
+        give back (e.g. a TPU holds float64 as a pair of float32:
+        :data:`ifrtpy.dtypes.FLOAT64_AS_FLOAT32_PAIR`). Every other dtype round-trips
+        bit for bit.
+
+        A backend that changes values of a dtype on the way to its devices must declare it
+        here: the conformance laws expect the declared values for these dtypes and the
+        input's own bytes for every other, and check each declaration against the devices.
+        The base answer is empty (every dtype exact), as on the CPU plugin, the reference
+        backend and jax on CPU.
+        """
+        return _EVERY_DTYPE_EXACT
 
     # -- arrays -----------------------------------------------------------------------------
 

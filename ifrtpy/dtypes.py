@@ -9,18 +9,25 @@ as IFRT's ``DType::Kind``). Four tables are kept here and nowhere else:
 * kind <-> ``PJRT_Buffer_Type`` (the C API's own, different numbering),
 * kind -> bit size,
 * kind <-> DLPack ``(type code, bits)`` for the kinds ifrtpy exchanges through DLPack.
+
+And :class:`InexactDType`, how a device holds a dtype it cannot hold exactly (what
+``Client.inexact_dtypes`` declares), with the TPU's float64 and complex128 as float32
+pairs (:func:`as_float32_pair`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+from typing import Callable
 
 import ml_dtypes
 import numpy as np
 
 from ifrtpy.errors import InvalidArgumentError, invalid_argument
 
-__all__ = ["DType", "host_form", "is_string_host_dtype"]
+__all__ = ["DType", "host_form", "is_string_host_dtype", "InexactDType", "as_float32_pair",
+           "FLOAT64_AS_FLOAT32_PAIR", "COMPLEX128_AS_FLOAT32_PAIRS"]
 
 
 class _Kind(enum.IntEnum):
@@ -276,3 +283,91 @@ def host_form(data: np.ndarray) -> tuple[np.ndarray, DType]:
                 f"a STRING array holds str or bytes elements; element {list(index)} of the "
                 f"{data.dtype} array is {type(element).__name__}: {element!r}")
     return data, _STRING
+
+
+# -- dtypes a device cannot hold exactly -------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class InexactDType:
+    """How a device holds a dtype whose values it does not keep exactly (what
+    ``Client.inexact_dtypes`` declares): ``model`` maps a host array of ``dtype`` to the
+    values the device gives back for it, elementwise; ``summary`` says it in one line.
+
+    The model's NaNs are NaNs whose payloads are not promised: compare NaN-aware. Immutable,
+    hashable, picklable (where ``model`` is a module-level function).
+    """
+
+    dtype: DType
+    summary: str
+    model: Callable[[np.ndarray], np.ndarray]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, DType):
+            object.__setattr__(self, "dtype", DType.from_numpy(self.dtype))
+        if not callable(self.model):
+            raise invalid_argument("model", "a function of a host array", self.model)
+
+    def held_values(self, x: np.ndarray) -> np.ndarray:
+        """The values a device gives back for host array ``x`` of :attr:`dtype` (a new
+        array of that dtype and shape); InvalidArgumentError for another dtype."""
+        x = np.asarray(x)
+        if x.dtype != self.dtype:
+            raise InvalidArgumentError(f"the model of {self.dtype} ({self.model.__name__}) takes "
+                                       f"{self.dtype.to_numpy()} arrays, got a {x.dtype} array")
+        out = np.asarray(self.model(x))
+        if out.dtype != x.dtype or out.shape != x.shape:
+            raise InvalidArgumentError(
+                f"{self.model.__name__} gave a {out.dtype}{list(out.shape)} array for a "
+                f"{x.dtype}{list(x.shape)} one")
+        return out
+
+    def __repr__(self) -> str:
+        model = f"{getattr(self.model, '__module__', '?')}.{getattr(self.model, '__qualname__', '?')}"
+        return f"InexactDType({self.dtype!r}, {self.summary!r}, {model})"
+
+
+def _float64_as_float32_pair(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        hi = x.astype(np.float32)  # to nearest: beyond float32's range inf, below it 0
+        lo = (x - hi.astype(np.float64)).astype(np.float32)
+    lo = np.where(np.isfinite(hi), lo, np.float32(0))
+    return hi.astype(np.float64) + lo.astype(np.float64)  # -0.0 + 0.0: -0.0 becomes 0.0
+
+
+def as_float32_pair(x: np.ndarray) -> np.ndarray:
+    """The values of float64 array ``x`` held as a pair of float32 (complex128: each part
+    apart), as a TPU holds them, measured bit for bit on a v5e (libtpu, through PjRt and
+    through jax)::
+
+        hi = float32(x)                  # to nearest; beyond float32's range +-inf,
+                                         # below it +-0 or a float32 subnormal
+        lo = float32(x - float64(hi))    # taken as 0 where hi is not finite
+        result = float64(hi) + float64(lo)
+
+    So -0.0 becomes 0.0 (-0.0 + 0.0), as on the chip, while a negative value that
+    underflows becomes -0.0; NaN stays NaN (payload not promised). A new array of ``x``'s
+    dtype and shape; InvalidArgumentError for other dtypes.
+    """
+    x = np.asarray(x)
+    if x.dtype == np.complex128:
+        out = np.empty(x.shape, np.complex128)
+        out.real = _float64_as_float32_pair(x.real)
+        out.imag = _float64_as_float32_pair(x.imag)
+        return out
+    if x.dtype != np.float64:
+        raise InvalidArgumentError(f"as_float32_pair takes float64 or complex128 arrays, got {x.dtype}")
+    return _float64_as_float32_pair(x)
+
+
+#: float64 on a TPU.
+FLOAT64_AS_FLOAT32_PAIR = InexactDType(
+    DType(K.F64),
+    "float64 held as a pair of float32: about 48 bits of mantissa for 2e-31 < |x| < 3.4e38, "
+    "fewer below; |x| > 3.4e38 becomes inf, |x| < 1.4e-45 becomes 0 or 1.4e-45, -0.0 becomes 0.0",
+    as_float32_pair)
+
+#: complex128 on a TPU.
+COMPLEX128_AS_FLOAT32_PAIRS = InexactDType(
+    DType(K.C128),
+    "complex128 held as two float64 parts, each a pair of float32 (see float64)",
+    as_float32_pair)

@@ -2,7 +2,9 @@
 
 Work with any backend (they use only the interfaces). Values are compared byte-wise by
 default (float dtypes may hold NaNs with payloads, which ``==`` never equates); pass
-``rtol``/``atol`` to compare floats with a tolerance instead.
+``nan_equal=True`` to take any two NaNs as equal (the values a device declares for an
+inexact dtype promise no payloads: ``Client.inexact_dtypes``), or ``rtol``/``atol`` to
+compare floats with a tolerance instead.
 
 * :func:`assert_array_matches`: dtype, shape, the whole value, and every shard;
 * :func:`assert_per_shard_data`: each addressable shard is the slice of the expected
@@ -34,14 +36,33 @@ def _bytes(x: np.ndarray) -> bytes:
     return np.ascontiguousarray(x).reshape(-1).view(np.uint8).tobytes()
 
 
+def _with_nans_of(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """``actual`` with ``expected``'s NaN wherever both hold one (complex: part by part)."""
+    a, e = np.ascontiguousarray(actual).reshape(-1), np.ascontiguousarray(expected).reshape(-1)
+    if a.dtype.kind == "c":
+        a, e = a.view(a.real.dtype), e.view(e.real.dtype)
+    try:
+        both = np.isnan(a) & np.isnan(e)
+    except TypeError:  # no NaNs in this dtype
+        return actual
+    if not both.any():
+        return actual
+    a = a.copy()
+    a[both] = e[both]
+    return a.view(actual.dtype).reshape(actual.shape)
+
+
 def assert_same_values(actual: Any, expected: Any, what: str = "", *, rtol: float | None = None,
-                       atol: float | None = None) -> None:
+                       atol: float | None = None, nan_equal: bool = False) -> None:
     """``actual`` and ``expected`` (host arrays) have the same dtype and shape and the
-    same bytes; or, with ``rtol``/``atol``, values within that tolerance (NaNs equal)."""
+    same bytes, where ``nan_equal`` any NaN equal to any NaN (payloads and signs aside);
+    or, with ``rtol``/``atol``, values within that tolerance (NaNs equal)."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     prefix = f"{what}: " if what else ""
     assert actual.dtype == expected.dtype, f"{prefix}dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{prefix}shape {actual.shape} != {expected.shape}"
+    if nan_equal:
+        actual = _with_nans_of(actual, expected)
     if rtol is None and atol is None:
         if _bytes(actual) != _bytes(expected):
             np.testing.assert_array_equal(actual, expected, err_msg=prefix + "values differ")
@@ -66,11 +87,12 @@ def _addressable_domains(sharding, shape) -> list[IndexDomain]:
 
 
 def assert_per_shard_data(array, expected_global: Any, *, rtol: float | None = None,
-                          atol: float | None = None) -> None:
+                          atol: float | None = None, nan_equal: bool = False) -> None:
     """Every addressable shard of ``array`` (disassembled with REUSE_INPUT) is on the
     sharding's device, in its memory kind, of the array's dtype, and holds
     ``expected_global[domain]`` for its index domain (the whole value where the sharding
-    replicates). Shardings without index domains (opaque) cannot be checked this way."""
+    replicates), compared as :func:`assert_same_values` does. Shardings without index
+    domains (opaque) cannot be checked this way."""
     expected_global = np.asarray(expected_global)
     sharding = array.sharding
     if isinstance(sharding, OpaqueSharding):
@@ -89,7 +111,7 @@ def assert_per_shard_data(array, expected_global: Any, *, rtol: float | None = N
         assert shard.dtype == array.dtype, f"{what}: dtype {shard.dtype} != {array.dtype}"
         assert shard.shape == domain.shape, f"{what}: shape {shard.shape} != {domain.shape}"
         assert_same_values(host_value(shard), expected_global[(*domain.slices(), ...)], what,
-                           rtol=rtol, atol=atol)
+                           rtol=rtol, atol=atol, nan_equal=nan_equal)
 
 
 def assert_array_matches(array, expected: Any, *, dtype: Any = None, sharding: Any = None,

@@ -12,6 +12,8 @@ from ifrtpy import _pjrt, distributed
 from ifrtpy._pjrt._kv import KeyValueCallbacks
 from ifrtpy.backends.pjrt import dlpack_import as _dlpack_import
 from ifrtpy.backends.pjrt import executable as _executable
+from ifrtpy.backends.pjrt import layouts as _layouts
+from ifrtpy.backends.pjrt import precision as _precision
 from ifrtpy.backends.pjrt import operations as _operations
 from ifrtpy.backends.pjrt import put as _put
 from ifrtpy.backends.pjrt import reshard as _reshard
@@ -32,7 +34,8 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
 
     ``plugin`` is a library path or a plugin name (see :mod:`ifrtpy.plugins`); ``name``
     names the plugin whose option table applies (default: ``plugin`` when it is a name).
-    Neither given: the default CPU plugin (:func:`ifrtpy.plugins.builds.default_cpu_library`).
+    Neither given: the default CPU plugin (:func:`ifrtpy.plugins.builds.default_cpu_library`),
+    the only case that needs a CPU build installed.
     ``device_count`` sets ``cpu_device_count``. ``options`` and ``named_options`` are the
     plugin's create options, checked against its table in :mod:`ifrtpy.plugins.options`
     where ifrtpy knows the plugin (a known CPU build's own table, whatever its name). After
@@ -208,6 +211,7 @@ class PjrtClient(Client):
         self._host_platform = handle.platform_name == "cpu"  # every memory is host RAM
         self._dlpack_devices: dict = {}  # memory id -> (DLDeviceType, device id)
         self._compiler = _executable.PjrtCompiler(self)
+        self._default_layouts: dict = {}  # (dtype, dims, host memory) -> Layout
 
     # -- topology -----------------------------------------------------------------------
 
@@ -264,6 +268,16 @@ class PjrtClient(Client):
         super().default_device_assignment(num_replicas, num_partitions)
         ids = self._handle.default_device_assignment(num_replicas, num_partitions)
         return np.array(ids, dtype=np.int64).reshape(num_replicas, num_partitions)
+
+    def inexact_dtypes(self, memory_kind=None):
+        """The dtypes this platform's memories do not hold exactly (a TPU: f64 and c128 as
+        float32 pairs in ``device`` and ``pinned_host`` memory), see :mod:`.precision`."""
+        return _precision.inexact_dtypes(self.platform_name, memory_kind)
+
+    def get_default_layout(self, dtype, dims, device, memory_kind=None):
+        """The plugin's default layout (its layouts extension; row-major without one, and
+        in ``unpinned_host`` memory), e.g. ``{1,0:T(8,128)}`` for f32[256, 256] on a TPU."""
+        return _layouts.default_layout(self, dtype, dims, device, memory_kind)
 
     # -- arrays -------------------------------------------------------------------------
 

@@ -15,18 +15,20 @@ import weakref
 import numpy as np
 
 from ifrtpy import _pjrt
-from ifrtpy.array import HostBufferSemantics
+from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.array_plans import addressable_domains, check_placement
 from ifrtpy.backends import host_arrays
 from ifrtpy.backends.pjrt._fastpath import PopulateBehind
 from ifrtpy.backends.pjrt.array import _FRESH_BYTES, _LARGE_BYTES, PjrtArray
 from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.backends.pjrt.layouts import buffer_layout
 from ifrtpy.backends.pjrt.strings import BasicStringArray
 from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_enum
 from ifrtpy.layout import Layout
 from ifrtpy.shape import Shape, trusted_shape
 from ifrtpy.interop import jax_shardings
+from ifrtpy.device import MemoryKind
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 from ifrtpy.user_context import ACTIVE
 
@@ -79,10 +81,11 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     if not isinstance(sharding, Sharding):
         raise InvalidArgumentError(f"expected a Sharding, got {type(sharding).__name__}")
     data = data if isinstance(data, np.ndarray) else np.asarray(data)
+    if data.dtype == np.complex128 and _scrambles_complex128(client, sharding):
+        return _put_through_device_memory(client, data, sharding, semantics, on_done, layout)
     if is_string_host_dtype(data.dtype):  # object or StringDType: STRING data, held on the host
         return host_arrays.make_array_from_host_buffer(BasicStringArray, client, data, sharding,
                                                        semantics, on_done, layout)
-    device_layout = _device_layout(client, layout, data.ndim)
     dtype = _dtype_of(data.dtype)
     shape = Shape(data.shape)
     semantics = check_enum(HostBufferSemantics, semantics, "semantics")
@@ -91,6 +94,7 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
     domains = addressable_domains(sharding, shape)
     pieces = [data[(*d.slices(), ...)] for d in domains]  # views, 0-d included
+    device_layout = _device_layout(client, layout, dtype, pieces[0].shape, memories[0])
     if _stages(client, dtype, semantics):
         staged = _staged_copies([p if p.nbytes >= _LARGE_BYTES else None for p in pieces])
     else:
@@ -115,7 +119,8 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
         for event in done:
             event.await_()
         done = []
-    array = PjrtArray(client, dtype, shape, sharding, tuple(buffers))
+    array = PjrtArray(client, dtype, shape, sharding, tuple(buffers),
+                      layout=None if device_layout is None else buffer_layout(buffers[0], dtype))
     if on_done is not None:
         if done:
             future_of_events(done).add_done_callback(lambda _: on_done())
@@ -124,29 +129,56 @@ def make_array_from_host_buffer(client, data, sharding: Sharding, semantics, on_
     return array
 
 
-def _device_layout(client, layout, rank: int) -> tuple | None:
-    """``layout`` as the Cython layer's ``(minor_to_major, tiles)``; None for the default.
+def _device_layout(client, layout, dtype: DType, dims, memory) -> tuple | None:
+    """``layout`` (of a shard of ``dims`` in ``memory``) as the Cython layer's
+    ``(minor_to_major, tiles)``; None for the memory's default layout.
 
-    InvalidArgumentError for a layout of another rank; UnimplementedError on the CPU
-    plugin for any layout but the row-major default: it reports a requested column-major
-    layout back but keeps the elements in row-major order (measured on PJRT 0.81), so the
-    layout would be a false statement about the memory.
+    A layout without tiles asks for that dimension order, tiled as the plugin chooses
+    (a TPU tiles every array in its own memory). InvalidArgumentError for a layout of
+    another rank or element size; UnimplementedError on the CPU plugin for any layout
+    but its row-major default: it reports a requested column-major layout back but keeps
+    the elements in row-major order (measured on PJRT 0.81), so the layout would be a
+    false statement about the memory.
     """
     if layout is None:
         return None
     if not isinstance(layout, Layout):
         raise InvalidArgumentError(f"layout must be an ifrtpy.Layout or None, got {layout!r}")
+    rank = len(dims)
     if layout.rank != rank:
         raise InvalidArgumentError(f"layout {layout} has rank {layout.rank}, the data rank {rank}")
-    if layout == Layout.row_major(rank):
+    default = client.get_default_layout(dtype, dims, memory.devices()[0], memory.kind)
+    if layout.element_size_in_bits not in (0, default.element_size_in_bits):
+        raise InvalidArgumentError(
+            f"layout {layout} packs {dtype} elements in {layout.element_size_in_bits} bits; "
+            f"the device holds them in {default.element_size_in_bits or dtype.bit_size}")
+    if layout.accepts(default):
         return None
-    if client.platform_name == "cpu":
+    if client._host_platform:
         raise UnimplementedError(
             f"ifrtpy places arrays on a CPU PJRT plugin in the default layout only, not in device "
             f"layout {layout}: the official build (PJRT 0.81) reports the layout back but keeps "
             f"the elements in row-major order. Read a column-major host copy with "
             f"copy_to_host_buffer(out=np.empty(shape, dtype, order='F')) instead")
     return layout.minor_to_major, layout.tiles
+
+
+def _scrambles_complex128(client, sharding: Sharding) -> bool:
+    """Whether a put of complex128 data into ``sharding``'s memory comes back wrong: libtpu
+    (0.0.42, PJRT 0.112) returns the imaginary part in both parts of complex128 put into
+    ``pinned_host`` memory (jax's device_put too), while a copy there from ``device``
+    memory keeps both (measured on a TPU v5e)."""
+    return (client.platform_name == "tpu" and sharding.memory_kind.value == "pinned_host")
+
+
+def _put_through_device_memory(client, data, sharding, semantics, on_done, layout) -> PjrtArray:
+    """The put into the devices' default memory, then a copy into ``sharding``'s."""
+    staged = make_array_from_host_buffer(client, data, sharding.with_device_assignment(
+        None, MemoryKind("device")), semantics, on_done, layout)
+    (array,) = client.copy_arrays([staged], None, sharding.memory_kind,
+                                  ArrayCopySemantics.DONATE_INPUT)
+    array._sharding = sharding  # the caller's object, as every put returns
+    return array
 
 
 _SHAPES: dict = {}  # dims -> Shape, for fast puts
@@ -162,13 +194,18 @@ def _put_single_device(client, data: np.ndarray, sharding: SingleDeviceSharding,
                                                        semantics, None, None)
     # The cache is keyed by identity (equal shardings would cost a Python __eq__ on every
     # lookup); it holds the sharding, so that its id is not reused while cached.
-    cache = client._memory_cache
-    cached = cache.get(id(sharding))
-    if cached is None or cached[0] is not sharding:
-        if len(cache) >= 4096:
-            cache.clear()
-        cached = cache[id(sharding)] = (sharding, _device_memories(client, sharding)[0]._handle)
-    memory = cached[1]
+    if _scrambles_complex128(client, sharding):  # never cached: the fast path knows no dtype
+        if data.dtype == np.complex128:
+            return _put_through_device_memory(client, data, sharding, semantics, None, None)
+        memory = _device_memories(client, sharding)[0]._handle
+    else:
+        cache = client._memory_cache
+        cached = cache.get(id(sharding))
+        if cached is None or cached[0] is not sharding:
+            if len(cache) >= 4096:
+                cache.clear()
+            cached = cache[id(sharding)] = (sharding, _device_memories(client, sharding)[0]._handle)
+        memory = cached[1]
     dtype = _dtype_of(data.dtype)
     shape = _SHAPES.get(data.shape)
     if shape is None:
