@@ -7,9 +7,13 @@ is part of this project), e.g.::
     pip install absl-py
     python benchmarks/jax_tests_through_proxy.py /tmp/jax/tests lax_numpy_operators_test.py \\
         [lax_test.py ...] [--backend pjrt] [--device-count 8] [-k EXPR] [--timeout 1800]
+    # on a TPU (one process holds the chip: jax's direct runs come first, then the server)
+    python benchmarks/jax_tests_through_proxy.py /tmp/jax/tests lax_numpy_operators_test.py \\
+        --backend tpu --platform tpu --address unix:/tmp/ifrtpy-proxy.sock
 
-Starts ``python -m ifrtpy serve --backend BACKEND`` once, then runs each file with pytest
-twice: with ``JAX_PLATFORMS=cpu`` (jax's CPU client, ``--device-count`` devices) and with
+Runs each file with pytest twice: directly on jax's ``--platform`` client
+(``JAX_PLATFORMS=cpu`` with ``--device-count`` devices by default), then, once
+``python -m ifrtpy serve --backend BACKEND`` has started, with
 ``JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://...`` (jax's proxy client, the server's
 devices). Prints a table: per file and run, the tests passed, failed (errors included) and
 skipped, and the tests that pass on jax's CPU client but not through the server (their ids
@@ -31,10 +35,13 @@ import time
 RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", re.MULTILINE)
 
 
-def start_server(backend, device_count):
+def start_server(backend, device_count, address):
     """A ``python -m ifrtpy serve`` process and its ``grpc://`` address, once it is ready."""
-    command = [sys.executable, "-m", "ifrtpy", "serve", "--backend", backend,
-               "--device-count", str(device_count)]
+    command = [sys.executable, "-m", "ifrtpy", "serve", "--backend", backend]
+    if device_count is not None:
+        command += ["--device-count", str(device_count)]
+    if address is not None:
+        command += ["--address", address]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline()
     match = re.fullmatch(r"ifrtpy proxy: serving .* at (grpc://\S+)\n", line)
@@ -87,28 +94,35 @@ def main():
     parser.add_argument("files", nargs="+", help="test files in it, e.g. lax_numpy_operators_test.py")
     parser.add_argument("--backend", default="pjrt", help="the server's backend (default pjrt)")
     parser.add_argument("--device-count", type=int, default=8,
-                        help="devices of the server and of jax's CPU client (default 8)")
+                        help="devices of the server and of jax's CPU client (default 8; "
+                             "not given to other platforms)")
+    parser.add_argument("--platform", default="cpu",
+                        help="jax's platform for the direct runs (default cpu)")
+    parser.add_argument("--address", help="the server's address (default: a loopback port)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression for every file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per pytest run")
     args = parser.parse_args()
     tests_dir = os.path.abspath(args.tests_dir)
 
-    cpu_env = dict(os.environ, JAX_PLATFORMS="cpu",
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={args.device_count}")
-    server, target = start_server(args.backend, args.device_count)
+    cpu = args.platform == "cpu"
+    direct_env = dict(os.environ, JAX_PLATFORMS=args.platform)
+    if cpu:
+        direct_env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.device_count}"
+    direct = {}
+    for name in args.files:  # first: an accelerator is held by one process at a time
+        start = time.perf_counter()
+        outcomes, timed_out = run_file(tests_dir, name, direct_env, args.keyword, args.timeout)
+        direct[name] = outcomes, cell(outcomes, timed_out, time.perf_counter() - start)
+        print(f"done directly: {name} {direct[name][1]}", file=sys.stderr, flush=True)
+    server, target = start_server(args.backend, args.device_count if cpu else None, args.address)
     proxy_env = dict(os.environ, JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=target)
     rows, regressions = [], {}
     try:
         for name in args.files:
-            row = [name]
-            results = []
-            for env in (cpu_env, proxy_env):
-                start = time.perf_counter()
-                outcomes, timed_out = run_file(tests_dir, name, env, args.keyword, args.timeout)
-                row.append(cell(outcomes, timed_out, time.perf_counter() - start))
-                results.append(outcomes)
-            cpu, proxy = results
-            lost = sorted(t for t, o in cpu.items()
+            start = time.perf_counter()
+            proxy, timed_out = run_file(tests_dir, name, proxy_env, args.keyword, args.timeout)
+            row = [name, direct[name][1], cell(proxy, timed_out, time.perf_counter() - start)]
+            lost = sorted(t for t, o in direct[name][0].items()
                           if o == "PASSED" and t in proxy and proxy[t] != "PASSED")
             row.append(str(len(lost)))
             regressions[name] = lost
@@ -118,10 +132,12 @@ def main():
         server.terminate()
         server.wait(timeout=60)
 
-    print(f"jax's tests, passed/failed/skipped: jax's CPU client vs through `ifrtpy serve "
-          f"--backend {args.backend}` ({args.device_count} devices)" + (f", -k {args.keyword!r}"
-                                                                          if args.keyword else ""))
-    header = ["file", "jax CPU", f"proxy ({args.backend})", "pass on CPU, not through proxy"]
+    devices = f"{args.device_count} devices" if cpu else args.platform
+    print(f"jax's tests, passed/failed/skipped: jax's {args.platform} client vs through `ifrtpy "
+          f"serve --backend {args.backend}` ({devices})" + (f", -k {args.keyword!r}"
+                                                           if args.keyword else ""))
+    header = ["file", f"jax {args.platform}", f"proxy ({args.backend})",
+              "pass directly, not through proxy"]
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     for r in [header] + rows:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
