@@ -57,8 +57,9 @@ def run(command, env=None, timeout=None, log=None):
 
 
 def last_line(output, word):
-    lines = [line for line in output.splitlines() if word in line]
-    return lines[-1].strip() if lines else output.strip().splitlines()[-1:] or ["(no output)"]
+    """The last line of ``output`` holding ``word``, else its last line."""
+    lines = [line for line in output.splitlines() if word in line] or output.strip().splitlines()
+    return lines[-1].strip() if lines else "(no output)"
 
 
 # -- parts --------------------------------------------------------------------------------------

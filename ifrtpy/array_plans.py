@@ -34,7 +34,7 @@ __all__ = [
     "AssemblePlan", "CopyPlan", "DisassemblePlan", "ReshardPlan", "plan_assemble", "plan_copy",
     "plan_disassemble", "plan_reshard", "plan_error_arrays", "arrays_of", "check_of_client",
     "check_placement", "check_live", "check_shard_semantics",
-    "addressable_domains", "canonical_kind", "dlpack_devices",
+    "addressable_domains", "canonical_kind", "dlpack_devices", "default_shard_layout",
 ]
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
@@ -136,6 +136,17 @@ def addressable_domains(sharding: Sharding, shape: Shape) -> list[IndexDomain]:
 def canonical_kind(sharding: Sharding) -> MemoryKind:
     """The memory kind of ``sharding``, the default named (as IFRT compares kinds)."""
     return sharding.memory_kind.canonicalize(sharding.devices[0])
+
+
+def default_shard_layout(client: Any, dtype: DType, shape: Shape, sharding: Sharding) -> Any:
+    """The client's default layout of a shard of an array of ``dtype`` and ``shape`` in
+    ``sharding`` (on its first addressable device, in its memory kind); None where the
+    sharding has no addressable device."""
+    devices = sharding.devices.addressable_device_list()
+    if not devices:
+        return None
+    return client.get_default_layout(dtype, sharding.shard_shape(shape).dims, devices[0],
+                                     sharding.memory_kind)
 
 
 def dlpack_devices(sharding: Sharding, tensors: Sequence[Any]) -> list[Any]:

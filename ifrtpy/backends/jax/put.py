@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ifrtpy.array import HostBufferSemantics
-from ifrtpy.array_plans import addressable_domains, check_placement
+from ifrtpy.array_plans import addressable_domains, check_placement, default_shard_layout
 from ifrtpy.backends.jax.array import JaxArray, _device_put, jax_device, to_jax_sharding
 from ifrtpy.backends.jax.calls import call_jax
 from ifrtpy.dtypes import DType, is_string_host_dtype
@@ -38,11 +38,10 @@ class _HostData:
                                         descr=[("", raw)])
 
 
-def _check_default_layout(client: Any, layout: Any, dtype: DType, dims: tuple[int, ...],
+def _check_default_layout(client: Any, layout: Any, dtype: DType, shape: Shape,
                           sharding: Sharding) -> None:
     """UnimplementedError unless ``layout`` asks for the default layout of the shards."""
-    default = client.get_default_layout(dtype, sharding.shard_shape(Shape(dims)).dims,
-                                        sharding.devices[0], sharding.memory_kind)
+    default = default_shard_layout(client, dtype, shape, sharding)
     if not isinstance(layout, Layout) or not layout.accepts(default):
         raise UnimplementedError(
             f"the jax backend puts arrays in their default layout ({default}) only, not in {layout}")
@@ -69,12 +68,12 @@ def make_array_from_host_buffer(client: Any, data: Any, sharding: Sharding,
         raise UnimplementedError("the jax backend has no STRING arrays: jax arrays hold no strings; "
                                  "use the pjrt or reference backend")
     dtype = DType.from_numpy(data.dtype)
-    if layout is not None:
-        _check_default_layout(client, layout, dtype, data.shape, sharding)
     if not sharding.devices.addressable_device_list():
         raise InvalidArgumentError(f"{sharding!r} has no addressable device to put the array on")
     shape = Shape(data.shape)
     sharding.check_array_shape(shape)  # before jax: a sharding it cannot hold is refused as such
+    if layout is not None:
+        _check_default_layout(client, layout, dtype, shape, sharding)
     jax_sharding = to_jax_sharding(sharding)
     if semantics < HostBufferSemantics.IMMUTABLE_ZERO_COPY:
         value = call_jax(_put_by_shard, data, shape, sharding, jax_sharding, True)

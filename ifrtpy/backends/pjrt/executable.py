@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy.array import Array
-from ifrtpy.array_plans import canonical_kind
+from ifrtpy.array_plans import canonical_kind, default_shard_layout
 from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt import ffi, seal
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
@@ -226,16 +226,6 @@ def _check_shard_shapes(name: str, module, program: HloProgram, params, outputs)
                     f"shards of shape {list(expected)}, but the compiled program's are "
                     f"{list(shape.dimensions())}; this jaxlib writes a sharding form ifrtpy "
                     "does not read (please report it)")
-
-
-def _default_layout(client, dtype, shape, sharding) -> Layout | None:
-    """The default layout of a shard of an array of ``dtype`` and ``shape`` in ``sharding``
-    (None where the sharding has no addressable device)."""
-    devices = sharding.devices.addressable_device_list()
-    if not devices:
-        return None
-    return client.get_default_layout(dtype, sharding.shard_shape(shape).dims, devices[0],
-                                     sharding.memory_kind)
 
 
 class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
@@ -496,9 +486,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         if params is None or len(params) != len(args) or len(outputs) != len(self._results):
             return None, None, [None] * len(self._results)  # another entry signature (tuples)
         client = self._client
-        default_params = [layout == _default_layout(client, a.dtype, a.shape, a.sharding)
+        default_params = [layout == default_shard_layout(client, a.dtype, a.shape, a.sharding)
                           for layout, a in zip(params, args)]
-        custom_outputs = [None if layout == _default_layout(client, r.dtype, r.shape, s) else layout
+        custom_outputs = [None if layout == default_shard_layout(client, r.dtype, r.shape, s) else layout
                           for layout, r, s in zip(outputs, self._results, output_shardings)]
         if any(layout is not None for layout in custom_outputs):
             default_params = None  # the C path makes outputs in default layouts only
