@@ -22,7 +22,6 @@ from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding
-from ifrtpy.testing.conformance import _wrap_module_cases
 
 TIMEOUT_S = 10.0
 
@@ -192,5 +191,4 @@ def test_error_array_specs_are_kept(client):
     assert "injected error" in str(array.ready_future().exception(timeout=TIMEOUT_S))
 
 
-_wrap_module_cases(globals())
 __all__ = sorted(name for name in dir() if name.startswith("test_"))
