@@ -25,7 +25,7 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, OpaqueSharding, ShardingParam, ShardingParamSharding,
@@ -697,8 +697,17 @@ def test_batched_get_ready_future_fails_with_an_input_error(client):
 
 
 def test_delete(client):
+    """The deletion succeeds; then the array is deleted and its data gone: its ready future
+    and a read fail with FailedPreconditionError (the read may raise it at the call)."""
     array = _make(client)
-    array.delete().result(timeout=TIMEOUT_S)
+    assert array.delete().result(timeout=TIMEOUT_S) is None
+    assert array.is_deleted()
+    assert isinstance(_error_of(array.ready_future()), FailedPreconditionError)
+    try:
+        read = _error_of(array.copy_to_host_buffer())
+    except FailedPreconditionError as e:
+        read = e
+    assert isinstance(read, FailedPreconditionError), read
 
 
 def test_delete_is_idempotent(client):

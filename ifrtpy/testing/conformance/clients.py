@@ -37,13 +37,16 @@ def test_runtime_type_and_platform(client):
 
 
 def test_devices(client):
-    devices = client.devices()
-    assert len(devices) == client.device_count() >= 0
-    addressable = client.addressable_devices()
-    assert len(addressable) == client.addressable_device_count()
+    """The counts are those of the device lists (every addressable device among the
+    devices, at least one of them); each device is found by its id; this process is the
+    one of its addressable devices."""
+    devices, addressable = client.devices(), client.addressable_devices()
+    assert client.device_count() == len(devices)
+    assert client.addressable_device_count() == len(addressable) >= 1
+    assert len(addressable) == sum(1 for d in devices if d.is_addressable)
     for device in devices:
         assert client.lookup_device(device.id) is device
-    assert client.process_index() >= 0
+    assert {d.process_index for d in addressable} == {client.process_index()}
 
 
 def test_get_all_devices(client):
