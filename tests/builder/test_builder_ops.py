@@ -435,13 +435,17 @@ def test_conv_general_dilated(client, data, nsp, dtype, layout, groups):
     rhs_dil = [data.draw(st.integers(1, 2)) for _ in range(nsp)]
     padding = data.draw(st.sampled_from(["VALID", "SAME", "explicit"]))
     if padding == "explicit":
-        padding = [(data.draw(st.integers(0, 2)), data.draw(st.integers(-1, 2))) for _ in range(nsp)]
+        padding = [(data.draw(st.integers(0, 2)), data.draw(st.integers(-2, 2))) for _ in range(nsp)]
     lhs = array(data, (n, c, *sp), dtype)
     rhs = array(data, (o, i, *ksp), dtype)
     from ifrtpy.builder._ops import _window_padding
     pads = _window_padding(padding, sp, ksp, strides, lhs_dil, rhs_dil, "test")
     dilated = [(s - 1) * d + 1 + lo + hi for s, d, (lo, hi) in zip(sp, lhs_dil, pads)]
-    if any(v < 0 for v in dilated):
+    if any(v < 0 for v in dilated):  # no input left to convolve: refused, as StableHLO does
+        b = Builder()
+        with pytest.raises(ifrt.errors.InvalidArgumentError, match="leaves a negative size"):
+            b.conv_general_dilated(b.parameter(lhs.shape, dtype), b.parameter(rhs.shape, dtype),
+                                   strides, padding, lhs_dil, rhs_dil, None, fgc, bgc)
         return
     want = _np_conv(lhs.astype(np.float64), rhs.astype(np.float64), strides, pads, lhs_dil,
                     rhs_dil, fgc, bgc)
@@ -460,6 +464,16 @@ def test_conv_general_dilated(client, data, nsp, dtype, layout, groups):
     if layout:
         out = np.moveaxis(out, -1, 1)
     assert_close(out, want.astype(dtype), dtype)
+
+
+@pytest.mark.parametrize("padding, lhs_dilation", [([(0, -3)], [1]), ([(-1, -3)], [2]),
+                                                   ([(1, -5)], [2])])
+def test_conv_padding_that_leaves_a_negative_size_is_refused(padding, lhs_dilation):
+    """A spatial size of 2 (dilated: 2 or 3) padded below zero leaves nothing to convolve."""
+    b = Builder()
+    lhs, rhs = b.parameter((1, 1, 2), np.float32), b.parameter((1, 1, 1), np.float32)
+    with pytest.raises(ifrt.errors.InvalidArgumentError, match="leaves a negative size"):
+        b.conv_general_dilated(lhs, rhs, [1], padding, lhs_dilation, [1])
 
 
 # -- reductions ----------------------------------------------------------------------------------

@@ -228,8 +228,14 @@ def test_a_capsule_is_consumed_once(client):
     a = _put(client, np.arange(3, dtype=np.int16))
     for versioned in (None, (1, 0)):
         capsule = a.__dlpack__(max_version=versioned)
-        np.from_dlpack(_Capsule(capsule))
-        with pytest.raises(Exception):  # NumPy's own error for a used capsule
+        first = np.from_dlpack(_Capsule(capsule))
+        np.testing.assert_array_equal(first, np.arange(3, dtype=np.int16))
+        del first
+        # The consumer renames the capsule (the DLPack protocol), so a second one cannot
+        # get its pointer: CPython's capsule name check.
+        used = "used_dltensor_versioned" if versioned else "used_dltensor"
+        assert f'capsule object "{used}"' in repr(capsule), repr(capsule)
+        with pytest.raises(ValueError, match="PyCapsule_GetPointer called with incorrect name"):
             np.from_dlpack(_Capsule(capsule))
         with pytest.raises(InvalidArgumentError, match="consumed"):
             ifrt.from_dlpack(capsule, client)

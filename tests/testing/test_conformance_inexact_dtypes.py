@@ -63,7 +63,8 @@ class Float32PairClient(ReferenceClient):
 
 
 # (a) Declared: every law passes (the suite's own draws of every dtype).
-globals().update(case_classes("laws"))
+globals().update(case_classes("laws", expected_skips={
+    "test_donation_deletes_exactly_the_donated_inputs": "needs 4 addressable devices"}))
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy.array import ArrayCopySemantics, ArraySpec
-from ifrtpy.array_plans import plan_assemble, plan_copy, plan_error_arrays, plan_reshard
+from ifrtpy.array_plans import (
+    canonical_kind, plan_assemble, plan_copy, plan_error_arrays, plan_reshard,
+)
 from ifrtpy.backends.jax.array import (
     ALWAYS_COPY, DONATE_INPUT, JaxArray, _device_put, jax_device, to_jax_sharding,
 )
@@ -82,6 +84,12 @@ def _moved(client: Any, arrays: list[JaxArray], targets: list[Sharding],
 def _moved_whole(value: Any, source: Sharding, target: Sharding, may_alias: bool) -> Any:
     import jax
 
+    kind = canonical_kind(source)
+    if kind != canonical_kind(target) and set(source.devices) != set(target.devices):
+        # jax refuses a move onto other devices and into another memory kind at once when
+        # a shard is already in place ("Memory kind mismatch"): the devices first
+        step = target.with_device_assignment(None, kind)
+        value, source = _moved_whole(value, source, step, may_alias=False), step
     jax_target = to_jax_sharding(target)
     if (source.devices != target.devices and set(source.devices) == set(target.devices)
             and not isinstance(jax_target, jax.sharding.NamedSharding)):

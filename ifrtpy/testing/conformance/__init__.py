@@ -13,52 +13,60 @@ use only the ifrtpy interfaces:
 * :mod:`~ifrtpy.testing.conformance.remaps`: ``remap_impl_test_lib``;
 * :mod:`~ifrtpy.testing.conformance.laws`: hypothesis laws of arrays against NumPy.
 
-Three ways to run them (IFRT's ``RegisterClientFactory`` model: you supply the client):
+Two ways to run them (IFRT's ``RegisterClientFactory`` model: you supply the client):
 
-1. From your own test module, providing the ``client`` fixture. :func:`case_classes`
-   gives one test class per case module (so equal case names do not collide)::
+1. From your own test module, providing the ``client`` fixture and declaring what the
+   backend does not do. :func:`case_classes` gives one test class per case module (so
+   equal case names do not collide)::
 
        import pytest
        import ifrtpy as ifrt
        from ifrtpy.testing.conformance import case_classes
 
-       globals().update(case_classes("arrays", "clients", "executables", "remaps", "laws"))
+       #: What this backend does not do: case -> a text its skip message holds.
+       EXPECTED_SKIPS = {
+           "test_bitcast_arrays": "does not implement bitcast_arrays",
+       }
+
+       globals().update(case_classes(expected_skips=EXPECTED_SKIPS))
 
        @pytest.fixture(scope="module")
        def client():
            return ifrt.get_client("mybackend")
 
-   ``from ifrtpy.testing.conformance.arrays import *`` works too, one module at a time.
-
 2. As a pytest plugin with command-line options::
 
        pytest -p ifrtpy.testing.conformance.plugin --pyargs ifrtpy.testing.conformance \\
-           --ifrtpy-backend=reference --ifrtpy-device-count=8
+           --ifrtpy-backend=reference --ifrtpy-device-count=8 \\
+           --ifrtpy-expected-skips=mypackage.conformance:EXPECTED_SKIPS
 
    (``--ifrtpy-option key=value`` passes more factory arguments; the ``-p`` loads the
-   options before pytest parses the command line).
-
-3. By path, from a checkout: ``pytest ifrtpy/testing/conformance --ifrtpy-backend=...``
+   options before pytest parses the command line). From a checkout,
+   ``pytest ifrtpy/testing/conformance --ifrtpy-backend=...`` works without the ``-p``
    (the package's ``conftest.py`` loads the plugin).
 
-Cases that need what a backend lacks (non-addressable devices, a second memory kind,
-more devices) skip with the reason, and an ``UnimplementedError`` raised by the backend
-turns a case into a skip carrying the backend's message (:func:`unimplemented_is_skip`):
-never a silent pass. Deselect cases a backend knowingly fails with pytest's
-``-k``/``--deselect`` (IFRT's ``SetTestFilterIfNotUserSpecified``).
+The run holds the backend to its declaration (:mod:`~ifrtpy.testing.conformance.outcomes`):
+a core case (:data:`CORE_CASES`) that raises ``UnimplementedError`` fails; any other case
+that skips (the backend's ``UnimplementedError``, or the suite's own "needs 4 addressable
+devices") fails unless the backend declares it, and a declared case that passes fails
+too. Each failure says what to change. Inside a hypothesis law, a draw the backend
+raises ``UnimplementedError`` for is rejected and the law goes on with the others.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-from typing import Any, Callable
+import inspect
+from typing import Any, Callable, Mapping, Optional
+
+from ifrtpy.testing.conformance import outcomes
 
 #: The case modules, in the order :func:`case_classes` and the plugin run them.
 CASE_MODULES = ("arrays", "clients", "executables", "remaps", "laws")
 
-#: Cases every backend must pass (or skip with its UnimplementedError): the ones that
-#: need only host round trips, single-device arrays, deletion and tuples.
+#: Cases every backend must pass: the ones that need only host round trips, single-device
+#: arrays, deletion and tuples. An UnimplementedError in one of them fails the run.
 CORE_CASES = {
     "arrays": (
         "test_make_array_from_host_buffer",
@@ -96,39 +104,28 @@ CORE_CASES = {
 }
 
 
-def unimplemented_is_skip(test: Callable) -> Callable:
-    """Wrap a test so that an ``UnimplementedError`` it raises becomes a skip carrying
-    the error's message ("UNIMPLEMENTED: ..."). Idempotent."""
-    if getattr(test, "_ifrtpy_unimplemented_is_skip", False):
-        return test
-
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        import pytest
-
-        from ifrtpy.errors import UnimplementedError
-        try:
-            return test(*args, **kwargs)
-        except UnimplementedError as e:
-            pytest.skip(f"UNIMPLEMENTED: {e}")
-
-    wrapper._ifrtpy_unimplemented_is_skip = True
-    return wrapper
+#: The skips of a client whose devices are all addressable (one process): the cases that
+#: need devices of another process. Spread it into such a client's expected skips
+#: (``{**ONE_PROCESS_SKIPS, ...}``).
+ONE_PROCESS_SKIPS = {name: "non-addressable device(s), the client has 0" for name in (
+    "test_make_array_from_host_buffer_with_addressable_and_non_addressable_device",
+    "test_make_error_arrays_with_addressable_and_non_addressable_device",
+    "test_assemble_and_disassemble_non_addressable_array",
+    "test_a_replicated_array_with_non_addressable_devices_is_read_whole",
+)}
 
 
-def _wrap_module_cases(namespace: dict) -> None:
-    """Apply :func:`unimplemented_is_skip` to every ``test_*`` function of a case module
-    (hypothesis tests apply it to their inner test themselves)."""
-    for name, value in list(namespace.items()):
-        if (name.startswith("test_") and callable(value)
-                and not getattr(value, "is_hypothesis_test", False)):
-            namespace[name] = unimplemented_is_skip(value)
+def is_core(module: str, case: str) -> bool:
+    """Whether case ``case`` of case module ``module`` is one of the :data:`CORE_CASES`."""
+    if module not in CORE_CASES:
+        return False
+    names = CORE_CASES[module]
+    return names is None or case in names
 
 
-def cases(module: str, only: Any = None) -> dict[str, Callable]:
-    """The ``test_*`` functions of case module ``module`` (e.g. ``"arrays"``), each
-    turning UnimplementedError into a skip; ``only`` keeps those names. A module that
-    does not exist (yet) gives ``{}``."""
+def _case_functions(module: str, only: Any = None) -> dict[str, Callable]:
+    """The ``test_*`` functions of case module ``module`` (e.g. ``"arrays"``) as they are
+    written; ``only`` keeps those names. A module that does not exist (yet) gives ``{}``."""
     try:
         mod = importlib.import_module(f"{__name__}.{module}")
     except ModuleNotFoundError as e:
@@ -140,27 +137,62 @@ def cases(module: str, only: Any = None) -> dict[str, Callable]:
         missing = sorted(set(only) - set(names))
         if missing:
             raise ValueError(f"{mod.__name__} has no cases {missing}")
-    out = {}
-    for name in names:
-        if only is not None and name not in only:
-            continue
-        test = getattr(mod, name)
-        if callable(test) and name.startswith("test_"):
-            out[name] = test if getattr(test, "is_hypothesis_test", False) \
-                else unimplemented_is_skip(test)
-    return out
+    return {name: getattr(mod, name) for name in names
+            if (only is None or name in only) and name.startswith("test_")
+            and callable(getattr(mod, name))}
 
 
-def case_classes(*modules: str, core_only: bool = False) -> dict[str, type]:
+def _judged(test: Callable, module: str, case: str, expected_skips: dict) -> Callable:
+    """``test`` run through :func:`~ifrtpy.testing.conformance.outcomes.judge`: the
+    same fixtures, and pytest's ``request`` for the item's name."""
+    signature = inspect.signature(test)
+    takes_request = "request" in signature.parameters
+    core = is_core(module, case)
+
+    @functools.wraps(test)
+    def judged(*args, request, **kwargs):
+        if takes_request:
+            kwargs["request"] = request
+        outcomes.judge(functools.partial(test, *args, **kwargs), request.node.name, case, core,
+                       expected_skips)
+
+    if not takes_request:
+        request = inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY)
+        judged.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*signature.parameters.values(), request])
+    return judged
+
+
+def cases(module: str, only: Any = None,
+          expected_skips: Optional[Mapping[str, str]] = None) -> dict[str, Callable]:
+    """The cases of case module ``module`` (e.g. ``"arrays"``), each judged against
+    ``expected_skips`` (:mod:`~ifrtpy.testing.conformance.outcomes`); ``only`` keeps
+    those names. A module that does not exist (yet) gives ``{}``."""
+    tests = _case_functions(module, only)
+    declared = outcomes.check_declared(expected_skips or {}, tests)
+    return {name: _judged(test, module, name, declared) for name, test in tests.items()}
+
+
+def case_classes(*modules: str, core_only: bool = False,
+                 expected_skips: Optional[Mapping[str, str]] = None) -> dict[str, type]:
     """One pytest class per case module (``TestArrays``, ``TestClients``, ...) holding its
     cases as static methods; put them in a test module's globals next to a ``client``
-    fixture. ``core_only`` keeps the :data:`CORE_CASES`. Default: every module."""
-    out = {}
+    fixture. ``core_only`` keeps the :data:`CORE_CASES`. Default: every module.
+
+    ``expected_skips`` declares what the backend does not do: case name (or pytest item
+    name, ``"test_x[param]"``) -> a text its skip message holds. Every other skip fails,
+    and so does a declared case that passes (:mod:`~ifrtpy.testing.conformance.outcomes`);
+    a name that is not a case here is a ValueError."""
+    selected = {}
     for module in modules or CASE_MODULES:
         if core_only and module not in CORE_CASES:
             continue
-        only = CORE_CASES.get(module) if core_only else None
-        tests = cases(module, only)
+        selected[module] = _case_functions(module, CORE_CASES.get(module) if core_only else None)
+    declared = outcomes.check_declared(expected_skips or {},
+                                       [name for tests in selected.values() for name in tests])
+    out = {}
+    for module, raw in selected.items():
+        tests = {name: _judged(test, module, name, declared) for name, test in raw.items()}
         if tests:
             name = "Test" + module.title().replace("_", "")
             out[name] = type(name, (), {n: staticmethod(t) for n, t in tests.items()})

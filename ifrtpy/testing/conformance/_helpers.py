@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
-
-from ifrtpy.errors import UnimplementedError
-
-
-@contextlib.contextmanager
-def skip_if_unimplemented(what: str = ""):
-    """Turn the backend's UnimplementedError into a skip carrying its message."""
-    try:
-        yield
-    except UnimplementedError as e:
-        pytest.skip(f"UNIMPLEMENTED{' ' + what if what else ''}: {e}")
 
 
 def addressable_devices(client, count: int) -> list:

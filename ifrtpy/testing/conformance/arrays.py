@@ -1,18 +1,13 @@
 """IFRT's array and tuple conformance cases (``array_impl_test_lib.cc``,
 ``tuple_impl_test_lib.cc``), written against the ifrtpy interfaces only.
 
-Import the tests into a backend's test module and provide a ``client`` fixture::
-
-    from ifrtpy.testing.conformance.arrays import *  # noqa: F401,F403
-
-    @pytest.fixture(scope="module")
-    def client():
-        return ifrt.get_client("pjrt", device_count=8)
+Run them with :func:`~ifrtpy.testing.conformance.case_classes` from a backend's test
+module that provides a ``client`` fixture (see :mod:`ifrtpy.testing.conformance`).
 
 The common data is IFRT's: f32[2,3] holding 0..5 on addressable device 0 in the
 default memory kind. User contexts are checked where IFRT's cases check them
-(creation, error arrays, assemble, disassemble, copy). String arrays hold ``str`` objects (IFRT's ``absl::Cord``). The custom-layout cases use a
-column-major ``ifrtpy.Layout`` and skip where the backend raises UnimplementedError.
+(creation, error arrays, assemble, disassemble, copy). String arrays hold ``str`` objects
+(IFRT's ``absl::Cord``). The custom-layout cases use a column-major ``ifrtpy.Layout``.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import (
     ConcreteEvenSharding, ConcreteSharding, OpaqueSharding, ShardingParam, ShardingParamSharding,
@@ -38,7 +33,6 @@ from ifrtpy.sharding import (
 )
 from ifrtpy.testing.conformance._helpers import addressable_devices as _devices
 from ifrtpy.user_context import UserContext, UserContextScope
-from ifrtpy.testing.conformance._helpers import skip_if_unimplemented as _skip_if_unimplemented
 
 ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
 REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
@@ -87,8 +81,7 @@ def _make(client, data=None, sharding=None, semantics=ONLY_DURING_CALL, on_done=
         data = _iota()
     if sharding is None:
         sharding = SingleDeviceSharding(client.addressable_devices()[0])
-    with _skip_if_unimplemented():
-        return client.make_array_from_host_buffer(data, sharding, semantics, on_done)
+    return client.make_array_from_host_buffer(data, sharding, semantics, on_done)
 
 
 def _host(array, **kwargs) -> np.ndarray:
@@ -158,13 +151,12 @@ def test_make_array_from_host_buffer_with_custom_layout(client):
 
 def test_make_array_from_host_buffer_with_a_column_major_layout(client):
     """A column-major layout (no tiles: the device tiles as it chooses) is the array's
-    dimension order where the backend places it (else UnimplementedError: a skip), and
+    dimension order where the backend places it (else UnimplementedError), and
     its values, and a copy's, are the data's."""
     data = _iota()
     layout = ifrt.Layout.column_major(2)
     sharding = SingleDeviceSharding(client.addressable_devices()[0])
-    with _skip_if_unimplemented("column-major device layout"):
-        array = client.make_array_from_host_buffer(data, sharding, ONLY_DURING_CALL, layout=layout)
+    array = client.make_array_from_host_buffer(data, sharding, ONLY_DURING_CALL, layout=layout)
     assert array.layout is not None and layout.accepts(array.layout), array.layout
     np.testing.assert_array_equal(_host(array), data)
     (copy,) = client.copy_arrays([array], None, None, ALWAYS_COPY)
@@ -329,11 +321,10 @@ def test_make_arrays_from_host_buffer_shards_and_copy_to_host_buffer(client):
     sharding = _two_way_split(devices)
     top, bottom = np.array([[0, 1, 2]], np.float32), np.array([[3, 4, 5]], np.float32)
     spec = ArraySpec(F32, Shape([2, 3]), sharding)
-    with _skip_if_unimplemented():
-        arrays = client.make_arrays_from_host_buffer_shards(
-            [HostBufferShards([([0], top), ([1], bottom)], spec),
-             HostBufferShards([([1], top), ([0], bottom)], spec)],
-            ONLY_DURING_CALL)
+    arrays = client.make_arrays_from_host_buffer_shards(
+        [HostBufferShards([([0], top), ([1], bottom)], spec),
+         HostBufferShards([([1], top), ([0], bottom)], spec)],
+        ONLY_DURING_CALL)
     assert len(arrays) == 2
     for i, array in enumerate(arrays):
         assert array.sharding == sharding
@@ -345,8 +336,7 @@ def _assert_invalid_now_or_later(make):
     """``make()`` raises InvalidArgumentError, or returns arrays whose ready futures fail
     with one (IFRT allows either)."""
     try:
-        with _skip_if_unimplemented():
-            arrays = make()
+        arrays = make()
     except InvalidArgumentError:
         return
     errors = [a.ready_future().exception(timeout=TIMEOUT_S) for a in arrays]
@@ -382,8 +372,7 @@ def test_make_arrays_from_host_buffer_shards_with_layout(client):
     layout = ifrt.Layout.column_major(2)
     spec = HostBufferShards([([0], data), ([1], data + 6)],
                             ArraySpec(F32, Shape([4, 3]), _two_way_split(devices), layout))
-    with _skip_if_unimplemented("column-major device layout"):
-        (array,) = client.make_arrays_from_host_buffer_shards([spec], ONLY_DURING_CALL)
+    (array,) = client.make_arrays_from_host_buffer_shards([spec], ONLY_DURING_CALL)
     assert array.layout == layout
     assert [s.layout for s in array.disassemble_into_single_device_arrays()] == [layout] * 2
     np.testing.assert_array_equal(_host(array), _iota((4, 3)))
@@ -413,9 +402,8 @@ def test_make_arrays_from_host_buffer_shards_and_copy_to_host_buffer_with_string
     sharding = _two_way_split(devices)
     top, bottom = _strings((1, 3)), _strings((1, 3), start=3)
     spec = ArraySpec(STRING, Shape([2, 3]), sharding)
-    with _skip_if_unimplemented():
-        (array,) = client.make_arrays_from_host_buffer_shards(
-            [HostBufferShards([([0], top), ([1], bottom)], spec)], ONLY_DURING_CALL)
+    (array,) = client.make_arrays_from_host_buffer_shards(
+        [HostBufferShards([([0], top), ([1], bottom)], spec)], ONLY_DURING_CALL)
     assert array.dtype == STRING and array.shape == SHAPE and array.sharding is sharding
     _assert_per_shard_data(array, STRING, [1, 3], [top, bottom], devices)
     assert _host(array).tolist() == _strings((2, 3)).tolist()
@@ -448,7 +436,7 @@ def test_make_error_arrays(client):
     error = InvalidArgumentError("injected error")
     specs = [ArraySpec(F32, SHAPE, SingleDeviceSharding(devices[0])),
              ArraySpec(np.int8, Shape([4]), _replicated(devices, Shape([4])))]
-    with _skip_if_unimplemented(), UserContextScope(UserContext(100)):
+    with UserContextScope(UserContext(100)):
         arrays = client.make_error_arrays(error, specs)
     assert len(arrays) == 2
     for array, spec in zip(arrays, specs):
@@ -461,9 +449,8 @@ def test_make_error_arrays(client):
 def test_make_error_arrays_with_addressable_and_non_addressable_device(client):
     non_addressable = _non_addressable(client)[0]
     sharding = _replicated([non_addressable, client.addressable_devices()[0]])
-    with _skip_if_unimplemented():
-        arrays = client.make_error_arrays(InvalidArgumentError("injected error"),
-                                          [ArraySpec(F32, SHAPE, sharding)] * 2)
+    arrays = client.make_error_arrays(InvalidArgumentError("injected error"),
+                                      [ArraySpec(F32, SHAPE, sharding)] * 2)
     for array in arrays:
         assert "injected error" in str(_error_of(array.ready_future()))
 
@@ -536,8 +523,7 @@ def test_assemble_and_disassemble_non_addressable_array(client):
 def test_copy_to_same_devices(client):
     devices = client.addressable_devices()
     array = _make(client, sharding=_replicated(devices))
-    with _skip_if_unimplemented():
-        (copy,) = client.copy_arrays([array], devices, None, ALWAYS_COPY)
+    (copy,) = client.copy_arrays([array], devices, None, ALWAYS_COPY)
     assert copy.sharding == array.sharding
     np.testing.assert_array_equal(_host(copy), _iota())
     assert not array.is_deleted()
@@ -549,8 +535,7 @@ def test_bitcast_arrays(client):
         np.float32(3), _replicated(devices, Shape([])), ONLY_DURING_CALL)
     split = ShardingParamSharding(ShardingParam([2], [0], [2]), devices)
     spec = ArraySpec(F32, Shape([2]), split)
-    with _skip_if_unimplemented("bitcast_arrays"):
-        (array,) = client.bitcast_arrays([scalar], [spec], ALWAYS_COPY)
+    (array,) = client.bitcast_arrays([scalar], [spec], ALWAYS_COPY)
     assert array.sharding is split
     assert array.layout in (None, client.get_default_layout(F32, [1], devices[0]))
     for shard in array.disassemble_into_single_device_arrays(REUSE_INPUT, ADDRESSABLE):
@@ -562,7 +547,7 @@ def test_bitcast_arrays_refuses_a_different_byte_count(client):
     device = client.addressable_devices()[0]
     array = _make(client, sharding=SingleDeviceSharding(device))
     spec = ArraySpec(F32, Shape([7]), SingleDeviceSharding(device))
-    with _skip_if_unimplemented("bitcast_arrays"), pytest.raises(InvalidArgumentError, match="bytes"):
+    with pytest.raises(InvalidArgumentError, match="bytes"):
         client.bitcast_arrays([array], [spec], ALWAYS_COPY)
     assert not array.is_deleted()
 
@@ -582,7 +567,7 @@ def test_copy_to_different_device(client, kind):
         sharding = _replicated(devices)
     array = _replicated_by_assembly(client, devices, sharding)
     reversed_devices = client.make_device_list(list(reversed(devices)))
-    with _skip_if_unimplemented(), UserContextScope(UserContext(100)):
+    with UserContextScope(UserContext(100)):
         (copy,) = client.copy_arrays([array], reversed_devices, None, ALWAYS_COPY)
     assert copy.sharding == sharding.with_device_assignment(reversed_devices)
     assert _fingerprint(copy) == 100
@@ -614,8 +599,7 @@ def test_copy_preserves_default_layouts(client):
     kinds = _memory_kinds(device)
     for src, dst in itertools.product(kinds, kinds):
         array = _make(client, sharding=SingleDeviceSharding(device, src))
-        with _skip_if_unimplemented():
-            (copy,) = client.copy_arrays([array], None, dst, ALWAYS_COPY)
+        (copy,) = client.copy_arrays([array], None, dst, ALWAYS_COPY)
         assert array.layout in (None, client.get_default_layout(F32, [2, 3], device, src)), src
         assert copy.layout in (None, client.get_default_layout(F32, [2, 3], device, dst)), (src, dst)
         np.testing.assert_array_equal(_host(copy), _iota())
@@ -627,8 +611,7 @@ def test_make_and_copy_zero_sized_buffers(client):
     array = _make(client, data, SingleDeviceSharding(devices[0]))
     array.ready_future().result(timeout=TIMEOUT_S)
     for device in devices:
-        with _skip_if_unimplemented():
-            (copy,) = client.copy_arrays([array], [device], None, REUSE_INPUT)
+        (copy,) = client.copy_arrays([array], [device], None, REUSE_INPUT)
         copy.ready_future().result(timeout=TIMEOUT_S)
         out = _host(copy)
         assert out.shape == (0, 1) and out.dtype == np.float32
@@ -637,13 +620,11 @@ def test_make_and_copy_zero_sized_buffers(client):
 def test_poisoned_zero_sized_buffers(client):
     devices = client.addressable_devices()
     spec = ArraySpec(F32, Shape([0, 1]), SingleDeviceSharding(devices[0]))
-    with _skip_if_unimplemented():
-        (array,) = client.make_error_arrays(InvalidArgumentError("injected error"), [spec])
+    (array,) = client.make_error_arrays(InvalidArgumentError("injected error"), [spec])
     assert "injected error" in str(_error_of(array.copy_to_host_buffer()))
     healthy = _make(client, np.zeros((0, 1), np.float32), spec.sharding)
     for device in devices:
-        with _skip_if_unimplemented():  # skip only where healthy arrays cannot be copied
-            client.copy_arrays([healthy], [device], None, REUSE_INPUT)
+        client.copy_arrays([healthy], [device], None, REUSE_INPUT)
         (copy,) = client.copy_arrays([array], [device], None, REUSE_INPUT)
         assert "injected error" in str(_error_of(copy.ready_future()))
         assert "injected error" in str(_error_of(copy.copy_to_host_buffer()))
@@ -659,8 +640,7 @@ def test_copy_arrays_exhaustive(client, dtype):
         for dst_device in devices:
             for dst_kind in _memory_kinds(dst_device):
                 array = _make(client, data, SingleDeviceSharding(devices[0], src_kind))
-                with _skip_if_unimplemented():
-                    (copy,) = client.copy_arrays([array], [dst_device], dst_kind, ALWAYS_COPY)
+                (copy,) = client.copy_arrays([array], [dst_device], dst_kind, ALWAYS_COPY)
                 where = (str(src_kind), dst_device.id, str(dst_kind))
                 assert list(copy.sharding.devices) == [dst_device], where
                 assert copy.sharding.memory_kind == dst_kind, where
@@ -673,13 +653,11 @@ def test_copy_poisoned_array(client):
     devices = _devices(client, 2)
     for src_kind in _memory_kinds(devices[0]):
         spec = ArraySpec(F32, SHAPE, SingleDeviceSharding(devices[0], src_kind))
-        with _skip_if_unimplemented():
-            (array,) = client.make_error_arrays(InvalidArgumentError("injected error"), [spec])
+        (array,) = client.make_error_arrays(InvalidArgumentError("injected error"), [spec])
         healthy = _make(client, sharding=spec.sharding)
         for dst_device in devices:
             for dst_kind in _memory_kinds(dst_device):
-                with _skip_if_unimplemented():  # skip only where healthy arrays cannot be copied
-                    client.copy_arrays([healthy], [dst_device], dst_kind, ALWAYS_COPY)
+                client.copy_arrays([healthy], [dst_device], dst_kind, ALWAYS_COPY)
                 (copy,) = client.copy_arrays([array], [dst_device], dst_kind, ALWAYS_COPY)
                 assert "injected error" in str(_error_of(copy.ready_future())), (
                     src_kind, dst_device, dst_kind)
@@ -693,8 +671,7 @@ def test_copy_arrays_with_partial_reuse(client):
     array = client.assemble_array_from_single_device_arrays(
         Shape([4, 1]), sharding, shards, DONATE_INPUT, ADDRESSABLE)
     dst = [devices[0], devices[2], devices[1], devices[3]]
-    with _skip_if_unimplemented():
-        (copy,) = client.copy_arrays([array], dst, None, REUSE_INPUT)
+    (copy,) = client.copy_arrays([array], dst, None, REUSE_INPUT)
     _assert_per_shard_data(copy, F32, [1, 1], [np.full((1, 1), i, np.float32) for i in range(4)],
                            dst)
 
@@ -714,15 +691,23 @@ def test_batched_get_ready_future(client):
 
 def test_batched_get_ready_future_fails_with_an_input_error(client):
     values = [_make(client)]
-    with _skip_if_unimplemented():
-        values += client.make_error_arrays(InvalidArgumentError("injected error"),
-                                           [ArraySpec(F32, SHAPE, values[0].sharding)])
+    values += client.make_error_arrays(InvalidArgumentError("injected error"),
+                                       [ArraySpec(F32, SHAPE, values[0].sharding)])
     assert "injected error" in str(_error_of(client.get_ready_future(values)))
 
 
 def test_delete(client):
+    """The deletion succeeds; then the array is deleted and its data gone: its ready future
+    and a read fail with FailedPreconditionError (the read may raise it at the call)."""
     array = _make(client)
-    array.delete().result(timeout=TIMEOUT_S)
+    assert array.delete().result(timeout=TIMEOUT_S) is None
+    assert array.is_deleted()
+    assert isinstance(_error_of(array.ready_future()), FailedPreconditionError)
+    try:
+        read = _error_of(array.copy_to_host_buffer())
+    except FailedPreconditionError as e:
+        read = e
+    assert isinstance(read, FailedPreconditionError), read
 
 
 def test_delete_is_idempotent(client):
@@ -795,7 +780,3 @@ def test_nested_tuples(client):
 
 
 __all__ = sorted(name for name in dir() if name.startswith("test_"))
-
-from ifrtpy.testing.conformance import _wrap_module_cases  # noqa: E402
-
-_wrap_module_cases(globals())

@@ -22,7 +22,6 @@ from ifrtpy.device import Device, DeviceList, Memory, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, NotFoundError
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding
-from ifrtpy.testing.conformance import _wrap_module_cases
 
 TIMEOUT_S = 10.0
 
@@ -38,13 +37,16 @@ def test_runtime_type_and_platform(client):
 
 
 def test_devices(client):
-    devices = client.devices()
-    assert len(devices) == client.device_count() >= 0
-    addressable = client.addressable_devices()
-    assert len(addressable) == client.addressable_device_count()
+    """The counts are those of the device lists (every addressable device among the
+    devices, at least one of them); each device is found by its id; this process is the
+    one of its addressable devices."""
+    devices, addressable = client.devices(), client.addressable_devices()
+    assert client.device_count() == len(devices)
+    assert client.addressable_device_count() == len(addressable) >= 1
+    assert len(addressable) == sum(1 for d in devices if d.is_addressable)
     for device in devices:
         assert client.lookup_device(device.id) is device
-    assert client.process_index() >= 0
+    assert {d.process_index for d in addressable} == {client.process_index()}
 
 
 def test_get_all_devices(client):
@@ -192,5 +194,4 @@ def test_error_array_specs_are_kept(client):
     assert "injected error" in str(array.ready_future().exception(timeout=TIMEOUT_S))
 
 
-_wrap_module_cases(globals())
 __all__ = sorted(name for name in dir() if name.startswith("test_"))

@@ -1,20 +1,13 @@
 """IFRT's executable conformance cases (``executable_impl_test_lib.cc``), written against
 the ifrtpy interfaces only.
 
-Import the tests into a backend's test module and provide a ``client`` fixture::
-
-    from ifrtpy.testing.conformance.executables import *  # noqa: F401,F403
-
-    @pytest.fixture(scope="module")
-    def client():
-        return ifrt.get_client("pjrt", device_count=8)
+Run them with :func:`~ifrtpy.testing.conformance.case_classes` from a backend's test
+module that provides a ``client`` fixture (see :mod:`ifrtpy.testing.conformance`).
 
 Every case runs twice, as in IFRT: on the executable as compiled (``direct``), and on the
 one ``serialize()`` then ``client.deserialize_executable()`` gives back (``serialize``).
 The programs are StableHLO text, written here. The common data is IFRT's: f32[2,3]
 holding 0..5 on addressable device 0.
-
-A backend's UnimplementedError turns into a skip carrying its message.
 """
 
 from __future__ import annotations
@@ -30,7 +23,6 @@ from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding
 from ifrtpy.user_context import UserContext, UserContextScope
 from ifrtpy.testing.conformance._helpers import addressable_devices as _devices
-from ifrtpy.testing.conformance._helpers import skip_if_unimplemented as _skip_if_unimplemented
 
 F32 = ifrt.DType.from_numpy(np.float32)
 SHAPE = Shape([2, 3])
@@ -129,8 +121,7 @@ def _compile(client, program: str, devices, serialize: bool, *, num_partitions=N
     executable = client.compile(program, options)
     if not serialize:
         return executable
-    with _skip_if_unimplemented("serialize"):
-        data = executable.serialize()
+    data = executable.serialize()
     assert isinstance(data, bytes) and data
     return client.deserialize_executable(data, None if portable else options)
 
@@ -175,8 +166,7 @@ def test_properties(client, serialize):
 @SERIALIZE
 def test_output_memory_kinds(client, serialize):
     executable = _compile(client, ADD_SUB, _devices(client, 2), serialize)
-    with _skip_if_unimplemented("output memory kinds"):
-        kinds = executable.output_memory_kinds()
+    kinds = executable.output_memory_kinds()
     assert [str(getattr(k, "kind", k)) for k in kinds] == ["device", "device"]
 
 
@@ -185,8 +175,7 @@ def test_parameter_and_output_layouts(client, serialize):
     """GetParameterLayouts/GetOutputLayouts: the default layout of each shard."""
     devices = _devices(client, 2)
     executable = _compile(client, ADD_SUB, devices, serialize)
-    with _skip_if_unimplemented("parameter/output layouts"):
-        params, outputs = executable.parameter_layouts(), executable.output_layouts()
+    params, outputs = executable.parameter_layouts(), executable.output_layouts()
     default = client.get_default_layout(F32, [1, 3], devices[0])
     assert params == [default, client.get_default_layout(F32, [2, 3], devices[0])]
     assert outputs == [client.get_default_layout(F32, [2, 3], devices[0]), default]
@@ -196,12 +185,11 @@ def test_parameter_and_output_layouts(client, serialize):
 def test_compile_with_a_column_major_result_layout(client, serialize):
     """The executable reports a result layout of the dimension order it was compiled for
     (tiled as the device chooses), its output has that layout and the right values (a
-    backend that cannot compile it raises UnimplementedError: a skip)."""
+    backend that cannot compile it raises UnimplementedError)."""
     device = _devices(client, 1)[0]
     column_major = ifrt.Layout.column_major(2)
-    with _skip_if_unimplemented("a column-major result layout"):
-        executable = _compile(client, ADD_ONE, [device], serialize,
-                              argument_layouts=[None], result_layouts=[column_major])
+    executable = _compile(client, ADD_ONE, [device], serialize,
+                          argument_layouts=[None], result_layouts=[column_major])
     (compiled,) = executable.output_layouts()
     assert column_major.accepts(compiled), compiled
     assert executable.parameter_layouts() == [client.get_default_layout(F32, [2, 3], device)]
@@ -214,8 +202,7 @@ def test_compile_with_a_column_major_result_layout(client, serialize):
 @SERIALIZE
 def test_get_hlo_modules(client, serialize):
     executable = _compile(client, ADD_SUB, _devices(client, 2), serialize)
-    with _skip_if_unimplemented("hlo_modules"):
-        modules = executable.hlo_modules()
+    modules = executable.hlo_modules()
     assert len(modules) == 1
     assert "add" in modules[0].name
 
@@ -223,8 +210,7 @@ def test_get_hlo_modules(client, serialize):
 @SERIALIZE
 def test_program_text(client, serialize):
     executable = _compile(client, ADD_SUB, _devices(client, 2), serialize)
-    with _skip_if_unimplemented("program text"):
-        text = executable.program_text()
+    text = executable.program_text()
     assert "add" in text
 
 
@@ -256,8 +242,7 @@ def test_fingerprint_survives_serialization(client, serialize):
 @SERIALIZE
 def test_get_donatable_input_indices(client, serialize):
     executable = _compile(client, DONATABLE, _devices(client, 1), serialize)
-    with _skip_if_unimplemented("donatable input indices"):
-        indices = executable.donatable_input_indices()
+    indices = executable.donatable_input_indices()
     assert set(indices) == {0, 2}
 
 
@@ -309,8 +294,7 @@ def test_compile_and_execute_user_context(client, serialize):
 @SERIALIZE
 def test_compile_and_execute_portable(client, serialize):
     device = client.addressable_devices()[0]
-    with _skip_if_unimplemented("portable executables"):
-        executable = _compile(client, ADD_ONE, None, serialize, portable=True)
+    executable = _compile(client, ADD_ONE, None, serialize, portable=True)
     assert executable.devices() is None
     array = _add_one_input(client, device)
     result = executable.execute([array], ifrt.ExecuteOptions(fill_status=True),
@@ -325,8 +309,7 @@ def test_compile_and_execute_portable(client, serialize):
 def test_cancel_execution(client, serialize):
     executable = _compile(client, ADD_ONE, _devices(client, 1), serialize)
     result = executable.execute([_add_one_input(client)], ifrt.ExecuteOptions(fill_status=True))
-    with _skip_if_unimplemented("cancel_execution"):
-        first = client.cancel_execution(result)
+    first = client.cancel_execution(result)
     second = client.cancel_execution(result)  # harmless
     assert isinstance(first, bool) and isinstance(second, bool)
     [out] = result.outputs

@@ -8,12 +8,15 @@ declared values of the input (NaNs equal whatever their payloads); each declarat
 checked against the devices. A backend that cannot hold
 arrays over several devices (its ``make_array_from_host_buffer`` raises
 UnimplementedError for a 2-device replicated sharding) is held to the laws with
-single-device shardings only; one that lacks an operation a law needs skips that law
-with its UnimplementedError message.
+single-device shardings only. A draw the backend raises UnimplementedError for is
+rejected (:func:`~ifrtpy.testing.conformance.outcomes.reject_unimplemented`) and the law
+goes on with the others; a law hypothesis gives up on, too few draws left, counts as
+raising that UnimplementedError.
 
-Import the tests into a backend's test module with a ``client`` fixture (see
-:mod:`ifrtpy.testing.conformance`). The number of examples is hypothesis's profile
-(``ci``, ``dev``, ``debug``: :func:`ifrtpy.testing.strategies.register_profiles`).
+Run them with :func:`~ifrtpy.testing.conformance.case_classes` from a backend's test
+module that provides a ``client`` fixture (see :mod:`ifrtpy.testing.conformance`). The
+number of examples is hypothesis's profile (``ci``, ``dev``, ``debug``:
+:func:`ifrtpy.testing.strategies.register_profiles`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from ifrtpy.shape import Shape
 from ifrtpy.sharding import SingleDeviceSharding, SingleDeviceShardSemantics
 from ifrtpy.testing import strategies as S
 from ifrtpy.testing.asserts import assert_per_shard_data, assert_same_values
-from ifrtpy.testing.conformance import _wrap_module_cases, unimplemented_is_skip
+from ifrtpy.testing.conformance.outcomes import reject_unimplemented
 
 ALWAYS_COPY = ArrayCopySemantics.ALWAYS_COPY
 REUSE_INPUT = ArrayCopySemantics.REUSE_INPUT
@@ -144,7 +147,7 @@ def expected_values(client, x: np.ndarray, *memory_kinds) -> tuple[np.ndarray, b
 
 @_FIXTURE
 @given(data=st.data(), layout=st.sampled_from(["c", "fortran", "reversed", "padded"]))
-@unimplemented_is_skip
+@reject_unimplemented
 def test_host_array_host_is_identity(client, data, layout):
     x, sharding = data.draw(cases(client))
     array = client.make_array_from_host_buffer(_strided(x, layout), sharding)
@@ -160,7 +163,7 @@ def test_host_array_host_is_identity(client, data, layout):
 
 @_FIXTURE
 @given(data=st.data(), semantics=st.sampled_from(list(HostBufferSemantics)))
-@unimplemented_is_skip
+@reject_unimplemented
 def test_on_done_runs_once_and_then_the_host_data_is_free(client, data, semantics):
     x, sharding = data.draw(cases(client))
     host = x.copy()
@@ -191,7 +194,7 @@ def test_on_done_runs_once_and_then_the_host_data_is_free(client, data, semantic
 
 @_FIXTURE
 @given(data=st.data())
-@unimplemented_is_skip
+@reject_unimplemented
 def test_each_shard_is_the_numpy_slice_of_its_index_domain(client, data):
     x, sharding = data.draw(cases(client))
     array = client.make_array_from_host_buffer(x, sharding)
@@ -206,7 +209,7 @@ _EDGE_VALUES = (1 / 3, np.pi, 6.805647e38, 7.29e-304, 2.0 ** -149, -0.0, np.inf,
 
 @_FIXTURE
 @given(data=st.data())
-@unimplemented_is_skip
+@reject_unimplemented
 def test_declared_inexact_dtypes_are_what_the_devices_hold(client, data):
     """For a dtype the client declares inexact (``Client.inexact_dtypes``) in a memory
     kind, a put there and a copy back give the declared values; skipped where the client
@@ -232,7 +235,7 @@ def test_declared_inexact_dtypes_are_what_the_devices_hold(client, data):
 @_FIXTURE
 @given(data=st.data(), split=st.sampled_from(list(ArrayCopySemantics)),
        join=st.sampled_from(list(ArrayCopySemantics)))
-@unimplemented_is_skip
+@reject_unimplemented
 def test_assemble_of_disassemble_is_identity(client, data, split, join):
     x, sharding = data.draw(cases(client))
     array = client.make_array_from_host_buffer(x, sharding)
@@ -252,7 +255,7 @@ def test_assemble_of_disassemble_is_identity(client, data, split, join):
 
 @_FIXTURE
 @given(data=st.data(), semantics=st.sampled_from([ALWAYS_COPY, DONATE_INPUT]))
-@unimplemented_is_skip
+@reject_unimplemented
 def test_reshard_keeps_every_value(client, data, semantics):
     x, source = data.draw(cases(client))
     target = data.draw(shardings_for(client, x.shape))
@@ -271,7 +274,7 @@ def test_reshard_keeps_every_value(client, data, semantics):
 
 @_FIXTURE
 @given(data=st.data(), semantics=st.sampled_from(list(ArrayCopySemantics)))
-@unimplemented_is_skip
+@reject_unimplemented
 def test_copy_arrays_to_other_devices_keeps_every_value(client, data, semantics):
     x, sharding = data.draw(cases(client))
     devices = data.draw(st.permutations(client.addressable_devices()))[:len(sharding.devices)]
@@ -319,7 +322,7 @@ def test_donation_deletes_exactly_the_donated_inputs(client, semantics):
 @_FIXTURE
 @given(data=st.data(), fault=st.sampled_from(["count", "device", "dtype", "shape"]),
        semantics=st.sampled_from(list(ArrayCopySemantics)))
-@unimplemented_is_skip
+@reject_unimplemented
 def test_bad_assemble_raises_and_leaves_inputs_intact(client, data, fault, semantics):
     x, sharding = data.draw(cases(client, sub_byte=False, min_devices=2))
     shape = Shape(x.shape)
@@ -452,5 +455,4 @@ def test_an_error_array_poisons_what_is_made_from_it(client, op):
         _assert_injected(out.copy_to_host_buffer())
 
 
-_wrap_module_cases(globals())
 __all__ = sorted(name for name in dir() if name.startswith("test_"))

@@ -9,22 +9,27 @@ line, so that the options are known), then collect the suite by module or path::
 Options: ``--ifrtpy-backend NAME`` (a name :func:`ifrtpy.get_client` knows, or a
 ``module:function`` factory, registered on the fly), ``--ifrtpy-device-count N`` (the
 factory's ``device_count``), ``--ifrtpy-option KEY=VALUE`` (repeatable; VALUE is read as
-a Python literal where it is one, else kept as a string). The plugin also collects the
-case modules of this package (their names do not start with ``test_``), and importing it
-registers the ci/dev/debug hypothesis profiles (``--hypothesis-profile=dev``).
+a Python literal where it is one, else kept as a string), ``--ifrtpy-expected-skips
+MODULE:NAME`` (the backend's declared skips, a mapping importable as ``MODULE.NAME``;
+without it every skip fails). The plugin collects the case modules of this package
+(their names do not start with ``test_``) and judges each case against the declared
+skips (:mod:`~ifrtpy.testing.conformance.outcomes`); importing it registers the
+ci/dev/debug hypothesis profiles (``--hypothesis-profile=dev``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 
 import pytest
 
 from ifrtpy.testing import strategies as _strategies  # noqa: F401  (registers the profiles)
-from ifrtpy.testing.conformance import CASE_MODULES
+from ifrtpy.testing.conformance import CASE_MODULES, _case_functions, is_core, outcomes
 
 _HERE = pathlib.Path(__file__).resolve().parent
+_EXPECTED_SKIPS = pytest.StashKey[dict]()
 
 
 def pytest_addoption(parser):
@@ -36,6 +41,9 @@ def pytest_addoption(parser):
                     help="device_count passed to the backend's factory")
     group.addoption("--ifrtpy-option", action="append", default=[], metavar="KEY=VALUE",
                     help="another keyword argument for the backend's factory (repeatable)")
+    group.addoption("--ifrtpy-expected-skips", default=None, metavar="MODULE:NAME",
+                    help="the backend's declared skips: a mapping from case name to a text "
+                         "its skip message holds (every other skip fails)")
 
 
 def _literal(text: str):
@@ -97,21 +105,38 @@ def pytest_collect_file(file_path, parent):
     return None
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    """A case of this package that fails with the backend's UnimplementedError is a skip
-    carrying its message (as :func:`~ifrtpy.testing.conformance.unimplemented_is_skip`
-    does for cases imported into test modules)."""
-    report = yield
-    if (call.when == "call" and report.failed and call.excinfo is not None
-            and pathlib.Path(str(item.path)).resolve().parent == _HERE):
-        from ifrtpy.errors import UnimplementedError
+def pytest_configure(config):
+    """Read the skips ``--ifrtpy-expected-skips MODULE:NAME`` declares (none without it)
+    and check them against the cases."""
+    path = config.getoption("--ifrtpy-expected-skips", default=None)
+    declared = {}
+    if path:
+        module, sep, name = path.partition(":")
+        if not sep or not module or not name:
+            raise pytest.UsageError(f"--ifrtpy-expected-skips needs MODULE:NAME, got {path!r}")
+        try:
+            declared = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as e:
+            raise pytest.UsageError(f"--ifrtpy-expected-skips={path}: {e}") from e
+    names = [n for module in CASE_MODULES for n in _case_functions(module)]
+    try:
+        config.stash[_EXPECTED_SKIPS] = outcomes.check_declared(declared, names)
+    except ValueError as e:
+        raise pytest.UsageError(f"--ifrtpy-expected-skips={path}: {e}") from e
 
-        if call.excinfo.errisinstance(UnimplementedError):
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] or 0,
-                               f"Skipped: UNIMPLEMENTED: {call.excinfo.value}")
-    return report
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Run a case of this package through
+    :func:`~ifrtpy.testing.conformance.outcomes.judge`, against the declared skips."""
+    path = pathlib.Path(str(pyfuncitem.path)).resolve()
+    if path.parent != _HERE or path.stem not in CASE_MODULES:
+        return None
+    args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    case = pyfuncitem.originalname
+    outcomes.judge(lambda: pyfuncitem.obj(**args), pyfuncitem.name, case,
+                   is_core(path.stem, case), pyfuncitem.config.stash[_EXPECTED_SKIPS])
+    return True
 
 
 def pytest_report_header(config):

@@ -6,7 +6,7 @@ describes ``[2n, 3]`` split evenly over those addressable devices with a
 ConcreteEvenSharding; ``create_array(base_values, device_indices)`` puts an iota from
 ``base_values[i]`` in shard ``i`` and assembles them with DONATE_INPUT. A backend without
 ``remap_arrays`` (the interface's default raises UnimplementedError) skips every case
-with that message.
+with that message: skips it declares.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.remap import Interval, Mapping, RemapPlan
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, SingleDeviceSharding
-from ifrtpy.testing.conformance import _wrap_module_cases
 
 REUSE = ArrayCopySemantics.REUSE_INPUT
 DONATE = ArrayCopySemantics.DONATE_INPUT
@@ -199,5 +198,4 @@ def test_always_copy_is_refused(client):
     assert not array.is_deleted()
 
 
-_wrap_module_cases(globals())
 __all__ = sorted(name for name in dir() if name.startswith("test_"))

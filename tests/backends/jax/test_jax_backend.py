@@ -122,6 +122,25 @@ def test_large_host_data_is_copied_once_per_shard_and_not_aliased(client, spec):
     assert len(pointers) == 8  # a replicated array too: one copy per device
 
 
+@pytest.mark.parametrize("target", [0, 1, "both"])
+def test_reshard_onto_fewer_devices_and_into_another_memory_kind(client, target):
+    """A replicated array over two devices resharded onto one of them (or both) in
+    pinned_host holds its values there (jax refuses the move in one step)."""
+    devices = client.devices()[:2]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    array = client.make_array_from_host_buffer(
+        x, ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec()))
+    sharding = (ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec(),
+                                   "pinned_host") if target == "both"
+                else ifrt.SingleDeviceSharding(devices[target], "pinned_host"))
+    (out,) = client.reshard_arrays(
+        [array], [ifrt.ArraySpec(array.dtype, array.shape, sharding)],
+        ifrt.ArrayCopySemantics.ALWAYS_COPY)
+    assert out.sharding is sharding
+    np.testing.assert_array_equal(out.copy_to_host_buffer().result(timeout=30), x)
+    np.testing.assert_array_equal(array.copy_to_host_buffer().result(timeout=30), x)
+
+
 ADD_ONE = """module @add_one {
   func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
     %one = stablehlo.constant dense<1.0> : tensor<4xf32>
