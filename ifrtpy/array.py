@@ -295,7 +295,7 @@ class Array(Value):
         ``out`` is a writable ndarray of dtype ``dtype.to_numpy()`` and the array's shape,
         with any strides; it must stay alive and untouched until the future is ready.
         None allocates one: C-contiguous, or laid out by ``byte_strides`` (see
-        :meth:`_host_buffer`). Does not block; errors of the array's computation arrive
+        :meth:`_host_buffer`; bytes between strided elements are zeros). Does not block; errors of the array's computation arrive
         through the future. Raises InvalidArgumentError for a bad ``out``, for dtypes
         with no host form and for shardings without index domains (opaque), and
         UnimplementedError when part of the array is on non-addressable devices.
@@ -413,7 +413,7 @@ class Array(Value):
             return out
         if byte_strides is None:
             return np.empty(dims, np_dtype)
-        return _strided_empty(dims, np_dtype, _byte_strides(byte_strides))
+        return _strided_zeros(dims, np_dtype, _byte_strides(byte_strides))
 
 
     def _gather_to_host_buffer(
@@ -543,8 +543,9 @@ def _check_no_overlap(dims: Sequence[int], strides: Sequence[int], itemsize: int
         span = stride * (dim - 1) + span
 
 
-def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...]) -> np.ndarray:
-    """An uninitialised array with the given byte strides (may be negative or padded)."""
+def _strided_zeros(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...]) -> np.ndarray:
+    """A zeroed array with the given byte strides (may be negative or padded): the padding
+    between elements holds zeros, never what the memory held before."""
     if len(strides) != len(dims):
         raise InvalidArgumentError(
             f"byte_strides has {len(strides)} entries for a rank-{len(dims)} array"
@@ -563,7 +564,7 @@ def _strided_empty(dims: tuple[int, ...], dtype: np.dtype, strides: tuple[int, .
         raise InvalidArgumentError(
             f"byte_strides {list(strides)} span {span} bytes; at most {np.iinfo(np.intp).max}")
     try:
-        base = np.empty(span, np.uint8)
+        base = np.zeros(span, np.uint8)  # calloc: large spans are zero pages until written
     except (MemoryError, ValueError):
         raise ResourceExhaustedError(
             f"byte_strides {list(strides)} need {span} bytes of host memory") from None

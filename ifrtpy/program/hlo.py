@@ -6,7 +6,9 @@ MLIR module or XlaComputation, jax Lowered/Compiled/Exported stages, TensorFlow 
 :func:`from_tensorflow`); all become StableHLO text. It parses the module once, with
 jaxlib's MLIR bindings, to read the signature of ``main`` (global parameter and result
 types), the donated parameters (``jax.buffer_donor`` or ``tf.aliasing_output``), whether
-the module uses the Shardy dialect, and the custom calls it makes.
+the module uses the Shardy dialect, the custom calls it makes, and the host transfers
+(infeed, outfeed, send and recv to or from the host) that only a host feeding or draining
+them lets finish.
 
 Host callbacks: a jax ``Lowered`` stage (or the builder) hands its program the Python
 callables of its ``pure_callback``/``io_callback``/``jax.debug.print`` calls
@@ -107,7 +109,7 @@ class HloProgram(Program):
                       if "sym_name" in attributes else "main")
         main = None
         self._uses_shardy = _uses_shardy(module.operation)
-        self._targets, self._callback_indices = _custom_calls(module.operation)
+        self._targets, self._callback_indices, self._host_transfers = _calls(module.operation)
         for op in module.body.operations:
             if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
                 main = op
@@ -162,6 +164,14 @@ class HloProgram(Program):
     def custom_call_targets(self) -> frozenset[str]:
         """The ``call_target_name`` of every custom call in the module."""
         return self._targets
+
+    @property
+    def host_transfers(self) -> frozenset[str]:
+        """The names of the ops that move data between the program and the host outside its
+        parameters and results (``stablehlo.infeed``, ``stablehlo.outfeed``, and
+        ``stablehlo.send``/``recv`` with ``is_host_transfer``): a run waits on them until
+        the host feeds or drains them, which ifrtpy's execute has no way to do."""
+        return self._host_transfers
 
     @property
     def host_callbacks(self) -> tuple[Any, ...]:
@@ -239,13 +249,22 @@ def _uses_shardy(operation) -> bool:
                for region in operation.regions for block in region for op in block)
 
 
-def _custom_calls(operation) -> tuple[frozenset[str], frozenset[int]]:
-    """The targets of the custom calls under ``operation``, and the ``index`` attribute of
-    each host callback among them."""
+#: Ops that always move data to or from the host (the mhlo spellings too).
+_FEEDS = frozenset(f"{dialect}.{name}" for dialect in ("stablehlo", "mhlo")
+                   for name in ("infeed", "outfeed"))
+#: Ops that move data to or from the host when marked ``is_host_transfer``.
+_TRANSFERS = frozenset(f"{dialect}.{name}" for dialect in ("stablehlo", "mhlo")
+                       for name in ("send", "recv"))
+
+
+def _calls(operation) -> tuple[frozenset[str], frozenset[int], frozenset[str]]:
+    """The targets of the custom calls under ``operation``, the ``index`` attribute of each
+    host callback among them, and the names of its host transfer ops."""
     from jaxlib.mlir import ir
 
     targets: set[str] = set()
     indices: set[int] = set()
+    transfers: set[str] = set()
 
     def walk(op) -> None:
         if op.name in ("stablehlo.custom_call", "mhlo.custom_call"):
@@ -254,13 +273,24 @@ def _custom_calls(operation) -> tuple[frozenset[str], frozenset[int]]:
             targets.add(target)
             if target in HOST_CALLBACK_TARGETS:
                 indices.add(_callback_index(attributes, target))
+        elif op.name in _FEEDS or (op.name in _TRANSFERS and _is_host_transfer(op)):
+            transfers.add(op.name)
         for region in op.regions:
             for block in region:
                 for inner in block:
                     walk(inner.operation)
 
     walk(operation)
-    return frozenset(targets), frozenset(indices)
+    return frozenset(targets), frozenset(indices), frozenset(transfers)
+
+
+def _is_host_transfer(op) -> bool:
+    """Whether a send or recv goes to or from the host (``is_host_transfer``; the verifier
+    keeps its channel type in agreement)."""
+    from jaxlib.mlir import ir
+
+    attributes = op.attributes
+    return "is_host_transfer" in attributes and ir.BoolAttr(attributes["is_host_transfer"]).value
 
 
 def _callback_index(attributes, target: str) -> int:

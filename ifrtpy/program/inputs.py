@@ -35,7 +35,7 @@ import collections
 import hashlib
 import os
 import re
-import select
+import selectors
 import signal
 import struct
 import subprocess
@@ -190,6 +190,10 @@ class _Reader:
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+        assert self._process.stdout is not None
+        # epoll or kqueue where there is one: select() takes no descriptor above 1023
+        self._answers = selectors.DefaultSelector()
+        self._answers.register(self._process.stdout, selectors.EVENT_READ)
 
     @property
     def pid(self) -> int:
@@ -216,7 +220,7 @@ class _Reader:
         fd, chunks, left = self._process.stdout.fileno(), [], size
         while left:
             wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+            if wait <= 0 or not self._answers.select(wait):
                 raise _Overran()
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
@@ -248,6 +252,7 @@ class _Reader:
     def abandon(self) -> None:
         """Closes this process's ends of the pipes (all a forked child may do: the reader
         is not its child)."""
+        self._answers.close()
         for pipe in (self._process.stdin, self._process.stdout):
             if pipe is not None:
                 try:

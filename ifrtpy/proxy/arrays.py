@@ -1,6 +1,8 @@
 """The array requests of a session: puts, reads, assemble/disassemble, copies, reshards,
 remaps, bitcasts, error arrays, deletion and readiness, each on ifrtpy's public
-``Client`` / ``Array`` interfaces."""
+``Client`` / ``Array`` interfaces. The values requests carry are decoded and checked by
+:mod:`.wire`; a read whose host buffer would exceed the session's host-buffer limit is
+refused before the buffer is allocated."""
 
 from __future__ import annotations
 
@@ -12,11 +14,9 @@ import numpy as np
 
 from ifrtpy.array import ArrayCopySemantics, ArraySpec
 from ifrtpy.client import HostBufferShards
-from ifrtpy.device import DeviceList
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, ResourceExhaustedError
 from ifrtpy.future import join_futures
-from ifrtpy.layout import Layout
 from ifrtpy.remap import Interval, Mapping, RemapPlan
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
@@ -49,7 +49,7 @@ def _shard_semantics(request: Any) -> SingleDeviceShardSemantics:
 
 # -- host data ---------------------------------------------------------------------------
 
-def _host_array(data: Any, dtype: DType, dims: tuple[int, ...], strides: Any) -> np.ndarray:
+def _host_array(data: Any, dtype: DType, dims: Shape, strides: Any) -> np.ndarray:
     """The ndarray of ``data`` (read-only view) as ``dtype[dims]`` with ``strides`` (bytes;
     None: C order), after checking that the buffer holds every element."""
     if dtype.kind == DType.Kind.STRING:
@@ -81,8 +81,8 @@ def _host_array(data: Any, dtype: DType, dims: tuple[int, ...], strides: Any) ->
     return np.ndarray(dims, np_dtype, buffer=data, strides=strides)
 
 
-def _string_array(data: bytes, dims: tuple[int, ...]) -> np.ndarray:
-    contents = messages().StringArrayContents.FromString(bytes(data))
+def _string_array(data: bytes, dims: Shape) -> np.ndarray:
+    contents = wire.parse(messages().StringArrayContents, bytes(data), "a STRING host buffer")
     if len(contents.strings) != math.prod(dims):
         raise InvalidArgumentError(
             f"a STRING host buffer holds {len(contents.strings)} strings for shape {list(dims)}")
@@ -98,33 +98,14 @@ def _host_bytes(values: np.ndarray, dtype: DType) -> bytes:
     return values.tobytes()  # C order
 
 
-def _layout(proto: Any) -> Layout | None:
-    """The ifrtpy Layout of an ``xla.ifrt.LayoutProto`` (None: the default). A layout
-    that is the device's default is sent as such: the backend's put knows it."""
-    serialized = proto.serialized_layout
-    if not serialized.type_name and not serialized.data:
-        return None
-    if serialized.type_name not in ("xla::ifrt::PjRtLayout", "xla::PjRtLayout"):
-        raise UnimplementedError(f"layout type {serialized.type_name!r} is not served")
-    xla = messages().PjRtLayoutProto.FromString(serialized.data).xla_layout
-    return Layout(list(xla.minor_to_major), [list(t.dimensions) for t in xla.tiles],
-                  xla.element_size_in_bits)
-
-
-def _spec(session: Any, proto: Any) -> ArraySpec:
-    dims = wire.dims_of(proto.shape)
-    return ArraySpec(wire.dtype_from_proto(proto.dtype), Shape(dims),
-                     wire.sharding_from_proto(session.client, proto.sharding))
-
-
 # -- puts --------------------------------------------------------------------------------
 
 def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     dtype = wire.dtype_from_proto(request.dtype)
-    dims = wire.dims_of(request.shape)
+    dims = wire.array_shape(dtype, request.shape)
     sharding = wire.sharding_from_proto(session.client, request.sharding)
     strides = request.byte_strides.strides if request.HasField("byte_strides") else None
-    layout = _layout(request.layout) if request.HasField("layout") else None
+    layout = wire.layout_from_proto(request.layout) if request.HasField("layout") else None
     handle = session.result_handle(request.array_handle if request.HasField("array_handle") else 0)
     data = session.take_host_buffer(request.host_buffer_handle)
     values = _host_array(data, dtype, dims, strides)
@@ -137,7 +118,7 @@ def make_arrays_from_host_buffer_shards(session: Any, request: Any) -> Any:
     handles = session.result_handles(request.array_handles, len(request.specs))
     specs = []
     for spec in request.specs:
-        array_spec = _spec(session, spec.array_spec)
+        array_spec = wire.array_spec_from_proto(session.client, spec.array_spec)
         if len(spec.addressable_shard_indices) != len(spec.host_buffers):
             raise InvalidArgumentError(
                 f"a spec pairs {len(spec.addressable_shard_indices)} index lists with "
@@ -145,9 +126,10 @@ def make_arrays_from_host_buffer_shards(session: Any, request: Any) -> Any:
         buffers = []
         for indices, buffer in zip(spec.addressable_shard_indices, spec.host_buffers):
             strides = buffer.byte_strides.strides if buffer.HasField("byte_strides") else None
-            data = session.take_host_buffer(buffer.host_buffer_handle)
-            values = _host_array(data, wire.dtype_from_proto(buffer.dtype),
-                                 wire.dims_of(buffer.shape), strides)
+            dtype = wire.dtype_from_proto(buffer.dtype)
+            dims = wire.array_shape(dtype, buffer.shape, "a host buffer's shape")
+            values = _host_array(session.take_host_buffer(buffer.host_buffer_handle), dtype,
+                                 dims, strides)
             buffers.append((list(indices.indices), values))
         specs.append(HostBufferShards(buffers, array_spec))
     arrays = session.client.make_arrays_from_host_buffer_shards(specs)
@@ -157,8 +139,9 @@ def make_arrays_from_host_buffer_shards(session: Any, request: Any) -> Any:
 
 def make_error_arrays(session: Any, request: Any) -> Any:
     handles = session.result_handles(request.array_handles, len(request.array_specs))
-    specs = [_spec(session, s) for s in request.array_specs]
-    arrays = session.client.make_error_arrays(wire.error_of_status(request.error), specs)
+    specs = [wire.array_spec_from_proto(session.client, s) for s in request.array_specs]
+    error = wire.error_of_status(request.error, "MakeErrorArrays' error")
+    arrays = session.client.make_error_arrays(error, specs)
     session.put_arrays(handles, arrays)
     return messages().MakeErrorArraysResponse(array_handles=handles)
 
@@ -168,9 +151,11 @@ def make_error_arrays(session: Any, request: Any) -> Any:
 def copy_to_host_buffer(session: Any, request: Any) -> None:
     array = session.array(request.array_handle)
     strides = list(request.byte_strides.strides) if request.HasField("byte_strides") else None
-    if strides is not None and len(strides) != len(array.shape.dims):
-        raise InvalidArgumentError(
-            f"byte_strides {strides} has {len(strides)} entries for {len(array.shape.dims)} dims")
+    size, limit = _host_buffer_size(array, strides), session.limits.max_host_buffer_bytes
+    if size > limit:  # refused before it is allocated; what is held is counted at the store
+        raise ResourceExhaustedError(
+            f"CopyToHostBuffer: {array.dtype}{list(array.shape)} with byte_strides {strides} "
+            f"takes a host buffer of {size} bytes, over session {session.id}'s limit of {limit}")
     future = array.copy_to_host_buffer(byte_strides=strides)
     handle = request.host_buffer_handle
     dtype = array.dtype
@@ -180,6 +165,20 @@ def copy_to_host_buffer(session: Any, request: Any) -> None:
         return messages().CopyToHostBufferResponse()
 
     session.answer_later(future, stored)
+
+
+def _host_buffer_size(array: Any, strides: list[int] | None) -> int:
+    """The bytes of the host buffer a read of ``array`` laid out by byte ``strides`` (None:
+    C order) allocates: the span the strides reach (each element's own bytes, the padding
+    between them zeros)."""
+    dims = tuple(array.shape)
+    itemsize = array.dtype.to_numpy().itemsize
+    if strides is None or 0 in dims:
+        return math.prod(dims) * itemsize
+    if len(strides) != len(dims):
+        raise InvalidArgumentError(
+            f"byte_strides {strides} has {len(strides)} entries for {len(dims)} dims")
+    return sum(abs(s) * (d - 1) for s, d in zip(strides, dims)) + itemsize
 
 
 def _strided_bytes(values: np.ndarray, dtype: DType) -> Any:
@@ -220,9 +219,11 @@ def fully_replicated_shard(session: Any, request: Any) -> Any:
 def assemble(session: Any, request: Any) -> Any:
     pieces = session.arrays_of(request.single_device_array_handles)
     dtype = wire.dtype_from_proto(request.dtype) if request.HasField("dtype") else None
+    shape = (wire.shape_of(request.shape) if dtype is None
+             else wire.array_shape(dtype, request.shape))
     handle = session.result_handle(request.result_handle)
     array = session.client.assemble_array_from_single_device_arrays(
-        wire.dims_of(request.shape), wire.sharding_from_proto(session.client, request.sharding),
+        shape, wire.sharding_from_proto(session.client, request.sharding),
         pieces, _copy_semantics(request.copy_semantics), _shard_semantics(request), dtype=dtype)
     session.put_arrays([handle], [array])
     return messages().AssembleArrayFromSingleDeviceArraysResponse(array_handle=handle)
@@ -231,7 +232,7 @@ def assemble(session: Any, request: Any) -> Any:
 def copy_arrays(session: Any, request: Any) -> Any:
     arrays = session.arrays_of(request.array_handles)
     handles = session.result_handles(request.result_handles, len(arrays))
-    devices = (DeviceList([session.client.lookup_device(i) for i in request.device_ids])
+    devices = (wire.devices_of(session.client, request.device_ids, "CopyArrays' device_ids")
                if request.device_ids else None)
     kind = request.memory_kind if request.HasField("memory_kind") and request.memory_kind else None
     out = session.client.copy_arrays(arrays, devices, kind, _copy_semantics(request.copy_semantics))
@@ -243,7 +244,7 @@ def _to_specs(session: Any, request: Any, operation: Any, response_type: Any) ->
     """A reshard or bitcast: ``operation(arrays, specs, semantics)`` into the result handles."""
     arrays = session.arrays_of(request.array_handles)
     handles = session.result_handles(request.result_handles, len(arrays))
-    specs = [_spec(session, s) for s in request.array_specs]
+    specs = [wire.array_spec_from_proto(session.client, s) for s in request.array_specs]
     session.put_arrays(handles, operation(arrays, specs, _copy_semantics(request.copy_semantics)))
     return response_type(array_handles=handles)
 
@@ -271,8 +272,10 @@ def remap_arrays(session: Any, request: Any) -> Any:
                         _intervals(m.from_start, m.from_end, m.from_step),
                         _intervals(m.to_start, m.to_end, m.to_step))
                 for m in plan_proto.mappings]
-    plan = RemapPlan([_spec(session, s) for s in plan_proto.input_specs],
-                     [_spec(session, s) for s in plan_proto.output_specs], mappings)
+    def specs(protos: Any) -> list[ArraySpec]:
+        return [wire.array_spec_from_proto(session.client, s) for s in protos]
+
+    plan = RemapPlan(specs(plan_proto.input_specs), specs(plan_proto.output_specs), mappings)
     arrays = session.arrays_of(request.array_handles)
     handles = session.result_handles(request.result_handles, len(plan_proto.output_specs))
     out = session.client.remap_arrays(_with_index_domains(plan, arrays), arrays,

@@ -79,7 +79,8 @@ def _compile_options(session: Any, serialized: Any) -> CompileOptions:
         raise UnimplementedError(
             f"Compile: compile options of type {serialized.type_name!r} are not served "
             f"(served: {_XLA_OPTIONS})")
-    proto = messages().XlaCompileOptionsProto.FromString(serialized.data).compile_options
+    proto = wire.parse(messages().XlaCompileOptionsProto, serialized.data,
+                       "Compile's compile options").compile_options
     build = proto.executable_build_options
     replicas = build.num_replicas or 1
     partitions = build.num_partitions or 1
@@ -109,7 +110,17 @@ def _assigned_devices(session: Any, assignment: Any, replicas: int, partitions: 
                     f"Compile: partition {partition} of the device assignment names "
                     f"{len(column)} devices for {replicas} replicas")
             ids.append(column[replica])
-    return DeviceList([session.client.lookup_device(int(i)) for i in ids])
+    return wire.devices_of(session.client, ids, "Compile's device assignment")
+
+
+def _check_host_transfers(program: HloProgram) -> None:
+    """UnimplementedError naming the host transfers of ``program``: a run of it would wait
+    forever for a host feeding or draining them (the server has none)."""
+    if program.host_transfers:
+        raise UnimplementedError(
+            f"Compile: the program has {', '.join(sorted(program.host_transfers))}, which "
+            "wait for the host to feed or drain them; the ifrtpy proxy has no infeed, outfeed "
+            "or host send/recv, so a run would never finish")
 
 
 def _check_custom_calls(session: Any, program: HloProgram) -> None:
@@ -143,6 +154,7 @@ def compile_program(session: Any, request: Any) -> Any:
             f"Compile: the program's main takes {len(program.token_parameters)} and returns "
             f"{len(program.token_results)} !stablehlo.token values; the ifrtpy proxy serves "
             "array parameters and results only (jax.lax.create_token outside jit)")
+    _check_host_transfers(program)
     _check_custom_calls(session, program)
     executable = session.client.compile(program, options)
     handle = session.put_executable(_compiled(executable, program))
@@ -286,9 +298,10 @@ def execute(session: Any, request: Any) -> Any:
     compiled = session.executable(request.loaded_executable_handle)
     exe = compiled.executable
     args = session.arrays_of(request.args_handles)
-    devices = None
-    if request.device_ids and exe.devices() is None:
-        devices = DeviceList([session.client.lookup_device(i) for i in request.device_ids])
+    devices = None  # the request's devices run a portable executable; others have their own
+    if request.device_ids:
+        named = wire.devices_of(session.client, request.device_ids, "Execute's device_ids")
+        devices = named if exe.devices() is None else None
     options = _execute_options(request.execute_options, compiled)
     # every handle is checked (and room made sure of) before the run donates anything
     handles = session.result_handles(request.result_array_handle, len(exe.output_shapes()))
@@ -351,9 +364,11 @@ def default_device_assignment(session: Any, request: Any) -> Any:
 
 def default_layout(session: Any, request: Any) -> Any:
     dtype = wire.dtype_from_proto(request.dtype)
-    dims = [int(d) for d in request.dims]
-    device = session.client.lookup_device(request.device_id)
-    layout = session.client.get_default_layout(dtype, dims, device, request.memory_kind or None)
+    dims = wire.array_shape(dtype, request.dims, "GetDefaultLayout's dims")
+    device = wire.device_of(session.client, request.device_id, "GetDefaultLayout")
+    kind = request.memory_kind or None
+    device.memory(kind)  # InvalidArgumentError naming the device's kinds where it has none
+    layout = session.client.get_default_layout(dtype, dims, device, kind)
     return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout))
 
 

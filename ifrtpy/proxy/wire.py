@@ -1,6 +1,14 @@
 """IFRT serdes on the wire: dtypes, shapes, shardings, layouts, statuses and attributes,
 between the protocol's messages and ifrtpy's value types.
 
+Every value a request carries is decoded here, and checked here before it reaches a
+backend or jaxlib (whose readers trust their input): a serialized message that does not
+parse, a shape with negative dims or more elements or bytes than an array can hold, an
+unknown dtype or device, an OpSharding jaxlib would abort on or that does not place its
+tiles on its devices, each gets InvalidArgumentError naming the field; a form the server
+does not serve (a sharding, layout or program type it does not know, a mesh-based
+OpSharding) gets UnimplementedError.
+
 Shardings arrive as ``Serialized{type_name, data}``; the server reads IFRT's single-device,
 HLO, opaque, concrete and concrete-even forms and answers in the single-device or HLO
 form (tile-assignment OpShardings: the 0.12 client aborts on mesh-based ones).
@@ -14,36 +22,59 @@ from typing import Any, Sequence
 import numpy as np
 
 from ifrtpy import _jaxlib
-from ifrtpy.device import DeviceList
+from ifrtpy.array import ArraySpec
+from ifrtpy.device import Device, DeviceList
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import Code, IfrtError, InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import Code, IfrtError, InvalidArgumentError, NotFoundError, UnimplementedError
 from ifrtpy.layout import Layout
 from ifrtpy.proxy._protocol import message_class, messages
+from ifrtpy.shape import Shape
 from ifrtpy.sharding import (ConcreteEvenSharding, ConcreteSharding, HloSharding,
                              OpaqueSharding, Sharding, SingleDeviceSharding)
+from ifrtpy.sharding.hlo import check_op_sharding
 
-__all__ = ["dtype_from_proto", "dtype_to_proto", "dims_of", "sharding_from_proto",
-           "sharding_to_proto", "op_sharding_bytes", "status_proto", "error_of_status",
-           "attribute_map", "layout_text", "xla_layout_proto"]
+__all__ = ["parse", "dtype_from_proto", "dtype_to_proto", "shape_of", "array_shape",
+           "array_spec_from_proto", "device_of", "devices_of", "sharding_from_proto",
+           "layout_from_proto", "sharding_to_proto", "op_sharding_bytes", "status_proto",
+           "error_of_status", "attribute_map", "layout_text", "xla_layout_proto",
+           "MAX_ARRAY_BYTES"]
 
 _HLO = "xla::ifrt::HloSharding"
 _SINGLE = "xla::ifrt::SingleDeviceSharding"
 _OPAQUE = "xla::ifrt::OpaqueSharding"
 _CONCRETE = "xla::ifrt::ConcreteSharding"
 _CONCRETE_EVEN = "xla::ifrt::ConcreteEvenSharding"
+_LAYOUTS = ("xla::ifrt::PjRtLayout", "xla::PjRtLayout")
 
 # OpSharding.Type (xla_data.proto)
-_REPLICATED, _OTHER = 0, 3
+_REPLICATED, _MAXIMAL, _TUPLE, _OTHER = 0, 1, 2, 3
+
+#: The most bytes an array named in a request may hold: far beyond any machine's memory,
+#: and far below where XLA's int64 byte counts (a tiled layout pads an array) overflow.
+MAX_ARRAY_BYTES = 1 << 52
+
+
+def parse(cls: Any, data: bytes, what: str) -> Any:
+    """The message of class ``cls`` serialized in ``data``; InvalidArgumentError naming
+    ``what`` (the field that carried it) when the bytes do not parse."""
+    try:
+        return cls.FromString(data)
+    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError, or a RuntimeError
+        raise InvalidArgumentError(
+            f"{what} is not a serialized {cls.DESCRIPTOR.full_name} ({len(data)} bytes): "
+            f"{error}") from None
 
 
 # -- dtypes and shapes ------------------------------------------------------------------
 
 def dtype_from_proto(proto: Any) -> DType:
-    """The DType of a ``DTypeProto`` (kinds are matched by name: the numbers differ)."""
+    """The DType of a ``DTypeProto`` (kinds are matched by name: the numbers differ): an
+    array element type (not a token or an opaque value)."""
     name = messages().DTypeProto.Kind.Name(proto.kind) if _known_kind(proto.kind) else None
     kind = getattr(DType.Kind, name[5:], None) if name else None
-    if kind is None or kind == DType.Kind.INVALID:
-        raise InvalidArgumentError(f"unsupported dtype kind {proto.kind} ({name or 'unknown'})")
+    if kind is None or kind in (DType.Kind.INVALID, DType.Kind.TOKEN, DType.Kind.OPAQUE):
+        raise InvalidArgumentError(
+            f"dtype kind {proto.kind} ({name or 'unknown'}) is not an array element type")
     return DType(kind)
 
 
@@ -56,20 +87,51 @@ def dtype_to_proto(dtype: DType) -> Any:
     return m.DTypeProto(kind=m.DTypeProto.Kind.Value("KIND_" + dtype.kind.name))
 
 
-def dims_of(shape_proto: Any) -> tuple[int, ...]:
-    """The dims of a ``ShapeProto``, each checked to be >= 0."""
-    dims = tuple(int(d) for d in shape_proto.dims)
-    if any(d < 0 for d in dims):
-        raise InvalidArgumentError(f"shape dims must be >= 0, got {list(dims)}")
-    return dims
+def shape_of(dims: Any, what: str = "shape") -> Shape:
+    """The Shape of a ``ShapeProto`` (or of a sequence of dims): dims >= 0, at most 2**63 - 1
+    elements; InvalidArgumentError naming ``what`` otherwise."""
+    dims = getattr(dims, "dims", dims)
+    try:
+        return Shape(dims)
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(f"{what}: {error}") from None
 
 
-# -- shardings ---------------------------------------------------------------------------
+def array_shape(dtype: DType, dims: Any, what: str = "shape") -> Shape:
+    """:func:`shape_of`, for an array of ``dtype``, which must hold at most
+    :data:`MAX_ARRAY_BYTES` bytes."""
+    shape = shape_of(dims, what)
+    size = -(-shape.num_elements() * (dtype.bit_size or 8) // 8)
+    if size > MAX_ARRAY_BYTES:
+        raise InvalidArgumentError(
+            f"{what}: {dtype}{list(shape)} holds {size} bytes; an array named in a request "
+            f"holds at most {MAX_ARRAY_BYTES} (2**52)")
+    return shape
 
-def _devices(client: Any, ids: Sequence[int]) -> DeviceList:
+
+def array_spec_from_proto(client: Any, proto: Any, what: str = "array spec") -> ArraySpec:
+    """The ArraySpec of an ``ArraySpecProto`` (its layout is not read: IFRT's default)."""
+    dtype = dtype_from_proto(proto.dtype)
+    return ArraySpec(dtype, array_shape(dtype, proto.shape, f"{what} shape"),
+                     sharding_from_proto(client, proto.sharding))
+
+
+# -- devices and shardings ---------------------------------------------------------------
+
+def device_of(client: Any, device_id: int, what: str = "the request") -> Device:
+    """``client``'s device ``device_id``; InvalidArgumentError naming ``what`` for an id it
+    does not have."""
+    try:
+        return client.lookup_device(int(device_id))
+    except NotFoundError as error:
+        raise InvalidArgumentError(f"{what} names device {device_id}: {error}") from None
+
+
+def devices_of(client: Any, ids: Sequence[int], what: str) -> DeviceList:
+    """A DeviceList of ``client``'s devices ``ids`` (one or more)."""
     if not ids:
-        raise InvalidArgumentError("a sharding names no devices")
-    return DeviceList([client.lookup_device(int(i)) for i in ids])
+        raise InvalidArgumentError(f"{what} names no devices")
+    return DeviceList([device_of(client, i, what) for i in ids])
 
 
 def _memory_kind(proto: Any) -> str | None:
@@ -80,33 +142,74 @@ def sharding_from_proto(client: Any, proto: Any) -> Sharding:
     """The ifrtpy Sharding of a ``ShardingProto`` over ``client``'s devices."""
     m = messages()
     serialized = proto.serialized_sharding
-    kind = serialized.type_name
+    kind, data = serialized.type_name, serialized.data
     if kind == _SINGLE:
-        p = m.SingleDeviceShardingProto.FromString(serialized.data)
-        return SingleDeviceSharding(client.lookup_device(p.device_id), _memory_kind(p))
+        p = parse(m.SingleDeviceShardingProto, data, "a SingleDeviceSharding")
+        return SingleDeviceSharding(device_of(client, p.device_id, "a SingleDeviceSharding"),
+                                    _memory_kind(p))
     if kind == _HLO:
-        p = m.HloShardingProto.FromString(serialized.data)
+        p = parse(m.HloShardingProto, data, "an HloSharding")
+        devices = devices_of(client, p.devices.device_ids, "an HloSharding")
+        _check_hlo_form(p.xla_op_sharding, len(devices))
         op = _jaxlib.xla_client().OpSharding()
         op.ParseFromString(p.xla_op_sharding.SerializeToString())
-        sharding = HloSharding(_devices(client, p.devices.device_ids), op, _memory_kind(p))
+        sharding = HloSharding(devices, op, _memory_kind(p))
+        if p.xla_op_sharding.type == _OTHER:
+            sharding.tile_of_device()  # every device holds one tile
         _check_reduction(sharding, p.xla_op_sharding)
         return sharding
     if kind == _OPAQUE:
-        p = m.OpaqueShardingProto.FromString(serialized.data)
-        return OpaqueSharding(_devices(client, p.devices.device_ids), _memory_kind(p))
+        p = parse(m.OpaqueShardingProto, data, "an OpaqueSharding")
+        return OpaqueSharding(devices_of(client, p.devices.device_ids, "an OpaqueSharding"),
+                              _memory_kind(p))
     if kind == _CONCRETE_EVEN:
-        p = m.ConcreteEvenShardingProto.FromString(serialized.data)
-        return ConcreteEvenSharding(_devices(client, p.devices.device_ids), dims_of(p.shape),
-                                    dims_of(p.shard_shape), is_fully_replicated=p.is_fully_replicated,
-                                    memory_kind=_memory_kind(p))
+        p = parse(m.ConcreteEvenShardingProto, data, "a ConcreteEvenSharding")
+        return ConcreteEvenSharding(
+            devices_of(client, p.devices.device_ids, "a ConcreteEvenSharding"),
+            shape_of(p.shape, "a ConcreteEvenSharding's shape"),
+            shape_of(p.shard_shape, "a ConcreteEvenSharding's shard_shape"),
+            is_fully_replicated=p.is_fully_replicated, memory_kind=_memory_kind(p))
     if kind == _CONCRETE:
-        p = m.ConcreteShardingProto.FromString(serialized.data)
+        p = parse(m.ConcreteShardingProto, data, "a ConcreteSharding")
         if not p.HasField("shape"):
             raise UnimplementedError("ConcreteSharding with dynamic shapes is not served")
-        return ConcreteSharding(_devices(client, p.devices.device_ids), dims_of(p.shape),
-                                [dims_of(s) for s in p.shard_shapes], memory_kind=_memory_kind(p))
+        return ConcreteSharding(devices_of(client, p.devices.device_ids, "a ConcreteSharding"),
+                                shape_of(p.shape, "a ConcreteSharding's shape"),
+                                [shape_of(s, "a ConcreteSharding's shard_shapes")
+                                 for s in p.shard_shapes], memory_kind=_memory_kind(p))
     raise UnimplementedError(f"sharding type {kind!r} is not served (served: {_SINGLE}, "
                              f"{_HLO}, {_OPAQUE}, {_CONCRETE}, {_CONCRETE_EVEN})")
+
+
+def _check_hlo_form(proto: Any, device_count: int) -> None:
+    """The checks of an HloSharding's OpSharding before jaxlib reads it: the tile-assignment
+    form (UnimplementedError for the mesh-based one), not a tuple, fields jaxlib reads safely
+    (:func:`~ifrtpy.sharding.hlo.check_op_sharding`), no more tiles than devices, a maximal
+    sharding's device among them (a tiled one's are checked once read: one tile each)."""
+    if "named_sharding" in proto.DESCRIPTOR.fields_by_name and proto.HasField("named_sharding"):
+        raise UnimplementedError(
+            "an HloSharding in the mesh-based OpSharding form (named_sharding) is not served; "
+            "send the tile-assignment form")
+    if proto.type == _TUPLE:
+        raise InvalidArgumentError("an HloSharding of an array is not a tuple OpSharding")
+    check_op_sharding(proto, max_tiles=device_count)
+    if proto.type == _MAXIMAL and proto.tile_assignment_devices[0] >= device_count:
+        raise InvalidArgumentError(
+            f"a maximal HloSharding names device position {proto.tile_assignment_devices[0]} "
+            f"of {device_count}")
+
+
+def layout_from_proto(proto: Any) -> Layout | None:
+    """The ifrtpy Layout of an ``xla.ifrt.LayoutProto`` (None: the default)."""
+    serialized = proto.serialized_layout
+    if not serialized.type_name and not serialized.data:
+        return None
+    if serialized.type_name not in _LAYOUTS:
+        raise UnimplementedError(
+            f"layout type {serialized.type_name!r} is not served (served: {', '.join(_LAYOUTS)})")
+    xla = parse(messages().PjRtLayoutProto, serialized.data, "a layout").xla_layout
+    return Layout(list(xla.minor_to_major), [list(t.dimensions) for t in xla.tiles],
+                  xla.element_size_in_bits)
 
 
 #: The OpMetadata op_type of the reduction of an OpSharding's unreduced axes (jax 0.12).
@@ -210,10 +313,13 @@ def _builtin_code(error: BaseException) -> Code:
     return Code.INTERNAL
 
 
-def error_of_status(status: Any) -> IfrtError:
+def error_of_status(status: Any, what: str = "the status") -> IfrtError:
+    """The error of a ``StatusProto``; InvalidArgumentError naming ``what`` for an OK one."""
     from ifrtpy.errors import error_from_code
 
-    return error_from_code(status.code or Code.UNKNOWN, status.message)
+    if status.code == Code.OK:
+        raise InvalidArgumentError(f"{what} is OK, not an error")
+    return error_from_code(status.code, status.message)
 
 
 # -- attributes and layouts ---------------------------------------------------------------

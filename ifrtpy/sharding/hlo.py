@@ -38,12 +38,17 @@ from ifrtpy.sharding._common import (
 )
 from ifrtpy.sharding.base import Sharding
 
-__all__ = ["HloSharding", "as_xla_hlo_sharding", "check_reduced", "same_unreduced"]
+__all__ = ["HloSharding", "as_xla_hlo_sharding", "check_op_sharding", "check_reduced",
+           "same_unreduced"]
 
 # OpSharding.Type numbers (xla_data.proto).
 _REPLICATED, _MAXIMAL, _TUPLE, _OTHER, _MANUAL, _UNKNOWN, _UNREDUCED = 0, 1, 2, 3, 4, 5, 6
 _TYPE_NAMES = {_REPLICATED: "replicated", _MAXIMAL: "maximal", _MANUAL: "manual",
                _UNKNOWN: "unknown", _OTHER: "tiled", _UNREDUCED: "unreduced"}
+#: The types a subgroup of a tiled sharding may have (``last_tile_dims``).
+_SUBGROUP_TYPES = (_REPLICATED, _MANUAL, _UNREDUCED)
+#: The most tiles a tile assignment may have (XLA counts them in int64).
+_MAX_TILES = 2**63 - 1
 #: The reductions of unreduced axes, by jaxlib's ``HloSharding.reduction_op()`` number.
 REDUCTIONS = ("sum", "max", "min")
 
@@ -60,12 +65,80 @@ def as_xla_hlo_sharding(value: Any) -> Any:
     if isinstance(value, xc.HloSharding):
         sharding = value
     elif isinstance(value, xc.OpSharding):
+        check_op_sharding(value)
         sharding = xc.HloSharding.from_proto(value)
     elif isinstance(value, str):
         sharding = xc.HloSharding.from_string(value)
     else:
         raise TypeError(f"expected an xla HloSharding, OpSharding or sharding string, got {value!r}")
     return _jaxlib.tile_form(sharding)
+
+
+def check_op_sharding(proto: Any, max_tiles: Optional[int] = None) -> None:
+    """InvalidArgumentError naming the field unless ``proto`` (an ``xla.OpSharding``) is a
+    sharding jaxlib's reader takes safely: it trusts these fields, and an out-of-range
+    transpose permutation, subgroup type or tile count aborts the process, reads out of
+    bounds or allocates without bound. ``max_tiles``: the most tiles its tile assignment
+    may have (a server passes the number of devices it was given).
+
+    The mesh-based form (``named_sharding``, which jaxlib 0.12 writes into compiled
+    modules) is not checked here: ifrtpy reads it only from jaxlib's own objects."""
+    try:
+        kind = int(proto.type)
+        subgroups = [int(t) for t in proto.last_tile_dims]
+    except ValueError as error:  # jaxlib's OpSharding cannot even read an unknown enum value
+        raise InvalidArgumentError(f"an OpSharding holds a type XLA does not have: {error}") from None
+    if kind == _TUPLE:
+        for element in proto.tuple_shardings:
+            check_op_sharding(element, max_tiles)
+        return
+    if kind not in _TYPE_NAMES:
+        raise InvalidArgumentError(
+            f"OpSharding type {kind} is none of XLA's ({_TUPLE} tuple, "
+            f"{', '.join(f'{t} {name}' for t, name in sorted(_TYPE_NAMES.items()))})")
+    devices = [int(d) for d in proto.tile_assignment_devices]
+    if kind == _MAXIMAL and (len(devices) != 1 or devices[0] < 0):
+        raise InvalidArgumentError(
+            f"a maximal OpSharding names one device in tile_assignment_devices, not {devices}")
+    if kind != _OTHER:
+        return
+    dims = [int(d) for d in proto.tile_assignment_dimensions]
+    if not dims or min(dims) < 1:
+        raise InvalidArgumentError(
+            f"OpSharding tile_assignment_dimensions {dims} must be one or more positive ints")
+    tiles = math.prod(dims)
+    limit = _MAX_TILES if max_tiles is None else min(max_tiles, _MAX_TILES)
+    if tiles > limit:
+        raise InvalidArgumentError(
+            f"OpSharding tile_assignment_dimensions {dims} make {tiles} tiles; at most {limit}")
+    reshape = [int(d) for d in proto.iota_reshape_dims]
+    perm = [int(p) for p in proto.iota_transpose_perm]
+    if reshape:
+        if devices:
+            raise InvalidArgumentError(
+                "an OpSharding sets both iota_reshape_dims and tile_assignment_devices")
+        if sorted(perm) != list(range(len(reshape))):
+            raise InvalidArgumentError(
+                f"OpSharding iota_transpose_perm {perm} is not a permutation of the "
+                f"{len(reshape)} iota_reshape_dims {reshape}")
+        if min(reshape) < 1 or math.prod(reshape) != tiles:
+            raise InvalidArgumentError(
+                f"OpSharding iota_reshape_dims {reshape} must be positive and make the {tiles} "
+                f"tiles of tile_assignment_dimensions {dims}")
+    elif perm:
+        raise InvalidArgumentError("an OpSharding sets iota_transpose_perm without iota_reshape_dims")
+    elif len(devices) != tiles or min(devices) < 0:
+        raise InvalidArgumentError(
+            f"OpSharding tile_assignment_devices must name {tiles} devices (>= 0) for "
+            f"tile_assignment_dimensions {dims}, not {len(devices)}: {devices[:16]}")
+    if subgroups and proto.replicate_on_last_tile_dim:
+        raise InvalidArgumentError(
+            "an OpSharding sets both last_tile_dims and replicate_on_last_tile_dim")
+    if len(subgroups) > len(dims) or any(t not in _SUBGROUP_TYPES for t in subgroups):
+        raise InvalidArgumentError(
+            f"OpSharding last_tile_dims {subgroups} must be at most {len(dims)} types (one per "
+            f"tile_assignment_dimension) of "
+            f"{', '.join(f'{t} {_TYPE_NAMES[t]}' for t in _SUBGROUP_TYPES)}")
 
 
 class HloSharding(Sharding):

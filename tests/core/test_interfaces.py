@@ -395,9 +395,19 @@ def test_copy_to_host_buffer_with_byte_strides(client, x, strides, flat):
 @pytest.mark.parametrize("strides", [(-12, 4), (4, -8), (24, 4), (16, 4)])
 def test_copy_to_host_buffer_negative_and_padded_strides(client, x, strides):
     a = client.make_array_from_host_buffer(x, single(client))
+    base_bytes = 4 + sum(abs(s) * (d - 1) for s, d in zip(strides, x.shape))
+    for _ in range(8):  # freed memory of that size, as the buffer might get
+        np.full(base_bytes, 0x5A, np.uint8)
     out = a.copy_to_host_buffer(byte_strides=strides).result()
     assert out.strides == strides
     np.testing.assert_array_equal(out, x)
+    base = out.base
+    assert base.nbytes == base_bytes
+    # the bytes between the elements are zeros
+    offset = out.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    mine = np.zeros(base_bytes, np.uint8)
+    np.ndarray(out.shape, np.int32, buffer=mine, offset=offset, strides=strides)[...] = -1
+    assert not base[mine == 0].any()
 
 
 @pytest.mark.parametrize(

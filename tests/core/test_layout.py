@@ -415,3 +415,24 @@ def test_pjrt_default_layouts_are_the_plugins_answer():
         assert array.layout == client.get_default_layout(int4, (2, 3), device, kind)
     with pytest.raises(errors.InvalidArgumentError, match="buffer_type"):
         client._handle.default_layout(0, [2])  # INVALID: refused before the plugin sees it
+
+
+def test_pjrt_default_layouts_of_impossible_shapes_are_refused():
+    """The plugin aborts the process when asked for the layout of an array over 2**63 - 1
+    bytes (f32[2**61] was measured); the client refuses such shapes (in a child process:
+    without the check it would take pytest down)."""
+    from pjrt_helpers import assert_survives
+
+    assert_survives("""
+        import ifrtpy as ifrt
+        client = ifrt.get_client("pjrt", device_count=1)
+        f32 = ifrt.DType.from_numpy(np.dtype(np.float32))
+        for dims in ([2**61], [2**31, 2**31], [2**40, 2**40], [-1]):
+            try:
+                client.get_default_layout(f32, dims, client.devices()[0])
+            except errors.InvalidArgumentError:
+                print("refused", len(dims), dims[0], flush=True)
+        print(client.get_default_layout(f32, [2**60], client.devices()[0]))
+        print("alive")
+    """, "refused 1 2305843009213693952", "refused 2 2147483648", "refused 2 1099511627776",
+        "refused 1 -1", "{0}")

@@ -170,3 +170,29 @@ def _running(pid: int) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def test_the_reader_serves_a_process_with_more_than_1024_open_files():
+    """The reader's pipes may get descriptors above 1023 (a server with many connections):
+    waiting on them must not be limited to select()'s FD_SETSIZE."""
+    done = run_python(f"""
+        import os, resource
+        import ifrtpy as ifrt
+        from ifrtpy.program import inputs
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < 1300:
+            print("skip: RLIMIT_NOFILE hard limit", hard, flush=True)
+            os._exit(0)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+        held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        assert max(held) > 1024
+        text = {add_constant(4.5)!r}
+        art = ifrt.HloProgram(text).serialize_for((1, 13, 3))[0]
+        assert "dense<4.500000e+00>" in inputs.convert_isolated(art, "bytes")
+        print("read", flush=True)
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if done.stdout.startswith("skip"):
+        pytest.skip(done.stdout.strip())
+    assert done.stdout.strip() == "read"

@@ -293,3 +293,55 @@ def test_sharding_param_matches_hlo_sharding(text, shape):
                 expected.index_domains(shape, semantics)
             assert converted.disassemble(shape, semantics) == expected.disassemble(shape, semantics)
         assert converted.is_fully_replicated == expected.is_fully_replicated
+
+
+def _op(**fields):
+    """An OpSharding of any field values (jaxlib's own class takes only known types)."""
+    pytest.importorskip("google.protobuf")
+    from ifrtpy.proxy._protocol import messages
+
+    op = xc.OpSharding()
+    op.ParseFromString(messages().OpSharding(**fields).SerializeToString())
+    return op
+
+
+OTHER, MAXIMAL = 3, 1
+
+
+@pytest.mark.parametrize("fields, field", [
+    # each aborted jaxlib's reader, read out of bounds or allocated without bound
+    (dict(type=OTHER, tile_assignment_dimensions=[2], iota_reshape_dims=[2],
+          iota_transpose_perm=[5]), "iota_transpose_perm"),
+    (dict(type=OTHER, tile_assignment_dimensions=[2], iota_reshape_dims=[2],
+          iota_transpose_perm=[-1]), "iota_transpose_perm"),
+    (dict(type=OTHER, tile_assignment_dimensions=[4], iota_reshape_dims=[2, 2],
+          iota_transpose_perm=[0, 0]), "iota_transpose_perm"),
+    (dict(type=OTHER, tile_assignment_dimensions=[4], iota_reshape_dims=[3],
+          iota_transpose_perm=[0]), "iota_reshape_dims"),
+    (dict(type=OTHER, tile_assignment_dimensions=[1 << 40, 1 << 40],
+          iota_reshape_dims=[1 << 40, 1 << 40], iota_transpose_perm=[0, 1]),
+     "tile_assignment_dimensions"),
+    (dict(type=OTHER, tile_assignment_dimensions=[-2], tile_assignment_devices=[0, 1]),
+     "tile_assignment_dimensions"),
+    (dict(type=OTHER, tile_assignment_dimensions=[2, 2], tile_assignment_devices=[0, 1, 2]),
+     "tile_assignment_devices"),
+    (dict(type=OTHER, tile_assignment_dimensions=[2, 2], tile_assignment_devices=[0, 1, 2, 3],
+          last_tile_dims=[99]), "last_tile_dims"),
+    (dict(type=OTHER, tile_assignment_dimensions=[2], tile_assignment_devices=[0, 1],
+          last_tile_dims=[0, 0, 0]), "last_tile_dims"),
+    (dict(type=MAXIMAL), "maximal"),
+    (dict(type=77), "type"),
+])
+def test_an_op_sharding_jaxlib_cannot_read_is_refused_naming_its_field(fields, field):
+    with pytest.raises(InvalidArgumentError, match=field):
+        hlo(_op(**fields))
+
+
+def test_a_tile_count_over_a_bound_is_refused_before_jaxlib_reads_it():
+    from ifrtpy.sharding.hlo import check_op_sharding
+
+    op = _op(type=OTHER, tile_assignment_dimensions=[1 << 20, 1 << 10],
+             iota_reshape_dims=[1 << 30], iota_transpose_perm=[0])
+    check_op_sharding(op)  # a valid sharding, of 2**30 tiles
+    with pytest.raises(InvalidArgumentError, match="1073741824 tiles; at most 6"):
+        check_op_sharding(op, max_tiles=6)

@@ -22,7 +22,7 @@ from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.effects import OrderedEffects
 from ifrtpy.backends.pjrt.events import future_of_events
-from ifrtpy.backends.pjrt.layouts import packed
+from ifrtpy.backends.pjrt.layouts import check_byte_size, packed
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.future import Future
@@ -42,7 +42,6 @@ from ifrtpy.sharding import ConcreteEvenSharding, Sharding, SingleDeviceSharding
 from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
-MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
 
 
 def compile_program(client, program: Any, options: CompileOptions | None) -> PjrtLoadedExecutable:
@@ -51,11 +50,12 @@ def compile_program(client, program: Any, options: CompileOptions | None) -> Pjr
     check_type(options, CompileOptions, "options", "a CompileOptions or None")
     for what, types in (("parameter", program.parameters), ("result", program.results)):
         for i, t in enumerate(types):
-            bits = (t.dtype.bit_size or 8) * t.shape.num_elements()
-            if bits > 8 * MAX_BYTES:  # the plugin aborts on a byte size beyond int64
-                raise InvalidArgumentError(
-                    f"{what} {i} of the program, {t}, takes {-(-bits // 8)} bytes; an array "
-                    f"takes at most {MAX_BYTES} (2**63 - 1) bytes")
+            check_byte_size(t.dtype, t.shape, f"{what} {i} of the program, {t},")
+    if program.host_transfers:  # a run would wait for them forever
+        raise UnimplementedError(
+            f"{program.name}: the program has {', '.join(sorted(program.host_transfers))}, "
+            "which wait for the host to feed or drain them; the PjRt backend has no infeed, "
+            "outfeed or host send/recv")
     devices = options.resolve_devices(client)
     compile_options = _xla.compile_options_proto(options, program, devices, client.platform_name)
     if not options.debug_options:  # the plugin's own XLA defaults, not jaxlib's

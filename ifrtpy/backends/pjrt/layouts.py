@@ -12,14 +12,28 @@ reports ``{1,0:E(4)}`` for an int4 buffer and ``{1,0}`` as the default it gets.
 
 from __future__ import annotations
 
+import math
+
 from ifrtpy.device import Device, MemoryKind, canonicalize_memory_kind
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.layout import Layout
+from ifrtpy.shape import Shape
 
-__all__ = ["default_layout", "buffer_layout", "packed"]
+__all__ = ["default_layout", "buffer_layout", "packed", "check_byte_size", "MAX_BYTES"]
 
 UNPINNED_HOST = MemoryKind("unpinned_host")
+MAX_BYTES = 2**63 - 1  # the byte size of an array is an int64 in XLA
+
+
+def check_byte_size(dtype: DType, dims, what: str) -> None:
+    """InvalidArgumentError naming ``what`` unless an array of ``dtype`` and ``dims`` (a
+    valid Shape) takes at most :data:`MAX_BYTES` bytes: the plugin aborts beyond."""
+    bits = (dtype.bit_size or 8) * math.prod(Shape(dims))
+    if bits > 8 * MAX_BYTES:
+        raise InvalidArgumentError(
+            f"{what} takes {-(-bits // 8)} bytes; an array takes at most {MAX_BYTES} "
+            f"(2**63 - 1) bytes")
 
 
 def packed(layout: Layout, dtype: DType) -> Layout:
@@ -36,6 +50,7 @@ def default_layout(client, dtype: DType, dims, device: Device,
     when none is asked for (cached per client, dtype, dims and whether the memory is plain
     host memory)."""
     dims = tuple(dims)
+    check_byte_size(dtype, dims, f"{dtype}{list(dims)}")
     host = canonicalize_memory_kind(memory_kind, device) == UNPINNED_HOST
     key = (dtype, dims, host)
     layout = client._default_layouts.get(key)

@@ -20,7 +20,7 @@ from jax.sharding import Mesh as JaxMesh, NamedSharding as JaxNamedSharding, Par
 import ifrtpy as ifrt
 from ifrtpy.array import ArraySpec
 from ifrtpy.errors import (
-    FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError,
+    FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError, UnimplementedError,
 )
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import (
@@ -567,6 +567,25 @@ def test_unknown_custom_call_is_rejected_by_the_plugin(client):
     }"""
     HloProgram(text)  # valid StableHLO
     with pytest.raises(IfrtError, match="ifrtpy_no_such_target"):
+        client.compile(text, ifrt.CompileOptions(devices=[client.addressable_devices()[0]]))
+
+
+@pytest.mark.parametrize("op", ["infeed", "outfeed"])
+def test_a_program_waiting_on_the_host_is_refused(client, op):
+    """An infeed or outfeed waits for the host forever (PJRT's C API has no feed): the
+    program is refused at compile, before any run could hang."""
+    feed = ('%i:2 = "stablehlo.infeed"(%t) {infeed_config = ""} : (!stablehlo.token) -> '
+            '(tensor<4xf32>, !stablehlo.token)' if op == "infeed" else
+            '%o = "stablehlo.outfeed"(%a, %t) {outfeed_config = ""} : (tensor<4xf32>, '
+            '!stablehlo.token) -> !stablehlo.token')
+    text = f"""module @fed {{
+      func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{
+        %t = stablehlo.after_all : !stablehlo.token
+        {feed}
+        return %a : tensor<4xf32>
+      }}
+    }}"""
+    with pytest.raises(UnimplementedError, match=f"stablehlo.{op}"):
         client.compile(text, ifrt.CompileOptions(devices=[client.addressable_devices()[0]]))
 
 
