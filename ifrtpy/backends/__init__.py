@@ -21,11 +21,12 @@ from typing import Any, Callable
 
 from ifrtpy import distributed
 from ifrtpy.client import Client
+from ifrtpy.device import Device
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from ifrtpy.plugins import find_plugin
 from ifrtpy.plugins.builds import default_cpu_library
 
-__all__ = ["register_backend", "registered_backends", "get_client", "default_client"]
+__all__ = ["register_backend", "registered_backends", "get_client", "default_client", "devices"]
 
 _registry_lock = threading.Lock()
 _defaults_lock = threading.RLock()  # a backend's factory may ask for another default
@@ -105,6 +106,12 @@ def default_client(backend: str = "pjrt") -> Client:
         if client is None:
             client = _defaults[key] = _new_client(name, {})
         return client
+
+
+def devices(backend: str = "pjrt") -> list[Device]:
+    """The devices of the process's default client of ``backend`` (``get_client(backend)
+    .devices()``), as ``jax.devices()``."""
+    return default_client(backend).devices()
 
 
 def _default_of(backend: str) -> tuple[str, str | None]:

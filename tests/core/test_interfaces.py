@@ -333,9 +333,9 @@ def test_array_defaults(client, x):
     with pytest.raises(ValueError):
         np.asarray(a, copy=False)
     assert a.debug_string().startswith("ExampleArray(dtype=f32, shape=[2, 3], sharding=")
-    assert repr(a).startswith("<ExampleArray f32[2, 3] SingleDeviceSharding")
+    assert repr(a).startswith("ExampleArray([[0., 1., 2.],") and "SingleDeviceSharding" in repr(a)
     a.delete()
-    assert "deleted" in repr(a)
+    assert "<deleted or donated>" in repr(a)
     with pytest.raises(FailedPreconditionError):
         a.block_until_ready()
 
