@@ -761,7 +761,8 @@ def test_builtin_backends_are_registered_lazily():
 
 
 def test_unknown_backend_lists_registered_names(registry):
-    with pytest.raises(NotFoundError, match=r"unknown ifrtpy backend 'nope'.*pjrt.*reference"):
+    with pytest.raises(NotFoundError, match=r"(?s)no ifrtpy backend or PJRT plugin named 'nope'"
+                                            r".*backends: .*pjrt, reference"):
         get_client("nope")
 
 
