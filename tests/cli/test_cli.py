@@ -31,6 +31,28 @@ def test_an_error_is_one_line_and_debug_shows_the_traceback(tmp_path, capsys):
             main(argv)
 
 
+def test_an_error_of_several_lines_keeps_its_lines(capsys):
+    """The first line says what is missing and the fix; the others follow, indented."""
+    assert main(["info", "--plugin", "nosuchchip"]) == 1
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert first.startswith("error: NotFoundError: no PJRT plugin named 'nosuchchip': give its "
+                            "library with plugin='/path/to/plugin.so'")
+    assert first.endswith(" (--debug shows the traceback)")
+    assert [line[:16] for line in rest] == ["  plugins found:", "  looked in: the"]
+
+
+@pytest.mark.parametrize("argv", [[], ["info"], ["demo"], ["bench"], ["launch"], ["serve"]])
+def test_help_is_plain_text(argv, capsys):
+    """What --help prints says each command's purpose, without reST markup."""
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and not re.search(r":(func|mod|data|class|meth):", text), text
+    description = text.split("\n\n")[1]  # under the usage
+    assert not description.startswith(("options:", "positional arguments:")), text
+
+
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])
