@@ -7,9 +7,9 @@ every result against NumPy. ``bench`` prints one table of headline figures next 
 measured in the same run (``--quick``: seconds, rough figures; ``--plot FILE.png``: a bar
 chart, needs matplotlib). ``launch -n N -- CMD ...`` runs a job of N processes of CMD on
 this machine (:mod:`ifrtpy.cli.launch`). ``serve`` runs an IFRT Proxy server that jax
-uses as its backend (:mod:`ifrtpy.cli.serve`, docs/proxy.md). An error prints its first
-line (what is wrong and the fix) on the line ``error:`` starts, its other lines indented below
-it; ``--debug`` shows the traceback.
+uses as its backend (:mod:`ifrtpy.cli.serve`, docs/proxy.md). An error prints one line,
+its message's first line (what is wrong and the fix); ``--debug`` shows the whole message
+and the traceback.
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if args.debug:
             raise
-        first, *rest = [" ".join(line.split()) for line in str(e).splitlines()] or [""]
-        print(f"error: {type(e).__name__}: {first} (--debug shows the traceback)",
-              *(f"  {line}" for line in rest if line), sep="\n", file=sys.stderr)
+        first, *rest = str(e).splitlines() or [""]
+        shows = "the rest of the message and the traceback" if rest else "the traceback"
+        print(f"error: {type(e).__name__}: {' '.join(first.split())} (--debug shows {shows})",
+              file=sys.stderr)
         return 1
     return 0
