@@ -31,7 +31,7 @@ def printed_indices(dims: Sequence[int], threshold: int, edgeitems: int
     if size <= threshold or edgeitems < 1 or all(n <= 2 * edgeitems for n in dims):
         return None
     return [list(range(n)) if n <= 2 * edgeitems else
-            [*range(edgeitems), max(edgeitems - 1, 0), *range(n - edgeitems, n)] for n in dims]
+            [*range(edgeitems), edgeitems - 1, *range(n - edgeitems, n)] for n in dims]
 
 
 def _threshold(values: np.ndarray, summarised: bool) -> int:
