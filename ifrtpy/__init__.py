@@ -23,6 +23,7 @@ from ifrtpy.array import Value as Value
 from ifrtpy.client import Client as Client
 from ifrtpy.client import Compiler as Compiler
 from ifrtpy.client import HostBufferShards as HostBufferShards
+from ifrtpy.backends import devices as devices
 from ifrtpy.backends import get_client as get_client
 from ifrtpy.backends import register_backend as register_backend
 from ifrtpy.backends import registered_backends as registered_backends

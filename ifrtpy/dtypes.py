@@ -141,7 +141,10 @@ DLPACK_OF_PJRT_BUFFER_TYPE: dict[int, tuple[int, int]] = {
 class DType:
     """An element type, IFRT's ``DType``: immutable, hashable, picklable.
 
-    ``DType(DType.Kind.F32)`` or ``DType.from_numpy(np.float32)``.
+    ``DType(DType.Kind.F32)`` or ``DType.from_numpy(np.float32)``. It goes wherever NumPy
+    takes a dtype (``np.dtype(d)``, ``np.zeros(2, d)``, ``x.astype(d)``: NumPy reads its
+    :attr:`dtype`), has NumPy's :attr:`name` and :attr:`itemsize`, and equals the NumPy
+    dtype of its kind. ``kind`` and ``str()`` stay IFRT's (``DType.Kind.F32``, ``f32``).
     """
 
     Kind = _Kind
@@ -199,6 +202,34 @@ class DType:
         if np_dtype is None:
             raise InvalidArgumentError(f"DType {self} has no NumPy equivalent")
         return np_dtype
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype of this kind, through which NumPy takes a DType as a dtype.
+        InvalidArgumentError for the kinds that have none: token, opaque, invalid, and
+        string, whose host form is an object array of ``str``/``bytes``."""
+        np_dtype = _TABLE[self._kind][1]
+        if np_dtype is None or self._kind == K.STRING:
+            why = (": its host form is an object array of str or bytes, np.dtype(object)"
+                   if self._kind == K.STRING else "")
+            raise InvalidArgumentError(f"DType {self} has no NumPy dtype{why}")
+        return np_dtype
+
+    @property
+    def name(self) -> str:
+        """NumPy's name of the dtype (``float32``, ``bfloat16``, ``int4``); the kind in
+        lower case for kinds without a NumPy dtype (``token``, ``string``)."""
+        np_dtype = _TABLE[self._kind][1]
+        if np_dtype is None or self._kind == K.STRING:
+            return self._kind.name.lower()
+        return np_dtype.name
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element on the host, as NumPy's ``itemsize`` (a sub-byte kind takes
+        one byte there; :attr:`bit_size` is its size on the device). InvalidArgumentError
+        for kinds without a NumPy dtype (see :attr:`dtype`)."""
+        return self.dtype.itemsize
 
     @property
     def pjrt_buffer_type(self) -> int:

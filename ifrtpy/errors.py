@@ -153,8 +153,10 @@ def combined(errors: Sequence[IfrtError]) -> IfrtError:
 
 
 def describe(value: object) -> str:
-    """``value`` for an error message: its repr (cut to 60 characters) and its type."""
-    text = repr(value)
+    """``value`` for an error message: its repr (cut to 60 characters) and its type. A
+    value with a ``debug_string()`` (an ifrtpy Array, whose repr reads its data) gives that."""
+    debug_string = getattr(type(value), "debug_string", None)
+    text = value.debug_string() if callable(debug_string) else repr(value)  # type: ignore[attr-defined]
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"

@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # that decides (plugins, option checks, sealing and FFI registration live in the PjRt
     # backend or below it: backends.pjrt.seal, backends.pjrt.ffi; test below).
     ("C layer", ("_pjrt",)),
-    ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
+    ("interfaces", ("array", "array_plans", "array_text", "executable", "client", "remap",
+                    "bitcast")),
     # interop.jax_shardings converts shardings for the backends that take jax's: it
     # imports value types only, so it sits below the backends, not with the bridges.
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache",

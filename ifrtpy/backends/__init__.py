@@ -14,18 +14,21 @@ envelope of serialized executables).
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import os
 import threading
 from typing import Any, Callable
 
 from ifrtpy import distributed
 from ifrtpy.client import Client
+from ifrtpy.device import Device
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from ifrtpy.plugins import find_plugin
+from ifrtpy.plugins import find_plugin, plugin_not_found
 from ifrtpy.plugins.builds import default_cpu_library
 
-__all__ = ["register_backend", "registered_backends", "get_client", "default_client"]
+__all__ = ["register_backend", "registered_backends", "get_client", "default_client", "devices"]
 
 _registry_lock = threading.Lock()
 _defaults_lock = threading.RLock()  # a backend's factory may ask for another default
@@ -107,6 +110,12 @@ def default_client(backend: str = "pjrt") -> Client:
         return client
 
 
+def devices(backend: str = "pjrt") -> list[Device]:
+    """The devices of the process's default client of ``backend`` (``get_client(backend)
+    .devices()``), as ``jax.devices()``."""
+    return default_client(backend).devices()
+
+
 def _default_of(backend: str) -> tuple[str, str | None]:
     """The name to make ``backend``'s default client with, and the plugin file a plugin
     name stands for now (the PjRt backend's own default plugin by name is "pjrt")."""
@@ -146,7 +155,7 @@ def _new_client(backend: str, kwargs: dict[str, Any]) -> Client:
             raise NotFoundError(
                 f"backend {backend!r}: module {module_name!r} has no {attr!r}"
             ) from None
-    return _checked(backend, factory(**kwargs))
+    return _checked(backend, _made(backend, factory, kwargs))
 
 
 def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
@@ -159,12 +168,34 @@ def _plugin_client(name: str, kwargs: dict[str, Any]) -> Client:
     if plugin is None:
         try:
             plugin = find_plugin(name).path
-        except NotFoundError as e:
-            raise NotFoundError(
-                f"unknown ifrtpy backend {name!r} (registered: "
-                f"{', '.join(registered_backends())}), and {e.message}"
-            ) from None
-    return _checked(name, create_client(plugin, name=name, **kwargs))
+        except NotFoundError:
+            raise plugin_not_found(name, registered_backends()) from None
+    return _checked(name, _made(name, create_client, {"plugin": plugin, "name": name, **kwargs}))
+
+
+def _made(backend: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """``factory(**kwargs)``; where it refuses an option that looks like ``device_count``
+    (``devices=8``, jax's word) and takes ``device_count``, InvalidArgumentError saying
+    so first."""
+    try:
+        return factory(**kwargs)
+    except (TypeError, InvalidArgumentError) as e:
+        text = str(e)
+        for key, value in kwargs.items():
+            unknown = f"no create option {key!r}" in text or f"unexpected keyword argument {key!r}" in text
+            if unknown and key != "device_count" and _takes_device_count(factory) and (
+                    "devic" in key.lower() or difflib.SequenceMatcher(None, key, "device_count").ratio() >= 0.6):
+                raise InvalidArgumentError(
+                    f"get_client({backend!r}) has no option {key!r}: did you mean "
+                    f"device_count={value!r} (the number of devices)?\n{text}") from e
+        raise
+
+
+def _takes_device_count(factory: Callable[..., Any]) -> bool:
+    try:
+        return "device_count" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
 
 
 def _checked(backend: str, client: Any) -> Client:

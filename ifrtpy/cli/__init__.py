@@ -7,14 +7,17 @@ every result against NumPy. ``bench`` prints one table of headline figures next 
 measured in the same run (``--quick``: seconds, rough figures; ``--plot FILE.png``: a bar
 chart, needs matplotlib). ``launch -n N -- CMD ...`` runs a job of N processes of CMD on
 this machine (:mod:`ifrtpy.cli.launch`). ``serve`` runs an IFRT Proxy server that jax
-uses as its backend (:mod:`ifrtpy.cli.serve`, docs/proxy.md). Errors print one line;
-``--debug`` shows the traceback.
+uses as its backend (:mod:`ifrtpy.cli.serve`, docs/proxy.md). An error prints one line,
+its message's first line (what is wrong and the fix); ``--debug`` shows the whole message
+and the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from types import ModuleType
 
 import ifrtpy as ifrt
 from ifrtpy.cli import bench, demo, info, launch, serve
@@ -22,23 +25,47 @@ from ifrtpy.cli import bench, demo, info, launch, serve
 __all__ = ["main"]
 
 
+def plain(text: str) -> str:
+    """reST markup as plain text: ``x``, `x` and :role:`x` as x (--help shows docstrings)."""
+    return re.sub(r"(?::\w+:)?``?~?([^`]+?)``?", r"\1", text)
+
+
+def _about(module: ModuleType) -> str:
+    """The first paragraph of a command module's docstring, less its ``python -m ifrtpy
+    NAME``: heading, as the command's description."""
+    first = (module.__doc__ or "").split("\n\n")[0].split("``: ", 1)[-1]
+    return plain(first[:1].upper() + first[1:])
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), its help in plain text."""
+
+    def format_help(self) -> str:
+        return plain(super().format_help())
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ifrtpy", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m ifrtpy", description=(
+        "ifrtpy's commands; python -m ifrtpy COMMAND --help says more of each, docs/index.md "
+        "which page to read for what."))
     parser.add_argument("--version", action="version", version=f"ifrtpy {ifrt.__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    client_options = argparse.ArgumentParser(add_help=False)
+    client_options = _Parser(add_help=False)
     client_options.add_argument("--plugin", help="a PJRT plugin by name ('tpu', 'cuda', ...) or path of its .so "
                                 "(default: the CPU plugin docs/plugins.md names)")
-    client_options.add_argument("--devices", type=int, default=None, help="cpu_device_count option")
+    client_options.add_argument("--devices", type=int, default=None,
+                                help="the number of CPU devices, the plugin's cpu_device_count "
+                                     "(default 4, or what XLA_FLAGS gives jax; bench: 8)")
     client_options.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                 help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
-    commands.add_parser("info", parents=[client_options],
+    commands.add_parser("info", parents=[client_options], description=_about(info),
                         help="versions, the plugin, its devices and memories")
-    commands.add_parser("demo", parents=[client_options],
+    commands.add_parser("demo", parents=[client_options], description=_about(demo),
                         help="a sharded array and an SPMD program, checked against NumPy")
     bench_parser = commands.add_parser(
-        "bench", parents=[client_options], help="headline figures next to jax, in one run")
+        "bench", parents=[client_options], description=_about(bench),
+        help="headline figures next to jax, in one run")
     bench_parser.add_argument("--quick", action="store_true",
                               help="small sizes and few repeats (seconds; figures rough)")
     bench_parser.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart (matplotlib)")
@@ -70,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if args.debug:
             raise
-        message = " ".join(str(e).split())
-        print(f"error: {type(e).__name__}: {message} (--debug shows the traceback)", file=sys.stderr)
+        first, *rest = str(e).splitlines() or [""]
+        shows = "the rest of the message and the traceback" if rest else "the traceback"
+        print(f"error: {type(e).__name__}: {' '.join(first.split())} (--debug shows {shows})",
+              file=sys.stderr)
         return 1
     return 0

@@ -49,9 +49,22 @@ def _ifrt_device(client: Any, jax_device: Any) -> Any:
     try:
         return client.lookup_device(jax_device.id)
     except LookupError:
+        import jax
+        ours, theirs = len(client.devices()), len(jax.devices(jax_device.platform))
         raise InvalidArgumentError(
             f"jax device {jax_device} (id {jax_device.id}) has no ifrtpy counterpart: the "
-            f"ifrtpy client has {len(client.devices())} devices (ids are matched)") from None
+            f"ifrtpy client has {ours} devices, jax {theirs} (devices are matched by id). "
+            f"{_same_count(platform, ours, theirs)}") from None
+
+
+def _same_count(platform: str, ours: int, theirs: int) -> str:
+    """How to give ifrtpy's client (``ours`` devices) and jax (``theirs``) the same devices."""
+    if platform != "cpu":
+        return "Run ifrtpy and jax on the same devices (docs/interop.md)"
+    return (f"Give both the same CPU device count: XLA_FLAGS=--xla_force_host_platform_device_count"
+            f"={ours} before jax starts (or jax.config.update('jax_num_cpu_devices', {ours}) "
+            "before its first use; ifrtpy's default client reads both), or make the arrays on a "
+            f"client of jax's count, ifrt.get_client(device_count={theirs})")
 
 
 _jax_devices: dict[str, dict[int, Any]] = {}
@@ -74,9 +87,11 @@ def jax_device_of(device: Any) -> Any:
 def _jax_device(device: Any, jax_devices: dict[int, Any]) -> Any:
     jax_device = jax_devices.get(device.id)
     if jax_device is None:
+        platform, ours = device.client.platform_name, len(device.client.devices())
         raise InvalidArgumentError(
             f"ifrtpy device {device.id} has no jax counterpart: jax has {len(jax_devices)} "
-            f"{device.client.platform_name} devices (ids are matched)")
+            f"{platform} devices, this client {ours} (devices are matched by id). "
+            f"{_same_count(platform, ours, len(jax_devices))}")
     return jax_device
 
 

@@ -16,6 +16,7 @@ from ifrtpy.plugins.discovery import TPU_ENV_VAR as TPU_ENV_VAR
 from ifrtpy.plugins.discovery import PluginInfo as PluginInfo
 from ifrtpy.plugins.discovery import available_plugins as available_plugins
 from ifrtpy.plugins.discovery import find_plugin as find_plugin
+from ifrtpy.plugins.discovery import plugin_not_found as plugin_not_found
 from ifrtpy.plugins.discovery import plugins_report as plugins_report
 from ifrtpy.plugins.discovery import preload_nvidia_libraries as preload_nvidia_libraries
 from ifrtpy.plugins.options import MAX_CPU_DEVICE_COUNT as MAX_CPU_DEVICE_COUNT
@@ -24,7 +25,7 @@ from ifrtpy.plugins.options import check_options as check_options
 from ifrtpy.plugins.options import known_options as known_options
 
 __all__ = [
-    "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
+    "PluginInfo", "available_plugins", "find_plugin", "plugin_not_found", "plugins_report",
     "preload_nvidia_libraries", "ENV_VAR", "TPU_ENV_VAR", "ENTRY_POINT_GROUP", "SEARCH_ORDER",
     "OptionSpec", "MAX_CPU_DEVICE_COUNT", "known_options", "check_options",
 ]

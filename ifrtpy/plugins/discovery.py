@@ -31,21 +31,21 @@ code that asked to be called). No source needs a CPU build: only the default cli
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import glob
 import importlib.metadata
 import os
 import re
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from ifrtpy.errors import NotFoundError
 from ifrtpy.plugins.builds import DEFAULT_ORDER, installed_builds, package_dirs
 
 __all__ = [
-    "PluginInfo", "available_plugins", "find_plugin", "plugins_report",
-    "preload_nvidia_libraries", "ENV_VAR", "TPU_ENV_VAR",
-    "ENTRY_POINT_GROUP",
+    "PluginInfo", "available_plugins", "find_plugin", "plugin_not_found", "plugins_report",
+    "preload_nvidia_libraries", "ENV_VAR", "TPU_ENV_VAR", "ENTRY_POINT_GROUP", "PACKAGES",
 ]
 
 #: The environment variable jax reads: ``name:path,name:path``.
@@ -65,6 +65,17 @@ SEARCH_ORDER = (
     "the xla_plugins namespace package",
     f"the {ENTRY_POINT_GROUP} entry-point group",
 )
+
+
+#: The packages that provide a plugin of each name jax knows, the usual one first.
+PACKAGES = {
+    "cuda": ("jax-cuda13-pjrt", "jax-cuda12-pjrt"),
+    "rocm": ("jax-rocm7-pjrt",),
+    "tpu": ("libtpu",),
+    "cpu": ("xla-cpu-pjrt",),
+}
+#: jax's platform names that stand for plugins named otherwise.
+_JAX_NAMES = {"gpu": ("cuda", "rocm")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,18 +263,57 @@ def available_plugins(*, load: bool = False) -> list[PluginInfo]:
 def find_plugin(name: str) -> PluginInfo:
     """The first plugin called ``name`` in search order.
 
-    NotFoundError listing the plugins found and where ifrtpy looked.
+    NotFoundError (:func:`plugin_not_found`) saying what to install, and listing the
+    plugins found and where ifrtpy looked.
     """
     for info in _search():
         if info.name == name:
             return dataclasses.replace(info, api_version=_loaded_version(info.path))
-    found = available_plugins()
-    listing = ", ".join(f"{i.name!r} ({i.path}, from {i.source})" for i in found) or "none"
-    raise NotFoundError(
-        f"no PJRT plugin named {name!r}. Found: {listing}. Looked in "
-        f"{'; '.join(SEARCH_ORDER)}. Give a path with plugin='/path/to/plugin.so', or "
-        f"install a plugin package (e.g. jax-cuda13-pjrt for 'cuda', libtpu for 'tpu')"
-    )
+    raise plugin_not_found(name)
+
+
+def plugin_not_found(name: str, backends: Sequence[str] = ()) -> NotFoundError:
+    """The error for a plugin ``name`` found nowhere (nor a backend of that name, where
+    ``backends`` lists those there are). Its first line says what is missing and what to
+    do: the package to install for a name of :data:`PACKAGES`, or the names meant by a
+    near one (another case, jax's ``'gpu'``, a typo); the next lines list the backends,
+    each plugin name found once, and where ifrtpy looked."""
+    found = list(dict.fromkeys(info.name for info in _search()))
+    what = (f"no ifrtpy backend or PJRT plugin named {name!r}" if backends
+            else f"no PJRT plugin named {name!r}")
+    meant = _meant(name, [*backends, *found, *PACKAGES])
+    if name in PACKAGES:
+        first, *others = PACKAGES[name]
+        alternatives = f" (or {', '.join(others)})" if others else ""
+        line = f"{what} is installed: pip install {first}{alternatives}; or give its library with {_PATH_HINT}"
+    elif meant:
+        line = f"{what}; did you mean " + " or ".join(
+            repr(m) + (f" (pip install {PACKAGES[m][0]})" if m in PACKAGES and m not in found else "")
+            for m in meant) + "?"
+    else:
+        packages = ", ".join(f"{' or '.join(p)} for {n!r}" for n, p in PACKAGES.items()
+                             if n not in found)
+        line = f"{what}: give its library with {_PATH_HINT}, or install its package ({packages})"
+    lines = [line]
+    if backends:
+        lines.append(f"backends: {', '.join(backends)}")
+    lines.append(f"plugins found: {', '.join(map(repr, found)) or 'none'} "
+                 "(ifrt.available_plugins() says where)")
+    lines.append(f"looked in: {'; '.join(SEARCH_ORDER)}")
+    return NotFoundError("\n".join(lines))
+
+
+_PATH_HINT = "plugin='/path/to/plugin.so'"
+
+
+def _meant(name: str, names: Sequence[str]) -> list[str]:
+    """The names a user who wrote ``name`` may have meant: jax's name for them, the same
+    name in another case, or up to two close spellings."""
+    if name.lower() in _JAX_NAMES:
+        return list(_JAX_NAMES[name.lower()])
+    names = list(dict.fromkeys(names))
+    same = [n for n in names if n.lower() == name.lower()]
+    return same[:1] or difflib.get_close_matches(name, names, n=2, cutoff=0.75)
 
 
 

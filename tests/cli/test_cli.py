@@ -31,6 +31,30 @@ def test_an_error_is_one_line_and_debug_shows_the_traceback(tmp_path, capsys):
             main(argv)
 
 
+def test_an_error_of_several_lines_prints_its_first(capsys):
+    """The first line says what is missing and the fix; --debug shows the rest."""
+    assert main(["info", "--plugin", "nosuchchip"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: NotFoundError: no PJRT plugin named 'nosuchchip': give its "
+                          "library with plugin='/path/to/plugin.so'")
+    assert err.endswith(") (--debug shows the rest of the message and the traceback)\n")
+    assert "plugins found" not in err and len(err) < 400
+    with pytest.raises(NotFoundError, match="(?s)nosuchchip.*plugins found: 'cpu'"):
+        main(["info", "--plugin", "nosuchchip", "--debug"])
+
+
+@pytest.mark.parametrize("argv", [[], ["info"], ["demo"], ["bench"], ["launch"], ["serve"]])
+def test_help_is_plain_text(argv, capsys):
+    """What --help prints says each command's purpose, without reST markup."""
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and not re.search(r":(func|mod|data|class|meth):", text), text
+    description = text.split("\n\n")[1]  # under the usage
+    assert not description.startswith(("options:", "positional arguments:")), text
+
+
 def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as e:
         main(["frobnicate"])

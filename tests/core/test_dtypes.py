@@ -229,3 +229,57 @@ def test_dtype_is_immutable():
     dt = DType(K.F32)
     with pytest.raises(AttributeError):
         dt.foo = 1  # __slots__
+
+
+# -- a DType goes wherever NumPy takes a dtype ----------------------------------------------
+
+@pytest.mark.parametrize("kind", WITH_NUMPY, ids=lambda k: k.name)
+def test_a_dtype_goes_wherever_numpy_takes_a_dtype(kind):
+    """NumPy reads a ``dtype`` attribute holding a NumPy dtype (as it does for jax's
+    ``jnp.float32``): ``np.dtype(a.dtype)``, ``np.zeros(2, a.dtype)``, ``x.astype(a.dtype)``."""
+    dtype, np_dtype = DType(kind), np.dtype(EXPECTED[kind][2])
+    assert dtype.dtype == np_dtype and type(dtype.dtype) is type(np_dtype)
+    assert np.dtype(dtype) == np_dtype
+    assert np.zeros(2, dtype).dtype == np_dtype
+    assert np.zeros(2).astype(dtype).dtype == np_dtype
+    assert np.array([1], dtype=dtype).dtype == np_dtype
+    assert (dtype.name, dtype.itemsize) == (np_dtype.name, np_dtype.itemsize)
+    assert np_dtype == dtype and dtype == np_dtype  # NumPy's side too
+    assert DType.from_numpy(dtype) == dtype
+
+
+def test_numpy_and_jax_functions_take_a_dtype():
+    import jax.numpy as jnp
+
+    f32, bf16, s8 = DType(K.F32), DType(K.BF16), DType(K.S8)
+    assert np.finfo(f32).bits == 32 and np.iinfo(s8).max == 127
+    assert ml_dtypes.finfo(bf16).bits == 16
+    assert jnp.zeros(2, f32).dtype == np.float32 and jnp.zeros(2, bf16).dtype == ml_dtypes.bfloat16
+    assert np.issubdtype(f32, np.floating) and not np.issubdtype(s8, np.floating)
+
+
+def test_sub_byte_kinds_take_a_byte_per_element_on_the_host():
+    """As NumPy holds ml_dtypes' int4: ``itemsize`` is the host's byte, ``bit_size`` the
+    device's element."""
+    for kind, bits in [(K.S4, 4), (K.U4, 4), (K.S2, 2), (K.U2, 2), (K.F4E2M1FN, 4)]:
+        dtype = DType(kind)
+        assert (dtype.itemsize, dtype.bit_size, dtype.byte_size) == (1, bits, None)
+        assert np.dtype(dtype).itemsize == 1
+
+
+@pytest.mark.parametrize("kind", [*WITHOUT_NUMPY, K.STRING], ids=lambda k: k.name)
+def test_kinds_without_a_numpy_dtype_say_so_where_numpy_asks(kind):
+    dtype = DType(kind)
+    assert dtype.name == kind.name.lower()
+    with pytest.raises(InvalidArgumentError, match=f"DType {kind.name.lower()} has no NumPy dtype"):
+        dtype.dtype
+    with pytest.raises(InvalidArgumentError, match="has no NumPy dtype"):
+        dtype.itemsize
+    with pytest.raises((InvalidArgumentError, TypeError)):  # NumPy 1.26 says TypeError
+        np.dtype(dtype)
+    assert np.dtype(object) != dtype and dtype != np.dtype(object)
+
+
+def test_string_says_what_its_host_form_is():
+    with pytest.raises(InvalidArgumentError, match=r"object array of str or bytes.*np\.dtype\(object\)"):
+        DType(K.STRING).dtype

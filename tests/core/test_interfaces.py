@@ -333,9 +333,9 @@ def test_array_defaults(client, x):
     with pytest.raises(ValueError):
         np.asarray(a, copy=False)
     assert a.debug_string().startswith("ExampleArray(dtype=f32, shape=[2, 3], sharding=")
-    assert repr(a).startswith("<ExampleArray f32[2, 3] SingleDeviceSharding")
+    assert repr(a).startswith("ExampleArray([[0., 1., 2.],") and "SingleDeviceSharding" in repr(a)
     a.delete()
-    assert "deleted" in repr(a)
+    assert "<deleted or donated>" in repr(a)
     with pytest.raises(FailedPreconditionError):
         a.block_until_ready()
 
@@ -771,7 +771,8 @@ def test_builtin_backends_are_registered_lazily():
 
 
 def test_unknown_backend_lists_registered_names(registry):
-    with pytest.raises(NotFoundError, match=r"unknown ifrtpy backend 'nope'.*pjrt.*reference"):
+    with pytest.raises(NotFoundError, match=r"(?s)no ifrtpy backend or PJRT plugin named 'nope'"
+                                            r".*backends: .*pjrt, reference"):
         get_client("nope")
 
 

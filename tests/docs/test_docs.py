@@ -42,6 +42,16 @@ def test_every_page_and_every_python_fence_is_run():
         assert len(fences) == len(doc_blocks.blocks(path)), path
 
 
+def test_the_index_names_every_page_and_the_readme_names_the_index():
+    """docs/index.md says which page to read for what: it links every page of docs/."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert set(re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]+)?\)", index)) == pages
+    assert "](docs/index.md)" in (ROOT / "README.md").read_text()
+    for page in ("quickstart.md", "troubleshooting.md"):
+        assert "](index.md)" in (ROOT / "docs" / page).read_text(), page
+
+
 def write(tmp_path, text):
     path = tmp_path / "page.md"
     path.write_text(text)

@@ -157,6 +157,26 @@ def test_different_device_counts_name_the_missing_device():
         ij.sharding_to_jax(ifrt.SingleDeviceSharding(big.lookup_device(10)))
 
 
+def test_a_device_count_jax_lacks_says_how_to_give_both_the_same_count():
+    """jax has 8 CPU devices here (conftest's XLA_FLAGS); a client of 12 has four it lacks,
+    one of 2 lacks six of jax's."""
+    big = ifrt.get_client("pjrt", device_count=12)
+    a = ifrt.device_put(np.arange(4, dtype=np.float32), big.lookup_device(10))
+    with pytest.raises(InvalidArgumentError) as info:
+        ifrt.to_jax(a)
+    for text in ("ifrtpy device 10 has no jax counterpart: jax has 8 cpu devices, this client 12",
+                 "XLA_FLAGS=--xla_force_host_platform_device_count=12 before jax starts",
+                 "jax.config.update('jax_num_cpu_devices', 12)", "ifrt.get_client(device_count=8)"):
+        assert text in str(info.value), (text, str(info.value))
+    small = ifrt.get_client("pjrt", device_count=2)
+    j = jax.device_put(np.arange(4, dtype=np.float32), jax.devices()[5])
+    with pytest.raises(InvalidArgumentError) as info:
+        ifrt.from_jax(j, small)
+    for text in ("(id 5) has no ifrtpy counterpart: the ifrtpy client has 2 devices, jax 8",
+                 "ifrt.get_client(device_count=8)"):
+        assert text in str(info.value), (text, str(info.value))
+
+
 def test_devices_of_another_platform_are_refused(client):
     class GpuDevice:  # what jax reports for a CUDA device
         platform, id = "gpu", 0

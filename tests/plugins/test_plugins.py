@@ -147,13 +147,71 @@ def test_two_cpu_clients_side_by_side(clean_env):
     assert a.sharding.devices[0].client is a_client and b.sharding.devices[0].client is b_client
 
 
-def test_unknown_name_lists_found_plugins_and_places_looked(clean_env):
+def not_found_lines(name):
+    """The lines of the error of ``get_client(name)``, which finds no such plugin."""
     with pytest.raises(errors.NotFoundError) as e:
-        ifrt.get_client("nosuchchip")
-    message = str(e.value)
-    for text in ("'nosuchchip'", "pjrt, reference", "'cpu'", CPU_SO.rsplit("/", 1)[1],
-                 plugins.ENV_VAR, "jax_plugins", "xla_plugins", plugins.ENTRY_POINT_GROUP):
+        ifrt.get_client(name)
+    return str(e.value).splitlines()
+
+
+def test_unknown_name_lists_found_plugins_and_places_looked(clean_env):
+    first, *rest = not_found_lines("nosuchchip")
+    assert first == (
+        "no ifrtpy backend or PJRT plugin named 'nosuchchip': give its library with "
+        "plugin='/path/to/plugin.so', or install its package (jax-cuda13-pjrt or "
+        "jax-cuda12-pjrt for 'cuda', jax-rocm7-pjrt for 'rocm', libtpu for 'tpu')")
+    message = "\n".join(rest)
+    for text in ("backends: jax, pjrt, reference", "plugins found: 'cpu'", plugins.ENV_VAR,
+                 "jax_plugins", "xla_plugins", plugins.ENTRY_POINT_GROUP,
+                 "ifrt.available_plugins() says where"):
         assert text in message
+
+
+def test_a_missing_accelerator_plugin_says_first_what_to_install(clean_env):
+    """One line of what is missing and the fix, then each plugin found once."""
+    first, *rest = not_found_lines("cuda")
+    assert first == (
+        "no ifrtpy backend or PJRT plugin named 'cuda' is installed: pip install "
+        "jax-cuda13-pjrt (or jax-cuda12-pjrt); or give its library with "
+        "plugin='/path/to/plugin.so'")
+    found, = [line for line in rest if line.startswith("plugins found: ")]
+    names = {i.name for i in ifrt.available_plugins()}
+    assert "cpu" in names and all(found.count(repr(name)) == 1 for name in names)
+    assert len("\n".join([first, *rest])) < 1000
+    with pytest.raises(errors.NotFoundError, match="'rocm' is installed: pip install jax-rocm7-pjrt"):
+        ifrt.get_client("rocm")
+
+
+@pytest.mark.parametrize("name, guess", [
+    ("gpu", "'cuda' (pip install jax-cuda13-pjrt) or 'rocm' (pip install jax-rocm7-pjrt)?"),
+    ("GPU", "'cuda' (pip install jax-cuda13-pjrt) or"),
+    ("CPU", "'cpu'?"),
+    ("Cuda", "'cuda' (pip install jax-cuda13-pjrt)?"),
+    ("refernce", "'reference'?"),
+    ("xla-cpu-pjrtt", "'xla-cpu-pjrt'?"),
+])
+def test_a_near_name_gets_a_did_you_mean(clean_env, name, guess):
+    first = not_found_lines(name)[0]
+    assert first.startswith(f"no ifrtpy backend or PJRT plugin named {name!r}; did you mean {guess}"), first
+
+
+@pytest.mark.parametrize("backend", ["pjrt", "cpu", "reference", "jax"])
+@pytest.mark.parametrize("option", ["devices", "num_devices", "n_devices", "device_cnt"])
+def test_a_device_count_by_another_name_points_to_device_count(backend, option):
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        ifrt.get_client(backend, **{option: 8})
+    first = str(e.value).splitlines()[0]
+    assert first == (f"get_client({backend!r}) has no option {option!r}: did you mean "
+                     "device_count=8 (the number of devices)?")
+
+
+def test_only_an_unknown_option_gets_the_hint():
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        ifrt.get_client("cpu", cpu_device_count=3, device_count=4)
+    assert "did you mean" not in str(e.value)
+    with pytest.raises(errors.InvalidArgumentError) as e:
+        ifrt.get_client("pjrt", memory_fraction=0.5)
+    assert "did you mean" not in str(e.value)
 
 
 def test_explicit_path_comes_first(clean_env):
