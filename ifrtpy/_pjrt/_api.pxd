@@ -1237,3 +1237,167 @@ cdef inline const char* missing_loaded(const PJRT_Api* api) noexcept nogil:
     if not has_PJRT_Error_GetCode(api):
         return b"PJRT_Error_GetCode"
     return NULL
+
+
+cdef inline tuple missing_functions(const PJRT_Api* api):
+    """The names of the functions of api_functions.txt the plugin lacks, in its order."""
+    cdef list out = []
+    if not has_PJRT_Error_Destroy(api):
+        out.append("PJRT_Error_Destroy")
+    if not has_PJRT_Error_Message(api):
+        out.append("PJRT_Error_Message")
+    if not has_PJRT_Error_GetCode(api):
+        out.append("PJRT_Error_GetCode")
+    if not has_PJRT_Plugin_Initialize(api):
+        out.append("PJRT_Plugin_Initialize")
+    if not has_PJRT_Plugin_Attributes(api):
+        out.append("PJRT_Plugin_Attributes")
+    if not has_PJRT_Event_Destroy(api):
+        out.append("PJRT_Event_Destroy")
+    if not has_PJRT_Event_IsReady(api):
+        out.append("PJRT_Event_IsReady")
+    if not has_PJRT_Event_Error(api):
+        out.append("PJRT_Event_Error")
+    if not has_PJRT_Event_Await(api):
+        out.append("PJRT_Event_Await")
+    if not has_PJRT_Event_OnReady(api):
+        out.append("PJRT_Event_OnReady")
+    if not has_PJRT_Client_Create(api):
+        out.append("PJRT_Client_Create")
+    if not has_PJRT_Client_Destroy(api):
+        out.append("PJRT_Client_Destroy")
+    if not has_PJRT_Client_PlatformName(api):
+        out.append("PJRT_Client_PlatformName")
+    if not has_PJRT_Client_ProcessIndex(api):
+        out.append("PJRT_Client_ProcessIndex")
+    if not has_PJRT_Client_PlatformVersion(api):
+        out.append("PJRT_Client_PlatformVersion")
+    if not has_PJRT_Client_Devices(api):
+        out.append("PJRT_Client_Devices")
+    if not has_PJRT_Client_AddressableDevices(api):
+        out.append("PJRT_Client_AddressableDevices")
+    if not has_PJRT_Client_LookupDevice(api):
+        out.append("PJRT_Client_LookupDevice")
+    if not has_PJRT_Client_Compile(api):
+        out.append("PJRT_Client_Compile")
+    if not has_PJRT_Client_DefaultDeviceAssignment(api):
+        out.append("PJRT_Client_DefaultDeviceAssignment")
+    if not has_PJRT_Client_BufferFromHostBuffer(api):
+        out.append("PJRT_Client_BufferFromHostBuffer")
+    if not has_PJRT_DeviceDescription_Id(api):
+        out.append("PJRT_DeviceDescription_Id")
+    if not has_PJRT_DeviceDescription_ProcessIndex(api):
+        out.append("PJRT_DeviceDescription_ProcessIndex")
+    if not has_PJRT_DeviceDescription_Attributes(api):
+        out.append("PJRT_DeviceDescription_Attributes")
+    if not has_PJRT_DeviceDescription_Kind(api):
+        out.append("PJRT_DeviceDescription_Kind")
+    if not has_PJRT_DeviceDescription_DebugString(api):
+        out.append("PJRT_DeviceDescription_DebugString")
+    if not has_PJRT_DeviceDescription_ToString(api):
+        out.append("PJRT_DeviceDescription_ToString")
+    if not has_PJRT_Device_GetDescription(api):
+        out.append("PJRT_Device_GetDescription")
+    if not has_PJRT_Device_IsAddressable(api):
+        out.append("PJRT_Device_IsAddressable")
+    if not has_PJRT_Device_LocalHardwareId(api):
+        out.append("PJRT_Device_LocalHardwareId")
+    if not has_PJRT_Device_AddressableMemories(api):
+        out.append("PJRT_Device_AddressableMemories")
+    if not has_PJRT_Device_DefaultMemory(api):
+        out.append("PJRT_Device_DefaultMemory")
+    if not has_PJRT_Device_MemoryStats(api):
+        out.append("PJRT_Device_MemoryStats")
+    if not has_PJRT_Memory_Id(api):
+        out.append("PJRT_Memory_Id")
+    if not has_PJRT_Memory_Kind(api):
+        out.append("PJRT_Memory_Kind")
+    if not has_PJRT_Memory_DebugString(api):
+        out.append("PJRT_Memory_DebugString")
+    if not has_PJRT_Memory_ToString(api):
+        out.append("PJRT_Memory_ToString")
+    if not has_PJRT_Memory_AddressableByDevices(api):
+        out.append("PJRT_Memory_AddressableByDevices")
+    if not has_PJRT_Executable_Destroy(api):
+        out.append("PJRT_Executable_Destroy")
+    if not has_PJRT_Executable_Name(api):
+        out.append("PJRT_Executable_Name")
+    if not has_PJRT_Executable_NumReplicas(api):
+        out.append("PJRT_Executable_NumReplicas")
+    if not has_PJRT_Executable_NumPartitions(api):
+        out.append("PJRT_Executable_NumPartitions")
+    if not has_PJRT_Executable_NumOutputs(api):
+        out.append("PJRT_Executable_NumOutputs")
+    if not has_PJRT_Executable_SizeOfGeneratedCodeInBytes(api):
+        out.append("PJRT_Executable_SizeOfGeneratedCodeInBytes")
+    if not has_PJRT_Executable_GetCostAnalysis(api):
+        out.append("PJRT_Executable_GetCostAnalysis")
+    if not has_PJRT_Executable_OutputMemoryKinds(api):
+        out.append("PJRT_Executable_OutputMemoryKinds")
+    if not has_PJRT_Executable_OptimizedProgram(api):
+        out.append("PJRT_Executable_OptimizedProgram")
+    if not has_PJRT_Executable_Serialize(api):
+        out.append("PJRT_Executable_Serialize")
+    if not has_PJRT_LoadedExecutable_Destroy(api):
+        out.append("PJRT_LoadedExecutable_Destroy")
+    if not has_PJRT_LoadedExecutable_GetExecutable(api):
+        out.append("PJRT_LoadedExecutable_GetExecutable")
+    if not has_PJRT_LoadedExecutable_AddressableDevices(api):
+        out.append("PJRT_LoadedExecutable_AddressableDevices")
+    if not has_PJRT_LoadedExecutable_Delete(api):
+        out.append("PJRT_LoadedExecutable_Delete")
+    if not has_PJRT_LoadedExecutable_IsDeleted(api):
+        out.append("PJRT_LoadedExecutable_IsDeleted")
+    if not has_PJRT_LoadedExecutable_Execute(api):
+        out.append("PJRT_LoadedExecutable_Execute")
+    if not has_PJRT_Executable_DeserializeAndLoad(api):
+        out.append("PJRT_Executable_DeserializeAndLoad")
+    if not has_PJRT_Buffer_Destroy(api):
+        out.append("PJRT_Buffer_Destroy")
+    if not has_PJRT_Buffer_ElementType(api):
+        out.append("PJRT_Buffer_ElementType")
+    if not has_PJRT_Buffer_Dimensions(api):
+        out.append("PJRT_Buffer_Dimensions")
+    if not has_PJRT_Buffer_GetMemoryLayout(api):
+        out.append("PJRT_Buffer_GetMemoryLayout")
+    if not has_PJRT_Buffer_OnDeviceSizeInBytes(api):
+        out.append("PJRT_Buffer_OnDeviceSizeInBytes")
+    if not has_PJRT_Buffer_Device(api):
+        out.append("PJRT_Buffer_Device")
+    if not has_PJRT_Buffer_Memory(api):
+        out.append("PJRT_Buffer_Memory")
+    if not has_PJRT_Buffer_Delete(api):
+        out.append("PJRT_Buffer_Delete")
+    if not has_PJRT_Buffer_IsDeleted(api):
+        out.append("PJRT_Buffer_IsDeleted")
+    if not has_PJRT_Buffer_CopyToDevice(api):
+        out.append("PJRT_Buffer_CopyToDevice")
+    if not has_PJRT_Buffer_ToHostBuffer(api):
+        out.append("PJRT_Buffer_ToHostBuffer")
+    if not has_PJRT_Buffer_ReadyEvent(api):
+        out.append("PJRT_Buffer_ReadyEvent")
+    if not has_PJRT_Buffer_UnsafePointer(api):
+        out.append("PJRT_Buffer_UnsafePointer")
+    if not has_PJRT_Buffer_IncreaseExternalReferenceCount(api):
+        out.append("PJRT_Buffer_IncreaseExternalReferenceCount")
+    if not has_PJRT_Buffer_DecreaseExternalReferenceCount(api):
+        out.append("PJRT_Buffer_DecreaseExternalReferenceCount")
+    if not has_PJRT_Executable_OutputElementTypes(api):
+        out.append("PJRT_Executable_OutputElementTypes")
+    if not has_PJRT_Executable_OutputDimensions(api):
+        out.append("PJRT_Executable_OutputDimensions")
+    if not has_PJRT_Buffer_CopyToMemory(api):
+        out.append("PJRT_Buffer_CopyToMemory")
+    if not has_PJRT_Client_CreateViewOfDeviceBuffer(api):
+        out.append("PJRT_Client_CreateViewOfDeviceBuffer")
+    if not has_PJRT_Executable_Fingerprint(api):
+        out.append("PJRT_Executable_Fingerprint")
+    if not has_PJRT_Executable_GetCompiledMemoryStats(api):
+        out.append("PJRT_Executable_GetCompiledMemoryStats")
+    if not has_PJRT_Memory_Kind_Id(api):
+        out.append("PJRT_Memory_Kind_Id")
+    if not has_PJRT_ExecuteContext_Create(api):
+        out.append("PJRT_ExecuteContext_Create")
+    if not has_PJRT_ExecuteContext_Destroy(api):
+        out.append("PJRT_ExecuteContext_Destroy")
+    return tuple(out)

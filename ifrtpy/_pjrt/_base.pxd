@@ -7,6 +7,7 @@ cdef class PluginHandle:
     cdef readonly str path
     cdef readonly tuple api_version
     cdef readonly dict attributes
+    cdef readonly tuple missing_functions
     cdef _load(self, str path)
 
 

@@ -134,7 +134,10 @@ def load_plugin(path):
 
 
 cdef class PluginHandle:
-    """A loaded PJRT plugin: its ``PJRT_Api`` table, API version and attributes."""
+    """A loaded PJRT plugin: its ``PJRT_Api`` table, API version and attributes, and
+    ``missing_functions``: the names of the functions ifrtpy calls (api_functions.txt)
+    that its table lacks (beyond its size, NULL, or newer than its version); calling one
+    raises UnimplementedError."""
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use ifrtpy._pjrt.load_plugin(path)")
@@ -179,6 +182,7 @@ cdef class PluginHandle:
         self._library = library
         self.path = path
         self.api_version = (major, minor)
+        self.missing_functions = missing_functions(api)
 
         cdef PJRT_Plugin_Initialize_Args init_args
         memset(&init_args, 0, sizeof(init_args))

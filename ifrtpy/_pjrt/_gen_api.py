@@ -161,7 +161,8 @@ def _loaded(f: Function) -> list[str]:
 
 
 def wrappers(functions: list[Function]) -> str:
-    """``_api.pxd``: per function ``has_NAME`` and its flavours, then ``missing_loaded``."""
+    """``_api.pxd``: per function ``has_NAME`` and its flavours, then ``missing_loaded``
+    and ``missing_functions``."""
     lines = [BANNER, PROLOGUE]
     makers = {"checked": _checked, "raw": _raw, "quiet": _quiet, "loaded": _loaded}
     for f in functions:
@@ -180,7 +181,17 @@ def wrappers(functions: list[Function]) -> str:
     ]
     for f in loaded:
         lines += [f"    if not has_{f.name}(api):", f'        return b"{f.name}"']
-    lines += ["    return NULL"]
+    lines += [
+        "    return NULL",
+        "",
+        "",
+        "cdef inline tuple missing_functions(const PJRT_Api* api):",
+        '    """The names of the functions of api_functions.txt the plugin lacks, in its order."""',
+        "    cdef list out = []",
+    ]
+    for f in functions:
+        lines += [f"    if not has_{f.name}(api):", f'        out.append("{f.name}")']
+    lines += ["    return tuple(out)"]
     return "\n".join(lines) + "\n"
 
 
