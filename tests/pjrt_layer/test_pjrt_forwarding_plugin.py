@@ -1,7 +1,8 @@
 """A plugin as a plugin author may ship one: a forwarding plugin over the default CPU
 build (tests/helpers/data/forwarding_plugin.c, built here with gcc against the PJRT
-header) that leaves optional functions NULL, or whose table is cut short of what its
-reported version has. Every everyday operation, each in its own process
+header) that leaves optional functions NULL, whose table is cut short of what its
+reported version has, or that reports a version older than its table. Every everyday
+operation, each in its own process
 (tests/helpers/forwarding_worker.py), either works (the PjRt backend has another way) or
 raises UnimplementedError naming the function; none crashes the interpreter."""
 
@@ -59,8 +60,16 @@ EXPECTED = {
         "dlpack_import": OK, "copy_to_memory": OK,
         "memory_stats": ("unimplemented", None),  # the CPU plugin has no allocator stats
     },
+    "old_version": {  # the whole table, but reports 0.28: what came later is not called
+        "put_and_read": OK, "compile_and_execute": OK,
+        "copy_to_memory": OK,  # without PJRT_Buffer_CopyToMemory (0.32)
+        "fingerprint": OK,  # None without PJRT_Executable_Fingerprint (0.35)
+        "compiled_memory_stats": ("unimplemented", "PJRT_Executable_GetCompiledMemoryStats"),
+    },
 }
-DEFINES = {"null_optional": "-DNULL_OPTIONAL", "cut_short": "-DCUT_SHORT"}
+DEFINES = {"null_optional": "-DNULL_OPTIONAL", "cut_short": "-DCUT_SHORT",
+           "old_version": "-DOLD_VERSION"}
+REPORTED = {"cut_short": "0.60", "old_version": "0.28"}
 
 
 def _build(folder: Path, define: str) -> Path:
@@ -109,7 +118,7 @@ def test_each_operation_works_or_names_the_missing_function(outcomes, variant, o
     assert outcome == expected, detail
     if function is not None:
         assert detail.startswith(f"{function} is not provided by this PJRT plugin"), detail
-        version = "0.60" if variant == "cut_short" else "%d.%d" % _default_plugin().api_version
+        version = REPORTED.get(variant, "%d.%d" % _default_plugin().api_version)
         assert f"(API version {version}," in detail
 
 
@@ -117,10 +126,14 @@ def _default_plugin():
     return _pjrt.load_plugin(default_cpu_library())
 
 
-def _table_from(first: str) -> list[str]:
+def _table() -> list[tuple[str, int]]:
     spec = Path(_pjrt.__file__).resolve().parent / "api_functions.txt"
-    names = [line.split()[0] for line in spec.read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    return [(line.split()[0], int(line.split()[1])) for line in spec.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def _table_from(first: str) -> list[str]:
+    names = [name for name, _ in _table()]
     return names[names.index(first):]
 
 
@@ -131,6 +144,8 @@ def test_the_plugin_reports_what_its_table_lacks(outcomes):
     cut = _table_from("PJRT_Executable_OutputElementTypes")
     assert outcomes["cut_short"]["missing_functions"] == ["ok", " ".join(
         n for n in _table_from("PJRT_Error_Destroy") if n in own or n in cut)]
+    assert outcomes["old_version"]["missing_functions"] == ["ok", " ".join(
+        n for n, since in _table() if n in own or since > 28)]
 
 
 def test_a_plugin_without_the_error_functions_is_refused(tmp_path):

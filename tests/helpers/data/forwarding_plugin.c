@@ -6,6 +6,8 @@
  *   -DCUT_SHORT      the table ends before PJRT_Executable_OutputElementTypes while the
  *                    plugin reports API version 0.60 (which has that function and more)
  *   -DNO_ERROR_CODES PJRT_Error_GetCode is NULL (no error could be read)
+ *   -DOLD_VERSION    the whole table, but the plugin reports API version 0.28 (before
+ *                    PJRT_Executable_OutputElementTypes and the functions added since)
  *
  * Built by tests/pjrt_layer/test_pjrt_forwarding_plugin.py with gcc against the PJRT C
  * API header ifrtpy is compiled with. */
@@ -54,6 +56,9 @@ const PJRT_Api* GetPjrtApi(void) {
 #endif
 #ifdef NO_ERROR_CODES
   CLEAR(size, PJRT_Error_GetCode);
+#endif
+#ifdef OLD_VERSION
+  table->pjrt_api_version.minor_version = 28;
 #endif
 #ifdef CUT_SHORT
   table->struct_size = offsetof(PJRT_Api, PJRT_Executable_OutputElementTypes);
