@@ -108,9 +108,9 @@ class _Progress:
             return
         self.said = True
         detail = update.split("failed:", 1)[-1].strip()
-        print(f"ifrtpy_jax_plugin: no IFRT Proxy server answers at {self.target} ({detail}); "
-              f"trying for up to {self.timeout_s} s (start one with `python -m ifrtpy serve`, "
-              "and point JAX_BACKEND_TARGET at the address it prints)",
+        print(f"ifrtpy_jax_plugin: cannot connect to an IFRT Proxy server at {self.target} "
+              f"({detail}); trying for up to {self.timeout_s} s (is one serving there? "
+              "`python -m ifrtpy serve` prints the address to set as JAX_BACKEND_TARGET)",
               file=sys.stderr, flush=True)
 
 

@@ -51,6 +51,9 @@ SERDES_VERSIONS = (0, 3)
 #: HostBufferLookup answers in pieces of this size (the client joins messages of any size; of
 #: 0.25, 1, 4 and 16 MiB, 4 MiB pieces made a 64 MiB get fastest: docs/proxy.md)
 _CHUNK = 4 << 20
+#: How long a session refused at a limit waits for its first request, to answer it with
+#: the refusal (seconds).
+_REFUSAL_WAIT_S = 2.0
 #: Threads reading put files (files of every session; a read is bounded by its size).
 _FILE_READERS = 4
 
@@ -274,6 +277,8 @@ class _Service:
             version = _pick(metadata.version.protocol_version, metadata.version.protocol_version,
                             PROTOCOL_VERSIONS, "protocol")
             session, stream = self._open(context.peer(), version, metadata)
+        except ResourceExhaustedError as error:
+            await _refuse(requests, context, error)
         except IfrtError as error:
             await _abort(context, error)
         loop = asyncio.get_running_loop()
@@ -480,6 +485,25 @@ async def _stored(session: Session, handle: int) -> Any:
     if data is None:
         raise FailedPreconditionError(f"session {session.id} is closed")
     return data
+
+
+async def _refuse(requests: AsyncIterator[bytes], context: Any, error: IfrtError) -> NoReturn:
+    """End a session stream refused at a limit: its first request (jaxlib's InitRequest,
+    awaited a moment) is answered with ``error``, which jaxlib's client reports (it does not
+    report a stream's own status), then the stream ends with it."""
+    try:
+        raw = await asyncio.wait_for(requests.__anext__(), _REFUSAL_WAIT_S)
+        op_id = messages().IfrtRequest.FromString(raw).request_metadata.op_id
+        await context.write(_error_response(op_id, error))
+    except Exception:  # noqa: BLE001 - no request came, or not a readable one
+        pass
+    await _abort(context, error)
+
+
+def _error_response(op_id: int, error: BaseException) -> bytes:
+    m = messages()
+    return m.IfrtResponse(response_metadata=m.ResponseMetadata(
+        op_id=op_id, status=wire.status_proto(error))).SerializeToString()
 
 
 def _c_int(handle: int) -> int:

@@ -73,6 +73,22 @@ class RawSession:
         self._responses.cancel()
 
 
+def refused_session(channel):
+    """Open a session the server refuses: (the status answering its InitRequest, the
+    details of the RpcError that ends the stream)."""
+    stream = channel.stream_stream(SERVICE + "IfrtSession",
+                                   request_serializer=M.IfrtRequest.SerializeToString,
+                                   response_deserializer=M.IfrtResponse.FromString)
+    init = M.IfrtRequest(init_request=M.InitRequest())
+    init.request_metadata.op_id = 1
+    responses = stream(iter([init]), metadata=[(SESSION_HEADER, session_header())],
+                       timeout=WAIT_S)
+    answer = next(responses)
+    assert answer.response_metadata.op_id == 1
+    details = raises_code(grpc.StatusCode.RESOURCE_EXHAUSTED, lambda: list(responses))
+    return status_of(answer), details
+
+
 def store(channel, session_id, handle, data, size=None, piece=1000):
     header = M.GrpcHostBufferStoreMetadata(session_id=session_id, handle=handle,
                                            buffer_size=len(data) if size is None else size)

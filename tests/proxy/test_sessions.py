@@ -17,8 +17,8 @@ from ifrtpy import proxy  # noqa: E402
 
 from proxy_helpers import (EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S, M,  # noqa: E402
                            RawSession, SyncClient, compile_request, execute_request, lookup,
-                           put_request, put_values, raises_code, session_header,
-                           single_device_sharding, status_of, store)
+                           put_request, put_values, raises_code, refused_session,
+                           session_header, single_device_sharding, status_of, store)
 
 #: A program that runs as long as its second argument says: n steps of a 128x128 matmul.
 SLOW = """module @slow { func.func public @main(%a: tensor<128x128xf32>, %n: tensor<i32>)
@@ -135,7 +135,10 @@ def wait_for(predicate, what):
 def test_max_sessions_counts_sessions_and_refuses_the_next(pjrt):
     with proxy.serve(pjrt, max_sessions=2) as server, grpc.insecure_channel(server.address) as ch:
         first, second = RawSession(ch), RawSession(ch)
-        details = raises_code(grpc.StatusCode.RESOURCE_EXHAUSTED, RawSession, ch)
+        # the InitRequest is answered with the refusal (jaxlib's client reports that one),
+        # then the stream ends with it
+        (code, message), details = refused_session(ch)
+        assert code == EXHAUSTED and message == details
         assert "limit of 2 sessions" in details and "max_sessions" in details
         get = ch.unary_unary(SERVICE + "GetVersion")  # other RPCs still get through
         assert get(M.GrpcGetVersionRequest(
@@ -148,6 +151,24 @@ def test_max_sessions_counts_sessions_and_refuses_the_next(pjrt):
         assert {s.id for s in server.sessions()} == {second.id, third.id}
         second.close()
         third.close()
+
+
+def test_a_jax_client_at_the_session_limit_is_told_so(pjrt):
+    import os
+    import subprocess
+    import sys
+
+    with proxy.serve(pjrt, max_sessions=1) as server, grpc.insecure_channel(server.address) as ch:
+        holder = RawSession(ch)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IFRT_PROXY_")}
+        env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://{server.address}",
+                   IFRTPY_PROXY_CONNECT_TIMEOUT_S="1")
+        done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                              capture_output=True, text=True, timeout=WAIT_S * 4)
+        holder.close()
+    assert done.returncode != 0  # jax's error (jaxlib may then abort as the process exits)
+    assert "RESOURCE_EXHAUSTED" in done.stderr
+    assert "the server is at its limit of 1 sessions (max_sessions)" in done.stderr
 
 
 def test_idle_streams_of_one_connection_do_not_lock_others_out(pjrt):
