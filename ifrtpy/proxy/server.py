@@ -144,15 +144,16 @@ class _Stream:
             self._queued += size
             self._work.notify()
 
-    def _full(self) -> bool:
+    def full(self) -> bool:
+        """Whether the reader must wait for :meth:`room` before reading on."""
         return self.pending >= self._max_pending or self._queued >= self._max_queued
 
     async def room(self) -> None:
         """Return once the reader may read the next request."""
-        while self._full():
+        while self.full():
             self._reader_waiting = True
             self._room.clear()
-            if self._full():
+            if self.full():
                 await self._room.wait()
             self._reader_waiting = False
 
@@ -181,7 +182,7 @@ class _Stream:
                 self.pending -= 1
                 if not self.pending:
                     self._drained.set()
-                if self._reader_waiting and not self._full():
+                if self._reader_waiting and not self.full():
                     self._room.set()
 
     def close(self) -> None:
@@ -284,19 +285,18 @@ class _Service:
         loop = asyncio.get_running_loop()
         writer = loop.create_task(stream.write(context))
         broken = None
-        count = 0
         try:
             async for raw in requests:
-                count += 1
                 if self.stopping.is_set():
                     break
                 try:
-                    request = _decode(m.IfrtRequest, raw, f"request {count} of the session stream")
+                    request = _decode(m.IfrtRequest, raw, "a request of the session stream")
                 except InvalidArgumentError as error:
                     broken = error
                     break
                 stream.put(request, len(raw))
-                await stream.room()
+                if stream.full():
+                    await stream.room()
             else:  # the client half-closed: answer what it sent
                 await stream.drained()
         finally:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import struct
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -414,13 +415,15 @@ class Session:
     def answer(self, op_id: int, kind: str, inner: Any) -> None:
         """Send the OK answer ``inner`` (a message or its serialized bytes) to the request
         ``op_id`` of ``kind``: the response is written around it, not copied into one."""
-        metadata = messages().ResponseMetadata(op_id=op_id, seq_num=next(self._seq))
         body = inner if isinstance(inner, bytes) else inner.SerializeToString()
-        self._send(_response(metadata.SerializeToString(), _response_field(kind), body))
+        metadata = b"\x09" + _U64.pack(op_id) + b"\x18" + _varint(next(self._seq))
+        self._send(b"".join((b"\x0a", _varint(len(metadata)), metadata,
+                             _response_tag(kind), _varint(len(body)), body)))
 
     def answer_error(self, op_id: int, error: BaseException) -> None:
         metadata = messages().ResponseMetadata(op_id=op_id, status=wire.status_proto(error))
-        self._send(_response(metadata.SerializeToString()))
+        serialized = metadata.SerializeToString()
+        self._send(b"\x0a" + _varint(len(serialized)) + serialized)
 
     def answer_later(self, future: Any, make: Callable[[], Any]) -> None:
         """Answer the request being handled when ``future`` completes: ``make()`` on
@@ -471,20 +474,22 @@ def _bare(error: BaseException) -> BaseException:
     return error
 
 
-def _response(metadata: bytes, field: int = 0, body: bytes = b"") -> bytes:
-    """A serialized ``IfrtResponse``: ``response_metadata`` (field 1), then the answer
-    ``body`` as field ``field`` of its ``oneof`` (none for an error)."""
-    head = b"\x0a" + varint_bytes(len(metadata)) + metadata
-    if not field:
-        return head
-    return b"".join((head, varint_bytes(field << 3 | 2), varint_bytes(len(body)), body))
+# Answers are serialized ``IfrtResponse``s written by hand around the handler's serialized
+# message: field 1 ``response_metadata`` (``op_id=1:fixed64``, ``seq_num=3:int64``), then
+# the answer as the field of ``IfrtResponse``'s oneof that the request kind names (the
+# numbers are checked against jaxlib's by ifrtpy.proxy.fields).
+_U64 = struct.Struct("<Q")
+
+
+def _varint(value: int) -> bytes:
+    return bytes((value,)) if value < 0x80 else varint_bytes(value)
 
 
 @functools.lru_cache(maxsize=None)
-def _response_field(kind: str) -> int:
-    """The number of the ``IfrtResponse`` field answering a request of ``kind``."""
+def _response_tag(kind: str) -> bytes:
+    """The tag of the ``IfrtResponse`` field answering a request of ``kind``."""
     name = kind[: -len("request")] + "response"
-    return messages().IfrtResponse.DESCRIPTOR.fields_by_name[name].number
+    return _varint(messages().IfrtResponse.DESCRIPTOR.fields_by_name[name].number << 3 | 2)
 
 
 _HANDLERS: dict[str, Handler] = {}

@@ -275,7 +275,7 @@ def test_undecodable_session_bytes_end_the_stream_with_invalid_argument(pjrt):
         details = raises_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: list(stream(
             iter([b"\xff\xff\xff\xff not a message"]), metadata=[(SESSION_HEADER, session_header())],
             timeout=WAIT_S)))
-        assert "request 1 of the session stream" in details
+        assert "a request of the session stream" in details
         assert "xla.ifrt.proxy.IfrtRequest" in details
         details = raises_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: list(stream(
             iter([]), metadata=[(SESSION_HEADER, b"\xff\xff garbage")], timeout=WAIT_S)))
