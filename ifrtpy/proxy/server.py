@@ -54,8 +54,9 @@ _CHUNK = 4 << 20
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
 _REFUSAL_WAIT_S = 2.0
-#: Threads reading put files (files of every session; a read is bounded by its size).
-_FILE_READERS = 4
+#: Put files one session reads at once, each in a thread of the server's pool (which has
+#: room for this many per session: a session's reads never wait for another's).
+_FILE_READS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +127,8 @@ class _Stream:
         self._room = asyncio.Event()
         self._answers = asyncio.Event()
         self._drained = asyncio.Event()
+        #: the session's put files being read (see _FILE_READS)
+        self.file_reads = asyncio.Semaphore(_FILE_READS)
         self._loop_thread = threading.get_ident()
         self._thread = threading.Thread(target=self._work_loop, name=name, daemon=True)
 
@@ -250,7 +253,7 @@ class _Service:
         #: where clients on this machine leave large puts as files (None: nowhere)
         self.transfers: local.TransferRoot | None = None
         self.files = concurrent.futures.ThreadPoolExecutor(
-            _FILE_READERS, thread_name_prefix="ifrtpy-proxy-files")
+            _FILE_READS * limits.max_sessions, thread_name_prefix="ifrtpy-proxy-files")
 
     # -- GetVersion -----------------------------------------------------------------------
 
@@ -424,13 +427,17 @@ class _Service:
                     f"HostBufferReadFromDisk: session {session.id} named no directory of its "
                     "own for puts through files (ifrtpy_jax_plugin names one); without it, "
                     f"unset {ifrtpy_jax_plugin.TRANSFER_DIRECTORY} to put over gRPC")
+            stream = self.streams.get(session.id)
+            if stream is None:
+                raise FailedPreconditionError(f"session {session.id} is closed")
             with session.rpc():
                 session.reserve_host_bytes(metadata.buffer_size)
                 try:
-                    data = await asyncio.get_running_loop().run_in_executor(
-                        self.files, local.read_put_file,
-                        os.path.join(directory, f"lt_{_c_int(metadata.handle)}"),
-                        metadata.buffer_size)
+                    async with stream.file_reads:
+                        data = await asyncio.get_running_loop().run_in_executor(
+                            self.files, local.read_put_file,
+                            os.path.join(directory, f"lt_{_c_int(metadata.handle)}"),
+                            metadata.buffer_size)
                 except BaseException:
                     session.release_host_bytes(metadata.buffer_size)
                     raise
