@@ -111,6 +111,16 @@ def test_puts_through_files_are_read_from_the_sessions_own_directory(server, cha
         session.close()
 
 
+def test_put_files_a_session_leaves_go_when_it_ends(server, channel):
+    directory, name = client_directory(server.address)
+    raw = RawSession(channel, transfer_directory=name)
+    with open(os.path.join(directory, "lt_77"), "wb") as f:
+        f.write(b"never read")
+    raw.close()
+    wait_for(lambda: not os.path.exists(os.path.join(directory, "lt_77")), "the file to go")
+    assert os.path.isdir(directory)  # this process, which made it, is alive
+
+
 def test_what_is_not_a_regular_file_is_refused_without_blocking(server, channel):
     directory, name = client_directory(server.address)
     raw = RawSession(channel, transfer_directory=name)
