@@ -71,9 +71,11 @@ def ok(response, kind):
 
 
 def test_a_blocked_program_delays_no_other_session(pjrt):
-    # session 1 runs a program for seconds on a backend whose execute blocks until its
-    # outputs are ready; session 2 puts, runs, reads back and deletes meanwhile (on the
-    # other device: programs on one device take turns)
+    """Session 1 runs a program for seconds on a backend whose execute blocks until its
+    outputs are ready; session 2 puts, runs, reads back and deletes meanwhile (on the other
+    device: programs on one device take turns). Not on the reference backend: jaxlib's
+    StableHLO interpreter holds the GIL for a whole program, which stalls every thread of
+    the server (docs/proxy.md)."""
     steps = steps_for(pjrt, PROGRAM_S)
     with proxy.serve(SyncClient(pjrt)) as server, grpc.insecure_channel(server.address) as ch:
         first, second = RawSession(ch), RawSession(ch)
