@@ -54,6 +54,8 @@ _CHUNK = 4 << 20
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
 _REFUSAL_WAIT_S = 2.0
+#: How long a stopping server waits for its cancelled RPCs to end (seconds).
+_END_WAIT_S = 5.0
 #: Put files one session reads at once, each in a thread of the server's pool (which has
 #: room for this many per session: a session's reads never wait for another's).
 _FILE_READS = 2
@@ -649,6 +651,10 @@ class ProxyServer:
         return address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
 
     def _end_loop(self) -> None:
+        try:  # the RPCs the stop cancelled end first, so none is left pending
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self._loop).result(_END_WAIT_S)
+        except Exception as error:  # noqa: BLE001 - a task that will not end
+            _log.debug("tasks left running at the stop: %s", error)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
@@ -708,6 +714,13 @@ class ProxyServer:
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else f"{len(self.sessions())} sessions"
         return f"<ProxyServer {self.client!r} at {self.address}, {state}>"
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _user() -> str:
