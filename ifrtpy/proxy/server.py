@@ -48,8 +48,8 @@ PROTOCOL_VERSIONS = (16, 25)
 #: IFRT serdes versions the server reads and writes (0.10 clients send 0-3, 0.12 2-6).
 SERDES_VERSIONS = (0, 3)
 
-#: HostBufferLookup answers in pieces of this size (the client joins messages of any size; of
-#: 0.25, 1, 4 and 16 MiB, 4 MiB pieces made a 64 MiB get fastest: docs/proxy.md)
+#: HostBufferLookup answers in pieces of this size (the client joins messages of any size;
+#: of pieces from 1/16 to 64 MiB none made a 64 MiB get faster: docs/proxy.md)
 _CHUNK = 4 << 20
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
