@@ -71,7 +71,8 @@ def check_address(address: Any) -> str:
 
 def default_socket() -> str:
     """``unix:DIR/proxy.sock`` in a new directory only this user may enter (under
-    ``$XDG_RUNTIME_DIR``, else the temporary directory), which names this process."""
+    ``$XDG_RUNTIME_DIR``, else the temporary directory); a file there names this process,
+    for :func:`sweep_stale`."""
     roots = [os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp"]
     for root in roots:
         if root and os.path.isdir(root) and len(os.fsencode(root)) < _MAX_SOCKET_PATH - 48:
