@@ -10,12 +10,14 @@ importing ifrtpy.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import stat
+import sys
 
 __all__ = ["initialize", "register", "is_local", "shared_directory", "is_private_directory",
-           "PLATFORM"]
+           "transfer_subdirectory", "PLATFORM", "TRANSFER_KEY"]
 
 #: The name of the jax backend (and platform) the server's devices appear under.
 PLATFORM = "proxy"
@@ -24,11 +26,24 @@ PLATFORM = "proxy"
 INSECURE_CREDENTIALS = "IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS"
 
 #: jaxlib's proxy client writes a put of at least THRESHOLD bytes to a file in DIRECTORY
-#: and has the server read it there, instead of streaming it over gRPC.
+#: and has the server read it there, instead of streaming it over gRPC. It reads both
+#: variables once per process.
 TRANSFER_DIRECTORY = "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY"
 TRANSFER_THRESHOLD = "IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_THRESHOLD_BYTES"
 #: The threshold set with the directory: smaller puts cost less over gRPC than a file.
 SHARED_THRESHOLD_BYTES = 1 << 20
+
+#: The key of the session's initialization data that names the process's directory for
+#: puts through files (a subdirectory of the server's :func:`shared_directory`).
+TRANSFER_KEY = "ifrtpy.transfer_directory"
+
+#: How long jaxlib's client tries to reach the server before it fails (seconds); the
+#: variable of that name overrides it.
+CONNECT_TIMEOUT_S = 30
+CONNECT_TIMEOUT_VARIABLE = "IFRTPY_PROXY_CONNECT_TIMEOUT_S"
+
+#: This process's directory for puts through files: (server's directory, its name).
+_transfer: tuple[str, str] | None = None
 
 
 def initialize() -> None:
@@ -46,24 +61,95 @@ def register(target: str, priority: int = -1) -> None:
 
     For a loopback or unix-socket target it sets ``IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS``
     (unless already set), since the server speaks plain gRPC; other targets keep the client's
-    default (ALTS) credentials. Where the server has made its :func:`shared_directory` (this
-    user's, private), puts of 1 MiB or more go through files there (unless
-    ``IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY`` is already set). The connection
-    is made when jax first uses the backend.
+    default (ALTS) credentials. When jax connects, where the server has made its
+    :func:`shared_directory` (this user's, private), puts of 1 MiB or more go through files
+    in a directory of this process's own there (unless
+    ``IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY`` is already set), which the
+    session names to the server. The connection is made when jax first uses the backend;
+    while no server answers at ``target`` it says so on stderr, and it fails after
+    ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default).
     """
     if is_local(target):
         os.environ.setdefault(INSECURE_CREDENTIALS, "true")
-        directory = shared_directory(target)
-        if TRANSFER_DIRECTORY not in os.environ and is_private_directory(directory):
-            os.environ[TRANSFER_DIRECTORY] = directory
-            os.environ.setdefault(TRANSFER_THRESHOLD, str(SHARED_THRESHOLD_BYTES))
     # Through jax.extend: importing jaxlib's proxy extension before jax's own crashes.
     from jax.extend import backend
 
     def make_client():  # type: ignore[no-untyped-def]
-        return backend.ifrt_proxy.get_client(target, backend.ifrt_proxy.ClientConnectionOptions())
+        options = backend.ifrt_proxy.ClientConnectionOptions()
+        options.connection_timeout_in_seconds = _connect_timeout()
+        options.on_connection_update = _Progress(target, options.connection_timeout_in_seconds)
+        name = transfer_subdirectory(target) if is_local(target) else None
+        if name is not None:
+            options.initialization_data = {TRANSFER_KEY: name.encode()}
+        return backend.ifrt_proxy.get_client(target, options)
 
     backend.register_backend_factory(PLATFORM, make_client, priority=priority)
+
+
+def _connect_timeout() -> int:
+    text = os.environ.get(CONNECT_TIMEOUT_VARIABLE, "")
+    try:
+        return max(1, int(text)) if text else CONNECT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{CONNECT_TIMEOUT_VARIABLE}={text!r} is not a number of seconds") from None
+
+
+class _Progress:
+    """jaxlib's connection updates: the first failed attempt is said on stderr (jaxlib
+    retries quietly until its timeout)."""
+
+    def __init__(self, target: str, timeout_s: int):
+        self.target = target
+        self.timeout_s = timeout_s
+        self.said = False
+
+    def __call__(self, update: str) -> None:
+        if self.said or "failed" not in update:
+            return
+        self.said = True
+        detail = update.split("failed:", 1)[-1].strip()
+        print(f"ifrtpy_jax_plugin: cannot connect to an IFRT Proxy server at {self.target} "
+              f"({detail}); trying for up to {self.timeout_s} s (is one serving there? "
+              "`python -m ifrtpy serve` prints the address to set as JAX_BACKEND_TARGET)",
+              file=sys.stderr, flush=True)
+
+
+def transfer_subdirectory(target: str) -> str | None:
+    """The name of this process's directory for puts through files, in the shared
+    directory of the server at ``target``; None where there is none to use.
+
+    jaxlib reads the directory once per process: the first call makes the subdirectory
+    (this user's, private) and points ``IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY``
+    at it (with a threshold of 1 MiB), unless the variable is set already; later calls
+    name the same one. The server reads only files of the session that named it.
+    """
+    import secrets
+
+    global _transfer
+    root = shared_directory(target)
+    if _transfer is None:
+        if TRANSFER_DIRECTORY in os.environ or not is_private_directory(root):
+            return None
+        name = f"client-{os.getpid()}-{secrets.token_hex(8)}"
+        try:
+            os.mkdir(os.path.join(root, name), 0o700)
+        except OSError:
+            return None
+        _transfer = (root, name)
+        os.environ[TRANSFER_DIRECTORY] = os.path.join(root, name)
+        atexit.register(_remove_empty, os.path.join(root, name))
+        os.environ.setdefault(TRANSFER_THRESHOLD, str(SHARED_THRESHOLD_BYTES))
+    used_root, name = _transfer
+    if used_root != root or os.environ.get(TRANSFER_DIRECTORY) != os.path.join(root, name):
+        return None  # jaxlib writes this process's files for another server
+    return name
+
+
+def _remove_empty(directory: str) -> None:
+    try:
+        os.rmdir(directory)
+    except OSError:  # gone with the server, or a file the server did not read is left
+        pass
 
 
 def is_local(target: str) -> bool:
@@ -83,11 +169,15 @@ def is_local(target: str) -> bool:
 
 def shared_directory(target: str) -> str:
     """The directory where the server at the local ``target`` takes large puts as files
-    (in ``/dev/shm``, memory, where there is one): named after the address and this user."""
+    (in ``/dev/shm``, memory, where there is one): named after this user, the address and
+    a hash of it (two addresses never share one)."""
+    import hashlib
+
     address = target.removeprefix("grpc://")
-    name = "".join(c if c.isalnum() or c in "-." else "_" for c in address)[-160:]
+    digest = hashlib.sha256(address.encode()).hexdigest()[:16]
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in address)[-48:]
     root = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
-    return os.path.join(root, f"ifrtpy-proxy-{os.getuid()}-{name}")
+    return os.path.join(root, f"ifrtpy-proxy-{os.getuid()}-{name}-{digest}")
 
 
 def is_private_directory(path: str) -> bool:

@@ -98,7 +98,8 @@ def main():
                              "not given to other platforms)")
     parser.add_argument("--platform", default="cpu",
                         help="jax's platform for the direct runs (default cpu)")
-    parser.add_argument("--address", help="the server's address (default: a loopback port)")
+    parser.add_argument("--address",
+                        help="the server's address (default: serve's own, a private unix socket)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression for every file")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per pytest run")
     args = parser.parse_args()

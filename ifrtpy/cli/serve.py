@@ -1,11 +1,11 @@
-"""``python -m ifrtpy serve [--backend NAME] [--device-count N] [--address HOST:PORT|unix:PATH]
+"""``python -m ifrtpy serve [--backend NAME] [--device-count N] [--address unix:PATH|HOST:PORT]
 [--allow-remote]``: an IFRT Proxy server over one ifrtpy client (docs/proxy.md).
 
-When it is ready it prints one line, ``ifrtpy proxy: serving <client> at grpc://HOST:PORT``
-(port 0, the default, picks a free one), then how to point jax at it. SIGINT (Ctrl-C) and
-SIGTERM stop it: the server stops, the command exits 0. The address must be a loopback host
-or a unix socket unless ``--allow-remote`` says otherwise; with it, a warning says what that
-means.
+When it is ready it prints one line, ``ifrtpy proxy: serving <client> at grpc://ADDRESS``,
+then who can connect there and how to point jax at it. Without ``--address`` it listens on
+a unix socket in a new directory only this user may enter. SIGINT (Ctrl-C) and SIGTERM stop
+it: the server stops, the command exits 0. The address must be a loopback host or a unix
+socket unless ``--allow-remote`` says otherwise; with it, a warning says what that means.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ SIGNAL_POLL_S = 0.2
 
 REMOTE_WARNING = (
     "warning: {address} is not a loopback address: whoever can connect to it can run programs "
-    "on these devices and read their data. jax's proxy client speaks no TLS, so prefer the "
-    "default loopback address and an SSH tunnel (ssh -N -L PORT:127.0.0.1:PORT THIS_HOST); "
+    "on these devices and read their data. jax's proxy client speaks no TLS, so prefer serving "
+    "on this machine only (the default unix socket, or 127.0.0.1:PORT) and an SSH tunnel (ssh -N -L PORT:127.0.0.1:PORT THIS_HOST); "
     "a client connecting directly needs IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true.")
 
 
@@ -41,8 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "plugin name, or module:function (a factory returning a Client)")
     parser.add_argument("--device-count", type=int, metavar="N",
                         help="the backend's device_count option (default: the backend's own)")
-    parser.add_argument("--address", default="127.0.0.1:0", metavar="HOST:PORT|unix:PATH",
-                        help="where to listen (default 127.0.0.1:0, a free port)")
+    parser.add_argument("--address", metavar="unix:PATH|HOST:PORT",
+                        help="where to listen (default: a unix socket in a new directory only "
+                             "this user may enter; HOST:PORT listens on TCP, port 0 picks a "
+                             "free one)")
     parser.add_argument("--allow-remote", action="store_true",
                         help="allow an address other than loopback or a unix socket")
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -51,7 +53,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     """Serve ``args.backend``'s client until SIGINT or SIGTERM; the exit status."""
-    if not ifrtpy_jax_plugin.is_local(args.address):
+    if args.address is not None:
+        from ifrtpy.proxy.local import check_address
+
+        check_address(args.address)
+    if args.address is not None and not ifrtpy_jax_plugin.is_local(args.address):
         if not args.allow_remote:
             print(f"serve: error: {args.address} is not a loopback address or a unix socket; "
                   "whoever can connect to it can run programs on these devices: pass "
@@ -67,6 +73,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         target = jax_target(server.address)
         print(f"ifrtpy proxy: serving {client!r} at {target}", flush=True)
+        print(f"who can connect: {server.who}", flush=True)
         print(f"point jax at it: JAX_PLATFORMS=proxy JAX_BACKEND_TARGET={target} python train.py\n"
               "Ctrl-C stops the server.", flush=True)
         # Timed waits: the kernel may hand the signal to another thread, and Python runs

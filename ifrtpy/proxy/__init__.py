@@ -1,20 +1,23 @@
 """An IFRT Proxy server: jax's proxy client (``jax.extend.backend.ifrt_proxy``) runs its
 programs on any ifrtpy :class:`~ifrtpy.Client` through it.
 
-``serve(client, "127.0.0.1:0")`` starts a gRPC server speaking the IFRT Proxy protocol
-(jaxlib 0.10 to 0.12 clients) over the client's public interfaces; see docs/proxy.md.
-grpcio and protobuf (the ``ifrtpy[proxy]`` extra) are imported when a server starts.
+``serve(client)`` starts a gRPC server speaking the IFRT Proxy protocol (jaxlib 0.10 to
+0.12 clients) over the client's public interfaces, by default on a unix socket only this
+user can reach; each client's session is isolated from the others' in data and in time;
+see docs/proxy.md. grpcio and protobuf (the ``ifrtpy[proxy]`` extra) are imported when a
+server starts.
 
 * :mod:`._protocol`: the message classes, read from the installed jaxlib's descriptors;
 * :mod:`.wire`: IFRT serdes of dtypes, shardings, layouts and statuses;
-* :mod:`.session`: a session's handle tables, limits and request dispatch;
+* :mod:`.session`: a session's handle tables, host buffers, limits and request dispatch;
 * :mod:`.topology`, :mod:`.arrays`, :mod:`.executables`: the request handlers;
-* :mod:`.server`: the gRPC service and :class:`ProxyServer`;
+* :mod:`.server`: the gRPC service (a worker thread per session) and :class:`ProxyServer`;
+* :mod:`.local`: addresses, the private default socket and the shared directory for puts
+  through files;
 * :mod:`.fields`: the table of the fields the handlers use, checked against jaxlib's;
 * :mod:`.jax_client`: :func:`connect_jax`, pointing jax at a server from code.
 """
 
-from ifrtpy.proxy.jax_client import connect_jax as connect_jax
 from ifrtpy.proxy.jax_client import connect_jax as connect_jax
 from ifrtpy.proxy.server import ProxyServer as ProxyServer
 from ifrtpy.proxy.server import SessionInfo as SessionInfo

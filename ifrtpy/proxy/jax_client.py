@@ -1,6 +1,7 @@
 """Point jax at an IFRT Proxy server from code (docs/proxy.md).
 
-``JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://HOST:PORT`` does this without code, through
+``JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://unix:PATH`` (or ``grpc://HOST:PORT``, the
+address ``python -m ifrtpy serve`` prints) does this without code, through
 jax's plugin discovery (the top-level module ``ifrtpy_jax_plugin``); :func:`connect_jax` is
 the same registration, made by a program before jax starts its backends.
 """
@@ -20,7 +21,9 @@ def connect_jax(address: str) -> None:
     ``HOST:PORT``, ``unix:PATH`` or ``grpc://unix:PATH``).
 
     Registers jax's proxy client as the backend ``proxy`` and makes it jax's only platform
-    (``jax_platforms="proxy"``); the connection is made when jax first needs a device. Call it
+    (``jax_platforms="proxy"``); the connection is made when jax first needs a device (while
+    no server answers, ifrtpy_jax_plugin says so on stderr; jax fails after
+    ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds, 30 by default). Call it
     before jax starts its backends (its first ``jax.devices()``, ``jit`` or ``device_put``):
     afterwards it raises :class:`~ifrtpy.errors.FailedPreconditionError`. A loopback or unix
     address sets ``IFRT_PROXY_USE_INSECURE_GRPC_CREDENTIALS=true`` (the server speaks plain

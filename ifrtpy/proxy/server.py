@@ -1,35 +1,39 @@
 """The gRPC service (``xla.ifrt.proxy.GrpcIfrtService``) and :class:`ProxyServer`.
 
-Every RPC runs on one grpc.aio event loop in a thread of the server. ``GetVersion`` picks
-a protocol and serdes version inside both the client's range and the server's; each
-``IfrtSession`` stream is a :class:`~ifrtpy.proxy.session.Session`, whose requests are
-handled in order (on the loop, or behind a compile or a put waiting for its bytes in the
-session's worker thread). ``HostBufferStore`` / ``HostBufferLookup`` /
-``HostBufferDelete`` move bulk bytes of a session, and ``HostBufferReadFromDisk`` takes a
-large put that a client on this machine left as a file in the server's private shared
-directory. A stream that ends (the client closed, crashed or was killed) closes its
-session, which drops everything it held.
+Concurrency: every RPC runs on one grpc.aio event loop in a thread of the server, which
+only decodes, dispatches and writes. Each ``IfrtSession`` stream is a
+:class:`~ifrtpy.proxy.session.Session` with a worker thread of its own that handles the
+session's requests one at a time, in arrival order (XLA's C++ server does the same: an
+in-order processor per session); answers are written in the order they are made, an
+answer that waits on a future as soon as it completes. A slow or blocked request delays
+only its own session's later requests. ``HostBufferStore`` / ``HostBufferLookup`` /
+``HostBufferDelete`` move a session's bulk bytes on the loop, and
+``HostBufferReadFromDisk`` reads a large put that a client on this machine left as a file
+(in a thread of a small pool). A stream that ends (the client closed, crashed or was
+killed) closes its session: its queued requests are dropped and everything it held is
+freed. Every resource a client can make the server hold is bounded (:class:`Limits`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import dataclasses
-import itertools
 import logging
-import mmap
 import os
-import queue
+import secrets
 import threading
 from typing import Any, AsyncIterator, NoReturn
 
 import ifrtpy_jax_plugin
 from ifrtpy._xla import varint, varint_bytes
-from ifrtpy.errors import (InvalidArgumentError, IfrtError, NotFoundError,
-                           PermissionDeniedError, UnimplementedError)
-from ifrtpy.proxy import wire
+from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentError,
+                           NotFoundError, PermissionDeniedError, ResourceExhaustedError,
+                           UnimplementedError)
+from ifrtpy.proxy import local, wire
 from ifrtpy.proxy._protocol import messages
-from ifrtpy.proxy.session import Limits, Session
+from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Limits, Session
 
 __all__ = ["ProxyServer", "SessionInfo", "serve", "PROTOCOL_VERSIONS", "SERDES_VERSIONS"]
 
@@ -44,20 +48,31 @@ PROTOCOL_VERSIONS = (16, 25)
 #: IFRT serdes versions the server reads and writes (0.10 clients send 0-3, 0.12 2-6).
 SERDES_VERSIONS = (0, 3)
 
-#: HostBufferLookup answers in pieces of this size (the client joins messages of any size; of
-#: 0.25, 1, 4 and 16 MiB, 4 MiB pieces made a 64 MiB get fastest: docs/proxy.md)
+#: HostBufferLookup answers in pieces of this size (the client joins messages of any size;
+#: of pieces from 1/16 to 64 MiB none made a 64 MiB get faster: docs/proxy.md)
 _CHUNK = 4 << 20
-_END = object()
+#: How long a session refused at a limit waits for its first request, to answer it with
+#: the refusal (seconds).
+_REFUSAL_WAIT_S = 2.0
+#: How long a stopping server waits for its cancelled RPCs to end (seconds).
+_END_WAIT_S = 5.0
+#: Put files one session reads at once, each in a thread of the server's pool (which has
+#: room for this many per session: a session's reads never wait for another's).
+_FILE_READS = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class SessionInfo:
-    """A live session: its id, the client's address and how many handles it holds."""
+    """A live session: its id, the client's address, how many handles and host-buffer
+    bytes it holds, how many of its requests wait for their answers to be written."""
 
     id: int
     peer: str
     protocol_version: int
     handles: dict[str, int]
+    host_buffer_bytes: int
+    #: requests read and not yet answered, or answered and not yet written to the client
+    pending_requests: int
 
 
 def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) -> int:
@@ -69,49 +84,14 @@ def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) ->
     return high
 
 
-#: Requests that may wait long (a compile, a put waiting for its host buffer to arrive over
-#: another RPC): a session's worker thread handles them, the others run on the event loop.
-_WORKER_KINDS = frozenset({
-    "compile_request", "make_array_from_host_buffer_request",
-    "make_arrays_from_host_buffer_shards_request",
-})
-
-
-class _InOrder:
-    """Handles one session's requests in arrival order: on the event loop while its worker
-    thread has nothing queued, else behind the queued ones in the worker (started on the
-    first such request)."""
-
-    def __init__(self, session: Session, loop: asyncio.AbstractEventLoop):
-        self.session = session
-        self.loop = loop
-        self.queued = 0  # touched on the loop only
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.worker: threading.Thread | None = None
-
-    def submit(self, request: Any) -> None:
-        if not self.queued and request.WhichOneof("request") not in _WORKER_KINDS:
-            self.session.handle(request)
-            return
-        if self.worker is None:
-            self.worker = threading.Thread(target=self._work, daemon=True,
-                                           name=f"ifrtpy-proxy-session-{self.session.id}")
-            self.worker.start()
-        self.queued += 1
-        self.inbox.put(request)
-
-    def _work(self) -> None:
-        while (request := self.inbox.get()) is not _END:
-            self.session.handle(request)
-            _on_loop(self.loop, self._done)
-
-    def _done(self) -> None:
-        self.queued -= 1
-
-    def close(self) -> threading.Thread | None:
-        """Let the worker finish what is queued and end; the worker, if there is one."""
-        self.inbox.put(_END)
-        return self.worker
+def _decode(cls: Any, raw: bytes, what: str) -> Any:
+    """``raw`` parsed as a ``cls`` message, or InvalidArgumentError naming what was wrong."""
+    try:
+        return cls.FromString(raw)
+    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError and its kin
+        raise InvalidArgumentError(
+            f"{what} is not a valid {cls.DESCRIPTOR.full_name} ({len(raw)} bytes): "
+            f"{error}") from None
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
@@ -122,24 +102,167 @@ def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
         pass
 
 
+class _Stream:
+    """The transport of one session: requests decoded on the loop are queued for the
+    session's worker thread, which handles them in order; the answers it (or a completing
+    future) makes are written on the loop in the order they were made.
+
+    The loop stops reading the client's stream while ``max_pending_requests`` requests are
+    unanswered or answered but not yet written (a client that does not read its answers
+    holds at most that many), or while the queued requests hold ``max_message_bytes``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, name: str):
+        self.loop = loop
+        self.session: Session | None = None
+        self._max_pending = limits.max_pending_requests
+        self._max_queued = limits.max_message_bytes
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._inbox: collections.deque = collections.deque()
+        self._queued = 0            # bytes of the requests in the inbox (under the lock)
+        self._outbox: collections.deque[bytes] = collections.deque()
+        self._signalled = False     # the writer was told of answers (under the lock)
+        self._closed = False
+        self.pending = 0            # requests read whose answers are not written (loop only)
+        self._reader_waiting = False
+        self._room = asyncio.Event()
+        self._answers = asyncio.Event()
+        self._drained = asyncio.Event()
+        #: the session's put files being read (see _FILE_READS)
+        self.file_reads = asyncio.Semaphore(_FILE_READS)
+        self._loop_thread = threading.get_ident()
+        self._thread = threading.Thread(target=self._work_loop, name=name, daemon=True)
+
+    def start(self, session: Session) -> None:
+        self.session = session
+        self._thread.start()
+
+    # -- the loop's side ---------------------------------------------------------------------
+
+    def put(self, request: Any, size: int) -> None:
+        """Queue a decoded request (of ``size`` bytes on the wire) for the worker."""
+        self.pending += 1
+        self._drained.clear()
+        with self._lock:
+            self._inbox.append((request, size))
+            self._queued += size
+            self._work.notify()
+
+    def full(self) -> bool:
+        """Whether the reader must wait for :meth:`room` before reading on."""
+        return self.pending >= self._max_pending or self._queued >= self._max_queued
+
+    async def room(self) -> None:
+        """Return once the reader may read the next request."""
+        while self.full():
+            self._reader_waiting = True
+            self._room.clear()
+            if self.full():
+                await self._room.wait()
+            self._reader_waiting = False
+
+    async def drained(self) -> None:
+        """Return once every request read has been answered and its answer written."""
+        if self.pending:
+            await self._drained.wait()
+
+    async def write(self, context: Any) -> None:
+        """Write the answers in the order they were made, until the stream closes."""
+        while True:
+            await self._answers.wait()
+            self._answers.clear()
+            while True:
+                with self._lock:
+                    if not self._outbox:
+                        self._signalled = False
+                        break
+                    answer = self._outbox.popleft()
+                try:
+                    await context.write(answer)
+                except Exception as error:  # noqa: BLE001 - the stream ended under it
+                    _log.debug("an answer was not written: %s", error)
+                    self.close()
+                    return
+                self.pending -= 1
+                if not self.pending:
+                    self._drained.set()
+                if self._reader_waiting and not self.full():
+                    self._room.set()
+
+    def close(self) -> None:
+        """Drop the queued requests and answers; the worker ends after the request it is
+        handling."""
+        with self._lock:
+            self._closed = True
+            self._inbox.clear()
+            self._outbox.clear()
+            self._work.notify()
+
+    # -- any thread --------------------------------------------------------------------------
+
+    def send(self, answer: bytes) -> None:
+        """Queue a serialized answer to be written (the session's ``send``)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._outbox.append(answer)
+            if self._signalled:
+                return
+            self._signalled = True
+        if threading.get_ident() == self._loop_thread:
+            self._answers.set()
+        else:
+            _on_loop(self.loop, self._answers.set)
+
+    # -- the worker --------------------------------------------------------------------------
+
+    def _work_loop(self) -> None:
+        assert self.session is not None
+        while True:
+            with self._lock:
+                while not self._inbox and not self._closed:
+                    self._work.wait()
+                if self._closed:
+                    return
+                request, size = self._inbox.popleft()
+                self._queued -= size
+            if self._reader_waiting:
+                _on_loop(self.loop, self._room.set)
+            self.session.handle(request)
+
+
+def _host(peer: str) -> str:
+    """The host part of a gRPC peer (``ipv4:127.0.0.1:5000`` -> ``ipv4:127.0.0.1``);
+    ``unix`` for a unix socket, whose peers are all alike."""
+    if peer.startswith("unix"):
+        return "unix"
+    return peer.rsplit(":", 1)[0]
+
+
 class _Service:
     """The RPC handlers over the server's sessions (coroutines on the server's loop)."""
 
     def __init__(self, client: Any, limits: Limits):
         self.client = client
         self.limits = limits
+        self.total = Budget(limits.max_total_host_buffer_bytes, "the server")
         self.sessions: dict[int, Session] = {}
+        self.streams: dict[int, _Stream] = {}
         self.lock = threading.Lock()
-        self._ids = itertools.count(1)
+        self._count = 0
         self.stopping = threading.Event()
         #: where clients on this machine leave large puts as files (None: nowhere)
-        self.transfer_dir: str | None = None
+        self.transfers: local.TransferRoot | None = None
+        self.files = concurrent.futures.ThreadPoolExecutor(
+            _FILE_READS * limits.max_sessions, thread_name_prefix="ifrtpy-proxy-files")
 
     # -- GetVersion -----------------------------------------------------------------------
 
-    async def get_version(self, request: Any, context: Any) -> Any:
+    async def get_version(self, raw: bytes, context: Any) -> Any:
         m = messages()
         try:
+            request = _decode(m.GrpcGetVersionRequest, raw, "the GetVersion request")
             protocol = _pick(request.min_version.protocol_version,
                              request.max_version.protocol_version, PROTOCOL_VERSIONS, "protocol")
             serdes = _pick(request.min_version.ifrt_serdes_version_number,
@@ -152,134 +275,244 @@ class _Service:
 
     # -- IfrtSession ----------------------------------------------------------------------
 
-    async def ifrt_session(self, requests: AsyncIterator[Any], context: Any) -> None:
+    async def ifrt_session(self, requests: AsyncIterator[bytes], context: Any) -> None:
         m = messages()
-        header = _header(context, _SESSION_HEADER)
-        if header is None:
-            await _abort(context, InvalidArgumentError(
-                f"IfrtSession needs the {_SESSION_HEADER} header"))
         try:
-            metadata = m.GrpcIfrtSessionMetadata.FromString(header)
+            metadata = _decode(m.GrpcIfrtSessionMetadata, _header(context, _SESSION_HEADER),
+                               f"the {_SESSION_HEADER} header")
             version = _pick(metadata.version.protocol_version, metadata.version.protocol_version,
                             PROTOCOL_VERSIONS, "protocol")
-        except Exception as error:  # noqa: BLE001 - a malformed header
-            await _abort(context, InvalidArgumentError(f"bad {_SESSION_HEADER} header: {error}"))
+            session, stream = self._open(context.peer(), version, metadata)
+        except ResourceExhaustedError as error:
+            await _refuse(requests, context, error)
+        except IfrtError as error:
+            await _abort(context, error)
         loop = asyncio.get_running_loop()
-        outbox: asyncio.Queue = asyncio.Queue()
-        here = threading.get_ident()
-
-        def send(response: Any) -> None:
-            if threading.get_ident() == here:
-                outbox.put_nowait(response)
-            else:
-                _on_loop(loop, outbox.put_nowait, response)
-
-        with self.lock:
-            session = Session(next(self._ids), context.peer(), self.client, self.limits,
-                              version, send)
-            self.sessions[session.id] = session
-        in_order = _InOrder(session, loop)
-        writer = loop.create_task(_write(outbox, context))
+        writer = loop.create_task(stream.write(context))
         broken = None
         try:
-            async for request in requests:
+            async for raw in requests:
                 if self.stopping.is_set():
                     break
-                in_order.submit(request)
-            worker = in_order.close()
-            if worker is not None:  # the client half-closed: answer what it sent
-                await asyncio.to_thread(worker.join)
-            outbox.put_nowait(_END)
-            await writer
-        except Exception as error:  # noqa: BLE001 - an undecodable message, a lost client
-            broken = error
+                try:
+                    request = _decode(m.IfrtRequest, raw, "a request of the session stream")
+                except InvalidArgumentError as error:
+                    broken = error
+                    break
+                stream.put(request, len(raw))
+                if stream.full():
+                    await stream.room()
+            else:  # the client half-closed: answer what it sent
+                await stream.drained()
         finally:
-            in_order.close()
+            stream.close()
             writer.cancel()
             self._close(session)
         if broken is not None:
-            _log.debug("session %d: stream broke: %s", session.id, broken)
-            await _abort(context, InvalidArgumentError(
-                f"session {session.id} ended: the stream broke ({broken})"))
+            _log.debug("session %d: %s", session.id, broken)
+            await _abort(context, broken)
+
+    def _open(self, peer: str, version: int, metadata: Any) -> tuple[Session, _Stream]:
+        """A new session of ``peer``, its stream started; ResourceExhaustedError past the
+        session limits."""
+        limits = self.limits
+        with self.lock:
+            if len(self.sessions) >= limits.max_sessions:
+                raise ResourceExhaustedError(
+                    f"the server is at its limit of {limits.max_sessions} sessions "
+                    "(max_sessions); try again when a client has disconnected")
+            same = sum(1 for s in self.sessions.values() if s.peer == peer)
+            if not peer.startswith("unix") and same >= limits.max_sessions_per_connection:
+                raise ResourceExhaustedError(
+                    f"the connection {peer} holds {same} sessions, the limit of one "
+                    f"connection (max_sessions_per_connection)")
+            session_id = 0
+            while not session_id or session_id in self.sessions:
+                session_id = secrets.randbits(63)  # unguessable: other RPCs name it
+            self._count += 1
+            stream = _Stream(asyncio.get_running_loop(), limits,
+                             f"ifrtpy-proxy-session-{self._count}")
+            session = Session(session_id, peer, self.client, limits, version, stream.send,
+                              self.total, self._transfer_directory(metadata))
+            self.sessions[session_id] = session
+            self.streams[session_id] = stream
+        stream.start(session)
+        return session, stream
+
+    def _transfer_directory(self, metadata: Any) -> str | None:
+        """The put-file directory the session names in its initialization data (see
+        ifrtpy_jax_plugin), if it is one the server may read from for it."""
+        if self.transfers is None:
+            return None
+        value = metadata.initialization_data.attributes.get(ifrtpy_jax_plugin.TRANSFER_KEY)
+        if value is None or value.WhichOneof("value") != "string_value":
+            return None
+        try:
+            name = value.string_value.decode()
+        except UnicodeDecodeError:
+            return None
+        return self.transfers.bind(name)
 
     def _close(self, session: Session) -> None:
         with self.lock:
             self.sessions.pop(session.id, None)
+            self.streams.pop(session.id, None)
         session.close()
+        if session.transfer_directory is not None and self.transfers is not None:
+            self.transfers.unbind(session.transfer_directory)
 
-    def session(self, session_id: int) -> Session:
+    def session(self, session_id: int, context: Any) -> Session:
+        """The live session ``session_id``, for a host-buffer RPC of ``context``'s peer."""
         with self.lock:
             found = self.sessions.get(session_id)
-        if found is None:
-            raise InvalidArgumentError(f"no live session {session_id}")
+        if found is None or _host(found.peer) != _host(context.peer()):
+            raise NotFoundError(f"no live session {session_id}")
         return found
 
     # -- host buffers ---------------------------------------------------------------------
 
-    async def host_buffer_store(self, chunks: AsyncIterator[Any], context: Any) -> Any:
+    async def host_buffer_store(self, chunks: AsyncIterator[bytes], context: Any) -> bytes:
         try:
-            header = _header(context, _STORE_HEADER)
-            if header is None:
-                raise InvalidArgumentError(f"HostBufferStore needs the {_STORE_HEADER} header")
-            metadata = messages().GrpcHostBufferStoreMetadata.FromString(header)
-            session = self.session(metadata.session_id)
-            size = metadata.buffer_size
-            if size < 0:
-                raise InvalidArgumentError(f"HostBufferStore: buffer_size {size} is negative")
-            session.reserve_host_bytes(size)
-            data, received = bytearray(size), 0
-            async for chunk in chunks:
-                end = received + len(chunk)
-                if end > size:
-                    received = end
-                    break
-                data[received:end] = chunk
-                received = end
-            if received != size:
-                raise InvalidArgumentError(
-                    f"HostBufferStore: the header says {size} bytes, the stream sent "
-                    f"{received}{' or more' if received > size else ''}")
-            session.store_host_buffer(metadata.handle, data)
+            metadata = _decode(messages().GrpcHostBufferStoreMetadata,
+                               _header(context, _STORE_HEADER), f"the {_STORE_HEADER} header")
+            session = self.session(metadata.session_id, context)
+            with session.rpc():
+                await _store(session, metadata, chunks)
         except IfrtError as error:
             await _abort(context, error)
-        return _EMPTY
+        return b""
 
-    async def host_buffer_lookup(self, request: Any, context: Any) -> AsyncIterator[Any]:
+    async def host_buffer_lookup(self, raw: bytes, context: Any) -> AsyncIterator[bytes]:
         try:
-            session = self.session(request.session_id)
-            data: Any = session.stored_host_buffer(request.handle)
-            if data is None:  # its copy out is still running
-                data = await asyncio.to_thread(session.host_buffer, request.handle)
+            request = _decode(messages().GrpcHostBufferLookupRequest, raw,
+                              "the HostBufferLookup request")
+            session = self.session(request.session_id, context)
+            session.open_rpc()
         except IfrtError as error:
             await _abort(context, error)
-        view = memoryview(data).cast("B")
-        if not view:
-            yield b""
-        for start in range(0, len(view), _CHUNK):
-            yield view[start:start + _CHUNK]
-
-    async def host_buffer_delete(self, request: Any, context: Any) -> Any:
         try:
-            self.session(request.session_id).delete_host_buffer(request.handle)
+            try:
+                data = session.stored_host_buffer(request.handle)
+                if data is None:  # its copy out is still running
+                    data = await _stored(session, request.handle)
+            except IfrtError as error:
+                await _abort(context, error)
+            view = memoryview(data).cast("B")
+            if not view:
+                yield b""
+            for start in range(0, len(view), _CHUNK):
+                yield _chunk_message(view[start:start + _CHUNK])
+        finally:
+            session.close_rpc()
+
+    async def host_buffer_delete(self, raw: bytes, context: Any) -> Any:
+        try:
+            request = _decode(messages().GrpcHostBufferDeleteRequest, raw,
+                              "the HostBufferDelete request")
+            self.session(request.session_id, context).delete_host_buffer(request.handle)
         except IfrtError as error:
             await _abort(context, error)
         return messages().GrpcHostBufferDeleteResponse()
 
-    async def host_buffer_read_from_disk(self, request: Any, context: Any) -> Any:
-        metadata = request.metadata
+    async def host_buffer_read_from_disk(self, raw: bytes, context: Any) -> Any:
         try:
-            if self.transfer_dir is None:
+            metadata = _decode(messages().GrpcHostBufferReadFromDiskRequest, raw,
+                               "the HostBufferReadFromDisk request").metadata
+            session = self.session(metadata.session_id, context)
+            directory = session.transfer_directory
+            if self.transfers is None:
                 raise UnimplementedError(
                     "HostBufferReadFromDisk: this server takes no puts through files (it "
-                    "made no shared directory: it does not listen on a local address)")
-            data = _read_transfer_file(
-                os.path.join(self.transfer_dir, f"lt_{_c_int(metadata.handle)}"),
-                metadata.buffer_size)
-            # storing checks the session's host-buffer limit (the bytes are already here)
-            self.session(metadata.session_id).store_host_buffer(metadata.handle, data)
+                    "listens on no local address)")
+            if directory is None:
+                raise FailedPreconditionError(
+                    f"HostBufferReadFromDisk: session {session.id} named no directory of its "
+                    "own for puts through files (ifrtpy_jax_plugin names one); without it, "
+                    f"unset {ifrtpy_jax_plugin.TRANSFER_DIRECTORY} to put over gRPC")
+            stream = self.streams.get(session.id)
+            if stream is None:
+                raise FailedPreconditionError(f"session {session.id} is closed")
+            with session.rpc():
+                session.reserve_host_bytes(metadata.buffer_size)
+                try:
+                    async with stream.file_reads:
+                        data = await asyncio.get_running_loop().run_in_executor(
+                            self.files, local.read_put_file,
+                            os.path.join(directory, f"lt_{_c_int(metadata.handle)}"),
+                            metadata.buffer_size)
+                except BaseException:
+                    session.release_host_bytes(metadata.buffer_size)
+                    raise
+                session.store_host_buffer(metadata.handle, data, reserved=True)
         except IfrtError as error:
             await _abort(context, error)
         return messages().GrpcHostBufferReadFromDiskResponse()
+
+
+async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) -> None:
+    """Receive a HostBufferStore's chunks into a buffer grown as they arrive, each counted
+    against the limits before it is kept; store it once whole."""
+    size, reserved = metadata.buffer_size, 0
+    data = bytearray()
+    try:
+        async for raw in chunks:
+            chunk = _chunk_of(raw)
+            if len(data) + len(chunk) > size:
+                raise InvalidArgumentError(
+                    f"HostBufferStore: the header says {size} bytes, the stream sent "
+                    f"{len(data) + len(chunk)} or more")
+            session.reserve_host_bytes(len(chunk))
+            reserved += len(chunk)
+            data += chunk
+        if len(data) != size:
+            raise InvalidArgumentError(
+                f"HostBufferStore: the header says {size} bytes, the stream sent {len(data)}")
+    except BaseException:
+        session.release_host_bytes(reserved)
+        raise
+    session.store_host_buffer(metadata.handle, data, reserved=True)
+
+
+async def _stored(session: Session, handle: int) -> Any:
+    """The host buffer ``handle`` once stored (waited for on the loop, without a thread)."""
+    loop = asyncio.get_running_loop()
+    stored = asyncio.Event()
+
+    def wake() -> None:
+        _on_loop(loop, stored.set)
+
+    session.notify_when_stored(handle, wake)
+    try:
+        await asyncio.wait_for(stored.wait(), HOST_BUFFER_WAIT_S)
+    except asyncio.TimeoutError:
+        raise NotFoundError(
+            f"session {session.id} has no host buffer with handle {handle} (waited "
+            f"{HOST_BUFFER_WAIT_S:g} s)") from None
+    finally:
+        session.forget_waiter(handle, wake)
+    data = session.stored_host_buffer(handle)
+    if data is None:
+        raise FailedPreconditionError(f"session {session.id} is closed")
+    return data
+
+
+async def _refuse(requests: AsyncIterator[bytes], context: Any, error: IfrtError) -> NoReturn:
+    """End a session stream refused at a limit: its first request (jaxlib's InitRequest,
+    awaited a moment) is answered with ``error``, which jaxlib's client reports (it does not
+    report a stream's own status), then the stream ends with it."""
+    try:
+        raw = await asyncio.wait_for(requests.__anext__(), _REFUSAL_WAIT_S)
+        op_id = messages().IfrtRequest.FromString(raw).request_metadata.op_id
+        await context.write(_error_response(op_id, error))
+    except Exception:  # noqa: BLE001 - no request came, or not a readable one
+        pass
+    await _abort(context, error)
+
+
+def _error_response(op_id: int, error: BaseException) -> bytes:
+    m = messages()
+    return m.IfrtResponse(response_metadata=m.ResponseMetadata(
+        op_id=op_id, status=wire.status_proto(error))).SerializeToString()
 
 
 def _c_int(handle: int) -> int:
@@ -287,66 +520,11 @@ def _c_int(handle: int) -> int:
     return (handle + (1 << 31)) % (1 << 32) - (1 << 31)
 
 
-def _read_transfer_file(path: str, size: int) -> Any:
-    """The ``size`` bytes of the client's file at ``path``, mapped (not copied); the file
-    is removed (its mapping lives on)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as error:
-        _unlink(path)  # a link in its place
-        raise NotFoundError(f"HostBufferReadFromDisk: cannot open {path}: {error.strerror}") from None
-    try:
-        _unlink(path)
-        found = os.fstat(fd).st_size
-        if found != size:
-            raise InvalidArgumentError(
-                f"HostBufferReadFromDisk: {path} holds {found} bytes; the request says {size}")
-        return mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else b""
-    finally:
-        os.close(fd)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _make_shared_directory(address: str) -> str | None:
-    """This server's private directory for puts through files (see ifrtpy_jax_plugin);
-    None where another user's or a link holds its name."""
-    path = ifrtpy_jax_plugin.shared_directory(address)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:  # a server before this one on the same address left it
-        if not ifrtpy_jax_plugin.is_private_directory(path):
-            _log.warning("%s is not this user's private directory: puts go over gRPC", path)
-            return None
-    except OSError as error:
-        _log.warning("cannot make %s (%s): puts go over gRPC", path, error)
-        return None
-    _remove_files(path)
-    return path
-
-
-def _remove_files(path: str) -> None:
-    for name in os.listdir(path):
-        if name.startswith("lt_"):
-            _unlink(os.path.join(path, name))
-
-
-async def _write(outbox: asyncio.Queue, context: Any) -> None:
-    """Send the session's answers in the order they were queued, until ``_END``."""
-    while (response := await outbox.get()) is not _END:
-        await context.write(response)
-
-
-def _header(context: Any, key: str) -> bytes | None:
+def _header(context: Any, key: str) -> bytes:
     for name, value in context.invocation_metadata() or ():
         if name == key:
             return value if isinstance(value, bytes) else value.encode()
-    return None
+    raise InvalidArgumentError(f"the RPC needs the {key} header")
 
 
 _GRPC_CODES: dict[int, Any] = {}
@@ -364,62 +542,62 @@ async def _abort(context: Any, error: BaseException) -> NoReturn:
 
 # Host-buffer chunks are ``bytes data = 1`` messages; they are read and written here
 # without a message object, so a chunk is not copied once more on the way.
-_EMPTY = b""
-
 
 def _chunk_of(raw: bytes) -> Any:
     """The ``data`` of a serialized ``GrpcHostBufferStoreRequest`` (a view, not a copy)."""
     if raw[:1] == b"\x0a":
-        length, start = varint(raw, 1)
+        try:
+            length, start = varint(raw, 1)
+        except IndexError:
+            length, start = -1, 0
         if start + length == len(raw):
             return memoryview(raw)[start:]
-    return messages().GrpcHostBufferStoreRequest.FromString(raw).data
+    return _decode(messages().GrpcHostBufferStoreRequest, raw,
+                   "a HostBufferStore chunk").data
 
 
 def _chunk_message(chunk: Any) -> bytes:
     """A serialized ``GrpcHostBufferLookupResponse`` holding ``chunk``."""
     return b"".join((b"\x0a", varint_bytes(len(chunk)), chunk)) if len(chunk) else b""
-
-
 def _handlers(service: _Service) -> Any:
+    """The service's method handlers. Requests arrive as bytes and are decoded by the
+    handlers (a malformed one is answered INVALID_ARGUMENT, naming what was wrong); the
+    session stream's answers and the lookup's chunks leave as the bytes made for them."""
     import grpc  # type: ignore[import-untyped]
 
-    m = messages()
-
-    def unary(fn: Any, req: Any, resp: Any) -> Any:
+    def unary(fn: Any) -> Any:
         return grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=req.FromString, response_serializer=resp.SerializeToString)
+            fn, response_serializer=lambda message: message.SerializeToString())
 
     return grpc.method_handlers_generic_handler(_SERVICE, {
-        "GetVersion": unary(service.get_version, m.GrpcGetVersionRequest, m.GrpcGetVersionResponse),
-        "IfrtSession": grpc.stream_stream_rpc_method_handler(
-            service.ifrt_session, request_deserializer=m.IfrtRequest.FromString,
-            response_serializer=m.IfrtResponse.SerializeToString),
-        "HostBufferStore": grpc.stream_unary_rpc_method_handler(
-            service.host_buffer_store, request_deserializer=_chunk_of,
-            response_serializer=bytes),
-        "HostBufferLookup": grpc.unary_stream_rpc_method_handler(
-            service.host_buffer_lookup,
-            request_deserializer=m.GrpcHostBufferLookupRequest.FromString,
-            response_serializer=_chunk_message),
-        "HostBufferDelete": unary(service.host_buffer_delete, m.GrpcHostBufferDeleteRequest,
-                                  m.GrpcHostBufferDeleteResponse),
-        "HostBufferReadFromDisk": unary(service.host_buffer_read_from_disk,
-                                        m.GrpcHostBufferReadFromDiskRequest,
-                                        m.GrpcHostBufferReadFromDiskResponse),
+        "GetVersion": unary(service.get_version),
+        "IfrtSession": grpc.stream_stream_rpc_method_handler(service.ifrt_session),
+        "HostBufferStore": grpc.stream_unary_rpc_method_handler(service.host_buffer_store),
+        "HostBufferLookup": grpc.unary_stream_rpc_method_handler(service.host_buffer_lookup),
+        "HostBufferDelete": unary(service.host_buffer_delete),
+        "HostBufferReadFromDisk": unary(service.host_buffer_read_from_disk),
     })
 
 
 class ProxyServer:
     """A running IFRT Proxy server over one ifrtpy Client (see :func:`serve`).
 
-    ``address`` is where it listens (``"127.0.0.1:PORT"`` or ``"unix:PATH"``);
-    :meth:`stop` ends it (live streams get an error); a context manager stops it on exit.
-    Its RPCs run on one asyncio event loop in a thread of its own.
+    ``address`` is where it listens (``"unix:PATH"`` or ``"HOST:PORT"``); ``who`` says who
+    can connect there. :meth:`stop` ends it (live streams get an error); a context manager
+    stops it on exit. Its RPCs run on one asyncio event loop in a thread of its own, each
+    session's requests on a worker thread of the session's own.
     """
 
-    def __init__(self, client: Any, address: str, limits: Limits, max_sessions: int):
+    def __init__(self, client: Any, address: str | None, limits: Limits):
         self.client = client
+        self.limits = limits
+        local.sweep_stale()
+        self._socket_dir: str | None = None
+        if address is None:
+            address = local.default_socket()
+            self._socket_dir = os.path.dirname(address[len("unix:"):])
+        elif address.startswith("unix:"):
+            local.claim_unix_path(address[len("unix:"):])
         self._service = _Service(client, limits)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="ifrtpy-proxy",
@@ -427,26 +605,44 @@ class ProxyServer:
         self._thread.start()
         self._done = threading.Event()
         try:
-            self.address = self._call(self._start(address, max_sessions))
+            self.address = self._call(self._start(address))
         except BaseException:
             self._end_loop()
+            self._remove_socket_dir()
             raise
         if ifrtpy_jax_plugin.is_local(self.address):
-            self._service.transfer_dir = _make_shared_directory(self.address)
+            self._service.transfers = local.TransferRoot.make(self.address)
         self._stopped = False
+
+    @property
+    def who(self) -> str:
+        """Who can connect to :attr:`address`, in words."""
+        if self._socket_dir is not None:
+            return (f"a unix socket in a directory only user {_user()} may enter: only that "
+                    "user's processes (and root) can connect")
+        if self.address.startswith("unix:"):
+            return ("a unix socket: whoever may enter its directory and write to it can "
+                    "connect (keep it in a directory only you may enter)")
+        if ifrtpy_jax_plugin.is_local(self.address):
+            return ("a loopback TCP port: every user of this machine can connect (TCP has no "
+                    "permissions); serve without --address for a private unix socket")
+        return ("a network address: whoever reaches it can connect, over plain text (no "
+                "authentication, no TLS)")
 
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _start(self, address: str, max_sessions: int) -> str:
+    async def _start(self, address: str) -> str:
         import grpc  # type: ignore[import-untyped]
 
+        limits = self.limits
         self._server = grpc.aio.server(
             handlers=[_handlers(self._service)],
-            options=[("grpc.max_receive_message_length", -1),
+            options=[("grpc.max_receive_message_length", limits.max_message_bytes),
                      ("grpc.max_send_message_length", -1),
                      ("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=4 * max_sessions + 16)
+            # a backstop: sessions and their host-buffer RPCs are counted by the service
+            maximum_concurrent_rpcs=limits.max_sessions * (2 + limits.max_host_buffer_rpcs))
         try:
             port = self._server.add_insecure_port(address)
         except RuntimeError as error:
@@ -455,16 +651,33 @@ class ProxyServer:
         return address if address.startswith("unix:") else f"{address.rsplit(':', 1)[0]}:{port}"
 
     def _end_loop(self) -> None:
+        try:  # the RPCs the stop cancelled end first, so none is left pending
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self._loop).result(_END_WAIT_S)
+        except Exception as error:  # noqa: BLE001 - a task that will not end
+            _log.debug("tasks left running at the stop: %s", error)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
+        self._service.files.shutdown(wait=False, cancel_futures=True)
         self._done.set()
+
+    def _remove_socket_dir(self) -> None:
+        if self._socket_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def sessions(self) -> list[SessionInfo]:
         """The live sessions, oldest first."""
         with self._service.lock:
-            live = list(self._service.sessions.values())
-        return [SessionInfo(s.id, s.peer, s.protocol_version, s.handle_counts()) for s in live]
+            live = [(s, self._service.streams[i]) for i, s in self._service.sessions.items()]
+        return [SessionInfo(s.id, s.peer, s.protocol_version, s.handle_counts(), s.host_bytes(),
+                            stream.pending) for s, stream in live]
+
+    @property
+    def host_buffer_bytes(self) -> int:
+        """Bytes of host buffers every session holds together (the server-wide count)."""
+        return self._service.total.used
 
     def stop(self, grace: float | None = None) -> None:
         """Stop serving: wait up to ``grace`` seconds for RPCs in flight (None: none), end
@@ -476,16 +689,17 @@ class ProxyServer:
         self._call(self._server.stop(grace))
         with self._service.lock:
             live = list(self._service.sessions.values())
-            self._service.sessions.clear()
         for session in live:
-            session.close()
+            self._service._close(session)
         self._end_loop()
-        if self._service.transfer_dir is not None:
-            _remove_files(self._service.transfer_dir)
+        if self._service.transfers is not None:
+            self._service.transfers.remove()
+        if self.address.startswith("unix:"):
             try:
-                os.rmdir(self._service.transfer_dir)
-            except OSError as error:  # someone put other files there
-                _log.warning("cannot remove %s: %s", self._service.transfer_dir, error)
+                os.unlink(self.address[len("unix:"):])
+            except OSError:
+                pass
+        self._remove_socket_dir()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server stops (or ``timeout`` passes); True once stopped."""
@@ -502,27 +716,44 @@ class ProxyServer:
         return f"<ProxyServer {self.client!r} at {self.address}, {state}>"
 
 
-def serve(client: Any = None, address: str = "127.0.0.1:0", *, allow_remote: bool = False,
-          max_sessions: int = 32, **limits: Any) -> ProxyServer:
-    """Serve ``client`` (None: ``ifrtpy.get_client()``) to IFRT Proxy clients at ``address``
-    (``HOST:PORT``, port 0 picks a free one, or ``unix:PATH``) and return the running server.
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
-    ``limits`` are the per-session :class:`~ifrtpy.proxy.session.Limits`
-    (``max_host_buffer_bytes``, ``max_handles``). A non-loopback address raises
-    PermissionDeniedError unless ``allow_remote``: whoever reaches it can run programs on
-    the client's devices, and the protocol has no TLS.
-    """
-    if not isinstance(address, str) or (":" not in address):
-        raise InvalidArgumentError(f"address must be 'HOST:PORT' or 'unix:PATH', got {address!r}")
-    if not allow_remote and not ifrtpy_jax_plugin.is_local(address):
-        raise PermissionDeniedError(
-            f"{address} is not a loopback address: anyone who reaches it can run programs on "
-            "these devices and the protocol has no TLS; pass allow_remote=True to serve it "
-            "anyway (and reach it through an SSH tunnel)")
-    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-        raise InvalidArgumentError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+
+def _user() -> str:
+    import pwd
+
     try:
-        session_limits = Limits(**limits)
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def serve(client: Any = None, address: str | None = None, *, allow_remote: bool = False,
+          **limits: Any) -> ProxyServer:
+    """Serve ``client`` (None: ``ifrtpy.get_client()``) to IFRT Proxy clients and return
+    the running server.
+
+    ``address`` None (the default) listens on a unix socket in a new directory only this
+    user may enter (``server.address`` says where); ``unix:PATH`` on that socket (refused
+    if a server listens there already); ``HOST:PORT`` on TCP (port 0 picks a free one),
+    where every user of the machine can connect. A non-loopback address raises
+    PermissionDeniedError unless ``allow_remote``: whoever reaches it can run programs on
+    the client's devices, and the protocol has no TLS. ``limits`` are the fields of
+    :class:`~ifrtpy.proxy.session.Limits` (``max_sessions``, ``max_host_buffer_bytes``, ...).
+    """
+    if address is not None:
+        address = local.check_address(address)
+        if not allow_remote and not ifrtpy_jax_plugin.is_local(address):
+            raise PermissionDeniedError(
+                f"{address} is not a loopback address: anyone who reaches it can run programs "
+                "on these devices and the protocol has no TLS; pass allow_remote=True to serve "
+                "it anyway (and reach it through an SSH tunnel)")
+    try:
+        checked = Limits(**limits)
     except TypeError as error:
         raise InvalidArgumentError(f"serve: {error}") from None
     if client is None:
@@ -530,4 +761,4 @@ def serve(client: Any = None, address: str = "127.0.0.1:0", *, allow_remote: boo
 
         client = get_client()
     messages().IfrtRequest  # the descriptors are read now, not in the first session
-    return ProxyServer(client, address, session_limits, max_sessions)
+    return ProxyServer(client, address, checked)

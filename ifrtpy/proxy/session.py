@@ -1,28 +1,35 @@
-"""One client's session: its handle tables, its limits and the dispatch of its requests.
+"""One client's session: its handle tables, its host buffers, its limits and the dispatch
+of its requests.
 
-A session owns every array, executable, future and host buffer its client made; requests
-are handled one at a time in arrival order. A request that fails answers its error and
-binds it to the result handles the client minted for it, so a later request naming one of
-them fails with that error. :meth:`Session.close` drops everything the session holds.
+A session owns every array, executable, future and host buffer its client made. Its
+requests are handled one at a time in arrival order (by the session's own worker thread,
+see :mod:`ifrtpy.proxy.server`). A request that fails answers its error and binds it to
+the result handles the client minted for it, so a later request naming one of them fails
+with that error. :meth:`Session.close` drops everything the session holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import itertools
+import struct
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from ifrtpy._xla import varint_bytes
 from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
                            ResourceExhaustedError, UnimplementedError)
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
 
-__all__ = ["Limits", "Session", "Handler", "RESULT_FIELDS"]
+__all__ = ["Limits", "Budget", "Session", "Handler", "RESULT_FIELDS"]
 
-#: A request handler: (session, inner request) -> the inner response, or None when the
-#: handler answers later itself through :meth:`Session.answer_later`.
+#: A request handler: (session, inner request) -> the inner response (a message or its
+#: serialized bytes), or None when the handler answers later itself through
+#: :meth:`Session.answer_later`.
 Handler = Callable[["Session", Any], Any]
 
 #: Per request kind, the fields holding the result handles the client minted.
@@ -51,47 +58,102 @@ HOST_BUFFER_WAIT_S = 60.0
 # Handles the server mints start here, far from the client's counter (which starts low).
 _SERVER_HANDLES = 1 << 62
 
+#: gRPC takes message sizes as 32-bit ints.
+_MAX_GRPC_MESSAGE = (1 << 31) - 1
+
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Per-session limits; exceeding one answers RESOURCE_EXHAUSTED.
+    """What clients may make the server hold. A request over a limit is answered
+    RESOURCE_EXHAUSTED, naming the limit; nothing is half done.
 
-    ``max_host_buffer_bytes``: bytes of host buffers held at once (stored by the client
-    and not yet consumed, or copied out and not yet deleted); ``max_handles``: live
-    arrays, executables, futures and host buffers together.
+    For the whole server: ``max_sessions`` (live sessions; the next IfrtSession is
+    refused), ``max_sessions_per_connection`` (live sessions of one TCP connection; a unix
+    socket tells its connections apart to no one), ``max_total_host_buffer_bytes`` (host
+    buffers of every session together, counted as their bytes arrive) and
+    ``max_message_bytes`` (one gRPC message, a request or a chunk).
+
+    Per session: ``max_host_buffer_bytes`` (host buffers held at once: stored by the
+    client and not yet consumed, arriving, or copied out and not yet deleted),
+    ``max_handles`` (live arrays, executables, futures and host buffers together),
+    ``max_pending_requests`` (requests received and not yet answered, or answered and not
+    yet read by the client: past it the server stops reading the session's stream until
+    the client reads its answers) and ``max_host_buffer_rpcs`` (host-buffer RPCs of the
+    session in flight at once).
     """
 
+    max_sessions: int = 32
+    max_sessions_per_connection: int = 8
+    max_total_host_buffer_bytes: int = 32 << 30
+    max_message_bytes: int = 1 << 30
     max_host_buffer_bytes: int = 16 << 30
     max_handles: int = 1 << 20
+    max_pending_requests: int = 1024
+    max_host_buffer_rpcs: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("max_host_buffer_bytes", "max_handles"):
-            value = getattr(self, name)
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"proxy limit {name} must be an int >= 1, got {value!r}")
+                raise InvalidArgumentError(
+                    f"proxy limit {field.name} must be an int >= 1, got {value!r}")
+        if self.max_message_bytes > _MAX_GRPC_MESSAGE:
+            raise InvalidArgumentError(
+                f"proxy limit max_message_bytes must be at most {_MAX_GRPC_MESSAGE} (gRPC's), "
+                f"got {self.max_message_bytes}")
+
+
+class Budget:
+    """Bytes held against a limit, by any thread: :meth:`reserve` or ResourceExhaustedError."""
+
+    def __init__(self, limit: int, what: str):
+        self.limit = limit
+        self.what = what
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, size: int) -> None:
+        with self._lock:
+            if self.used + size > self.limit:
+                raise ResourceExhaustedError(
+                    f"{self.what} would hold {self.used + size} bytes of host buffers, over "
+                    f"its limit of {self.limit}")
+            self.used += size
+
+    def release(self, size: int) -> None:
+        with self._lock:
+            self.used -= size
 
 
 class Session:
     """The state of one IfrtSession stream (see the module docstring).
 
-    ``send`` takes each ``IfrtResponse``; it may be called from other threads (answers
-    that wait on a future are sent when it completes).
+    ``send`` takes each serialized ``IfrtResponse``; it is called from the session's
+    worker or, for an answer that waits on a future, from the thread that completes it.
+    ``total`` is the server's budget of host-buffer bytes, shared by every session;
+    ``transfer_directory`` the directory where this session's client leaves its puts as
+    files (None: it puts over gRPC only).
     """
 
     def __init__(self, session_id: int, peer: str, client: Any, limits: Limits,
-                 protocol_version: int, send: Callable[[Any], None]):
+                 protocol_version: int, send: Callable[[bytes], None], total: Budget,
+                 transfer_directory: str | None = None):
         self.id = session_id
         self.peer = peer
         self.client = client
         self.limits = limits
         self.protocol_version = protocol_version
+        self.transfer_directory = transfer_directory
         self._send = send
+        self._total = total
         self.arrays: dict[int, Any] = {}
         self.executables: dict[int, Any] = {}
         self.futures: dict[int, Any] = {}
         self.failed: dict[int, BaseException] = {}
         self._host_buffers: dict[int, HostBytes] = {}
-        self._host_bytes = 0
+        self._host_bytes = 0  # stored, arriving and copied out: counted against both limits
+        self._waiters: dict[int, list[Callable[[], None]]] = {}
+        self._rpcs = 0  # host-buffer RPCs in flight
         self._lock = threading.Lock()  # host buffers are touched by other RPCs' threads
         self._stored = threading.Condition(self._lock)
         self._handles = itertools.count(_SERVER_HANDLES)
@@ -187,30 +249,91 @@ class Session:
 
     # -- host buffers ----------------------------------------------------------------------
 
-    def store_host_buffer(self, handle: int, data: HostBytes) -> None:
+    @contextlib.contextmanager
+    def rpc(self) -> Iterator[None]:
+        """Count a host-buffer RPC of the session while it runs (see :meth:`open_rpc`)."""
+        self.open_rpc()
+        try:
+            yield
+        finally:
+            self.close_rpc()
+
+    def open_rpc(self) -> None:
+        """Count one more host-buffer RPC in flight; ResourceExhaustedError at the limit."""
+        with self._lock:
+            if self._rpcs >= self.limits.max_host_buffer_rpcs:
+                raise ResourceExhaustedError(
+                    f"session {self.id} has {self._rpcs} host-buffer RPCs in flight, its "
+                    f"limit (max_host_buffer_rpcs)")
+            self._rpcs += 1
+
+    def close_rpc(self) -> None:
+        with self._lock:
+            self._rpcs -= 1
+
+    def reserve_host_bytes(self, size: int) -> None:
+        """Count ``size`` more bytes against the session's limit and the server's (bytes
+        about to arrive); ResourceExhaustedError, and nothing counted, if either is full."""
         with self._lock:
             if self.closed:
                 raise FailedPreconditionError(f"session {self.id} is closed")
-            if handle in self._host_buffers:
-                raise InvalidArgumentError(f"host buffer handle {handle} is already in use")
-            self._reserve_locked(len(data))
-            self._host_buffers[handle] = data
-            self._host_bytes += len(data)
-            self._stored.notify_all()
+            if self._host_bytes + size > self.limits.max_host_buffer_bytes:
+                raise ResourceExhaustedError(
+                    f"session {self.id} would hold {self._host_bytes + size} bytes of host "
+                    f"buffers, over its limit of {self.limits.max_host_buffer_bytes}")
+            self._total.reserve(size)
+            self._host_bytes += size
 
-    def reserve_host_bytes(self, size: int) -> None:
-        """Check ``size`` more bytes fit the session's limit (before receiving them)."""
+    def release_host_bytes(self, size: int) -> None:
+        """Uncount bytes :meth:`reserve_host_bytes` counted (bytes that did not arrive)."""
         with self._lock:
-            self._reserve_locked(size)
+            self._release_locked(size)
 
-    def _reserve_locked(self, size: int) -> None:
-        if self._host_bytes + size > self.limits.max_host_buffer_bytes:
-            raise ResourceExhaustedError(
-                f"session {self.id} would hold {self._host_bytes + size} bytes of host "
-                f"buffers, over its limit of {self.limits.max_host_buffer_bytes}")
-        if self._live_handles() + 1 > self.limits.max_handles:
-            raise ResourceExhaustedError(
-                f"session {self.id} is at its limit of {self.limits.max_handles} handles")
+    def _release_locked(self, size: int) -> None:
+        if not self.closed:  # a closed session released everything at once
+            self._host_bytes -= size
+            self._total.release(size)
+
+    def store_host_buffer(self, handle: int, data: HostBytes, reserved: bool = False) -> None:
+        """Keep ``data`` as host buffer ``handle``. Its bytes are counted here, or were by
+        :meth:`reserve_host_bytes` (``reserved``); a failure uncounts them either way."""
+        if not reserved:
+            self.reserve_host_bytes(len(data))
+        with self._lock:
+            try:
+                if self.closed:
+                    raise FailedPreconditionError(f"session {self.id} is closed")
+                if handle in self._host_buffers:
+                    raise InvalidArgumentError(f"host buffer handle {handle} is already in use")
+                if self._live_handles() + 1 > self.limits.max_handles:
+                    raise ResourceExhaustedError(
+                        f"session {self.id} is at its limit of {self.limits.max_handles} handles")
+            except Exception:
+                self._release_locked(len(data))
+                raise
+            self._host_buffers[handle] = data
+            waiters = self._waiters.pop(handle, ())
+            self._stored.notify_all()
+        for wake in waiters:
+            wake()
+
+    def notify_when_stored(self, handle: int, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` (from any thread) once host buffer ``handle`` is stored or the
+        session closes: at once if either is so already."""
+        with self._lock:
+            ready = self.closed or handle in self._host_buffers
+            if not ready:
+                self._waiters.setdefault(handle, []).append(wake)
+        if ready:
+            wake()
+
+    def forget_waiter(self, handle: int, wake: Callable[[], None]) -> None:
+        with self._lock:
+            waiting = self._waiters.get(handle, [])
+            if wake in waiting:
+                waiting.remove(wake)
+            if not waiting:
+                self._waiters.pop(handle, None)
 
     def _wait_for_buffer_locked(self, handle: int) -> HostBytes:
         """The host buffer ``handle``, waiting for it: the client sends requests naming a
@@ -240,7 +363,7 @@ class Session:
         with self._lock:
             data = self._wait_for_buffer_locked(handle)
             del self._host_buffers[handle]
-            self._host_bytes -= len(data)
+            self._release_locked(len(data))
             return data
 
     def delete_host_buffer(self, handle: int) -> None:
@@ -249,7 +372,12 @@ class Session:
             data = self._host_buffers.pop(handle, None)
             if data is None:
                 raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
-            self._host_bytes -= len(data)
+            self._release_locked(len(data))
+
+    def host_bytes(self) -> int:
+        """Bytes of host buffers the session holds (stored, arriving, copied out)."""
+        with self._lock:
+            return self._host_bytes
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -267,8 +395,8 @@ class Session:
             self._current = (op_id, kind)
             inner = handler(self, getattr(request, kind))
         except Exception as error:  # noqa: BLE001 - every failure becomes the answer
-            self._bind_failure(kind, request, error)
             self.answer_error(op_id, error)
+            self._bind_failure(kind, request, _bare(error))
             return
         if inner is not None:
             self.answer(op_id, kind, inner)
@@ -285,17 +413,17 @@ class Session:
                     self.failed[handle] = error
 
     def answer(self, op_id: int, kind: str, inner: Any) -> None:
-        response = messages().IfrtResponse()
-        response.response_metadata.op_id = op_id
-        response.response_metadata.seq_num = next(self._seq)
-        getattr(response, kind[: -len("request")] + "response").CopyFrom(inner)
-        self._send(response)
+        """Send the OK answer ``inner`` (a message or its serialized bytes) to the request
+        ``op_id`` of ``kind``: the response is written around it, not copied into one."""
+        body = inner if isinstance(inner, bytes) else inner.SerializeToString()
+        metadata = b"\x09" + _U64.pack(op_id) + b"\x18" + _varint(next(self._seq))
+        self._send(b"".join((b"\x0a", _varint(len(metadata)), metadata,
+                             _response_tag(kind), _varint(len(body)), body)))
 
     def answer_error(self, op_id: int, error: BaseException) -> None:
-        response = messages().IfrtResponse()
-        response.response_metadata.op_id = op_id
-        response.response_metadata.status.CopyFrom(wire.status_proto(error))
-        self._send(response)
+        metadata = messages().ResponseMetadata(op_id=op_id, status=wire.status_proto(error))
+        serialized = metadata.SerializeToString()
+        self._send(b"\x0a" + _varint(len(serialized)) + serialized)
 
     def answer_later(self, future: Any, make: Callable[[], Any]) -> None:
         """Answer the request being handled when ``future`` completes: ``make()`` on
@@ -319,16 +447,49 @@ class Session:
     # -- end --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop every handle of the session (its client is gone)."""
+        """Drop every handle of the session (its client is gone) and uncount its host
+        bytes; requests still waiting on a host buffer fail."""
         with self._lock:
+            if not self.closed:
+                self._total.release(self._host_bytes)
             self.closed = True
             self._host_buffers.clear()
             self._host_bytes = 0
+            waiters = [wake for ws in self._waiters.values() for wake in ws]
+            self._waiters.clear()
             self._stored.notify_all()
+        for wake in waiters:
+            wake()
         self.arrays.clear()
         self.executables.clear()
         self.futures.clear()
         self.failed.clear()
+
+
+def _bare(error: BaseException) -> BaseException:
+    """``error`` without its traceback and chained errors: bound to a handle, it must not
+    keep alive what the failed request's frames held (a host buffer, arrays)."""
+    error.__traceback__ = None
+    error.__context__ = error.__cause__ = None
+    return error
+
+
+# Answers are serialized ``IfrtResponse``s written by hand around the handler's serialized
+# message: field 1 ``response_metadata`` (``op_id=1:fixed64``, ``seq_num=3:int64``), then
+# the answer as the field of ``IfrtResponse``'s oneof that the request kind names (the
+# numbers are checked against jaxlib's by ifrtpy.proxy.fields).
+_U64 = struct.Struct("<Q")
+
+
+def _varint(value: int) -> bytes:
+    return bytes((value,)) if value < 0x80 else varint_bytes(value)
+
+
+@functools.lru_cache(maxsize=None)
+def _response_tag(kind: str) -> bytes:
+    """The tag of the ``IfrtResponse`` field answering a request of ``kind``."""
+    name = kind[: -len("request")] + "response"
+    return _varint(messages().IfrtResponse.DESCRIPTOR.fields_by_name[name].number << 3 | 2)
 
 
 _HANDLERS: dict[str, Handler] = {}

@@ -1,12 +1,15 @@
-"""``python -m ifrtpy serve``: the exact ready line, a server that answers there, a clean stop
-on SIGTERM and SIGINT, and no non-loopback address without ``--allow-remote``."""
+"""``python -m ifrtpy serve``: the exact ready line (a private unix socket by default, TCP
+when asked), who can connect there, a clean stop on SIGTERM and SIGINT, and no non-loopback
+address without ``--allow-remote``."""
 
 import ctypes
 import os
+import pathlib
 import platform
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 
@@ -41,20 +44,38 @@ def accepts_connections(port):
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
 def test_ready_line_then_a_clean_stop(number):
+    # by default a unix socket in a new directory only this user may enter
     proc, line = start("--backend", "pjrt", "--device-count", "2")
     try:
         expected = repr(ifrt.get_client("pjrt", device_count=2))
         match = re.fullmatch(rf"ifrtpy proxy: serving {re.escape(expected)} "
-                             r"at grpc://127\.0\.0\.1:(\d+)\n", line)
+                             r"at grpc://unix:(/\S+/proxy\.sock)\n", line)
         assert match, line
-        port = int(match.group(1))
-        assert port > 0 and accepts_connections(port)
+        path = pathlib.Path(match.group(1))
+        assert path.is_socket() and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert proc.stdout.readline().startswith(
+            "who can connect: a unix socket in a directory only user ")
         hint = proc.stdout.readline()
         assert hint == (f"point jax at it: JAX_PLATFORMS=proxy "
-                        f"JAX_BACKEND_TARGET=grpc://127.0.0.1:{port} python train.py\n")
+                        f"JAX_BACKEND_TARGET=grpc://unix:{path} python train.py\n")
     finally:
         code, _, err = stop(proc, number)
     assert (code, err) == (0, "")                               # no traceback, exit 0
+    assert not path.parent.exists()
+
+
+def test_tcp_when_asked_and_who_can_connect_there():
+    proc, line = start("--backend", "pjrt", "--device-count", "1", "--address", "127.0.0.1:0")
+    try:
+        match = re.fullmatch(r"ifrtpy proxy: serving <.*> at grpc://127\.0\.0\.1:(\d+)\n", line)
+        assert match, line
+        port = int(match.group(1))
+        assert port > 0 and accepts_connections(port)
+        assert proc.stdout.readline().startswith(
+            "who can connect: a loopback TCP port: every user of this machine can connect")
+    finally:
+        code, _, err = stop(proc)
+    assert (code, err) == (0, "")
     assert not accepts_connections(port)
 
 

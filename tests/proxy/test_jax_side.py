@@ -91,27 +91,31 @@ def test_the_variables_run_an_unchanged_jax_program_on_the_server(server):
 
 
 def test_large_puts_go_through_the_servers_shared_directory(server, monkeypatch):
-    # the plugin points jaxlib's client at the local server's private directory: a put of
-    # 1 MiB or more is left there as a file, which the server maps and removes
-    from ifrtpy.proxy import server as server_module
+    # the plugin makes this process a directory of its own in the local server's private
+    # one and names it to the server: a put of 1 MiB or more is left there as a file, which
+    # the server reads and removes
+    from ifrtpy.proxy import local
 
     read = []
-    original = server_module._read_transfer_file
-    monkeypatch.setattr(server_module, "_read_transfer_file",
-                        lambda path, size: read.append(size) or original(path, size))
+    original = local.read_put_file
+    monkeypatch.setattr(local, "read_put_file",
+                        lambda path, size: read.append((path, size)) or original(path, size))
     code = """
-import json, jax, numpy as np
+import json, os, jax, numpy as np
 x = np.random.default_rng(1).random((1024, 1024), dtype=np.float32)
 small = np.arange(10.0, dtype=np.float32)
 print(json.dumps({"same": bool((np.asarray(jax.device_put(x) * 2) == x * 2).all()),
-                  "small": np.asarray(jax.device_put(small)).tolist()}))
+                  "small": np.asarray(jax.device_put(small)).tolist(),
+                  "directory": os.environ["IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY"]}))
 """
     seen = run_python(code, clean_env(JAX_PLATFORMS="proxy",
                                       JAX_BACKEND_TARGET=jax_target(server.address)))
+    directory = seen.pop("directory")
     assert seen == {"same": True, "small": list(range(10))}
-    assert read == [4 << 20]                       # the small put went over gRPC
-    directory = ifrtpy_jax_plugin.shared_directory(server.address)
-    assert os.listdir(directory) == []
+    assert [size for _, size in read] == [4 << 20]  # the small put went over gRPC
+    assert os.path.dirname(read[0][0]) == directory
+    assert os.path.dirname(directory) == ifrtpy_jax_plugin.shared_directory(server.address)
+    assert not os.path.exists(directory)  # the client is gone: so is its directory
 
 
 def test_connect_jax_does_the_same_from_code(server):

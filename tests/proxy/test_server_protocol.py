@@ -4,8 +4,6 @@ handles and sizes get error statuses (the server goes on serving); per-session l
 answer RESOURCE_EXHAUSTED; unknown custom-call targets are refused at compile."""
 
 import itertools
-import os
-import queue
 import time
 
 import numpy as np
@@ -14,51 +12,14 @@ import pytest
 grpc = pytest.importorskip("grpc")
 
 import ifrtpy as ifrt  # noqa: E402
-import ifrtpy_jax_plugin  # noqa: E402
 from ifrtpy import proxy  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError, PermissionDeniedError  # noqa: E402
 from ifrtpy.proxy import fields  # noqa: E402
-from ifrtpy.proxy._protocol import messages  # noqa: E402
 
-M = messages()
-SERVICE = "/xla.ifrt.proxy.GrpcIfrtService/"
-SESSION_HEADER = "ifrt-proxy-grpc-ifrt-session-metadata-bin"
-STORE_HEADER = "ifrt-proxy-grpc-host-buffer-store-metadata-bin"
-WAIT_S = 60  # a bound on a hang, not a timing assertion
-INVALID, NOT_FOUND, EXHAUSTED, UNIMPLEMENTED = 3, 5, 8, 12
-
-
-def _version(protocol, serdes):
-    return M.IfrtProxyVersion(protocol_version=protocol, ifrt_serdes_version_number=serdes)
-
-
-class RawSession:
-    """An IfrtSession stream: ``call(kind, message)`` sends one request, returns its answer."""
-
-    def __init__(self, channel, protocol=25):
-        self._requests: queue.Queue = queue.Queue()
-        self._ops = itertools.count(1)
-        stream = channel.stream_stream(SERVICE + "IfrtSession",
-                                       request_serializer=M.IfrtRequest.SerializeToString,
-                                       response_deserializer=M.IfrtResponse.FromString)
-        header = M.GrpcIfrtSessionMetadata(version=_version(protocol, 3)).SerializeToString()
-        # the deadline turns a request the server never answers into a failure, not a hang
-        self._responses = stream(iter(self._requests.get, None),
-                                 metadata=[(SESSION_HEADER, header)], timeout=WAIT_S)
-        self.id = self.call("init_request", M.InitRequest()).init_response.session_id
-
-    def call(self, kind, message):
-        request = M.IfrtRequest()
-        op_id = next(self._ops)
-        request.request_metadata.op_id = op_id
-        getattr(request, kind).CopyFrom(message)
-        self._requests.put(request)
-        response = next(self._responses)
-        assert response.response_metadata.op_id == op_id
-        return response
-
-    def close(self):
-        self._requests.put(None)
+from proxy_helpers import (EXHAUSTED, INVALID, NOT_FOUND, SERVICE,  # noqa: E402
+                           SESSION_HEADER, UNIMPLEMENTED, WAIT_S, M, RawSession, compile_request,
+                           lookup, put_request, single_device_sharding, status_of, store)
+from proxy_helpers import version as _version  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -83,45 +44,6 @@ def session(channel):
     raw = RawSession(channel)
     yield raw
     raw.close()
-
-
-def store(channel, session_id, handle, data, size=None):
-    header = M.GrpcHostBufferStoreMetadata(session_id=session_id, handle=handle,
-                                           buffer_size=len(data) if size is None else size)
-    call = channel.stream_unary(SERVICE + "HostBufferStore",
-                                request_serializer=M.GrpcHostBufferStoreRequest.SerializeToString,
-                                response_deserializer=M.GrpcHostBufferStoreResponse.FromString)
-    chunks = [M.GrpcHostBufferStoreRequest(data=data[i:i + 1000]) for i in range(0, len(data), 1000)]
-    return call(iter(chunks), metadata=[(STORE_HEADER, header.SerializeToString())], timeout=WAIT_S)
-
-
-def lookup(channel, session_id, handle):
-    """The bytes of host buffer ``handle`` (HostBufferLookup)."""
-    call = channel.unary_stream(SERVICE + "HostBufferLookup",
-                                request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
-                                response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
-    return b"".join(r.data for r in call(M.GrpcHostBufferLookupRequest(
-        session_id=session_id, handle=handle), timeout=WAIT_S))
-
-
-def single_device_sharding(device_id=0):
-    inner = M.SingleDeviceShardingProto(device_id=device_id).SerializeToString()
-    return M.ShardingProto(serialized_sharding=M.Serialized(
-        type_name="xla::ifrt::SingleDeviceSharding", data=inner))
-
-
-def put_request(buffer_handle, dims, array_handle=0):
-    request = M.MakeArrayFromHostBufferRequest(
-        dtype=M.DTypeProto(kind=M.DTypeProto.Kind.Value("KIND_F32")),
-        shape=M.ShapeProto(dims=dims), sharding=single_device_sharding(),
-        host_buffer_handle=buffer_handle)
-    if array_handle:
-        request.array_handle = array_handle
-    return request
-
-
-def status_of(response):
-    return response.response_metadata.status.code, response.response_metadata.status.message
 
 
 # -- the message table ---------------------------------------------------------------------
@@ -213,61 +135,6 @@ def test_put_read_back_and_every_ok_response_sets_its_kind(channel, session):
     np.testing.assert_array_equal(np.frombuffer(data, np.float32), values)
     response = session.call("destruct_array_request", M.DestructArrayRequest(array_handle=[500]))
     assert response.WhichOneof("response") == "destruct_array_response"
-
-
-def read_from_disk(channel, session_id, handle, size):
-    call = channel.unary_unary(
-        SERVICE + "HostBufferReadFromDisk",
-        request_serializer=M.GrpcHostBufferReadFromDiskRequest.SerializeToString,
-        response_deserializer=M.GrpcHostBufferReadFromDiskResponse.FromString)
-    request = M.GrpcHostBufferReadFromDiskRequest()
-    request.metadata.session_id, request.metadata.handle = session_id, handle
-    request.metadata.buffer_size = size
-    return call(request, timeout=WAIT_S)
-
-
-def test_a_put_left_as_a_file_in_the_shared_directory_is_read_and_removed(
-        server, channel, session):
-    # a local server makes a private directory named after its address; jaxlib's client
-    # names its file lt_<handle as a 32-bit int> (a handle of 2**32 - 5 is lt_-5)
-    directory = ifrtpy_jax_plugin.shared_directory(server.address)
-    assert ifrtpy_jax_plugin.is_private_directory(directory)
-    values = np.arange(6, dtype=np.float32)
-    handle = (1 << 32) - 5
-    path = os.path.join(directory, "lt_-5")
-    with open(path, "wb") as f:
-        f.write(values.tobytes())
-    read_from_disk(channel, session.id, handle, values.nbytes)
-    assert not os.path.exists(path)
-    response = session.call("make_array_from_host_buffer_request", put_request(handle, [2, 3], 700))
-    assert response.WhichOneof("response") == "make_array_from_host_buffer_response"
-    response = session.call("copy_to_host_buffer_request",
-                            M.CopyToHostBufferRequest(array_handle=700, host_buffer_handle=701))
-    data = lookup(channel, session.id, 701)
-    np.testing.assert_array_equal(np.frombuffer(data, np.float32), values)
-
-
-def test_a_file_put_that_is_missing_or_of_another_size_is_refused_and_removed(
-        server, channel, session):
-    with pytest.raises(grpc.RpcError) as caught:
-        read_from_disk(channel, session.id, 41, 24)
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and "lt_41" in caught.value.details()
-    path = os.path.join(ifrtpy_jax_plugin.shared_directory(server.address), "lt_42")
-    with open(path, "wb") as f:
-        f.write(bytes(20))
-    with pytest.raises(grpc.RpcError) as caught:
-        read_from_disk(channel, session.id, 42, 24)
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "holds 20 bytes" in caught.value.details() and "24" in caught.value.details()
-    assert not os.path.exists(path)
-
-
-def test_a_stopped_server_removes_its_shared_directory(client):
-    running = proxy.serve(client)
-    directory = ifrtpy_jax_plugin.shared_directory(running.address)
-    assert ifrtpy_jax_plugin.is_private_directory(directory)
-    running.stop()
-    assert not os.path.exists(directory)
 
 
 def test_sizes_that_disagree_get_errors_bound_to_the_result_handle(channel, session):
@@ -435,19 +302,6 @@ ADD_ONE = """module @add_one { func.func public @main(%a: tensor<4xf32>) -> tens
     %c = stablehlo.constant dense<1.0> : tensor<4xf32>
     %0 = stablehlo.add %a, %c : tensor<4xf32>
     return %0 : tensor<4xf32> } }"""
-
-
-def compile_request(text, device_ids=(0,)):
-    options = M.XlaCompileOptionsProto()
-    build = options.compile_options.executable_build_options
-    build.num_replicas, build.num_partitions = 1, len(device_ids)
-    build.device_assignment.replica_count, build.device_assignment.computation_count = 1, len(device_ids)
-    for i in device_ids:
-        build.device_assignment.computation_devices.add(replica_device_ids=[i])
-    return M.CompileRequest(
-        program=M.Serialized(type_name="xla::ifrt::XlaProgram", data=text.encode()),
-        compile_options=M.Serialized(type_name="xla::ifrt::XlaCompileOptions",
-                                     data=options.SerializeToString()))
 
 
 def test_compile_metadata_execute_and_queries(channel, session):

@@ -1,0 +1,268 @@
+"""A server's places on this machine: where it listens (by default a unix socket in a
+directory only its user may enter), the shared directory where clients on this machine
+leave large puts as files (each client process in a subdirectory of its own, which its
+session names), and the clean-up of what a killed server left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import stat
+import tempfile
+from typing import Any
+
+import ifrtpy_jax_plugin
+import numpy as np
+
+from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+
+__all__ = ["check_address", "default_socket", "claim_unix_path", "sweep_stale",
+           "TransferRoot", "read_put_file", "SOCKET_NAME"]
+
+_log = logging.getLogger("ifrtpy.proxy")
+
+#: The socket's name in the private directory of a server started without an address.
+SOCKET_NAME = "proxy.sock"
+#: The file naming the process of the server that made a directory (for the clean-up).
+_PID_FILE = "server.pid"
+#: The longest unix socket path the kernel takes (``sun_path`` less its terminating NUL).
+_MAX_SOCKET_PATH = 107
+#: The subdirectories ifrtpy_jax_plugin makes (``client-<pid>-<hex>``).
+_CLIENT_NAME = re.compile(r"client-(\d+)-[0-9a-f]{16}")
+#: Bytes read from a put file per system call.
+_READ_PIECE = 16 << 20
+
+
+def _prefix() -> str:
+    return f"ifrtpy-proxy-{os.getuid()}-"
+
+
+def check_address(address: Any) -> str:
+    """``address`` if it is ``HOST:PORT`` (port 0-65535) or ``unix:PATH`` (a path a unix
+    socket can have), else InvalidArgumentError saying what is wrong."""
+    if not isinstance(address, str) or ":" not in address:
+        raise InvalidArgumentError(
+            f"address must be 'HOST:PORT' or 'unix:PATH', got {address!r}")
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        if not path:
+            raise InvalidArgumentError(f"address {address!r} names no socket path ('unix:PATH')")
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            raise InvalidArgumentError(
+                f"the socket path of {address!r} is {len(os.fsencode(path))} bytes long; a unix "
+                f"socket path has at most {_MAX_SOCKET_PATH}")
+        return address
+    if address.startswith("unix-abstract:"):
+        raise InvalidArgumentError(
+            f"{address!r}: an abstract unix socket lets every user of the machine connect; "
+            "serve on 'unix:PATH' (a path in a private directory) instead")
+    host, _, port = address.rpartition(":")
+    if not host or "/" in host:
+        raise InvalidArgumentError(f"address must be 'HOST:PORT' or 'unix:PATH', got {address!r}")
+    if not port.isdigit() or int(port) > 65535:
+        raise InvalidArgumentError(
+            f"the port of {address!r} is {port!r}, not a port number 0-65535")
+    return address
+
+
+def default_socket() -> str:
+    """``unix:DIR/proxy.sock`` in a new directory only this user may enter (under
+    ``$XDG_RUNTIME_DIR``, else the temporary directory); a file there names this process,
+    for :func:`sweep_stale`."""
+    roots = [os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp"]
+    for root in roots:
+        if root and os.path.isdir(root) and len(os.fsencode(root)) < _MAX_SOCKET_PATH - 48:
+            break
+    directory = tempfile.mkdtemp(prefix=_prefix(), dir=root)  # mode 0700
+    _write_pid(directory)
+    return f"unix:{os.path.join(directory, SOCKET_NAME)}"
+
+
+def claim_unix_path(path: str) -> None:
+    """Make ``path`` free for a new socket: nothing there, or a socket no one listens on
+    (a stopped server's, removed). AlreadyExistsError if a server listens there or
+    something else is in the way."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(found.st_mode):
+        raise AlreadyExistsError(f"cannot listen at unix:{path}: it exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            _unlink(path)  # nobody listens: a stopped server's socket
+            return
+        except OSError as error:
+            raise AlreadyExistsError(
+                f"cannot listen at unix:{path}: its socket is in the way ({error.strerror})") from None
+    raise AlreadyExistsError(
+        f"cannot listen at unix:{path}: a server listens there already (stop it, or choose "
+        "another path)")
+
+
+def sweep_stale() -> None:
+    """Remove the directories (default sockets, shared directories) of this user's servers
+    whose process is gone: a killed server cannot remove its own."""
+    roots = {os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp",
+             os.path.dirname(ifrtpy_jax_plugin.shared_directory("unix:x"))}
+    for root in filter(None, roots):
+        try:
+            names = [n for n in os.listdir(root) if n.startswith(_prefix())]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if ifrtpy_jax_plugin.is_private_directory(path) and _owner_gone(path):
+                _log.info("removing %s, left by a server that is gone", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_pid(directory: str) -> None:
+    with open(os.path.join(directory, _PID_FILE), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def _owner_gone(directory: str) -> bool:
+    try:
+        with open(os.path.join(directory, _PID_FILE)) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return False  # not made by a server of ours, or being made now
+    return pid != os.getpid() and not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class TransferRoot:
+    """The server's shared directory (:func:`ifrtpy_jax_plugin.shared_directory`): a
+    client process on this machine makes a subdirectory there, and its session names it;
+    the server reads a session's put files from that subdirectory only."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._bound: set[str] = set()
+
+    @classmethod
+    def make(cls, address: str) -> TransferRoot | None:
+        """The shared directory of the server at ``address``, made empty; None (with a
+        warning: puts then go over gRPC) where another user's or a link holds its name."""
+        path = ifrtpy_jax_plugin.shared_directory(address)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # a server before this one on the same address left it
+            if not ifrtpy_jax_plugin.is_private_directory(path):
+                _log.warning("%s is not this user's private directory: puts go over gRPC", path)
+                return None
+            _empty(path)
+        except OSError as error:
+            _log.warning("cannot make %s (%s): puts go over gRPC", path, error)
+            return None
+        _write_pid(path)
+        return cls(path)
+
+    def bind(self, name: str) -> str | None:
+        """The path of the subdirectory ``name`` for the session that names it, if it is a
+        client's private subdirectory that no live session has named; else None."""
+        if not _CLIENT_NAME.fullmatch(name) or name in self._bound:
+            return None
+        path = os.path.join(self.path, name)
+        if not ifrtpy_jax_plugin.is_private_directory(path):
+            return None
+        self._bound.add(name)
+        return path
+
+    def unbind(self, path: str) -> None:
+        """The session of ``path`` ended: its files go, and so do the directories of
+        client processes that are gone."""
+        self._bound.discard(os.path.basename(path))
+        _empty(path)
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return
+        for name in names:  # the directories of client processes that are gone
+            match = _CLIENT_NAME.fullmatch(name)
+            if match and name not in self._bound and not _alive(int(match.group(1))):
+                shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _empty(directory: str) -> None:
+    """Remove what ``directory`` holds (put files, client subdirectories, the pid file)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            _unlink(path)
+
+
+def read_put_file(path: str, size: int) -> Any:
+    """The ``size`` bytes of the put file at ``path``, read into memory (a file mapped
+    instead could be shrunk under the server: SIGBUS), as a 64-byte aligned flat uint8
+    array; the file is removed. Opening never blocks (a FIFO there is refused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        _unlink(path)  # a link in its place
+        raise NotFoundError(
+            f"HostBufferReadFromDisk: cannot open {path}: {error.strerror}") from None
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            if not stat.S_ISDIR(found.st_mode):
+                _unlink(path)
+            raise InvalidArgumentError(f"HostBufferReadFromDisk: {path} is not a regular file")
+        _unlink(path)
+        if found.st_size != size:
+            raise InvalidArgumentError(
+                f"HostBufferReadFromDisk: {path} holds {found.st_size} bytes; the request "
+                f"says {size}")
+        data = aligned_bytes(size)
+        view, got = memoryview(data), 0
+        while got < size:
+            read = os.readv(fd, [view[got:got + _READ_PIECE]])
+            if not read:
+                raise InvalidArgumentError(
+                    f"HostBufferReadFromDisk: {path} shrank to {got} bytes while it was read; "
+                    f"the request says {size}")
+            got += read
+        return data
+    finally:
+        os.close(fd)
+
+
+def aligned_bytes(size: int) -> Any:
+    """An uninitialised flat uint8 array of ``size`` bytes starting at a 64-byte boundary
+    (a device may alias such memory instead of copying it)."""
+    raw = np.empty(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        pass

@@ -1,0 +1,126 @@
+"""Where the server listens and what it leaves: by default a unix socket in a directory only
+its user may enter; a unix socket in use is refused, not taken; two addresses never share a
+directory; malformed addresses are refused by name; what a killed server left is removed by
+the next; a jax client pointed where no server listens says so and gives up."""
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+grpc = pytest.importorskip("grpc")
+
+import ifrtpy as ifrt  # noqa: E402
+import ifrtpy_jax_plugin  # noqa: E402
+from ifrtpy import proxy  # noqa: E402
+from ifrtpy.__main__ import main  # noqa: E402
+from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError  # noqa: E402
+
+from proxy_helpers import RawSession, client_directory  # noqa: E402
+
+#: Generous bound on a hang, not a timing assertion (a process starts in seconds).
+HANG_S = 120
+
+
+@pytest.fixture(scope="module")
+def pjrt():
+    return ifrt.get_client("pjrt", device_count=1)
+
+
+def serves(address):
+    with grpc.insecure_channel(address) as ch:
+        RawSession(ch).close()
+    return True
+
+
+def test_the_default_is_a_unix_socket_only_this_user_may_reach(pjrt):
+    with proxy.serve(pjrt) as server:
+        assert server.address.startswith("unix:") and serves(server.address)
+        directory = os.path.dirname(server.address[len("unix:"):])
+        found = os.stat(directory)
+        assert found.st_uid == os.getuid() and stat.S_IMODE(found.st_mode) == 0o700
+        assert "only user" in server.who
+    assert not os.path.exists(directory)
+    with proxy.serve(pjrt, "127.0.0.1:0") as server:
+        assert "every user of this machine can connect" in server.who
+
+
+def test_a_unix_socket_in_use_is_refused_not_taken(pjrt, tmp_path):
+    address = f"unix:{tmp_path}/s.sock"
+    with proxy.serve(pjrt, address):
+        with pytest.raises(AlreadyExistsError, match="a server listens there already"):
+            proxy.serve(pjrt, address)
+        assert serves(address)  # the first one still does
+    (tmp_path / "file").write_text("not a socket")
+    with pytest.raises(AlreadyExistsError, match="not a socket"):
+        proxy.serve(pjrt, f"unix:{tmp_path}/file")
+    stale = socket.socket(socket.AF_UNIX)  # a socket no one listens on: a stopped server's
+    stale.bind(str(tmp_path / "stale.sock"))
+    stale.close()
+    with proxy.serve(pjrt, f"unix:{tmp_path}/stale.sock") as server:
+        assert serves(server.address)
+
+
+def test_two_addresses_never_share_a_directory(pjrt, tmp_path):
+    (tmp_path / "a").mkdir()
+    first, second = f"unix:{tmp_path}/a_b", f"unix:{tmp_path}/a/b"
+    assert ifrtpy_jax_plugin.shared_directory(first) != ifrtpy_jax_plugin.shared_directory(second)
+    with proxy.serve(pjrt, first):
+        path, _ = client_directory(first)
+        with proxy.serve(pjrt, second):
+            assert os.path.isdir(path)  # the second server's start left the first's alone
+
+
+@pytest.mark.parametrize("address, says", [
+    ("unix:", "names no socket path"),
+    ("127.0.0.1:99999", "not a port number"),
+    ("127.0.0.1:http", "not a port number"),
+    ("localhost", "'HOST:PORT' or 'unix:PATH'"),
+    ("dns:///localhost:5000", "'HOST:PORT' or 'unix:PATH'"),
+    ("unix-abstract:proxy", "lets every user of the machine connect"),
+    ("unix:/" + "x" * 120, "at most 107"),
+])
+def test_malformed_addresses_are_refused_by_name(pjrt, address, says, capsys):
+    with pytest.raises(InvalidArgumentError, match=says):
+        proxy.serve(pjrt, address)
+    assert main(["serve", "--address", address]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: InvalidArgumentError: ") and says in err
+    assert len(err.splitlines()) == 1
+
+
+def test_what_a_killed_server_left_is_removed_by_the_next(pjrt):
+    proc = subprocess.Popen([sys.executable, "-m", "ifrtpy", "serve", "--device-count", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        address = line.rsplit(" at grpc://", 1)[1].strip()
+        left = [os.path.dirname(address[len("unix:"):]),
+                ifrtpy_jax_plugin.shared_directory(address)]
+        client_directory(address)  # and a client's, with a put file in it
+        assert all(os.path.isdir(path) for path in left), line
+    finally:
+        proc.kill()
+        proc.wait(HANG_S)
+    assert all(os.path.isdir(path) for path in left)  # a killed server cleans up nothing
+    with proxy.serve(pjrt):
+        assert not any(os.path.exists(path) for path in left)
+
+
+def test_a_jax_client_where_no_server_listens_says_so_and_gives_up(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IFRT_PROXY_")}
+    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://unix:{tmp_path}/none.sock",
+               IFRTPY_PROXY_CONNECT_TIMEOUT_S="2")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                          capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode != 0
+    assert (f"cannot connect to an IFRT Proxy server at grpc://unix:{tmp_path}/none.sock"
+            in done.stderr)
+    assert "Unable to establish connection to ifrt_proxy server" in done.stderr
+    assert time.monotonic() - start < HANG_S

@@ -1,0 +1,284 @@
+"""Sessions isolated in time and counted: each session's requests run on a worker of its
+own, so a program that blocks one session delays no other session's requests or host-buffer
+transfers; sessions are counted against ``max_sessions`` (and per TCP connection); a session
+that ends drops its queued requests and frees all it held; a client that never reads its
+answers holds a bounded number of them."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+grpc = pytest.importorskip("grpc")
+
+import ifrtpy as ifrt  # noqa: E402
+from ifrtpy import proxy  # noqa: E402
+
+from proxy_helpers import (EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S, M,  # noqa: E402
+                           RawSession, SyncClient, compile_request, execute_request, lookup,
+                           put_request, put_values, raises_code, refused_session,
+                           session_header, single_device_sharding, status_of, store)
+
+#: A program that runs as long as its second argument says: n steps of a 128x128 matmul.
+SLOW = """module @slow { func.func public @main(%a: tensor<128x128xf32>, %n: tensor<i32>)
+    -> tensor<128x128xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:3 = stablehlo.while(%i = %c0, %m = %n, %x = %a) : tensor<i32>, tensor<i32>, tensor<128x128xf32>
+    cond { %p = stablehlo.compare LT, %i, %m : (tensor<i32>, tensor<i32>) -> tensor<i1>
+           stablehlo.return %p : tensor<i1> }
+    do { %j = stablehlo.add %i, %one : tensor<i32>
+         %y = stablehlo.dot %x, %x : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+         %z = stablehlo.tanh %y : tensor<128x128xf32>
+         stablehlo.return %j, %m, %z : tensor<i32>, tensor<i32>, tensor<128x128xf32> }
+  return %r#2 : tensor<128x128xf32> } }"""
+
+ADD_ONE = """module @add_one { func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %c = stablehlo.constant dense<1.0> : tensor<4xf32>
+    %0 = stablehlo.add %a, %c : tensor<4xf32>
+    return %0 : tensor<4xf32> } }"""
+
+#: How long session 1's program is made to run (seconds).
+PROGRAM_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def pjrt():
+    return ifrt.get_client("pjrt", device_count=2)
+
+
+def steps_for(pjrt, seconds):
+    """The steps of SLOW that run about ``seconds`` on this machine now."""
+    exe = pjrt.compile(ifrt.HloProgram(SLOW), ifrt.CompileOptions(
+        devices=pjrt.make_device_list(pjrt.devices()[:1])))
+    sharding = ifrt.SingleDeviceSharding(pjrt.devices()[0])
+    a = pjrt.make_array_from_host_buffer(np.eye(128, dtype=np.float32), sharding)
+    steps = 100
+    while True:
+        n = pjrt.make_array_from_host_buffer(np.int32(steps), sharding)
+        start = time.perf_counter()
+        np.asarray(exe.execute([a, n], ifrt.ExecuteOptions()).outputs[0])
+        took = time.perf_counter() - start
+        if took > 0.2:
+            return int(steps * seconds / took)
+        steps *= 4
+
+
+def ok(response, kind):
+    assert status_of(response) == (0, ""), status_of(response)
+    return getattr(response, kind)
+
+
+def test_a_blocked_program_delays_no_other_session(pjrt):
+    """Session 1 runs a program for seconds on a backend whose execute blocks until its
+    outputs are ready; session 2 puts, runs, reads back and deletes meanwhile (on the other
+    device: programs on one device take turns). Not on the reference backend: jaxlib's
+    StableHLO interpreter holds the GIL for a whole program, which stalls every thread of
+    the server (docs/proxy.md)."""
+    steps = steps_for(pjrt, PROGRAM_S)
+    with proxy.serve(SyncClient(pjrt)) as server, grpc.insecure_channel(server.address) as ch:
+        first, second = RawSession(ch), RawSession(ch)
+        slow = ok(first.call("compile_request", compile_request(SLOW)),
+                  "compile_response").loaded_executable_handle
+        assert put_values(ch, first, np.eye(128, dtype=np.float32), 1) == (0, "")
+        assert put_values(ch, first, np.array(steps, np.int32), 2) == (0, "")
+        add_one = ok(second.call("compile_request", compile_request(ADD_ONE, (1,))),
+                     "compile_response").loaded_executable_handle
+        x = np.arange(4, dtype=np.float32)
+        done = []
+        first.send("loaded_executable_execute_request", execute_request(slow, [1, 2]))
+        started = time.perf_counter()
+        waiter = threading.Thread(target=lambda: done.append((first.receive(), time.perf_counter())))
+        waiter.start()
+        calls, handle = [], 100
+
+        def timed(fn, *args):
+            begin = time.perf_counter()
+            result = fn(*args)
+            calls.append(time.perf_counter() - begin)
+            return result
+
+        while waiter.is_alive():
+            handle += 3
+            timed(store, ch, second.id, handle, x.tobytes())
+            put = put_request(handle, [4], handle)
+            put.sharding.CopyFrom(single_device_sharding(1))
+            ok(timed(second.call, "make_array_from_host_buffer_request", put),
+               "make_array_from_host_buffer_response")
+            ok(timed(second.call, "loaded_executable_execute_request",
+                     execute_request(add_one, [handle], handle + 1)),
+               "loaded_executable_execute_response")
+            ok(timed(second.call, "copy_to_host_buffer_request", M.CopyToHostBufferRequest(
+                array_handle=handle + 1, host_buffer_handle=handle + 2)),
+               "copy_to_host_buffer_response")
+            got = timed(lookup, ch, second.id, handle + 2)
+            np.testing.assert_array_equal(np.frombuffer(got, np.float32), x + 1)
+            ok(timed(second.call, "destruct_array_request", M.DestructArrayRequest(
+                array_handle=[handle, handle + 1])), "destruct_array_response")
+        waiter.join(WAIT_S)
+        (answer, ended), = done
+        assert status_of(answer) == (0, "")
+        first.close()
+        second.close()
+    program_s = ended - started
+    assert program_s > 1.0, program_s         # session 1 was held that long
+    assert len(calls) >= 12, calls
+    assert max(calls) < min(1.0, program_s / 5), (max(calls), program_s)
+
+
+def wait_for(predicate, what):
+    deadline = time.monotonic() + WAIT_S  # a bound on a hang, not a timing assertion
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_max_sessions_counts_sessions_and_refuses_the_next(pjrt):
+    with proxy.serve(pjrt, max_sessions=2) as server, grpc.insecure_channel(server.address) as ch:
+        first, second = RawSession(ch), RawSession(ch)
+        # the InitRequest is answered with the refusal (jaxlib's client reports that one),
+        # then the stream ends with it
+        (code, message), details = refused_session(ch)
+        assert code == EXHAUSTED and message == details
+        assert "limit of 2 sessions" in details and "max_sessions" in details
+        get = ch.unary_unary(SERVICE + "GetVersion")  # other RPCs still get through
+        assert get(M.GrpcGetVersionRequest(
+            min_version=M.IfrtProxyVersion(protocol_version=16),
+            max_version=M.IfrtProxyVersion(protocol_version=25)).SerializeToString(),
+            timeout=WAIT_S)
+        first.close()
+        wait_for(lambda: len(server.sessions()) == 1, "the closed session to go")
+        third = RawSession(ch)
+        assert {s.id for s in server.sessions()} == {second.id, third.id}
+        second.close()
+        third.close()
+
+
+def test_a_jax_client_at_the_session_limit_is_told_so(pjrt):
+    import os
+    import subprocess
+    import sys
+
+    with proxy.serve(pjrt, max_sessions=1) as server, grpc.insecure_channel(server.address) as ch:
+        holder = RawSession(ch)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IFRT_PROXY_")}
+        env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://{server.address}",
+                   IFRTPY_PROXY_CONNECT_TIMEOUT_S="1")
+        done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                              capture_output=True, text=True, timeout=WAIT_S * 4)
+        holder.close()
+    assert done.returncode != 0  # jax's error (jaxlib may then abort as the process exits)
+    assert "RESOURCE_EXHAUSTED" in done.stderr
+    assert "the server is at its limit of 1 sessions (max_sessions)" in done.stderr
+
+
+def test_idle_streams_of_one_connection_do_not_lock_others_out(pjrt):
+    # 150 streams that send nothing, from one TCP connection (the old server's RPC slots
+    # were 4 * max_sessions + 16 = 144): one connection holds at most 8 sessions
+    import asyncio
+
+    with proxy.serve(pjrt, "127.0.0.1:0") as server:
+        started, release = threading.Event(), threading.Event()
+        codes = []
+
+        async def flood():
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                calls = [channel.stream_stream(SERVICE + "IfrtSession")(
+                    metadata=[(SESSION_HEADER, session_header())]) for _ in range(150)]
+                while sum(call.done() for call in calls) < 142:  # the refused
+                    await asyncio.sleep(0.01)
+                codes.extend([await call.code() for call in calls if call.done()])
+                started.set()
+                await asyncio.get_running_loop().run_in_executor(None, release.wait, WAIT_S)
+                for call in calls:
+                    call.cancel()
+
+        flooder = threading.Thread(target=asyncio.run, args=(flood(),))
+        flooder.start()
+        try:
+            assert started.wait(WAIT_S)
+            assert len(server.sessions()) == 8
+            # another connection (a channel of its own) is served
+            with grpc.insecure_channel(server.address,
+                                       options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+                other = RawSession(ch)
+                assert other.id in {s.id for s in server.sessions()}
+                other.close()
+        finally:
+            release.set()
+            flooder.join(WAIT_S)
+    assert codes and set(codes) == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+def test_session_ids_are_unguessable(pjrt):
+    with proxy.serve(pjrt) as server, grpc.insecure_channel(server.address) as ch:
+        sessions = [RawSession(ch) for _ in range(6)]
+        ids = sorted(s.id for s in sessions)
+        for s in sessions:
+            s.close()
+    assert all(i >= 1 << 32 for i in ids), ids  # random 63-bit (2**-31 each to be smaller)
+    assert all(b - a > 1 for a, b in zip(ids, ids[1:])), ids
+
+
+def session_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("ifrtpy-proxy-session-")]
+
+
+def test_a_session_that_ends_drops_its_queued_requests_and_frees_all_it_held(pjrt):
+    client = SyncClient(pjrt)
+    with proxy.serve(client) as server, grpc.insecure_channel(server.address) as ch:
+        raw = RawSession(ch)
+        assert put_values(ch, raw, np.arange(4, dtype=np.float32), 1) == (0, "")
+        ok(raw.call("compile_request", compile_request(ADD_ONE)), "compile_response")
+        store(ch, raw.id, 2, bytes(1000))  # a host buffer nobody consumes
+        # the worker waits for a host buffer the client never sends; compiles queue behind
+        raw.send("make_array_from_host_buffer_request", put_request(999, [4], 3))
+        for _ in range(3):
+            raw.send("compile_request", compile_request(ADD_ONE))
+        info, = server.sessions()
+        assert info.handles["arrays"] == 1 and info.handles["executables"] == 1
+        assert info.host_buffer_bytes == server.host_buffer_bytes == 1000
+        wait_for(lambda: server.sessions()[0].pending_requests == 4, "the queued requests")
+        compiled = client.compiles
+        raw.cancel()  # the client goes away
+        wait_for(lambda: not server.sessions(), "the session to close")
+        wait_for(lambda: not session_threads(), "the session's worker to end")
+        assert client.compiles == compiled  # the queued compiles never ran
+        assert server.host_buffer_bytes == 0
+
+
+def test_a_client_that_reads_no_answers_holds_a_bounded_number(pjrt):
+    # each answer carries a 64 KiB error message; the client reads none until it has sent
+    # 100 requests: the server stops reading its stream at 8 requests pending
+    with proxy.serve(pjrt, max_pending_requests=8) as server, \
+            grpc.insecure_channel(server.address) as ch:
+        raw = RawSession(ch)
+        error = M.StatusProto(code=9, message="x" * (64 << 10))
+        spec = M.ArraySpecProto(dtype=M.DTypeProto(kind=M.DTypeProto.Kind.Value("KIND_F32")),
+                                shape=M.ShapeProto(dims=[1]), sharding=single_device_sharding())
+        made = raw.call("make_error_arrays_request", M.MakeErrorArraysRequest(
+            error=error, array_specs=[spec])).make_error_arrays_response.array_handles[0]
+        sent = [raw.send("check_value_ready_request", M.CheckValueReadyRequest(
+            value_handles=[made])) for _ in range(100)]
+        wait_for(lambda: server.sessions()[0].pending_requests == 8, "the server to stop reading")
+        time.sleep(0.2)  # and it stays stopped
+        assert server.sessions()[0].pending_requests == 8
+        answers = [raw.receive() for _ in sent]  # all answered, in order, once read
+        assert [a.response_metadata.op_id for a in answers] == sent
+        assert {status_of(a) for a in answers} == {(9, error.message)}
+        wait_for(lambda: server.sessions()[0].pending_requests == 0, "the answers to be written")
+        raw.close()
+
+
+def test_undecodable_session_bytes_end_the_stream_with_invalid_argument(pjrt):
+    with proxy.serve(pjrt) as server, grpc.insecure_channel(server.address) as ch:
+        stream = ch.stream_stream(SERVICE + "IfrtSession")
+        details = raises_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: list(stream(
+            iter([b"\xff\xff\xff\xff not a message"]), metadata=[(SESSION_HEADER, session_header())],
+            timeout=WAIT_S)))
+        assert "a request of the session stream" in details
+        assert "xla.ifrt.proxy.IfrtRequest" in details
+        details = raises_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: list(stream(
+            iter([]), metadata=[(SESSION_HEADER, b"\xff\xff garbage")], timeout=WAIT_S)))
+        assert "GrpcIfrtSessionMetadata" in details
