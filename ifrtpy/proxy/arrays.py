@@ -151,19 +151,39 @@ def make_error_arrays(session: Any, request: Any) -> Any:
 def copy_to_host_buffer(session: Any, request: Any) -> None:
     array = session.array(request.array_handle)
     strides = list(request.byte_strides.strides) if request.HasField("byte_strides") else None
-    size, limit = _host_buffer_size(array, strides), session.limits.max_host_buffer_bytes
-    if size > limit:  # refused before it is allocated; what is held is counted at the store
+    size = _host_buffer_size(array, strides)
+    try:  # counted before it is allocated, so reads in flight count against the limits
+        session.reserve_host_bytes(size)
+    except ResourceExhaustedError as error:
         raise ResourceExhaustedError(
             f"CopyToHostBuffer: {array.dtype}{list(array.shape)} with byte_strides {strides} "
-            f"takes a host buffer of {size} bytes, over session {session.id}'s limit of {limit}")
-    future = array.copy_to_host_buffer(byte_strides=strides)
+            f"takes a host buffer of {size} bytes: {error}") from None
+    try:
+        future = array.copy_to_host_buffer(byte_strides=strides)
+    except BaseException:
+        session.release_host_bytes(size)
+        raise
     handle = request.host_buffer_handle
     dtype = array.dtype
 
     def stored() -> Any:
-        session.store_host_buffer(handle, _strided_bytes(future.result(), dtype))
+        try:
+            data = _strided_bytes(future.result(), dtype)
+        except BaseException:
+            session.release_host_bytes(size)
+            raise
+        if len(data) != size:  # the backend laid it out otherwise: count what it holds
+            session.release_host_bytes(size)
+            session.store_host_buffer(handle, data)
+        else:
+            session.store_host_buffer(handle, data, reserved=True)
         return messages().CopyToHostBufferResponse()
 
+    def uncount_if_failed(f: Any) -> None:
+        if f.exception() is not None:
+            session.release_host_bytes(size)
+
+    future.add_done_callback(uncount_if_failed)
     session.answer_later(future, stored)
 
 

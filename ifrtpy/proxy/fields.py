@@ -85,7 +85,7 @@ xla.ifrt.proxy.GrpcHostBufferReadFromDiskRequest metadata=1:message
 xla.ifrt.proxy.GrpcHostBufferStoreMetadata session_id=1:fixed64 handle=2:fixed64
     buffer_size=3:int64
 xla.ifrt.proxy.GrpcHostBufferStoreRequest data=1:bytes
-xla.ifrt.proxy.GrpcIfrtSessionMetadata version=1:message
+xla.ifrt.proxy.GrpcIfrtSessionMetadata version=1:message initialization_data=2:message
 xla.ifrt.proxy.IfrtProxyVersion protocol_version=1:int32 ifrt_serdes_version_number=2:int32
 xla.ifrt.proxy.IfrtRequest request_metadata=1:message init_request=2:message
     check_future_request=3:message check_value_ready_request=8:message

@@ -84,16 +84,6 @@ def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) ->
     return high
 
 
-def _decode(cls: Any, raw: bytes, what: str) -> Any:
-    """``raw`` parsed as a ``cls`` message, or InvalidArgumentError naming what was wrong."""
-    try:
-        return cls.FromString(raw)
-    except Exception as error:  # noqa: BLE001 - protobuf's DecodeError and its kin
-        raise InvalidArgumentError(
-            f"{what} is not a valid {cls.DESCRIPTOR.full_name} ({len(raw)} bytes): "
-            f"{error}") from None
-
-
 def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
     """Call ``fn(*args)`` on ``loop`` from another thread; nothing once the loop is closed."""
     try:
@@ -262,7 +252,7 @@ class _Service:
     async def get_version(self, raw: bytes, context: Any) -> Any:
         m = messages()
         try:
-            request = _decode(m.GrpcGetVersionRequest, raw, "the GetVersion request")
+            request = wire.parse(m.GrpcGetVersionRequest, raw, "the GetVersion request")
             protocol = _pick(request.min_version.protocol_version,
                              request.max_version.protocol_version, PROTOCOL_VERSIONS, "protocol")
             serdes = _pick(request.min_version.ifrt_serdes_version_number,
@@ -278,7 +268,7 @@ class _Service:
     async def ifrt_session(self, requests: AsyncIterator[bytes], context: Any) -> None:
         m = messages()
         try:
-            metadata = _decode(m.GrpcIfrtSessionMetadata, _header(context, _SESSION_HEADER),
+            metadata = wire.parse(m.GrpcIfrtSessionMetadata, _header(context, _SESSION_HEADER),
                                f"the {_SESSION_HEADER} header")
             version = _pick(metadata.version.protocol_version, metadata.version.protocol_version,
                             PROTOCOL_VERSIONS, "protocol")
@@ -295,7 +285,7 @@ class _Service:
                 if self.stopping.is_set():
                     break
                 try:
-                    request = _decode(m.IfrtRequest, raw, "a request of the session stream")
+                    request = wire.parse(m.IfrtRequest, raw, "a request of the session stream")
                 except InvalidArgumentError as error:
                     broken = error
                     break
@@ -373,7 +363,7 @@ class _Service:
 
     async def host_buffer_store(self, chunks: AsyncIterator[bytes], context: Any) -> bytes:
         try:
-            metadata = _decode(messages().GrpcHostBufferStoreMetadata,
+            metadata = wire.parse(messages().GrpcHostBufferStoreMetadata,
                                _header(context, _STORE_HEADER), f"the {_STORE_HEADER} header")
             session = self.session(metadata.session_id, context)
             with session.rpc():
@@ -384,7 +374,7 @@ class _Service:
 
     async def host_buffer_lookup(self, raw: bytes, context: Any) -> AsyncIterator[bytes]:
         try:
-            request = _decode(messages().GrpcHostBufferLookupRequest, raw,
+            request = wire.parse(messages().GrpcHostBufferLookupRequest, raw,
                               "the HostBufferLookup request")
             session = self.session(request.session_id, context)
             session.open_rpc()
@@ -407,7 +397,7 @@ class _Service:
 
     async def host_buffer_delete(self, raw: bytes, context: Any) -> Any:
         try:
-            request = _decode(messages().GrpcHostBufferDeleteRequest, raw,
+            request = wire.parse(messages().GrpcHostBufferDeleteRequest, raw,
                               "the HostBufferDelete request")
             self.session(request.session_id, context).delete_host_buffer(request.handle)
         except IfrtError as error:
@@ -416,7 +406,7 @@ class _Service:
 
     async def host_buffer_read_from_disk(self, raw: bytes, context: Any) -> Any:
         try:
-            metadata = _decode(messages().GrpcHostBufferReadFromDiskRequest, raw,
+            metadata = wire.parse(messages().GrpcHostBufferReadFromDiskRequest, raw,
                                "the HostBufferReadFromDisk request").metadata
             session = self.session(metadata.session_id, context)
             directory = session.transfer_directory
@@ -552,7 +542,7 @@ def _chunk_of(raw: bytes) -> Any:
             length, start = -1, 0
         if start + length == len(raw):
             return memoryview(raw)[start:]
-    return _decode(messages().GrpcHostBufferStoreRequest, raw,
+    return wire.parse(messages().GrpcHostBufferStoreRequest, raw,
                    "a HostBufferStore chunk").data
 
 

@@ -23,7 +23,7 @@ pytest.importorskip("google.protobuf")
 import ifrtpy as ifrt  # noqa: E402
 from ifrtpy.errors import Code, IfrtError  # noqa: E402
 from ifrtpy.proxy._protocol import messages  # noqa: E402
-from ifrtpy.proxy.session import Limits, Session  # noqa: E402
+from ifrtpy.proxy.session import Budget, Limits, Session  # noqa: E402
 
 M = messages()
 WAIT_S = 60  # a bound on a hang, not a timing assertion
@@ -52,7 +52,7 @@ class Driver:
         self.responses: queue.Queue = queue.Queue()
         self.session = Recording(1, "test", client, Limits(max_host_buffer_bytes=HOST_LIMIT,
                                                             max_handles=1 << 12),
-                                 25, self.receive)
+                                 25, self.receive, Budget(1 << 40, "the server"))
         self.op = 0
         self.buffers = iter(range(1 << 20, 1 << 21))
 
