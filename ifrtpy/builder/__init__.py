@@ -19,6 +19,7 @@ its caller's file and line as an MLIR location. See docs/builder.md.
 from ifrtpy.builder._collectives import CollectiveOpsMixin
 from ifrtpy.builder._core import BuilderCore, OpMetadata, shape_from_pyval, source_metadata
 from ifrtpy.builder._custom_calls import CustomCallsMixin
+from ifrtpy.builder._math import MathOpsMixin
 from ifrtpy.builder._ops import (
     ConvDimensionNumbers, OpsMixin, ResultAccuracy, conv_dimension_numbers,
 )
@@ -31,7 +32,8 @@ __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
            "shape_from_pyval"]
 
 
-class Builder(CustomCallsMixin, CollectiveOpsMixin, RegionOpsMixin, OpsMixin, BuilderCore):
+class Builder(CustomCallsMixin, CollectiveOpsMixin, MathOpsMixin, RegionOpsMixin, OpsMixin,
+              BuilderCore):
     """A program under construction: ``parameter``, ``constant``, the op methods, then
     ``build(*results)``.
 

@@ -89,7 +89,6 @@ _BINARY = {
                             "``x >> y`` filling with zeros; 0 where y is negative or at least "
                             "the bit width."),
     "atan2": ("stablehlo.atan2", "``arctan(x / y)`` in the quadrant of (y, x) (``np.arctan2``)."),
-    "next_after": ("chlo.next_after", "The next representable value after x toward y."),
     "polygamma": ("chlo.polygamma", "The polygamma function of order x (an integer value) at y."),
     "zeta": ("chlo.zeta", "The Hurwitz zeta function of x at q=y."),
     "complex": ("stablehlo.complex", "``x + 1j * y`` from f32 (c64) or f64 (c128) parts."),
@@ -285,7 +284,6 @@ class OpsMixin(_Base):
     shift_right_arithmetic = _binary_method("shift_right_arithmetic")
     shift_right_logical = _binary_method("shift_right_logical")
     atan2 = _binary_method("atan2")
-    next_after = _binary_method("next_after")
     polygamma = _binary_method("polygamma")
     zeta = _binary_method("zeta")
     complex = _binary_method("complex")
