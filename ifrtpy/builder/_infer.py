@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import numpy as np
+
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
@@ -453,6 +455,19 @@ def conv(op: str, lhs, rhs, dn, strides, padding, lhs_dil, rhs_dil, feature_grou
 
 
 # -- reductions, windows, sort -------------------------------------------------------------------
+
+def window_reversal(op: str, operands, value, spatial: int) -> list[bool]:
+    """One bool per spatial dimension."""
+    try:
+        flags = list(value)
+    except TypeError:
+        flags = None
+    if flags is None or len(flags) != spatial or not all(
+            isinstance(f, (bool, np.bool_)) for f in flags):
+        raise fail(op, operands, f"window_reversal must be {spatial} bools (one per spatial "
+                                 f"dimension), got {value!r}")
+    return [bool(f) for f in flags]
+
 
 def reduce(op: str, xs, inits, dims) -> list[Result]:
     operands = [*xs, *inits]

@@ -495,10 +495,13 @@ class OpsMixin(_Base):
                              rhs_dilation: Optional[Sequence[int]] = None,
                              dimension_numbers: Any = None, feature_group_count: int = 1,
                              batch_group_count: int = 1, precision: Any = None,
-                             preferred_element_type: Any = None) -> Value:
+                             preferred_element_type: Any = None,
+                             window_reversal: Optional[Sequence[bool]] = None) -> Value:
         """``lax.conv_general_dilated`` (a cross-correlation): ``padding`` is "SAME",
         "VALID" or (low, high) per spatial dimension; ``dimension_numbers`` see
-        :func:`conv_dimension_numbers`."""
+        :func:`conv_dimension_numbers`. ``window_reversal`` (XLA's, one bool per spatial
+        dimension) reverses the kernel along the dimensions it marks: a true
+        convolution there."""
         op = "conv_general_dilated"
         lhs = self._operand(lhs, op)
         rhs = self._operand(rhs, op)
@@ -520,6 +523,8 @@ class OpsMixin(_Base):
                   (dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:]))
         shape, dtype = _infer.conv(op, lhs, rhs, nested, strides, pads, lhs_dil, rhs_dil,
                                    int(feature_group_count), int(batch_group_count), preferred)
+        reversal = None if window_reversal is None else _infer.window_reversal(
+            op, [lhs, rhs], window_reversal, nsp)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {
@@ -535,6 +540,8 @@ class OpsMixin(_Base):
                 "batch_group_count": self._i64(batch_group_count),
                 "precision_config": self._precision(op, [lhs, rhs], precision),
             }
+            if reversal is not None:
+                attrs["window_reversal"] = self._ir.DenseBoolArrayAttr.get(reversal)
         return self._op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
 
     # -- linear algebra, FFT, top_k --------------------------------------------------------------
