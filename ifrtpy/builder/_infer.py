@@ -698,6 +698,69 @@ def top_k(op: str, x, k: int) -> list[Result]:
     return [(shape, x.dtype), (shape, DType(DType.Kind.S32))]
 
 
+#: The tile of XLA's TPU ApproxTopK: 1024 elements for rank 1, 128 lanes otherwise.
+_TPU_TILING = {True: 1024, False: 128}
+
+
+def _log2_floor(v: int) -> int:
+    return v.bit_length() - 1 if v > 0 else 0
+
+
+def _log2_ceil(v: int) -> int:
+    return (v - 1).bit_length() if v > 0 else 0
+
+
+def approx_top_k_output_size(input_size: int, rank: int, top_k: int, recall_target: float,
+                             aggregate_to_topk: bool = True,
+                             reduction_input_size_override: int = -1) -> tuple[int, int]:
+    """``(output size, log2 of the reduction)`` of XLA's ApproxTopK along a dimension of
+    ``input_size`` (XLA's ApproxTopKReductionOutputSize): ``top_k`` when aggregating;
+    else what the TPU's windowed reduction keeps for ``recall_target`` (the log2 is -1
+    when aggregating, 0 when nothing is reduced)."""
+    if aggregate_to_topk:
+        return top_k, -1
+    tiling = _TPU_TILING[rank == 1]
+    if input_size <= tiling:
+        return input_size, 0
+    if 0 <= reduction_input_size_override < input_size:
+        raise InvalidArgumentError(
+            f"approx_top_k: reduction_input_size_override ({reduction_input_size_override}) "
+            f"must be at least the size of the reduction dimension ({input_size})")
+    logical = reduction_input_size_override if reduction_input_size_override >= 0 else input_size
+    if top_k == 1:
+        return tiling, _log2_ceil(-(-logical // tiling))
+    if recall_target == 1.0:
+        return input_size, 0
+    if not 0.0 < recall_target < 1.0:
+        raise InvalidArgumentError(f"approx_top_k: recall_target must be in (0, 1], got {recall_target}")
+    # M windows keep the top k with recall ~ exp((1 - k) / M): M = (1 - k) / log(recall)
+    windows = min(max(int((1.0 - top_k) / math.log(recall_target)), tiling), input_size)
+    log2_reduction = _log2_floor(logical // windows)
+    if log2_reduction == 0:
+        return input_size, 0
+    log2_reduction = min(log2_reduction, _log2_ceil(input_size // tiling))
+    return -(-(-(-input_size // tiling)) // (1 << log2_reduction)) * tiling, log2_reduction
+
+
+def approx_top_k(op: str, xs, inits, top_k: int, reduction_dim: int) -> None:
+    operands = [*xs, *inits]
+    if not xs or len(inits) != len(xs):
+        raise fail(op, operands, f"needs operands and one init value per operand, got "
+                                 f"{len(xs)} operands and {len(inits)} init values")
+    rank = len(xs[0].shape)
+    if rank == 0:
+        raise fail(op, operands, "operands must have rank 1 or more")
+    same_shapes(op, xs)
+    for x, init in zip(xs, inits):
+        if init.shape != () or init.dtype != x.dtype:
+            raise fail(op, operands, "each init value must be a scalar of its operand's dtype")
+    if not 0 <= reduction_dim < rank:
+        raise fail(op, operands, f"reduction_dim {reduction_dim} is out of range for rank {rank}")
+    if not 1 <= top_k <= xs[0].shape[reduction_dim]:
+        raise fail(op, operands, f"top_k ({top_k}) must be in [1, {xs[0].shape[reduction_dim]}] "
+                                 f"(the reduction dimension)")
+
+
 RNG_ALGORITHMS = {"DEFAULT": None, "THREE_FRY": (2,), "PHILOX": (2, 3)}
 
 

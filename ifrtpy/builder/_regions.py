@@ -171,6 +171,46 @@ class RegionOpsMixin(_Base):
         values = self._wrap(operation, types)
         return tuple(values) if many else values[0]
 
+    def approx_top_k(self, operands, init_values, top_k: int, reduction_dim: int,
+                     comparator: Callable, recall_target: float = 0.9,
+                     aggregate_to_topk: bool = True, reduction_input_size_override: int = -1):
+        """XLA's ApproxTopK as XLA runs it off TPU (ApproxTopKFallback), exact: the
+        operands (of one shape) sorted along ``reduction_dim`` by ``comparator`` (as
+        :meth:`sort`'s, ``(a0, b0, a1, b1, ...)`` -> pred: a comes first; stable here),
+        and the first ``top_k`` kept. With ``aggregate_to_topk`` False as many are kept
+        as the TPU's approximation returns for ``recall_target``
+        (:func:`approx_top_k_reduction_output_size`). One kept: a reduce keeping the
+        element the comparator puts first, from ``init_values`` (a scalar per operand).
+        A list of operands gives a tuple."""
+        op = "approx_top_k"
+        xs, many = _as_list(operands)
+        xs = [self._operand(x, op) for x in xs]
+        inits, _ = _as_list(init_values)
+        inits = [self._operand(v, op, like=_ScalarLike(x)) for v, x in zip(inits, xs)] + \
+            [self._operand(v, op) for v in inits[len(xs):]]
+        top_k, reduction_dim = int(top_k), int(reduction_dim)
+        _infer.approx_top_k(op, xs, inits, top_k, reduction_dim)
+        if not 0.0 < float(recall_target) <= 1.0:
+            raise _infer.fail(op, xs, f"recall_target must be in (0, 1], got {recall_target}")
+        size, _ = _infer.approx_top_k_output_size(
+            xs[0].shape[reduction_dim], xs[0].rank, top_k, float(recall_target),
+            bool(aggregate_to_topk), int(reduction_input_size_override))
+        if size == 1:
+            def keep_first(*args):  # accumulators, then inputs
+                n = len(xs)
+                first = comparator(*[v for pair in zip(args[:n], args[n:]) for v in pair])
+                return tuple(self.select(first, a, x) for a, x in zip(args[:n], args[n:]))
+            kept = self.reduce(xs, inits, (reduction_dim,), keep_first)
+            shape = list(xs[0].shape)
+            shape[reduction_dim] = 1
+            results = [self.reshape(v, shape) for v in kept]
+        else:
+            ordered = self.sort(xs, reduction_dim, True, comparator)
+            limit = list(xs[0].shape)
+            limit[reduction_dim] = size
+            results = [self.slice(v, [0] * len(limit), limit) for v in ordered]
+        return tuple(results) if many else results[0]
+
     def _default_comparator(self, keys, descending: bool):
         from jaxlib.mlir.dialects import stablehlo
 
