@@ -5,11 +5,14 @@ checked against NumPy, SciPy and jax on both backends, with hypothesis for their
 from __future__ import annotations
 
 import jax
+import ml_dtypes
 import numpy as np
 import pytest
+import scipy.special
 from hypothesis import given
 from hypothesis import strategies as st
 
+import ifrtpy as ifrt
 from ifrtpy.builder import Builder, approx_top_k_reduction_output_size
 from ifrtpy.errors import InvalidArgumentError
 
@@ -150,3 +153,55 @@ def test_is_constant_refuses_what_xla_does_not_fold():
         return i + 1
     counted = b.while_loop(lambda i: i < 3, body, b.constant(np.int32(0)))
     assert seen == [(False, True)] and not b.is_constant(counted)
+
+
+# -- regularized_incomplete_beta ---------------------------------------------------------------
+
+BETA_SIZE = 32
+#: Tolerances against SciPy's float64 betainc.
+BETA_TOLERANCE = {np.dtype(np.float64): 1e-12, F32: 2e-5, np.dtype(ml_dtypes.bfloat16): 2e-2}
+_BETA_PROGRAMS: dict = {}
+
+
+def _betainc(client, dtype, a, b, x):
+    """``(I_x(a, b), I_{1-x}(b, a))``, the program compiled once per client and dtype."""
+    key = (client, dtype)
+    if key not in _BETA_PROGRAMS:
+        bld = Builder("betainc")
+        pa, pb, px = (bld.parameter((BETA_SIZE,), dtype) for _ in range(3))
+        _BETA_PROGRAMS[key] = client.compile(bld.build(
+            bld.regularized_incomplete_beta(pa, pb, px),
+            bld.regularized_incomplete_beta(pb, pa, 1.0 - px)), ifrt.CompileOptions())
+    device = client.devices()[0]
+    outs = _BETA_PROGRAMS[key](*[ifrt.device_put(v.astype(dtype), device) for v in (a, b, x)])
+    return [np.asarray(o).astype(np.float64) for o in outs]
+
+
+@FEW
+@given(data=st.data(), dtype=st.sampled_from(list(BETA_TOLERANCE)))
+def test_regularized_incomplete_beta_against_scipy_and_its_symmetry(client, data, dtype):
+    """I_x(a, b) as scipy.special.betainc gives it, and I_x(a, b) = 1 - I_{1-x}(b, a);
+    NaN outside the domain (a or b not positive, x outside [0, 1])."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    a, b = (rng.uniform(0.2, 8.0, BETA_SIZE).astype(dtype) for _ in range(2))
+    x = rng.uniform(0.0, 1.0, BETA_SIZE).astype(dtype)
+    x[:2] = [0.0, 1.0]
+    a[2], b[3], x[4], x[5] = -1.0, 0.0, -0.5, 1.5  # out of the domain
+    got, mirrored = _betainc(client, dtype, a, b, x)
+    a64, b64, x64 = (v.astype(np.float64) for v in (a, b, x))
+    want = scipy.special.betainc(a64, b64, x64)
+    want[[2, 3, 4, 5]] = np.nan  # SciPy: NaN for x outside [0, 1]; b = 0 has a limit there
+    tol = BETA_TOLERANCE[np.dtype(dtype)]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    inside = ~np.isnan(want)
+    np.testing.assert_allclose(got[inside] + mirrored[inside], 1.0, rtol=0, atol=2 * tol)
+
+
+def test_regularized_incomplete_beta_refuses_other_dtypes():
+    b = Builder()
+    x = b.parameter((2,), np.int32)
+    with pytest.raises(InvalidArgumentError, match="needs f16, bf16, f32 or f64 operands"):
+        b.regularized_incomplete_beta(x, x, x)
+    y = b.parameter((2,), F32)
+    with pytest.raises(InvalidArgumentError, match="the same shape and dtype"):
+        b.regularized_incomplete_beta(y, y, b.parameter((3,), F32))
