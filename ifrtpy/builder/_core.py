@@ -169,6 +169,7 @@ class BuilderCore:
         self._metadata = OpMetadata()
         self._manual_devices: Optional[int] = None  # inside shard_map: the device count
         self._last_channel = 0  # the last channel id given to a collective
+        self._collectives: Optional[tuple[str, str]] = None  # the first's kind and op
         self._host_callbacks: list[Callable] = []  # by index (see host_callback)
 
     # -- introspection -----------------------------------------------------------------------

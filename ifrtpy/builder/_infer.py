@@ -10,7 +10,7 @@ broadcasting, equal element types for binary ops.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -818,8 +818,10 @@ def select_and_scatter(op: str, x, source, init, window, strides, padding) -> Re
 
 # -- collectives --------------------------------------------------------------------------------
 
-def replica_groups(op: str, operands, groups, count: int) -> list[list[int]]:
-    """Groups of device ids (positions among ``count``): equal sizes, each id at most once."""
+def replica_groups(op: str, operands, groups, count: Optional[int]) -> list[list[int]]:
+    """Groups of device ids: equal sizes, each id at most once; positions among ``count``
+    devices, or (``count`` None: replica ids, their number known only when compiled)
+    together each of 0 to n - 1."""
     try:
         groups = [[int(i) for i in g] for g in groups]
     except TypeError:
@@ -827,9 +829,28 @@ def replica_groups(op: str, operands, groups, count: int) -> list[list[int]]:
     flat = [i for g in groups for i in g]
     if not groups or not groups[0] or any(len(g) != len(groups[0]) for g in groups):
         raise fail(op, operands, f"replica_groups {groups} must be non-empty groups of one size")
-    if len(set(flat)) != len(flat) or any(not 0 <= i < count for i in flat):
+    if count is None:
+        if sorted(flat) != list(range(len(flat))):
+            raise fail(op, operands, f"replica_groups {groups} must name each replica of "
+                                     f"0 to {len(flat) - 1} once")
+    elif len(set(flat)) != len(flat) or any(not 0 <= i < count for i in flat):
         raise fail(op, operands, f"replica_groups {groups} must name distinct devices in [0, {count})")
     return groups
+
+
+def group_size(op: str, operands, groups: Optional[list[list[int]]], given: Optional[int],
+               name: str) -> int:
+    """The size of each group: that of ``groups``, or ``given`` (the op's ``name``
+    argument) where there are none (every replica in one group)."""
+    if groups is not None:
+        if given is not None and int(given) != len(groups[0]):
+            raise fail(op, operands, f"{name} ({given}) must be the group size {len(groups[0])}")
+        return len(groups[0])
+    if given is None or isinstance(given, bool) or int(given) < 1:
+        raise fail(op, operands, f"over all replicas (no replica_groups) the group size is the "
+                                 f"number of replicas, which the program does not know: give "
+                                 f"{name} (a positive int), got {given!r}")
+    return int(given)
 
 
 def all_gather(op: str, x, dimension: int, group_size: int) -> Result:
@@ -861,7 +882,7 @@ def all_to_all(op: str, x, split_dimension: int, concat_dimension: int, group_si
     return Shape(shape), x.dtype
 
 
-def source_target_pairs(op: str, x, pairs, count: int) -> list[tuple[int, int]]:
+def source_target_pairs(op: str, x, pairs, count: Optional[int]) -> list[tuple[int, int]]:
     try:
         pairs = [(int(s), int(t)) for s, t in pairs]
     except (TypeError, ValueError):
@@ -870,6 +891,9 @@ def source_target_pairs(op: str, x, pairs, count: int) -> list[tuple[int, int]]:
     if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
         raise fail(op, [x], f"source_target_pairs {pairs}: each device is a source at most once "
                             f"and a target at most once")
-    if any(not 0 <= i < count for i in sources + targets):
+    if count is None:
+        if any(i < 0 for i in sources + targets):
+            raise fail(op, [x], f"source_target_pairs {pairs} must name replicas (ids >= 0)")
+    elif any(not 0 <= i < count for i in sources + targets):
         raise fail(op, [x], f"source_target_pairs {pairs} must name devices in [0, {count})")
     return pairs
