@@ -777,6 +777,28 @@ def rng_bit_generator(op: str, state, algorithm: str, shape: Sequence[int], dtyp
     return [(state.shape, state.dtype), (Shape(shape), dtype)]
 
 
+#: What XLA's stateful generator (its RngExpander) makes of each distribution: others
+#: abort the compiler.
+RNG_DTYPES = {
+    "UNIFORM": (frozenset({DType.Kind.S32, DType.Kind.S64, DType.Kind.U32, DType.Kind.U64,
+                           DType.Kind.F16, DType.Kind.BF16, DType.Kind.F32, DType.Kind.F64}),
+                "s32, s64, u32, u64, f16, bf16, f32 or f64"),
+    "NORMAL": (frozenset({DType.Kind.F16, DType.Kind.BF16, DType.Kind.F32, DType.Kind.F64}),
+               "f16, bf16, f32 or f64"),
+}
+
+
+def rng(op: str, distribution: str, a, b, shape: Sequence[int]) -> Result:
+    allowed, what = RNG_DTYPES[distribution]
+    if a.shape != () or b.shape != () or a.dtype != b.dtype:
+        raise fail(op, [a, b], "the parameters must be scalars of one dtype")
+    if a.dtype.kind not in allowed:
+        raise fail(op, [a, b], f"XLA's generator makes {what} values, not {a.dtype}")
+    if any(d < 0 for d in shape):
+        raise fail(op, [a, b], f"shape {list(shape)} has a negative dimension")
+    return Shape(shape), a.dtype
+
+
 def reduce_precision(op: str, x, exponent_bits: int, mantissa_bits: int) -> Result:
     check_class(op, [x], FLOAT, "floating-point")
     if exponent_bits < 1 or mantissa_bits < 0:

@@ -616,6 +616,45 @@ class OpsMixin(_Base):
         new_state, bits = self._op("stablehlo.rng_bit_generator", [state], types, attrs)
         return new_state, bits
 
+    def _rng(self, op: str, distribution: str, a: Any, b: Any, shape: Sequence[int],
+             dtype: Any) -> Value:
+        """A stablehlo.rng of ``distribution`` with parameters a and b (scalars, or
+        numbers made ``dtype`` constants)."""
+        shape = as_dims(shape, op, "shape")
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            if dtype is None:
+                raise InvalidArgumentError(f"{op}: give a dtype for number parameters")
+            dtype = as_dtype(dtype, op)
+            a, b = self._scalar(a, dtype, op), self._scalar(b, dtype, op)
+        else:
+            like = a if isinstance(a, Value) else b
+            a = self._operand(a, op, like=_ScalarLike(like))
+            b = self._operand(b, op, like=_ScalarLike(like))
+            if dtype is not None and as_dtype(dtype, op) != a.dtype:
+                raise _infer.fail(op, [a, b], f"dtype {as_dtype(dtype, op)} is not the parameters'")
+        result = _infer.rng(op, distribution, a, b, shape)
+        from jaxlib.mlir.dialects import stablehlo
+        dims = self.constant(np.asarray(shape, np.int64).reshape(len(shape)))
+        with self._ctx:
+            attrs = {"rng_distribution": stablehlo.RngDistributionAttr.get(distribution)}
+        return self._op1("stablehlo.rng", [a, b, dims], *result, attrs)
+
+    def rng_uniform(self, a: Any, b: Any, shape: Sequence[int], dtype: Any = None) -> Value:
+        """XLA's RngUniform: values uniform in [a, b) from the backend's own generator
+        (stateful: every run gives new values). ``a`` and ``b`` are scalars (or numbers,
+        of ``dtype``) of s32, s64, u32 or u64 (b must exceed a: XLA leaves the rest
+        undefined), or f16, bf16, f32 or f64 (f16 and bf16 may round up to b). The
+        reference backend does not run it; for values that a key determines see
+        :meth:`random_uniform`."""
+        return self._rng("rng_uniform", "UNIFORM", a, b, shape, dtype)
+
+    def rng_normal(self, mu: Any, sigma: Any, shape: Sequence[int], dtype: Any = None) -> Value:
+        """XLA's RngNormal: normal values of mean ``mu`` and standard deviation ``sigma``
+        (f16, bf16, f32 or f64 scalars, or numbers of ``dtype``) from the backend's own
+        generator (stateful). The reference backend does not run it; see also
+        :meth:`random_normal`."""
+        return self._rng("rng_normal", "NORMAL", mu, sigma, shape, dtype)
+
     def random_uniform(self, key: Any, shape: Sequence[int], dtype: Any = "f32",
                        minval: float = 0.0, maxval: float = 1.0,
                        algorithm: str = "THREE_FRY") -> tuple[Value, Value]:

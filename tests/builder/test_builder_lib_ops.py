@@ -141,6 +141,7 @@ def test_is_constant_refuses_what_xla_does_not_fold():
     one = b.constant(np.float32([1, 1]))
     assert b.is_constant(b.iota((2,), F32) + one)
     assert not b.is_constant(b.replica_id())
+    assert not b.is_constant(b.rng_uniform(0, 5, (2,), np.int32))  # stateful
     # bits from a constant state are a constant, as XLA counts them
     assert b.is_constant(b.rng_bit_generator(b.constant(np.uint64([1, 2])), (2,))[1])
     assert not b.is_constant(b.custom_call("target", [one], ((2,), F32)))
