@@ -11,7 +11,7 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
-from ifrtpy.builder._types import as_dims, as_dtype
+from ifrtpy.builder._types import FLOAT, as_dims, as_dtype
 from ifrtpy.builder._types import result_types as checked_result_types
 from ifrtpy.builder._value import Value
 
@@ -293,8 +293,10 @@ class OpsMixin(_Base):
         x = self._operand(x, "reciprocal")
         return self.div(1, x)
 
-    def compare(self, x, y, direction: str) -> Value:
-        """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred."""
+    def compare(self, x, y, direction: str, total_order: bool = False) -> Value:
+        """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred. With
+        ``total_order`` floats compare in IEEE's total order (XLA's ``EqTotalOrder``, ...:
+        -NaN < -inf < ... < -0 < +0 < ... < inf < NaN, every NaN equal to itself)."""
         op = f"compare {direction}"
         if not isinstance(x, Value) and isinstance(y, Value):
             x = self._operand(x, op, like=y)
@@ -302,11 +304,27 @@ class OpsMixin(_Base):
         y = self._operand(y, op, like=x)
         direction = str(direction).upper()
         shape, dtype = _infer.compare("compare", x, y, direction)
+        if total_order:
+            if x.dtype.kind not in FLOAT:
+                raise _infer.fail("compare", [x, y], "total_order compares floats only")
+            x, y = self._total_order_key(x), self._total_order_key(y)
+        kind = _infer.compare_type(x.dtype)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {"comparison_direction": stablehlo.ComparisonDirectionAttr.get(direction),
-                     "compare_type": stablehlo.ComparisonTypeAttr.get(_infer.compare_type(x.dtype))}
+                     "compare_type": stablehlo.ComparisonTypeAttr.get(kind)}
         return self._op1("stablehlo.compare", [x, y], shape, dtype, attrs)
+
+    def _total_order_key(self, x: Value) -> Value:
+        """Integers ordered as the floats x are in total order (as XLA's comparison
+        expander compares them): the bits, the magnitude bits flipped where the sign is
+        set; a float without sign bit (f8E8M0FNU) is its unsigned bits."""
+        width = x.dtype.bit_size
+        assert width is not None
+        if x.dtype.kind == DType.Kind.F8E8M0FNU:
+            return self.bitcast_convert(x, "ui8")
+        bits = self.bitcast_convert(x, f"i{width}")
+        return self.select(bits < 0, self.xor(bits, (1 << (width - 1)) - 1), bits)
 
     def eq(self, x, y) -> Value: return self.compare(x, y, "EQ")  # noqa: E704
     def ne(self, x, y) -> Value: return self.compare(x, y, "NE")  # noqa: E704
@@ -544,7 +562,7 @@ class OpsMixin(_Base):
                 attrs["window_reversal"] = self._ir.DenseBoolArrayAttr.get(reversal)
         return self._op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
 
-    # -- linear algebra, FFT, top_k --------------------------------------------------------------
+    # -- linear algebra, FFT --------------------------------------------------------------
 
     def cholesky(self, a: Any, lower: bool = True) -> Value:
         """The Cholesky factor of (a batch of) Hermitian positive-definite matrices: L with
@@ -588,15 +606,12 @@ class OpsMixin(_Base):
             attrs = {"fft_type": stablehlo.FftTypeAttr.get(fft_type), "fft_length": self._i64s(lengths)}
         return self._op1("stablehlo.fft", [x], shape, dtype, attrs)
 
-    def top_k(self, x: Any, k: int) -> tuple[Value, Value]:
-        """The ``k`` largest entries along the last dimension, in descending order, and
-        their indices (s32; of equal entries the lower index comes first)."""
-        x = self._operand(x, "top_k")
-        types = _infer.top_k("top_k", x, int(k))
-        with self._ctx:
-            attrs = {"k": self._i64(k)}
-        values, indices = self._op("chlo.top_k", [x], types, attrs)
-        return values, indices
+    def get_dimension_size(self, x: Any, dimension: int) -> Value:
+        """XLA's GetDimensionSize: the size of ``dimension`` as an s32 scalar (a constant:
+        shapes are static)."""
+        x = self._operand(x, "get_dimension_size")
+        _infer.check_axes("get_dimension_size", [x], [int(dimension)], x.rank, "dimension")
+        return self.constant(np.int32(x.shape[int(dimension)]))
 
     # -- random numbers ----------------------------------------------------------------------
 

@@ -171,6 +171,22 @@ class RegionOpsMixin(_Base):
         values = self._wrap(operation, types)
         return tuple(values) if many else values[0]
 
+    def top_k(self, x: Any, k: int, largest: bool = True) -> tuple[Value, Value]:
+        """The ``k`` largest entries along the last dimension, in descending order (or,
+        not ``largest``, the smallest in ascending order: XLA's TopK), and their indices
+        (s32; of equal entries the lower index comes first)."""
+        x = self._operand(x, "top_k")
+        types = _infer.top_k("top_k", x, int(k))
+        if not largest:  # a stable sort, floats in total order (NaN last), then the first k
+            shape = x.shape
+            ordered, where = self.sort([x, self.iota(shape, "i32", x.rank - 1)], -1)
+            limit = [*shape[:-1], int(k)]
+            return self.slice(ordered, [0] * x.rank, limit), self.slice(where, [0] * x.rank, limit)
+        with self._ctx:
+            attrs = {"k": self._i64(k)}
+        values, indices = self._op("chlo.top_k", [x], types, attrs)
+        return values, indices
+
     def approx_top_k(self, operands, init_values, top_k: int, reduction_dim: int,
                      comparator: Callable, recall_target: float = 0.9,
                      aggregate_to_topk: bool = True, reduction_input_size_override: int = -1):
@@ -212,14 +228,8 @@ class RegionOpsMixin(_Base):
         return tuple(results) if many else results[0]
 
     def _default_comparator(self, keys, descending: bool):
-        from jaxlib.mlir.dialects import stablehlo
-
         def compare(a, b, direction):
-            kind = "TOTALORDER" if a.dtype.kind in FLOAT else _infer.compare_type(a.dtype)
-            with self._ctx:
-                attrs = {"comparison_direction": stablehlo.ComparisonDirectionAttr.get(direction),
-                         "compare_type": stablehlo.ComparisonTypeAttr.get(kind)}
-            return self._op1("stablehlo.compare", [a, b], Shape(()), DType(DType.Kind.PRED), attrs)
+            return self.compare(a, b, direction, total_order=a.dtype.kind in FLOAT)
 
         first = "GT" if descending else "LT"
 
