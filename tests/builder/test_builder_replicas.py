@@ -5,6 +5,9 @@ backends."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -202,3 +205,28 @@ def test_a_serialized_executable_keeps_its_replicas(client):
     out, = again(arg)
     for piece in out.disassemble_into_single_device_arrays():
         np.testing.assert_array_equal(np.asarray(piece), np.full(2, sum(range(R))))
+
+
+def test_a_reduction_using_an_outside_value_is_refused_whole():
+    """A reduction computation that uses a value from outside it (XLA refuses it too) is
+    refused by the reference backend when compiling; the process lives on (checked in a
+    child process: moving such a region would corrupt the heap)."""
+    code = """if True:
+        import ifrtpy as ifrt
+        from ifrtpy.errors import InvalidArgumentError
+        text = '''func.func public @main(%x: tensor<4xf32>, %w: tensor<f32>) -> tensor<4xf32> {
+          %0 = "stablehlo.all_reduce"(%x) ({
+          ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+            %s = stablehlo.multiply %a, %w : tensor<f32>
+            stablehlo.return %s : tensor<f32>
+          }) {replica_groups = dense<> : tensor<0x0xi64>} : (tensor<4xf32>) -> tensor<4xf32>
+          return %0 : tensor<4xf32> }'''
+        try:
+            ifrt.get_client("reference", device_count=2).compile(
+                ifrt.HloProgram(text), ifrt.CompileOptions(num_replicas=2))
+        except InvalidArgumentError as e:
+            print("refused:", e)
+        """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: main: the computation of stablehlo.all_reduce uses a value from outside it" in done.stdout

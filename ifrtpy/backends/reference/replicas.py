@@ -275,9 +275,13 @@ def plan(module, name: str, replicas: int) -> Plan:
     for op in block.operations:
         if op.operation.name not in OPS:
             continue
-        if op.operation.name in ("stablehlo.all_reduce", "stablehlo.reduce_scatter") and len(op.operands) != 1:
-            raise UnimplementedError(f"{name}: the reference backend reduces one operand per "
-                                     f"{op.operation.name}, not {len(op.operands)}")
+        if op.operation.name in ("stablehlo.all_reduce", "stablehlo.reduce_scatter"):
+            if len(op.operands) != 1:
+                raise UnimplementedError(f"{name}: the reference backend reduces one operand "
+                                         f"per {op.operation.name}, not {len(op.operands)}")
+            if not _isolated(op):
+                raise InvalidArgumentError(f"{name}: the computation of {op.operation.name} "
+                                           f"uses a value from outside it (XLA refuses it too)")
         collectives.append(_resolve(op, replicas, name))
     _with_ids(module)
     text = str(module)
@@ -288,6 +292,22 @@ def plan(module, name: str, replicas: int) -> Plan:
             combiners.append(_combiner(text, k))
     stages = [_stage(text, k) for k in range(len(collectives) + 1)]
     return Plan(stages, combiners, collectives)
+
+
+def _isolated(op) -> bool:
+    """Whether the ops in the regions of ``op`` use only values made in those regions."""
+    from jaxlib.mlir import ir
+    inner = _inside(op)
+    blocks = [block for o in [op, *inner] for region in o.operation.regions for block in region.blocks]
+    for o in inner:
+        for value in o.operands:
+            owner = value.owner
+            if isinstance(value, ir.BlockArgument):
+                if not any(owner == b for b in blocks):
+                    return False
+            elif not any(owner == i for i in inner):
+                return False
+    return True
 
 
 def _function_of(op):

@@ -408,10 +408,14 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
         op_count = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)
         if over_replicas:
-            plan = replicas.plan(module, program.name, num_replicas)
-            runner: Interpretable | replicas.ReplicatedProgram = replicas.ReplicatedProgram(
-                num_replicas, [_interpretable(text) for text in plan.stages],
-                [_interpretable(text) for text in plan.combiners], plan.collectives)
+            try:
+                plan = replicas.plan(module, program.name, num_replicas)
+                runner: Interpretable | replicas.ReplicatedProgram = replicas.ReplicatedProgram(
+                    num_replicas, [_interpretable(text) for text in plan.stages],
+                    [_interpretable(text) for text in plan.combiners], plan.collectives)
+            except ir.MLIRError as e:
+                raise UnimplementedError(f"{program.name}: the reference backend cannot cut "
+                                         f"this program at its collectives: {e}") from None
         else:
             text, encoders, decoders = _wrap_main(module, main)
             runner = Interpretable(text, encoders, decoders, program)
