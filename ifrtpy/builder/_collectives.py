@@ -188,8 +188,10 @@ class CollectiveOpsMixin(_Base):
                    replica_groups: Optional[Sequence[Sequence[int]]] = None,
                    channel_id: Optional[int] = None, *,
                    use_global_device_ids: Optional[bool] = None) -> Value:
-        """Each device of a group gets the reduction ("sum", "prod", "max", "min", or a
-        function of two scalars) of the group's values of x (all devices by default)."""
+        """Each member of a group (a replica, or a device inside shard_map) gets the
+        reduction ("sum", "prod", "max", "min", or a function of two scalars) of the
+        group's values of x (one group of all by default). ``channel_id`` and
+        ``use_global_device_ids`` are XLA's (see the module's docstring)."""
         op = "all_reduce"
         x = self._operand(x, op)
         _, attrs = self._collective(op, x, replica_groups, channel_id, use_global_device_ids)

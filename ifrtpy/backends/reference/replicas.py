@@ -39,9 +39,9 @@ _PARTITION_WITH_CHANNEL = frozenset({"stablehlo.all_to_all", "stablehlo.collecti
 
 @dataclasses.dataclass(frozen=True)
 class Collective:
-    """One collective of main, resolved for ``replicas`` replicas: ``groups`` lists the
-    replicas exchanging values (in group order); ``sources`` (collective_permute) maps
-    each receiving replica to its sender."""
+    """One collective of main, resolved for its replicas: ``groups`` lists the replicas
+    exchanging values (in group order); ``sources`` (collective_permute) maps each
+    receiving replica to its sender; ``dims`` holds the op's dimension attributes."""
 
     name: str
     groups: tuple[tuple[int, ...], ...]
@@ -112,6 +112,7 @@ def _resolve(op, replicas: int, name: str) -> Collective:
     partitions = channel and kind in _PARTITION_WITH_CHANNEL  # ids of partitions: only 0
     limit = 1 if partitions else replicas
     what = f"{name}: {kind.split('.')[-1]}"
+    ids = "partitions" if partitions else "replicas"
     dims = {key: ir.IntegerAttr(attrs[key]).value for key in
             ("all_gather_dim", "scatter_dimension", "split_dimension", "concat_dimension")
             if key in attrs}
@@ -119,26 +120,25 @@ def _resolve(op, replicas: int, name: str) -> Collective:
         pairs = [tuple(p) for p in _ints(attrs["source_target_pairs"]).reshape(-1, 2).tolist()]
         if any(not 0 <= i < limit for p in pairs for i in p):
             raise InvalidArgumentError(
-                f"{what}: source_target_pairs {pairs} must name {'partitions' if partitions else 'replicas'} "
-                f"in [0, {limit})")
+                f"{what}: source_target_pairs {pairs} must name {ids} in [0, {limit})")
         sources = ({r: r for r in range(replicas)} if partitions and (0, 0) in pairs else
                    {} if partitions else {t: s for s, t in pairs})
         return Collective(kind, (), sources, dims, None)
-    rows = _ints(attrs["replica_groups"])
-    groups = [[i for i in row if i >= 0] for row in rows.reshape(len(rows), -1).tolist()] if rows.size else []
-    groups = [g for g in groups if g] or [list(range(limit))]
+    rows = _ints(attrs["replica_groups"])  # -1 pads shorter groups
+    groups = [[i for i in row if i >= 0] for row in rows.reshape(len(rows), -1).tolist()
+              ] if rows.size else []
+    groups = [g for g in groups if g] or [list(range(limit))]  # none: one of them all
     flat = [i for g in groups for i in g]
     if len(set(flat)) != len(flat) or any(not 0 <= i < limit for i in flat) or (
             limit > 1 and len(flat) != limit):
         raise InvalidArgumentError(
-            f"{what}: replica_groups {groups} must name each of the "
-            f"{limit} {'partitions' if partitions else 'replicas'} once")
+            f"{what}: replica_groups {groups} must name each of the {limit} {ids} once")
     if partitions:  # each replica alone: its partition 0
         groups = [[r] for r in range(replicas)]
     size = len(groups[0])
-    if kind == "stablehlo.all_to_all" and ir.IntegerAttr(attrs["split_count"]).value != size:
-        raise InvalidArgumentError(f"{what}: split_count {ir.IntegerAttr(attrs['split_count']).value} "
-                                   f"is not the group size {size}")
+    split_count = ir.IntegerAttr(attrs["split_count"]).value if "split_count" in attrs else size
+    if split_count != size:
+        raise InvalidArgumentError(f"{what}: split_count {split_count} is not the group size {size}")
     for operand, result in zip(op.operands, op.results):
         shape_in = list(ir.RankedTensorType(operand.type).shape)
         shape_out = list(ir.RankedTensorType(result.type).shape)
@@ -150,7 +150,8 @@ def _resolve(op, replicas: int, name: str) -> Collective:
         elif kind == "stablehlo.all_to_all":
             expected[dims["split_dimension"]] //= size
             expected[dims["concat_dimension"]] *= size
-        if shape_out != expected:
+        split = dims.get("scatter_dimension", dims.get("split_dimension"))
+        if shape_out != expected or (split is not None and shape_in[split] % size):
             raise InvalidArgumentError(f"{what}: groups of {size} make {expected} of {shape_in}, "
                                        f"not the result's {shape_out}")
     return Collective(kind, tuple(tuple(g) for g in groups), {}, dims, None)
