@@ -32,7 +32,7 @@ __all__ = [
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
     "tile_form", "reduction_op", "with_reduction_op",
-    "ffi_kernels", "load_ffi_kernels",
+    "ffi_kernels", "load_ffi_kernels", "set_native_log_level",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -83,6 +83,8 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "gpu_linalg": [((0, 10), "jaxlib.gpu_linalg:")],
     "gpu_prng": [((0, 10), "jaxlib.gpu_prng:")],
     "gpu_sparse": [((0, 10), "jaxlib.gpu_sparse:")],
+    # jaxlib's C++ log threshold, set after it loaded (it reads TF_CPP_MIN_LOG_LEVEL once).
+    "absl_set_min_log_level": [((0, 10), "jaxlib.utils:absl_set_min_log_level")],
 }
 
 #: The jaxlib modules with XLA FFI kernels, per platform (as their registrations() name it).
@@ -154,6 +156,12 @@ def _moved(installed: tuple[int, ...], location: str, error: Exception) -> Unimp
 def xla_client() -> Any:
     """The ``jaxlib.xla_client`` module."""
     return _lookup("xla_client")
+
+
+def set_native_log_level(level: int) -> None:
+    """Show jaxlib's C++ log lines of ``level`` and above (0 INFO ... 3 FATAL only), also
+    in a jaxlib loaded already."""
+    _lookup("absl_set_min_log_level")(level)
 
 
 def hlo_module_class() -> Any:
