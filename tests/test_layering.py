@@ -33,7 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # that decides (plugins, option checks, sealing and FFI registration live in the PjRt
     # backend or below it: backends.pjrt.seal, backends.pjrt.ffi; test below).
     ("C layer", ("_pjrt",)),
-    ("interfaces", ("array", "array_plans", "executable", "client", "remap", "bitcast")),
+    ("interfaces", ("array", "array_plans", "executable", "executable_options",
+                    "execute_checks", "client", "remap", "bitcast")),
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache",
                   "distributed", "ffi")),
     ("backends", ("backends",)),

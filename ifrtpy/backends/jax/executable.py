@@ -30,10 +30,8 @@ from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
-from ifrtpy.executable import (
-    ArgumentChecks, CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract,
-    ExecuteResult, LoadedExecutable, NamedOutputs,
-)
+from ifrtpy.execute_checks import ArgumentChecks, CheckedExecute, ExecuteContract, NamedOutputs
+from ifrtpy.executable import CompiledMemoryStats, CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout

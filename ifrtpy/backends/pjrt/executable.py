@@ -30,10 +30,8 @@ from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError, UnimplementedError,
     check_type,
 )
-from ifrtpy.executable import (
-    CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract, ExecuteResult,
-    LoadedExecutable,
-)
+from ifrtpy.execute_checks import CheckedExecute, ExecuteContract
+from ifrtpy.executable import CompiledMemoryStats, CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, stablehlo_version
