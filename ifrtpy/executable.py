@@ -191,20 +191,17 @@ class LoadedExecutable(abc.ABC):
         run arrive through ``status`` (when ``options.fill_status``) and the outputs'
         ready futures. Raises FailedPreconditionError if the executable was deleted.
 
-        The whole contract is checked here, once for every backend (the backend's
-        ``_execute_contract``, an :class:`ExecuteContract`); the backend's :meth:`_launch`
-        carries out the checked call.
+        An execute is two steps: the call is checked, once for every backend (the
+        backend's ``_execute_contract``, an :class:`ExecuteContract`), then launched: the
+        backend's :meth:`_launch` carries out the checked call. (A backend with a C path
+        may launch a call whose arguments are of the kinds of a checked call without
+        checking it again: ``ifrtpy.backends._repeat``.)
         """
-        return self._execute_checked(args, options, devices)
-
-    def _execute_checked(self, args: Any, options: Any, devices: Any) -> ExecuteResult:
-        """:meth:`execute` (what a backend's C path, which repeats calls of the kinds
-        already checked, hands every other call to)."""
         return self._launch(self._execute_contract.check(self, args, options, devices))
 
     @abc.abstractmethod
     def _launch(self, call: CheckedExecute) -> ExecuteResult:
-        """Carry out ``call``, an execute whose contract :meth:`execute` checked: run on
+        """Launch ``call``, an execute whose contract :meth:`execute` checked: run on
         ``call.device`` (a portable executable) or the executable's devices, give up the
         arguments in ``call.donated``, and return the outputs (in
         ``call.output_shardings`` where the backend knows them)."""

@@ -7,11 +7,9 @@ count, each argument's liveness, value and placement) are functions of their own
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from ifrtpy.array import GONE, Array, array_sequence
-from ifrtpy.array_plans import check_of_client
+from ifrtpy.array import GONE, Array, array_sequence, check_of_client
 from ifrtpy.device import DeviceList
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
@@ -91,7 +89,10 @@ def check_argument_value(name: str, i: int, arg: Any, param: Any) -> None:
 def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: Sharding, *,
                              compare_domains: bool = True) -> None:
     """Argument ``i`` lies on the devices of the compiled parameter sharding and (with
-    ``compare_domains``) holds the same shard on each device."""
+    ``compare_domains``) holds the same shard on each device: as any argument in that very
+    sharding does."""
+    if arg.sharding == sharding:
+        return
     if arg.sharding.devices != sharding.devices:
         held, wanted = arg.sharding.devices, sharding.devices
         if len(held) == len(wanted) and set(held) == set(wanted):
@@ -281,7 +282,6 @@ class NamedOutputs:
         self._shardings = list(shardings)
         self._results = list(results)
         self._found: dict[tuple[Sharding, ...], list[Sharding]] = {}
-        self._lock = threading.Lock()
 
     def __call__(self, args: Sequence[Any]) -> list[Sharding]:
         key = tuple(a.sharding for a in args)
@@ -291,24 +291,6 @@ class NamedOutputs:
                 self._found.clear()
             found = self._found[key] = self._work_out(key)
         return found
-
-    def specs(self, args: Sequence[Any]) -> tuple[tuple[Any, Any, Sharding], ...]:
-        """The (dtype, shape, sharding) of each output of a call with ``args``."""
-        return tuple((r.dtype, r.shape, sharding)
-                     for r, sharding in zip(self._results, self(args)))
-
-    def accept(self, core: Any, args: Sequence[Any]) -> tuple[tuple[Any, Any, Sharding], ...]:
-        """For a backend whose C path repeats calls with arguments of the kinds it last
-        checked: set ``core._accepted`` to the (dtype, shape, sharding) of each of
-        ``args`` and ``core._outputs_spec`` to those of the outputs they give, as a pair
-        the C path (reading both at once) never sees half set; returns the latter."""
-        outputs = self.specs(args)
-        accepted = [(a.dtype, a.shape, a.sharding) for a in args]
-        with self._lock:
-            core._accepted = None
-            core._outputs_spec = outputs
-            core._accepted = accepted
-        return outputs
 
     def _work_out(self, argument_shardings: tuple[Sharding, ...]) -> list[Sharding]:
         meshes = list(dict.fromkeys(s.mesh for s in argument_shardings

@@ -1,6 +1,6 @@
 """Repeated executes on the PjRt backend.
 
-A call whose arguments are of the kinds an earlier, checked call accepted runs in C
+A call whose arguments are of the kinds of an earlier, checked call runs in C
 (``ExecutableCore``) without the checks. These tests make the checked path unreachable
 after the first call, so each assertion is about the C path, and hold it to the same
 results as the first call and NumPy: values, output shardings, options, donation and
@@ -30,17 +30,18 @@ def client():
 
 
 def _checked_only_once(monkeypatch, executable):
-    """Let the next call through the checked path, then fail any later one."""
+    """Let the next call through the checks, then fail any later one."""
     calls = []
-    checked = executable._execute_checked
+    contract = executable._execute_contract
+    check = contract.check
 
     def once(*args):
         calls.append(args)
         if len(calls) > 1:
             raise AssertionError("a repeated call took the checked path")
-        return checked(*args)
+        return check(*args)
 
-    monkeypatch.setattr(executable, "_execute_checked", once)
+    monkeypatch.setattr(contract, "check", once)
 
 
 def _host(array) -> np.ndarray:
