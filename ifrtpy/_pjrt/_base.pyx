@@ -5,10 +5,13 @@ Differences from the C API:
 
 * A plugin is loaded once per real path and never unloaded (plugins keep threads and
   static state; ``dlclose`` is not safe for them). ``PJRT_Plugin_Initialize`` runs once.
-* Every ``PJRT_Error*`` goes through :c:func:`check`, which reads its code and message,
+* Every call goes through its generated wrapper (``_api.pxd``, from ``api_functions.txt``):
+  a function slot beyond the plugin's ``struct_size``, NULL, or newer than the plugin's
+  API version raises UnimplementedError naming the function and the plugin's version;
+  every ``PJRT_Error*`` goes through :c:func:`check`, which reads its code and message,
   destroys it exactly once, and raises the matching :mod:`ifrtpy.errors` class.
-* A function slot beyond the plugin's ``struct_size``, or NULL, raises
-  UnimplementedError naming the function and the plugin's API version.
+* A plugin without the error functions (``PJRT_Error_Destroy``, ``_Message``,
+  ``_GetCode``) is refused at load: nothing it does could be reported.
 * Named values (attributes, options) are plain dicts of str, int, list[int], float, bool.
 """
 
@@ -18,6 +21,7 @@ from libc.stdint cimport int64_t
 from libc.string cimport memset
 from posix.dlfcn cimport dlopen, dlsym, dlerror, RTLD_NOW, RTLD_LOCAL
 
+from ifrtpy._pjrt._api cimport *
 from ifrtpy import errors as _errors
 
 cdef object _error_from_code = _errors.error_from_code
@@ -40,20 +44,20 @@ cdef object error_to_exception(const PJRT_Api* api, PJRT_Error* error):
     memset(&code_args, 0, sizeof(code_args))
     code_args.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE
     code_args.error = error
-    cdef PJRT_Error* code_error = api.PJRT_Error_GetCode(&code_args)
+    cdef PJRT_Error* code_error = PJRT_Error_GetCode(api, &code_args)
     cdef int code = 2 if code_error != NULL else <int>code_args.code
     memset(&message_args, 0, sizeof(message_args))
     message_args.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE
     message_args.error = error
-    api.PJRT_Error_Message(&message_args)
+    PJRT_Error_Message(api, &message_args)
     message = to_str(message_args.message, message_args.message_size)
     memset(&destroy_args, 0, sizeof(destroy_args))
     destroy_args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
     destroy_args.error = error
-    api.PJRT_Error_Destroy(&destroy_args)
+    PJRT_Error_Destroy(api, &destroy_args)
     if code_error != NULL:
         destroy_args.error = code_error
-        api.PJRT_Error_Destroy(&destroy_args)
+        PJRT_Error_Destroy(api, &destroy_args)
     return _error_from_code(code, message)
 
 
@@ -64,7 +68,7 @@ cdef void drop_error(const PJRT_Api* api, PJRT_Error* error) noexcept nogil:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
         args.error = error
-        api.PJRT_Error_Destroy(&args)
+        PJRT_Error_Destroy(api, &args)
 
 
 cdef int check(const PJRT_Api* api, PJRT_Error* error) except -1 nogil:
@@ -75,6 +79,8 @@ cdef int check(const PJRT_Api* api, PJRT_Error* error) except -1 nogil:
 
 
 cdef int raise_unimplemented(const PJRT_Api* api, const char* name) except -1 nogil:
+    """Raise UnimplementedError: the plugin lacks the function ``name`` (a slot beyond its
+    table, NULL, or newer than its version)."""
     with gil:
         raise _errors.UnimplementedError(
             f"{name.decode()} is not provided by this PJRT plugin (API version "
@@ -128,7 +134,10 @@ def load_plugin(path):
 
 
 cdef class PluginHandle:
-    """A loaded PJRT plugin: its ``PJRT_Api`` table, API version and attributes."""
+    """A loaded PJRT plugin: its ``PJRT_Api`` table, API version and attributes, and
+    ``missing_functions``: the names of the functions ifrtpy calls (api_functions.txt)
+    that its table lacks (beyond its size, NULL, or newer than its version); calling one
+    raises UnimplementedError."""
 
     def __init__(self, *args, **kwargs):
         raise TypeError("use ifrtpy._pjrt.load_plugin(path)")
@@ -150,7 +159,8 @@ cdef class PluginHandle:
         cdef const PJRT_Api* api = get_api()
         if api == NULL:
             raise _errors.InternalError(f"GetPjrtApi of {path!r} returned NULL")
-        cdef size_t header = <size_t>(<const char*>&api.PJRT_Error_Destroy - <const char*>api)
+        cdef size_t header = (<size_t>(<const char*>&api.pjrt_api_version - <const char*>api)
+                              + sizeof(PJRT_Api_Version))
         if api.struct_size < header:
             raise _errors.FailedPreconditionError(
                 f"PJRT plugin {path!r} has a function table of {api.struct_size} bytes, "
@@ -163,23 +173,26 @@ cdef class PluginHandle:
                 f"PJRT plugin {path!r} has API version {major}.{minor}; ifrtpy speaks "
                 f"major version {PJRT_API_MAJOR} (built against {PJRT_API_MAJOR}.{PJRT_API_MINOR})"
             )
+        cdef const char* missing = missing_loaded(api)
+        if missing != NULL:
+            raise _errors.FailedPreconditionError(
+                f"PJRT plugin {path!r} (API version {major}.{minor}) has no {missing.decode()}: "
+                "ifrtpy could not report any of its errors")
         self.api = api
         self._library = library
         self.path = path
         self.api_version = (major, minor)
+        self.missing_functions = missing_functions(api)
 
         cdef PJRT_Plugin_Initialize_Args init_args
         memset(&init_args, 0, sizeof(init_args))
         init_args.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE
-        require(api, &api.PJRT_Plugin_Initialize, "PJRT_Plugin_Initialize")
-        with nogil:
-            check(api, api.PJRT_Plugin_Initialize(&init_args))
+        PJRT_Plugin_Initialize(api, &init_args)
 
         cdef PJRT_Plugin_Attributes_Args attr_args
         memset(&attr_args, 0, sizeof(attr_args))
         attr_args.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE
-        require(api, &api.PJRT_Plugin_Attributes, "PJRT_Plugin_Attributes")
-        check(api, api.PJRT_Plugin_Attributes(&attr_args))
+        PJRT_Plugin_Attributes(api, &attr_args)
         self.attributes = named_values_to_dict(attr_args.attributes, attr_args.num_attributes)
 
     @property

@@ -23,7 +23,8 @@ from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport check, drop_error, has_function, require, error_to_exception
+from ifrtpy._pjrt._api cimport *
+from ifrtpy._pjrt._base cimport error_to_exception
 from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle, layout_text
 from ifrtpy._pjrt.layouts cimport BufferLayoutArgs, LayoutsExtension, layouts_extension
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
@@ -58,7 +59,6 @@ def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not N
     cdef int i
     cdef bint dense = cnp.PyArray_IS_C_CONTIGUOUS(data)
     cdef PJRT_Client_BufferFromHostBuffer_Args args
-    cdef PJRT_Error* error
     cdef int mode
     if isinstance(semantics, int) and not isinstance(semantics, bool) and 0 <= semantics <= 3:
         mode = semantics
@@ -111,9 +111,7 @@ def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not N
         args.device = device.ptr
     else:
         args.memory = memory.ptr
-    with nogil:
-        error = api.PJRT_Client_BufferFromHostBuffer(&args)
-    check(api, error)
+    PJRT_Client_BufferFromHostBuffer(api, &args)
     buffer = BufferHandle.wrap(client, args.buffer)
     if args.done_with_host_buffer == NULL:
         return buffer, None
@@ -132,7 +130,7 @@ cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
     args.buffer = buffer
-    drop_error(api, api.PJRT_Buffer_Delete(&args))
+    PJRT_Buffer_Delete_quiet(api, &args)
     return 0
 
 
@@ -231,11 +229,11 @@ cdef class BufferHandle:
                 # arguments a program donates): other threads must run meanwhile.
                 api = self.client.api
                 with nogil:
-                    api.PJRT_Buffer_Destroy(&args)
+                    PJRT_Buffer_Destroy_quiet(api, &args)
             else:
                 # Destroying a buffer never given to an execute never waits (PJRT defers the
                 # release to its last use): the GIL is kept, releasing it costs more.
-                self.client.api.PJRT_Buffer_Destroy(&args)
+                PJRT_Buffer_Destroy_quiet(self.client.api, &args)
 
     @property
     def element_type(self):
@@ -244,7 +242,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_ElementType(&args))
+        PJRT_Buffer_ElementType(self.client.api, &args)
         return <int>args.type
 
     @property
@@ -259,7 +257,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_Dimensions(&args))
+        PJRT_Buffer_Dimensions(self.client.api, &args)
         return tuple([args.dims[i] for i in range(args.num_dims)])
 
     @property
@@ -268,7 +266,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_OnDeviceSizeInBytes(&args))
+        PJRT_Buffer_OnDeviceSizeInBytes(self.client.api, &args)
         return args.on_device_size_in_bytes
 
     @property
@@ -277,7 +275,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_Device(&args))
+        PJRT_Buffer_Device(self.client.api, &args)
         return self.client.device_of(args.device)
 
     @property
@@ -286,7 +284,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_Memory_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_Memory(&args))
+        PJRT_Buffer_Memory(self.client.api, &args)
         return self.client.memory_of(args.memory)
 
     def is_deleted(self):
@@ -300,7 +298,7 @@ cdef class BufferHandle:
         if self.order is None:
             rank = len(self.dims)
             order = (tuple(range(rank - 1, -1, -1)), ())
-            if has_function(api, &api.PJRT_Buffer_GetMemoryLayout):
+            if has_PJRT_Buffer_GetMemoryLayout(api):
                 try:
                     order = self.memory_layout
                 except _errors.IfrtError:
@@ -332,7 +330,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_IsDeleted(&args))
+        PJRT_Buffer_IsDeleted(self.client.api, &args)
         return args.is_deleted
 
     @property
@@ -378,8 +376,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        with nogil:
-            check(self.client.api, self.client.api.PJRT_Buffer_Delete(&args))
+        PJRT_Buffer_Delete(self.client.api, &args)
         return 0
 
     def ready_event(self):
@@ -388,7 +385,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_ReadyEvent(&args))
+        PJRT_Buffer_ReadyEvent(self.client.api, &args)
         return EventHandle.wrap(self.client, self.client.api, args.event)
 
     cdef object ready_error(self):
@@ -399,27 +396,28 @@ cdef class BufferHandle:
         cdef PJRT_Event_IsReady_Args is_ready
         cdef PJRT_Event_Error_Args error
         cdef PJRT_Event_Destroy_Args destroy
-        cdef PJRT_Error* failure
+        cdef PJRT_Error* failure = NULL
         memset(&ready, 0, sizeof(ready))
         ready.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
         ready.buffer = self.ptr
-        failure = api.PJRT_Buffer_ReadyEvent(&ready)
+        PJRT_Buffer_ReadyEvent_raw(api, &ready, &failure)
         if failure != NULL:
             return error_to_exception(api, failure)
-        memset(&is_ready, 0, sizeof(is_ready))
-        is_ready.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
-        is_ready.event = ready.event
-        failure = api.PJRT_Event_IsReady(&is_ready)
-        if failure == NULL and is_ready.is_ready:
-            memset(&error, 0, sizeof(error))
-            error.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
-            error.event = ready.event
-            failure = api.PJRT_Event_Error(&error)
-            memset(&destroy, 0, sizeof(destroy))
-            destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
-            destroy.event = ready.event
-            api.PJRT_Event_Destroy(&destroy)
-            return None if failure == NULL else error_to_exception(api, failure)
+        if has_PJRT_Event_IsReady(api) and has_PJRT_Event_Error(api):  # else: the slow path
+            memset(&is_ready, 0, sizeof(is_ready))
+            is_ready.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+            is_ready.event = ready.event
+            PJRT_Event_IsReady_raw(api, &is_ready, &failure)
+            if failure == NULL and is_ready.is_ready:
+                memset(&error, 0, sizeof(error))
+                error.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+                error.event = ready.event
+                PJRT_Event_Error_raw(api, &error, &failure)
+                memset(&destroy, 0, sizeof(destroy))
+                destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+                destroy.event = ready.event
+                PJRT_Event_Destroy_quiet(api, &destroy)
+                return None if failure == NULL else error_to_exception(api, failure)
         event = EventHandle.wrap(self.client, api, ready.event)  # owns it from here
         try:
             check(api, failure)
@@ -435,7 +433,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        check(self.client.api, self.client.api.PJRT_Buffer_UnsafePointer(&args))
+        PJRT_Buffer_UnsafePointer(self.client.api, &args)
         return <uintptr_t>args.buffer_pointer
 
     @property
@@ -451,8 +449,7 @@ cdef class BufferHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE
         args.buffer = self.ptr
-        require(api, &api.PJRT_Buffer_GetMemoryLayout, "PJRT_Buffer_GetMemoryLayout")
-        check(api, api.PJRT_Buffer_GetMemoryLayout(&args))
+        PJRT_Buffer_GetMemoryLayout(api, &args)
         if args.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled:
             raise _errors.UnimplementedError(
                 "the plugin reports a strided device layout; ifrtpy reads tiled layouts only")
@@ -490,7 +487,6 @@ cdef class BufferHandle:
         """
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_ToHostBuffer_Args args
-        cdef PJRT_Error* error
         dtype = self.dtype
         dims = self.dims
         if out is None:
@@ -517,9 +513,7 @@ cdef class BufferHandle:
             if layout is None or layout[0] != descending:
                 row_major = TiledLayout(descending, (), len(dims))
                 args.host_layout = &row_major.c
-        with nogil:
-            error = api.PJRT_Buffer_ToHostBuffer(&args)
-        check(api, error)
+        PJRT_Buffer_ToHostBuffer(api, &args)
         event = EventHandle.wrap(self.client, api, args.event)
         keep_alive_until(api, args.event, out)
         return out, event
@@ -534,33 +528,26 @@ cdef class BufferHandle:
         """A new buffer with the same data on ``device``."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_CopyToDevice_Args args
-        cdef PJRT_Error* error
         if device.client is not self.client:
             raise _errors.InvalidArgumentError("the target device belongs to another client")
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE
         args.buffer = self.ptr
         args.dst_device = device.ptr
-        with nogil:
-            error = api.PJRT_Buffer_CopyToDevice(&args)
-        check(api, error)
+        PJRT_Buffer_CopyToDevice(api, &args)
         return BufferHandle.wrap(self.client, args.dst_buffer)
 
     def copy_to_memory(self, MemoryHandle memory not None):
         """A new buffer with the same data in ``memory``."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_CopyToMemory_Args args
-        cdef PJRT_Error* error
         if memory.client is not self.client:
             raise _errors.InvalidArgumentError("the target memory belongs to another client")
-        require(api, &api.PJRT_Buffer_CopyToMemory, "PJRT_Buffer_CopyToMemory")
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Buffer_CopyToMemory_Args_STRUCT_SIZE
         args.buffer = self.ptr
         args.dst_memory = memory.ptr
-        with nogil:
-            error = api.PJRT_Buffer_CopyToMemory(&args)
-        check(api, error)
+        PJRT_Buffer_CopyToMemory(api, &args)
         return BufferHandle.wrap(self.client, args.dst_buffer)
 
     def __repr__(self):

@@ -3,11 +3,11 @@
 
 Differences from the C API:
 
-* ``create_client`` type-checks every option value before the call: the CPU plugin
-  aborts the process on a ``cpu_device_count`` that is not an int64, gives a client
-  with no devices for a count below 1, and takes time quadratic in the count (10**6
-  never returns); the first two are refused here, the cap on the count is the PjRt
-  backend's (``ifrtpy.plugins.options.MAX_CPU_DEVICE_COUNT``).
+* ``create_client`` hands each option to the plugin typed as given (a str, an int64, a
+  float, a bool or a list of int64); it refuses only values no PJRT named value can hold.
+  What a plugin accepts is the caller's to check: the PjRt backend checks options against
+  the plugin's table (``ifrtpy.plugins.options``; an XLA CPU plugin aborts the process on
+  a ``cpu_device_count`` that is not an int64).
 * A ClientHandle builds one DeviceHandle per device and one MemoryHandle per addressable
   memory at creation, so lookups return the same objects. Device and memory handles
   borrow their C pointers and keep the client alive.
@@ -20,7 +20,8 @@ from libc.string cimport memset
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 cimport cython
 
-from ifrtpy._pjrt._base cimport check, require, to_str, named_values_to_dict
+from ifrtpy._pjrt._api cimport *
+from ifrtpy._pjrt._base cimport check, to_str, named_values_to_dict
 from ifrtpy._pjrt.layouts cimport *
 from ifrtpy import errors as _errors
 from ifrtpy import dtypes as _dtypes
@@ -48,33 +49,21 @@ cdef bytes layout_text(const PJRT_Api* api, const LayoutsExtension* ext, void* l
         check(api, ext.destroy(&destroy))
 
 
-#: Options whose type the plugin trusts blindly (a mismatch aborts the process).
-_OPTION_TYPES = {"cpu_device_count": int}
-
-
 def create_client(PluginHandle plugin not None, options=None, KeyValueCallbacks kv_callbacks=None):
     """A new client of ``plugin`` with named ``options`` (str -> str, int, float, bool or
-    list of int) and, if given, the key-value store callbacks (``_kv.KeyValueCallbacks``,
-    kept alive by the client). Raises InvalidArgumentError for a value the plugin cannot
-    take."""
+    list of int), each handed to the plugin typed as given, and, if given, the key-value
+    store callbacks (``_kv.KeyValueCallbacks``, kept alive by the client). Raises
+    InvalidArgumentError for a name that is no str and a value no PJRT named value holds;
+    whether the plugin takes an option is the caller's to check (an XLA CPU plugin aborts
+    the process on a ``cpu_device_count`` that is not an int)."""
     cdef dict opts = dict(options or {})
     for name, value in opts.items():
         if not isinstance(name, str):
             raise _errors.InvalidArgumentError(f"client option names must be str, got {name!r}")
-        expected = _OPTION_TYPES.get(name)
-        if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise _errors.InvalidArgumentError(
-                f"client option {name!r} must be an int, got {type(value).__name__} {value!r}"
-            )
         for v in (value if isinstance(value, (list, tuple)) else [value]):
             if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63:
                 raise _errors.InvalidArgumentError(
                     f"client option {name!r}: {v} does not fit in an int64")
-    count = opts.get("cpu_device_count")
-    if count is not None and count < 1:
-        raise _errors.InvalidArgumentError(
-            f"client option 'cpu_device_count' must be at least 1 (the plugin would make a "
-            f"client without devices), got {count}")
     cdef ClientHandle client = ClientHandle.__new__(ClientHandle)
     client.plugin = plugin
     client.api = plugin.api
@@ -155,9 +144,7 @@ cdef class ClientHandle:
             args.num_options = n
             if kv is not None:
                 kv.fill(&args)
-            require(api, &api.PJRT_Client_Create, "PJRT_Client_Create")
-            with nogil:
-                check(api, api.PJRT_Client_Create(&args))
+            PJRT_Client_Create(api, &args)
         finally:
             free(values)
         self.ptr = args.client
@@ -171,7 +158,7 @@ cdef class ClientHandle:
         memset(&dev_args, 0, sizeof(dev_args))
         dev_args.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE
         dev_args.client = self.ptr
-        check(api, api.PJRT_Client_Devices(&dev_args))
+        PJRT_Client_Devices(api, &dev_args)
         self._device_of_ptr = {}
         self._memory_of_ptr = {}
         devices = []
@@ -183,7 +170,7 @@ cdef class ClientHandle:
         memset(&addr_args, 0, sizeof(addr_args))
         addr_args.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE
         addr_args.client = self.ptr
-        check(api, api.PJRT_Client_AddressableDevices(&addr_args))
+        PJRT_Client_AddressableDevices(api, &addr_args)
         self.addressable_devices = tuple(
             self.device_of(addr_args.addressable_devices[i])
             for i in range(addr_args.num_addressable_devices)
@@ -212,7 +199,7 @@ cdef class ClientHandle:
             args.client = self.ptr
             self.ptr = NULL
             with nogil:
-                self.api.PJRT_Client_Destroy(&args)  # an error here has no one to go to
+                PJRT_Client_Destroy_quiet(self.api, &args)  # an error has no one to go to
         Py_XDECREF(self._kv_keep)
         self._kv_keep = NULL
 
@@ -222,7 +209,7 @@ cdef class ClientHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE
         args.client = self.ptr
-        check(self.api, self.api.PJRT_Client_PlatformName(&args))
+        PJRT_Client_PlatformName(self.api, &args)
         return to_str(args.platform_name, args.platform_name_size)
 
     @property
@@ -231,7 +218,7 @@ cdef class ClientHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Client_PlatformVersion_Args_STRUCT_SIZE
         args.client = self.ptr
-        check(self.api, self.api.PJRT_Client_PlatformVersion(&args))
+        PJRT_Client_PlatformVersion(self.api, &args)
         return to_str(args.platform_version, args.platform_version_size)
 
     @property
@@ -240,7 +227,7 @@ cdef class ClientHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
         args.client = self.ptr
-        check(self.api, self.api.PJRT_Client_ProcessIndex(&args))
+        PJRT_Client_ProcessIndex(self.api, &args)
         return args.process_index
 
     def lookup_device(self, device_id):
@@ -252,7 +239,7 @@ cdef class ClientHandle:
         args.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE
         args.client = self.ptr
         args.id = id
-        check(self.api, self.api.PJRT_Client_LookupDevice(&args))
+        PJRT_Client_LookupDevice(self.api, &args)
         return self.device_of(args.device)
 
     def default_device_assignment(self, int num_replicas, int num_partitions):
@@ -275,9 +262,7 @@ cdef class ClientHandle:
         args.num_partitions = num_partitions
         args.default_assignment_size = n
         args.default_assignment = &view[0]
-        require(api, &api.PJRT_Client_DefaultDeviceAssignment, "PJRT_Client_DefaultDeviceAssignment")
-        with nogil:
-            check(api, api.PJRT_Client_DefaultDeviceAssignment(&args))
+        PJRT_Client_DefaultDeviceAssignment(api, &args)
         return [int(i) for i in ids]
 
     def default_layout(self, int buffer_type, dims):
@@ -334,19 +319,19 @@ cdef class DeviceHandle:
         memset(&d, 0, sizeof(d))
         d.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE
         d.device = ptr
-        check(api, api.PJRT_Device_GetDescription(&d))
+        PJRT_Device_GetDescription(api, &d)
         self.description = d.device_description
         cdef PJRT_DeviceDescription_Id_Args i
         memset(&i, 0, sizeof(i))
         i.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE
         i.device_description = self.description
-        check(api, api.PJRT_DeviceDescription_Id(&i))
+        PJRT_DeviceDescription_Id(api, &i)
         self.id = i.id
         cdef PJRT_Device_IsAddressable_Args a
         memset(&a, 0, sizeof(a))
         a.struct_size = PJRT_Device_IsAddressable_Args_STRUCT_SIZE
         a.device = ptr
-        check(api, api.PJRT_Device_IsAddressable(&a))
+        PJRT_Device_IsAddressable(api, &a)
         self.is_addressable = a.is_addressable
         self._memories = ()
         return self
@@ -359,12 +344,12 @@ cdef class DeviceHandle:
         memset(&m, 0, sizeof(m))
         m.struct_size = PJRT_Device_AddressableMemories_Args_STRUCT_SIZE
         m.device = self.ptr
-        check(api, api.PJRT_Device_AddressableMemories(&m))
+        PJRT_Device_AddressableMemories(api, &m)
         self._memories = tuple(self.client.memory_of(m.memories[k]) for k in range(m.num_memories))
         memset(&dm, 0, sizeof(dm))
         dm.struct_size = PJRT_Device_DefaultMemory_Args_STRUCT_SIZE
         dm.device = self.ptr
-        check(api, api.PJRT_Device_DefaultMemory(&dm))
+        PJRT_Device_DefaultMemory(api, &dm)
         self._default_memory = self.client.memory_of(dm.memory) if dm.memory != NULL else None
 
     @property
@@ -373,7 +358,7 @@ cdef class DeviceHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE
         args.device_description = self.description
-        check(self.client.api, self.client.api.PJRT_DeviceDescription_ProcessIndex(&args))
+        PJRT_DeviceDescription_ProcessIndex(self.client.api, &args)
         return args.process_index
 
     @property
@@ -382,7 +367,7 @@ cdef class DeviceHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE
         args.device_description = self.description
-        check(self.client.api, self.client.api.PJRT_DeviceDescription_Kind(&args))
+        PJRT_DeviceDescription_Kind(self.client.api, &args)
         return to_str(args.device_kind, args.device_kind_size)
 
     @property
@@ -391,7 +376,7 @@ cdef class DeviceHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE
         args.device_description = self.description
-        check(self.client.api, self.client.api.PJRT_DeviceDescription_DebugString(&args))
+        PJRT_DeviceDescription_DebugString(self.client.api, &args)
         return to_str(args.debug_string, args.debug_string_size)
 
     @property
@@ -400,7 +385,7 @@ cdef class DeviceHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_DeviceDescription_ToString_Args_STRUCT_SIZE
         args.device_description = self.description
-        check(self.client.api, self.client.api.PJRT_DeviceDescription_ToString(&args))
+        PJRT_DeviceDescription_ToString(self.client.api, &args)
         return to_str(args.to_string, args.to_string_size)
 
     @property
@@ -409,7 +394,7 @@ cdef class DeviceHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_DeviceDescription_Attributes_Args_STRUCT_SIZE
         args.device_description = self.description
-        check(self.client.api, self.client.api.PJRT_DeviceDescription_Attributes(&args))
+        PJRT_DeviceDescription_Attributes(self.client.api, &args)
         return named_values_to_dict(args.attributes, args.num_attributes)
 
     @property
@@ -419,7 +404,7 @@ cdef class DeviceHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Device_LocalHardwareId_Args_STRUCT_SIZE
         args.device = self.ptr
-        check(self.client.api, self.client.api.PJRT_Device_LocalHardwareId(&args))
+        PJRT_Device_LocalHardwareId(self.client.api, &args)
         return args.local_hardware_id
 
     @property
@@ -439,8 +424,7 @@ cdef class DeviceHandle:
         memset(&a, 0, sizeof(a))
         a.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE
         a.device = self.ptr
-        require(api, &api.PJRT_Device_MemoryStats, "PJRT_Device_MemoryStats")
-        check(api, api.PJRT_Device_MemoryStats(&a))
+        PJRT_Device_MemoryStats(api, &a)
         stats = {"bytes_in_use": a.bytes_in_use}
         for name, is_set, value in (
             ("peak_bytes_in_use", a.peak_bytes_in_use_is_set, a.peak_bytes_in_use),
@@ -477,13 +461,13 @@ cdef class MemoryHandle:
         memset(&i, 0, sizeof(i))
         i.struct_size = PJRT_Memory_Id_Args_STRUCT_SIZE
         i.memory = ptr
-        check(api, api.PJRT_Memory_Id(&i))
+        PJRT_Memory_Id(api, &i)
         self.id = i.id
         cdef PJRT_Memory_Kind_Args k
         memset(&k, 0, sizeof(k))
         k.struct_size = PJRT_Memory_Kind_Args_STRUCT_SIZE
         k.memory = ptr
-        check(api, api.PJRT_Memory_Kind(&k))
+        PJRT_Memory_Kind(api, &k)
         self.kind = to_str(k.kind, k.kind_size)
         return self
 
@@ -494,8 +478,7 @@ cdef class MemoryHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Memory_Kind_Id_Args_STRUCT_SIZE
         args.memory = self.ptr
-        require(api, &api.PJRT_Memory_Kind_Id, "PJRT_Memory_Kind_Id")
-        check(api, api.PJRT_Memory_Kind_Id(&args))
+        PJRT_Memory_Kind_Id(api, &args)
         return args.kind_id
 
     @property
@@ -504,7 +487,7 @@ cdef class MemoryHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Memory_DebugString_Args_STRUCT_SIZE
         args.memory = self.ptr
-        check(self.client.api, self.client.api.PJRT_Memory_DebugString(&args))
+        PJRT_Memory_DebugString(self.client.api, &args)
         return to_str(args.debug_string, args.debug_string_size)
 
     @property
@@ -513,7 +496,7 @@ cdef class MemoryHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Memory_ToString_Args_STRUCT_SIZE
         args.memory = self.ptr
-        check(self.client.api, self.client.api.PJRT_Memory_ToString(&args))
+        PJRT_Memory_ToString(self.client.api, &args)
         return to_str(args.to_string, args.to_string_size)
 
     @property
@@ -524,7 +507,7 @@ cdef class MemoryHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Memory_AddressableByDevices_Args_STRUCT_SIZE
         args.memory = self.ptr
-        check(self.client.api, self.client.api.PJRT_Memory_AddressableByDevices(&args))
+        PJRT_Memory_AddressableByDevices(self.client.api, &args)
         return tuple(self.client.device_of(args.devices[i]) for i in range(args.num_devices))
 
     def __repr__(self):

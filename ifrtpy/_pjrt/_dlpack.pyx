@@ -32,7 +32,8 @@ from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt.dlpack cimport *
-from ifrtpy._pjrt._base cimport callback_enter, callback_leave, check, drop_error, require
+from ifrtpy._pjrt._api cimport *
+from ifrtpy._pjrt._base cimport callback_enter, callback_leave, check, raise_unimplemented
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
                                    DELETE_DEFERRED, DELETE_DONE)
@@ -98,7 +99,7 @@ cdef void _release(Export* e) noexcept nogil:
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE
     args.buffer = e.buffer
-    drop_error(e.api, e.api.PJRT_Buffer_DecreaseExternalReferenceCount(&args))
+    PJRT_Buffer_DecreaseExternalReferenceCount_quiet(e.api, &args)
     if atomic_add(e.exports, -1) == 0 and atomic_cas(e.delete_state, DELETE_DEFERRED, DELETE_DONE):
         delete_now(e.api, e.buffer)
     free(e)
@@ -147,7 +148,7 @@ cdef Export* _new_export(BufferHandle buffer, size_t extra) except NULL:
     try:
         if buffer._is_deleted():
             raise _errors.FailedPreconditionError("the buffer has been deleted")
-        check(api, api.PJRT_Buffer_IncreaseExternalReferenceCount(&increase))
+        PJRT_Buffer_IncreaseExternalReferenceCount(api, &increase)
     except BaseException:
         if (atomic_add(&buffer.exports, -1) == 0
                 and atomic_cas(&buffer.delete_state, DELETE_DEFERRED, DELETE_DONE)):
@@ -172,8 +173,10 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     cdef int i, ndim
     if buffer._is_deleted():
         raise _errors.FailedPreconditionError("the buffer has been deleted")
-    require(api, &api.PJRT_Buffer_IncreaseExternalReferenceCount, "PJRT_Buffer_IncreaseExternalReferenceCount")
-    require(api, &api.PJRT_Buffer_DecreaseExternalReferenceCount, "PJRT_Buffer_DecreaseExternalReferenceCount")
+    if not has_PJRT_Buffer_IncreaseExternalReferenceCount(api):
+        raise_unimplemented(api, b"PJRT_Buffer_IncreaseExternalReferenceCount")
+    if not has_PJRT_Buffer_DecreaseExternalReferenceCount(api):  # a pin that could not go
+        raise_unimplemented(api, b"PJRT_Buffer_DecreaseExternalReferenceCount")
     element_type = buffer.element_type
     code_bits = _dlpack_of_pjrt.get(element_type)
     if code_bits is None:
@@ -189,7 +192,7 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     memset(&pointer, 0, sizeof(pointer))
     pointer.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
     pointer.buffer = buffer.ptr
-    check(api, api.PJRT_Buffer_UnsafePointer(&pointer))
+    PJRT_Buffer_UnsafePointer(api, &pointer)
     e = _new_export(buffer, 2 * max(ndim, 1) * sizeof(int64_t))
     t = &e.legacy.dl_tensor
     t.data = <void*>pointer.buffer_pointer
@@ -439,7 +442,6 @@ def import_capsule(ClientHandle client not None, capsule, MemoryHandle memory no
     cdef DLTensor* t
     cdef bint read_only, versioned = PyCapsule_IsValid(capsule, VERSIONED)
     cdef PJRT_Client_CreateViewOfDeviceBuffer_Args args
-    cdef PJRT_Error* error
     cdef Imported* imported
     cdef int i
     cdef int pjrt_type
@@ -475,19 +477,14 @@ def import_capsule(ClientHandle client not None, capsule, MemoryHandle memory no
         args.on_delete_callback = _on_view_deleted
         args.on_delete_callback_arg = imported
         args.stream = stream
-        try:
-            require(api, &api.PJRT_Client_CreateViewOfDeviceBuffer, "PJRT_Client_CreateViewOfDeviceBuffer")
-        except BaseException:
-            free(imported)
-            raise
         imported.state = CREATING
-        with nogil:
-            error = api.PJRT_Client_CreateViewOfDeviceBuffer(&args)
-        if error != NULL:
+        try:
+            PJRT_Client_CreateViewOfDeviceBuffer(api, &args)
+        except BaseException:
             if imported.state == FIRED_EARLY:  # the tensor went back to its producer
                 PyCapsule_SetName(capsule, USED_VERSIONED if versioned else USED_LEGACY)
             free(imported)
-            check(api, error)
+            raise
         if not atomic_cas(&imported.state, CREATING, CREATED):
             free(imported)  # the plugin let go already (it copied): the record is ours
         # the plugin owns the tensor now: the capsule must not delete it

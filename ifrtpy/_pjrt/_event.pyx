@@ -16,7 +16,8 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport callback_enter, callback_leave, check, drop_error, error_to_exception
+from ifrtpy._pjrt._api cimport *
+from ifrtpy._pjrt._base cimport callback_enter, callback_leave, drop_error, error_to_exception
 from ifrtpy import errors as _errors
 
 
@@ -73,13 +74,12 @@ cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except
     args.callback = _on_ready
     args.user_arg = callback
     Py_INCREF(payload)
-    cdef PJRT_Error* error
-    with nogil:
-        error = api.PJRT_Event_OnReady(&args)
-    if error != NULL:
+    try:
+        PJRT_Event_OnReady(api, &args)
+    except BaseException:
         Py_DECREF(payload)
         free(callback)
-        check(api, error)
+        raise
     return 0
 
 
@@ -117,7 +117,7 @@ cdef class EventHandle:
             args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
             args.event = self.ptr
             self.ptr = NULL
-            self.api.PJRT_Event_Destroy(&args)
+            PJRT_Event_Destroy_quiet(self.api, &args)
 
     def is_ready(self):
         return self._is_ready()
@@ -127,7 +127,7 @@ cdef class EventHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
         args.event = self.ptr
-        check(self.api, self.api.PJRT_Event_IsReady(&args))
+        PJRT_Event_IsReady(self.api, &args)
         return args.is_ready
 
     def await_(self):
@@ -136,19 +136,22 @@ cdef class EventHandle:
 
     cdef int _await(self) except -1:
         cdef PJRT_Event_Await_Args args
+        cdef PJRT_Event_Error_Args ready
         if self._guard is not None and self._guard() is not None and not self._is_ready():
             raise _errors.FailedPreconditionError(
                 "this done-with-host-buffer event of a zero-copy buffer fires only when the "
                 "buffer is destroyed; awaiting it while the buffer exists would never return"
             )
+        if self._is_ready():  # nothing to wait for: its error, the GIL kept
+            memset(&ready, 0, sizeof(ready))
+            ready.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+            ready.event = self.ptr
+            PJRT_Event_Error(self.api, &ready)
+            return 0
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
         args.event = self.ptr
-        if self._is_ready():  # nothing to wait for: keep the GIL
-            check(self.api, self.api.PJRT_Event_Await(&args))
-            return 0
-        with nogil:
-            check(self.api, self.api.PJRT_Event_Await(&args))
+        PJRT_Event_Await(self.api, &args)
         # A signal that came during the wait (Ctrl-C) is raised here, in the main thread:
         # the caller may return to Python with no further check, and a signal still
         # pending when the interpreter exits is dropped.
@@ -164,7 +167,8 @@ cdef class EventHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
         args.event = self.ptr
-        cdef PJRT_Error* error = self.api.PJRT_Event_Error(&args)
+        cdef PJRT_Error* error = NULL
+        PJRT_Event_Error_raw(self.api, &args, &error)
         return error_to_exception(self.api, error) if error != NULL else None
 
     def on_ready(self, callback):

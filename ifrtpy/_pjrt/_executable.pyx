@@ -46,8 +46,8 @@ from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
 cimport cython
 
-from ifrtpy._pjrt._base cimport (
-    PluginHandle, check, drop_error, require, to_str, named_values_to_dict)
+from ifrtpy._pjrt._api cimport *
+from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_execute, unpin_after_execute
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
@@ -99,7 +99,6 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Program program
     cdef PJRT_Client_Compile_Args args
-    cdef PJRT_Error* error
     if not compile_options:
         raise _errors.InvalidArgumentError(
             "compile options are empty; pass a serialized xla CompileOptionsProto "
@@ -116,9 +115,7 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
     args.program = &program
     args.compile_options = compile_options
     args.compile_options_size = len(compile_options)
-    with nogil:
-        error = api.PJRT_Client_Compile(&args)
-    check(api, error)
+    PJRT_Client_Compile(api, &args)
     return ExecutableHandle._wrap(client, args.executable)
 
 
@@ -129,15 +126,12 @@ def deserialize_and_load(ClientHandle client not None, bytes serialized not None
     ``ifrtpy.backends.pjrt.seal``, checks them first)."""
     cdef const PJRT_Api* api = client.api
     cdef PJRT_Executable_DeserializeAndLoad_Args args
-    cdef PJRT_Error* error
     memset(&args, 0, sizeof(args))
     args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
     args.client = client.ptr
     args.serialized_executable = serialized
     args.serialized_executable_size = len(serialized)
-    with nogil:
-        error = api.PJRT_Executable_DeserializeAndLoad(&args)
-    check(api, error)
+    PJRT_Executable_DeserializeAndLoad(api, &args)
     return ExecutableHandle._wrap(client, args.loaded_executable)
 
 
@@ -178,13 +172,13 @@ cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t
             memset(&buffer_args, 0, sizeof(buffer_args))
             buffer_args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
             buffer_args.buffer = buffers[i]
-            api.PJRT_Buffer_Destroy(&buffer_args)
+            PJRT_Buffer_Destroy_quiet(api, &buffer_args)
     for i in range(num_events):
         if events[i] != NULL:
             memset(&event_args, 0, sizeof(event_args))
             event_args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
             event_args.event = events[i]
-            api.PJRT_Event_Destroy(&event_args)
+            PJRT_Event_Destroy_quiet(api, &event_args)
 
 
 cdef list _checked_lists(object lists, str parameter):
@@ -256,25 +250,25 @@ cdef class ExecutableHandle:
         memset(&g, 0, sizeof(g))
         g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE
         g.loaded_executable = ptr
-        check(api, api.PJRT_LoadedExecutable_GetExecutable(&g))
+        PJRT_LoadedExecutable_GetExecutable(api, &g)
         self.executable = g.executable
         cdef PJRT_Executable_Name_Args n
         memset(&n, 0, sizeof(n))
         n.struct_size = PJRT_Executable_Name_Args_STRUCT_SIZE
         n.executable = self.executable
-        check(api, api.PJRT_Executable_Name(&n))
+        PJRT_Executable_Name(api, &n)
         self.name = to_str(n.executable_name, n.executable_name_size)
         cdef PJRT_Executable_NumOutputs_Args o
         memset(&o, 0, sizeof(o))
         o.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE
         o.executable = self.executable
-        check(api, api.PJRT_Executable_NumOutputs(&o))
+        PJRT_Executable_NumOutputs(api, &o)
         self.num_outputs = o.num_outputs
         cdef PJRT_LoadedExecutable_AddressableDevices_Args d
         memset(&d, 0, sizeof(d))
         d.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE
         d.executable = ptr
-        check(api, api.PJRT_LoadedExecutable_AddressableDevices(&d))
+        PJRT_LoadedExecutable_AddressableDevices(api, &d)
         self.addressable_devices = tuple(
             client.device_of(d.addressable_devices[i]) for i in range(d.num_addressable_devices))
         return self
@@ -287,14 +281,14 @@ cdef class ExecutableHandle:
             e.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE
             e.executable = self.executable
             self.executable = NULL
-            self.client.api.PJRT_Executable_Destroy(&e)
+            PJRT_Executable_Destroy_quiet(self.client.api, &e)
         if self.ptr != NULL:
             memset(&l, 0, sizeof(l))
             l.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE
             l.executable = self.ptr
             self.ptr = NULL
             with nogil:
-                self.client.api.PJRT_LoadedExecutable_Destroy(&l)
+                PJRT_LoadedExecutable_Destroy_quiet(self.client.api, &l)
 
     @property
     def execute_context(self):
@@ -415,9 +409,8 @@ cdef class ExecutableHandle:
                 args.execute_device = execute_device.ptr
             if context is not None:
                 options.context = context.ptr
-            with nogil:
-                forget_interrupt()
-                error = api.PJRT_LoadedExecutable_Execute(&args)
+            forget_interrupt()
+            PJRT_LoadedExecutable_Execute_raw(api, &args, &error)
             if error != NULL and take_interrupt():  # Ctrl-C in a callback run inline
                 drop_error(api, error)
                 raise KeyboardInterrupt
@@ -609,7 +602,7 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_NumReplicas_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(self.client.api, self.client.api.PJRT_Executable_NumReplicas(&args))
+        PJRT_Executable_NumReplicas(self.client.api, &args)
         return args.num_replicas
 
     @property
@@ -618,7 +611,7 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_NumPartitions_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(self.client.api, self.client.api.PJRT_Executable_NumPartitions(&args))
+        PJRT_Executable_NumPartitions(self.client.api, &args)
         return args.num_partitions
 
     @property
@@ -627,7 +620,7 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(self.client.api, self.client.api.PJRT_Executable_SizeOfGeneratedCodeInBytes(&args))
+        PJRT_Executable_SizeOfGeneratedCodeInBytes(self.client.api, &args)
         return args.size_in_bytes
 
     def output_element_types(self):
@@ -635,11 +628,10 @@ cdef class ExecutableHandle:
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OutputElementTypes_Args args
         cdef size_t i
-        require(api, &api.PJRT_Executable_OutputElementTypes, "PJRT_Executable_OutputElementTypes")
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_OutputElementTypes_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(api, api.PJRT_Executable_OutputElementTypes(&args))
+        PJRT_Executable_OutputElementTypes(api, &args)
         return [<int>args.output_types[i] for i in range(args.num_output_types)]
 
     def output_dimensions(self):
@@ -647,11 +639,10 @@ cdef class ExecutableHandle:
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OutputDimensions_Args args
         cdef size_t i, j, offset = 0
-        require(api, &api.PJRT_Executable_OutputDimensions, "PJRT_Executable_OutputDimensions")
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_OutputDimensions_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(api, api.PJRT_Executable_OutputDimensions(&args))
+        PJRT_Executable_OutputDimensions(api, &args)
         out = []
         for i in range(args.num_outputs):
             out.append(tuple([args.dims[offset + j] for j in range(args.dim_sizes[i])]))
@@ -666,7 +657,7 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_OutputMemoryKinds_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(api, api.PJRT_Executable_OutputMemoryKinds(&args))
+        PJRT_Executable_OutputMemoryKinds(api, &args)
         return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i]) for i in range(args.num_outputs)]
 
     def optimized_program(self):
@@ -680,21 +671,20 @@ cdef class ExecutableHandle:
         args.struct_size = PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE
         args.executable = self.executable
         args.program = &program
-        check(api, api.PJRT_Executable_OptimizedProgram(&args))  # first call: the size
+        PJRT_Executable_OptimizedProgram(api, &args)  # first call: the size
         code = bytearray(program.code_size)
         cdef char* data = code
         program.code = data
-        check(api, api.PJRT_Executable_OptimizedProgram(&args))
+        PJRT_Executable_OptimizedProgram(api, &args)
         return to_str(program.format, program.format_size), bytes(code)
 
     def fingerprint(self):
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_Fingerprint_Args args
-        require(api, &api.PJRT_Executable_Fingerprint, "PJRT_Executable_Fingerprint")
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_Fingerprint_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(api, api.PJRT_Executable_Fingerprint(&args))
+        PJRT_Executable_Fingerprint(api, &args)
         return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
 
     def serialize(self):
@@ -705,8 +695,7 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE
         args.executable = self.executable
-        with nogil:
-            check(api, api.PJRT_Executable_Serialize(&args))
+        PJRT_Executable_Serialize(api, &args)
         try:
             payload = args.serialized_bytes[:args.serialized_bytes_size]
         finally:
@@ -717,11 +706,10 @@ cdef class ExecutableHandle:
     def compiled_memory_stats(self):
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_GetCompiledMemoryStats_Args a
-        require(api, &api.PJRT_Executable_GetCompiledMemoryStats, "PJRT_Executable_GetCompiledMemoryStats")
         memset(&a, 0, sizeof(a))
         a.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE
         a.executable = self.executable
-        check(api, api.PJRT_Executable_GetCompiledMemoryStats(&a))
+        PJRT_Executable_GetCompiledMemoryStats(api, &a)
         return {
             "generated_code_size_in_bytes": a.generated_code_size_in_bytes,
             "argument_size_in_bytes": a.argument_size_in_bytes,
@@ -742,7 +730,7 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_Executable_GetCostAnalysis_Args_STRUCT_SIZE
         args.executable = self.executable
-        check(api, api.PJRT_Executable_GetCostAnalysis(&args))
+        PJRT_Executable_GetCostAnalysis(api, &args)
         return named_values_to_dict(args.properties, args.num_properties)
 
     def delete(self):
@@ -750,14 +738,14 @@ cdef class ExecutableHandle:
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_LoadedExecutable_Delete_Args_STRUCT_SIZE
         args.executable = self.ptr
-        check(self.client.api, self.client.api.PJRT_LoadedExecutable_Delete(&args))
+        PJRT_LoadedExecutable_Delete(self.client.api, &args)
 
     def is_deleted(self):
         cdef PJRT_LoadedExecutable_IsDeleted_Args args
         memset(&args, 0, sizeof(args))
         args.struct_size = PJRT_LoadedExecutable_IsDeleted_Args_STRUCT_SIZE
         args.executable = self.ptr
-        check(self.client.api, self.client.api.PJRT_LoadedExecutable_IsDeleted(&args))
+        PJRT_LoadedExecutable_IsDeleted(self.client.api, &args)
         return args.is_deleted
 
     def __repr__(self):

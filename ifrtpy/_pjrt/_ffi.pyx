@@ -27,7 +27,8 @@ from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
 
 from ifrtpy._pjrt.xla_ffi cimport *
-from ifrtpy._pjrt._base cimport check, require
+from ifrtpy._pjrt._api cimport *
+from ifrtpy._pjrt._base cimport check, raise_unimplemented
 from ifrtpy import errors as _errors
 
 #: The oldest PJRT version whose FFI extension has the layout declared in xla_ffi.pxd.
@@ -277,15 +278,15 @@ cdef class ExecuteContext:
         cdef PJRT_FFI_Extension* ext = _extension(client.plugin)
         cdef PJRT_ExecuteContext_Create_Args create
         cdef PJRT_FFI_UserData_Add_Args add
-        require(api, &api.PJRT_ExecuteContext_Create, "PJRT_ExecuteContext_Create")
-        require(api, &api.PJRT_ExecuteContext_Destroy, "PJRT_ExecuteContext_Destroy")
+        if not has_PJRT_ExecuteContext_Destroy(api):  # a context that could not be destroyed
+            raise_unimplemented(api, b"PJRT_ExecuteContext_Destroy")
         if ext.user_data_add == NULL:
             raise _errors.UnimplementedError(f"the plugin {client.plugin.path} cannot add user data")
         self.client = client
         self.user_data = dict(user_data)
         memset(&create, 0, sizeof(create))
         create.struct_size = PJRT_ExecuteContext_Create_Args_STRUCT_SIZE
-        check(api, api.PJRT_ExecuteContext_Create(&create))
+        PJRT_ExecuteContext_Create(api, &create)
         self.ptr = create.context
         for type_id, obj in self.user_data.items():
             memset(&add, 0, sizeof(add))
@@ -302,7 +303,7 @@ cdef class ExecuteContext:
             destroy.struct_size = PJRT_ExecuteContext_Destroy_Args_STRUCT_SIZE
             destroy.context = self.ptr
             self.ptr = NULL
-            self.client.api.PJRT_ExecuteContext_Destroy(&destroy)
+            PJRT_ExecuteContext_Destroy_quiet(self.client.api, &destroy)
 
     def __repr__(self):
         return f"<ExecuteContext of {sorted(self.user_data)}>"

@@ -1,30 +1,37 @@
 # cython: language_level=3, binding=True, embedsignature=True
 """ifrtpy's XLA FFI handler of host callbacks: the custom calls jax lowers
 ``pure_callback``, ``io_callback`` and ``jax.debug.print`` to on CPU
-(``xla_ffi_python_cpu_callback``, attribute ``index``: a u64), served by the Python
+(``xla_ffi_python_cpu_callback``, attribute ``index``: a u64), served by Python
 callables of the running executable (IFRT's LoadedHostCallbacks).
+
+The mechanism only; what a callback receives and must return (jax's contract: operand
+copies, result checks, error texts) is the PjRt backend's
+(``ifrtpy.backends.pjrt.host_callbacks``, which makes the callables).
 
 How a call finds its callable: :func:`install` registers the handler and a user data
 type with the plugin; an execute passes an :class:`~ifrtpy._pjrt._ffi.ExecuteContext`
 whose user data of that type is the executable's tuple of callables; the handler calls
-``table[index]`` with the GIL held. Never execute such a program without that context:
-the plugin's lookup of user data in a missing context crashes the process.
+``table[index](operands, results)`` with the GIL held, from the plugin's thread. Never
+execute such a program without that context: the plugin's lookup of user data in a
+missing context crashes the process.
 
-The call's contract is jax's: the callable gets one NumPy array per operand (a copy, the
-callable may keep it; None for a token) and returns a sequence with one value per result
-(any value for a token result, which is skipped). Each value must have the result's exact
-dtype and shape. Anything else, or an exception, fails the execution with an error naming
-the callback (the outputs' futures fail); nothing reaches the plugin but that error. Once
-the interpreter is exiting, calls are refused with an error instead of taking the GIL.
-Sub-byte element types (int4, ...) are refused. A callback ending in KeyboardInterrupt
-(Ctrl-C while it runs inline) is recorded for its thread: the execute that ran it raises
-KeyboardInterrupt (:func:`take_interrupt`). :func:`in_host_callback` tells whether the
-calling thread runs a callback (the execute layer bounds executes nested in callbacks).
+``operands`` and ``results`` are lists with one ``(dtype, dims, array)`` per buffer of
+the call: its :class:`ifrtpy.dtypes.DType`, its dims, and a NumPy array over its memory
+(read-only for an operand, writeable for a result) that is valid only until the callable
+returns, or None where NumPy has no view of it (a token, a sub-byte element type, whose
+packing is the plugin's). A callable that returns fills the results; one that raises fails
+the execution with ``str()`` of its exception as the error (the outputs' futures fail).
+An exception of a KeyboardInterrupt class (Ctrl-C while a callback runs inline) is also
+recorded for its thread: the execute that ran it raises KeyboardInterrupt
+(:func:`take_interrupt`). Once the interpreter is exiting, calls are refused with an error
+instead of taking the GIL. :func:`in_host_callback` tells whether the calling thread runs
+a callback.
 """
 
 cimport numpy as cnp
+from cpython.ref cimport PyObject, Py_INCREF
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcmp
 
 import numpy as np
 
@@ -50,7 +57,21 @@ cdef extern from *:
     int ifrtpy_callback_depth
     int ifrtpy_callback_interrupted
 
+cdef extern from *:
+    """
+    static PyObject* ifrtpy_callback_view(PyObject* descr, int nd, npy_intp* dims, void* data,
+                                          int flags) {
+        /* steals descr, as PyArray_NewFromDescr does */
+        return PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr, nd, dims, NULL,
+                                    data, flags, NULL);
+    }
+    """
+    object view_over "ifrtpy_callback_view"(PyObject* descr, int nd, cnp.npy_intp* dims,
+                                            void* data, int flags)
+
 cnp.import_array()
+
+DEF MAX_RANK = 64
 
 #: The user data type of an executable's callables, as registered with each plugin.
 TYPE_NAME = "ifrtpy.HostCallbacks"
@@ -166,72 +187,56 @@ cdef XLA_FFI_Error* _dispatch(XLA_FFI_CallFrame* frame, void* table, uint64_t in
         if isinstance(e, KeyboardInterrupt):
             ifrtpy_callback_interrupted = 1
         try:
-            message = _failure_message(index, e)
+            message = _text(e).encode("utf-8", "replace")
         except BaseException:
             pass
     return make_error(frame.api, XLA_FFI_Error_Code_INTERNAL, message)
 
 
-cdef bytes _failure_message(uint64_t index, BaseException e):
-    what = f"host callback {index} raised {type(e).__name__}"
+cdef str _text(BaseException e):
+    """``str(e)``, or its class's name where that fails (a ``__str__`` that raises)."""
     try:
         text = str(e)
-    except BaseException:  # a __str__ that raises, or returns a non-str
-        return f"{what} (whose message could not be formatted)".encode("utf-8", "replace")
-    return f"{what}: {text}".encode("utf-8", "replace")
+    except BaseException:
+        return f"{type(e).__name__} (whose message could not be formatted)"
+    return text if type(text) is str else type(e).__name__
 
 
-cdef object _numpy_type(int dtype, str what):
-    kind = DType(dtype)
-    if kind.bit_size is not None and kind.bit_size < 8:
-        raise TypeError(f"{what} is {kind}: host callbacks take no sub-byte element types")
-    return kind.to_numpy()
-
-
-cdef object _read(XLA_FFI_Buffer* buffer, Py_ssize_t i):
-    if buffer.dtype == XLA_FFI_DataType_TOKEN:
-        return None
-    dtype = _numpy_type(buffer.dtype, f"operand {i}")
+cdef tuple _buffer(XLA_FFI_Buffer* buffer, bint writeable):
+    """``(dtype, dims, array)`` of ``buffer``: array a NumPy view of its memory, valid
+    during the call; None where NumPy has no view of it (a token, sub-byte elements)."""
+    cdef cnp.npy_intp dims[MAX_RANK]
+    cdef int64_t d
+    if buffer.rank < 0 or buffer.rank > MAX_RANK:
+        raise ValueError(f"a buffer of rank {buffer.rank}; at most {MAX_RANK}")
+    kind = DType(buffer.dtype)
     shape = tuple([buffer.dims[d] for d in range(buffer.rank)])
-    cdef cnp.ndarray out = np.empty(shape, dtype)
-    if out.nbytes:
-        memcpy(cnp.PyArray_DATA(out), buffer.data, out.nbytes)
-    return out
-
-
-cdef int _write(XLA_FFI_Buffer* buffer, object value, Py_ssize_t i) except -1:
-    if buffer.dtype == XLA_FFI_DataType_TOKEN:
-        return 0
-    dtype = _numpy_type(buffer.dtype, f"result {i}")
-    shape = tuple([buffer.dims[d] for d in range(buffer.rank)])
-    cdef cnp.ndarray array = np.asarray(value, order="C")  # 0-d stays 0-d
-    if array.dtype != dtype or (<object>array).shape != shape:
-        raise TypeError(f"result {i} is {array.dtype}{list((<object>array).shape)}, the "
-                        f"program takes {np.dtype(dtype)}{list(shape)}")
-    if array.nbytes:
-        memcpy(buffer.data, cnp.PyArray_DATA(array), array.nbytes)
-    return 0
+    if kind.kind == DType.Kind.TOKEN or (kind.bit_size is not None and kind.bit_size < 8):
+        return kind, shape, None
+    cdef cnp.dtype descr = np.dtype(kind.to_numpy())
+    for d in range(buffer.rank):
+        dims[d] = buffer.dims[d]
+    Py_INCREF(descr)  # stolen by the array
+    view = view_over(<PyObject*>descr, buffer.rank, dims, buffer.data,
+                     cnp.NPY_ARRAY_CARRAY if writeable else cnp.NPY_ARRAY_CARRAY_RO)
+    return kind, shape, view
 
 
 cdef int _call(XLA_FFI_CallFrame* frame, tuple table, uint64_t index) except -1:
     cdef Py_ssize_t i
     if index >= <uint64_t>len(table):
-        raise IndexError(f"the executable carries {len(table)} host callbacks")
-    args = []
+        raise IndexError(f"host callback {index}: the executable carries {len(table)}")
+    operands = []
     for i in range(frame.args.size):
         if frame.args.types[i] != XLA_FFI_ArgType_BUFFER:
-            raise TypeError(f"operand {i} is not a buffer")
-        args.append(_read(<XLA_FFI_Buffer*>frame.args.args[i], i))
-    results = table[index](*args)
-    if results is None and frame.rets.size == 0:
-        return 0
-    results = tuple(results)
-    if len(results) != frame.rets.size:
-        raise ValueError(f"it returned {len(results)} values for {frame.rets.size} results")
+            raise TypeError(f"host callback {index}: operand {i} is not a buffer")
+        operands.append(_buffer(<XLA_FFI_Buffer*>frame.args.args[i], False))
+    results = []
     for i in range(frame.rets.size):
         if frame.rets.types[i] != XLA_FFI_RetType_BUFFER:
-            raise TypeError(f"result {i} is not a buffer")
-        _write(<XLA_FFI_Buffer*>frame.rets.rets[i], results[i], i)
+            raise TypeError(f"host callback {index}: result {i} is not a buffer")
+        results.append(_buffer(<XLA_FFI_Buffer*>frame.rets.rets[i], True))
+    table[index](operands, results)
     return 0
 
 

@@ -641,91 +641,9 @@ cdef extern from "pjrt_c_api.h" nogil:
         PJRT_ExecuteContext* context
     enum: PJRT_ExecuteContext_Destroy_Args_STRUCT_SIZE
 
-    # --- the function table -------------------------------------------------------------
-    ctypedef struct PJRT_Api:
-        size_t struct_size
-        PJRT_Extension_Base* extension_start
-        PJRT_Api_Version pjrt_api_version
-        void (*PJRT_Error_Destroy)(PJRT_Error_Destroy_Args*) noexcept nogil
-        void (*PJRT_Error_Message)(PJRT_Error_Message_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Error_GetCode)(PJRT_Error_GetCode_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Plugin_Initialize)(PJRT_Plugin_Initialize_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Plugin_Attributes)(PJRT_Plugin_Attributes_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Event_Destroy)(PJRT_Event_Destroy_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Event_IsReady)(PJRT_Event_IsReady_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Event_Error)(PJRT_Event_Error_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Event_Await)(PJRT_Event_Await_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Event_OnReady)(PJRT_Event_OnReady_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_Create)(PJRT_Client_Create_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_Destroy)(PJRT_Client_Destroy_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_PlatformName)(PJRT_Client_PlatformName_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_ProcessIndex)(PJRT_Client_ProcessIndex_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_PlatformVersion)(PJRT_Client_PlatformVersion_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_Devices)(PJRT_Client_Devices_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_AddressableDevices)(PJRT_Client_AddressableDevices_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_LookupDevice)(PJRT_Client_LookupDevice_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_DefaultDeviceAssignment)(PJRT_Client_DefaultDeviceAssignment_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_Compile)(PJRT_Client_Compile_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_BufferFromHostBuffer)(PJRT_Client_BufferFromHostBuffer_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_DeviceDescription_Id)(PJRT_DeviceDescription_Id_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_DeviceDescription_ProcessIndex)(PJRT_DeviceDescription_ProcessIndex_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_DeviceDescription_Attributes)(PJRT_DeviceDescription_Attributes_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_DeviceDescription_Kind)(PJRT_DeviceDescription_Kind_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_DeviceDescription_DebugString)(PJRT_DeviceDescription_DebugString_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_DeviceDescription_ToString)(PJRT_DeviceDescription_ToString_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Device_GetDescription)(PJRT_Device_GetDescription_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Device_IsAddressable)(PJRT_Device_IsAddressable_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Device_LocalHardwareId)(PJRT_Device_LocalHardwareId_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Device_AddressableMemories)(PJRT_Device_AddressableMemories_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Device_DefaultMemory)(PJRT_Device_DefaultMemory_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Device_MemoryStats)(PJRT_Device_MemoryStats_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Memory_Id)(PJRT_Memory_Id_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Memory_Kind)(PJRT_Memory_Kind_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Memory_DebugString)(PJRT_Memory_DebugString_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Memory_ToString)(PJRT_Memory_ToString_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Memory_AddressableByDevices)(PJRT_Memory_AddressableByDevices_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_Destroy)(PJRT_Executable_Destroy_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_Name)(PJRT_Executable_Name_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_NumReplicas)(PJRT_Executable_NumReplicas_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_NumPartitions)(PJRT_Executable_NumPartitions_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_NumOutputs)(PJRT_Executable_NumOutputs_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_SizeOfGeneratedCodeInBytes)(PJRT_Executable_SizeOfGeneratedCodeInBytes_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_GetCostAnalysis)(PJRT_Executable_GetCostAnalysis_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_OutputMemoryKinds)(PJRT_Executable_OutputMemoryKinds_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_OptimizedProgram)(PJRT_Executable_OptimizedProgram_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_Serialize)(PJRT_Executable_Serialize_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_LoadedExecutable_Destroy)(PJRT_LoadedExecutable_Destroy_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_LoadedExecutable_GetExecutable)(PJRT_LoadedExecutable_GetExecutable_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_LoadedExecutable_AddressableDevices)(PJRT_LoadedExecutable_AddressableDevices_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_LoadedExecutable_Delete)(PJRT_LoadedExecutable_Delete_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_LoadedExecutable_IsDeleted)(PJRT_LoadedExecutable_IsDeleted_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_LoadedExecutable_Execute)(PJRT_LoadedExecutable_Execute_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_DeserializeAndLoad)(PJRT_Executable_DeserializeAndLoad_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_Destroy)(PJRT_Buffer_Destroy_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_ElementType)(PJRT_Buffer_ElementType_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_Dimensions)(PJRT_Buffer_Dimensions_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_GetMemoryLayout)(PJRT_Buffer_GetMemoryLayout_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_OnDeviceSizeInBytes)(PJRT_Buffer_OnDeviceSizeInBytes_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_Device)(PJRT_Buffer_Device_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_Memory)(PJRT_Buffer_Memory_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_Delete)(PJRT_Buffer_Delete_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_IsDeleted)(PJRT_Buffer_IsDeleted_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_CopyToDevice)(PJRT_Buffer_CopyToDevice_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_ToHostBuffer)(PJRT_Buffer_ToHostBuffer_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_ReadyEvent)(PJRT_Buffer_ReadyEvent_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_UnsafePointer)(PJRT_Buffer_UnsafePointer_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_OutputElementTypes)(PJRT_Executable_OutputElementTypes_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_OutputDimensions)(PJRT_Executable_OutputDimensions_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_CopyToMemory)(PJRT_Buffer_CopyToMemory_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_Fingerprint)(PJRT_Executable_Fingerprint_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Executable_GetCompiledMemoryStats)(PJRT_Executable_GetCompiledMemoryStats_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Memory_Kind_Id)(PJRT_Memory_Kind_Id_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_IncreaseExternalReferenceCount)(PJRT_Buffer_IncreaseExternalReferenceCount_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Buffer_DecreaseExternalReferenceCount)(PJRT_Buffer_DecreaseExternalReferenceCount_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_Client_CreateViewOfDeviceBuffer)(PJRT_Client_CreateViewOfDeviceBuffer_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_ExecuteContext_Create)(PJRT_ExecuteContext_Create_Args*) noexcept nogil
-        PJRT_Error* (*PJRT_ExecuteContext_Destroy)(PJRT_ExecuteContext_Destroy_Args*) noexcept nogil
 
+# The function table PJRT_Api: its slots are generated from api_functions.txt.
+include "_api_table.pxi"
 
 # The type of the one symbol a plugin exports.
 ctypedef const PJRT_Api* (*GetPjrtApi_fn)() noexcept nogil

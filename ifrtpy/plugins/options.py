@@ -4,10 +4,11 @@ Each known plugin (by name: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, and th
 builds of :mod:`ifrtpy.plugins.builds` by their distribution names) has a table of the options
 its ``PJRT_Client_Create`` reads, with their PJRT value type. :func:`check_options` refuses
 an unknown name, a value of the wrong type and a value out of range before the plugin
-sees it (the official CPU plugin aborts the process on a wrongly typed
-``cpu_device_count`` and silently ignores unknown names). Options of a plugin not in the
-tables pass through with only the generic checks of ``ifrtpy._pjrt.create_client``.
-Where each option comes from is said in ``docs/plugins.md``.
+sees it (the official CPU plugin silently ignores unknown names). Options of a plugin not
+in the tables pass through as they are (``ifrtpy._pjrt.create_client`` hands each value to
+the plugin typed as given), but for ``cpu_device_count``, which
+:func:`check_cpu_device_count` checks whatever the plugin. Where each option comes from is
+said in ``docs/plugins.md``.
 """
 
 from __future__ import annotations
@@ -66,10 +67,16 @@ def _non_negative_ids(value: Any) -> str | None:
     return None
 
 
-_CPU_DEVICE_COUNT = OptionSpec(
-    "int", "number of CPU devices (default 4)",
-    lambda n: None if 1 <= n <= MAX_CPU_DEVICE_COUNT else
-    f"must be in [1, {MAX_CPU_DEVICE_COUNT}] ({WHY_DEVICE_LIMIT})")
+def _cpu_device_count_problem(n: int) -> str | None:
+    """Why ``n`` (an int) is no CPU device count: the plugin makes a client without devices
+    below 1, and takes time quadratic in the count above."""
+    if 1 <= n <= MAX_CPU_DEVICE_COUNT:
+        return None
+    why = "a client needs a device" if n < 1 else WHY_DEVICE_LIMIT
+    return f"must be in [1, {MAX_CPU_DEVICE_COUNT}] ({why})"
+
+
+_CPU_DEVICE_COUNT = OptionSpec("int", "number of CPU devices (default 4)", _cpu_device_count_problem)
 
 #: What every XLA CPU build reads (xla-cpu-pjrt 0.0.1, PJRT 0.81, and
 #: fastatomstruct-xla-cpu, PJRT 0.106, read only this and ignore any other name).
@@ -146,13 +153,20 @@ def _kind_of(value: Any) -> str | None:
 
 
 def check_cpu_device_count(options: Mapping[str, Any]) -> None:
-    """Refuse a ``cpu_device_count`` above :data:`MAX_CPU_DEVICE_COUNT` whatever the plugin
-    (one without a table in ifrtpy too): InvalidArgumentError naming the cap and why."""
-    count = options.get("cpu_device_count")
-    if isinstance(count, int) and count > MAX_CPU_DEVICE_COUNT:
+    """Refuse a ``cpu_device_count`` that is no int in [1, :data:`MAX_CPU_DEVICE_COUNT`],
+    whatever the plugin (one without a table in ifrtpy too): InvalidArgumentError naming
+    the option, the range and why. An XLA CPU plugin aborts the process on a count of
+    another PJRT type (a str, a float, a bool, a list)."""
+    if "cpu_device_count" not in options:
+        return
+    count = options["cpu_device_count"]
+    if isinstance(count, bool) or not isinstance(count, int):
         raise InvalidArgumentError(
-            f"client option 'cpu_device_count' must be in [1, {MAX_CPU_DEVICE_COUNT}] "
-            f"({WHY_DEVICE_LIMIT}), got {count}")
+            f"client option 'cpu_device_count' must be an int (an XLA CPU plugin aborts on "
+            f"another type), got {type(count).__name__} {count!r}")
+    problem = _cpu_device_count_problem(count)
+    if problem is not None:
+        raise InvalidArgumentError(f"client option 'cpu_device_count' {problem}, got {count}")
 
 
 def check_options(plugin: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -310,8 +310,9 @@ class Fuzz:
             if isinstance(target, ifrt.Device):
                 target = target.default_memory()._handle
             out.run(name, lambda: a._buffers[0].copy_to_memory(target).to_numpy(), self.x8)
-        elif name == "pjrt_client":
-            out.run(name, lambda: ifrt._pjrt.create_client(c._handle.plugin, {args[0]: v(args[1])}))
+        elif name == "pjrt_client":  # options are checked by the backend, not the C layer
+            out.run(name, lambda: ifrt.backends.pjrt.create_client(
+                c._handle.plugin.path, options={args[0]: v(args[1])}))
         elif name == "pjrt_lookup":
             out.run(name, lambda: c._handle.lookup_device(v(args[0])))
         elif name == "repr":

@@ -132,25 +132,11 @@ def test_memory_kind_id_is_per_kind(client8):
 
 # ------------------------------------------------------------------ options
 
-@pytest.mark.parametrize("value", ["8", 8.0, True, False, 0, -1, 2**63, None, [8]],
-                         ids=repr)
-def test_bad_cpu_device_count_raises_invalid_argument(plugin, value):
-    with pytest.raises(errors.InvalidArgumentError) as info:
-        _pjrt.create_client(plugin, {"cpu_device_count": value})
-    assert "cpu_device_count" in str(info.value)
-
-
-def test_string_cpu_device_count_is_refused_and_the_process_lives():
-    # The plugin aborts (std::bad_variant_access) when it gets this option as a string.
-    assert_survives("""
-        plugin = _pjrt.load_plugin(default_cpu_library())
-        try:
-            _pjrt.create_client(plugin, {"cpu_device_count": "8"})
-        except errors.InvalidArgumentError:
-            print("refused")
-        print(len(_pjrt.create_client(plugin, {"cpu_device_count": 2}).devices))
-        print("alive")
-    """, "refused", "2")
+def test_options_are_handed_to_the_plugin_typed_as_given(plugin):
+    # The layer checks no option's meaning: which values a plugin takes is the caller's
+    # (ifrtpy.plugins.options; an XLA CPU plugin aborts on a cpu_device_count of another
+    # type). An int goes as an int64, here the count the plugin reads.
+    assert len(_pjrt.create_client(plugin, {"cpu_device_count": 3}).devices) == 3
 
 
 @pytest.mark.parametrize("value", [{"a": 1}, {1, 2}, object(), b"bytes", [1, "x"], [1.5]],

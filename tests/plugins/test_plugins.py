@@ -178,7 +178,7 @@ def test_pjrt_backend_takes_a_plugin_name(clean_env):
     ("lammps-jax-pjrt-cpu", {"process_id": -1}, "must be in"),
     ("cpu", {"cpu_device_count": "8"}, "must be of type int, got str '8'"),
     ("cpu", {"cpu_device_count": True}, "must be of type int, got bool"),
-    ("cpu", {"cpu_device_count": 0}, r"must be in \[1, 4096\] \(creating a CPU .* quadratic.*got 0"),
+    ("cpu", {"cpu_device_count": 0}, r"must be in \[1, 4096\] \(a client needs a device\), got 0"),
     ("lammps-jax-pjrt-cpu", {"asynchronous": 1}, "must be of type bool"),
     ("cuda", {"memory_fraction": 1.5}, r"must be in \[0.0, 1.0\]"),
     ("cuda", {"memory_fraction": "0.5"}, "must be of type float"),
@@ -236,11 +236,46 @@ def test_device_count_over_the_limit_is_refused_quickly():
     assert "quadratic" in out.stdout and "got 1000000" in out.stdout
 
 
+def test_string_device_count_is_refused_and_the_process_lives():
+    # The plugin aborts (std::bad_variant_access) when it gets this option as a string.
+    script = textwrap.dedent("""
+        import ifrtpy as ifrt
+        for plugin in (None, ifrt.plugins.builds.default_cpu_library()):
+            try:
+                ifrt.get_client("pjrt", plugin=plugin, cpu_device_count="8")
+            except ifrt.errors.InvalidArgumentError as e:
+                print("refused:", e)
+        print(len(ifrt.get_client("pjrt", device_count=2).devices()), "alive")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("refused:") == 2 and "2 alive" in out.stdout, out.stdout
+
+
 def test_device_count_limit_guards_plugins_without_a_table():
     # The PjRt backend applies it to every plugin it creates a client of, known or not.
     check_cpu_device_count({"cpu_device_count": MAX_CPU_DEVICE_COUNT})
+    check_cpu_device_count({"cpu_device_count": 1})
+    check_cpu_device_count({"other": "x"})
     with pytest.raises(errors.InvalidArgumentError, match=f"quadratic.*got {MAX_CPU_DEVICE_COUNT + 1}"):
         check_cpu_device_count({"cpu_device_count": MAX_CPU_DEVICE_COUNT + 1})
+
+
+@pytest.mark.parametrize("value", ["8", 8.0, True, False, None, [8]], ids=repr)
+def test_device_count_of_another_type_is_refused(value):
+    # An XLA CPU plugin aborts the process (std::bad_variant_access) on any but an int64.
+    with pytest.raises(errors.InvalidArgumentError,
+                       match=f"'cpu_device_count' must be an int .*, got {type(value).__name__}"):
+        check_cpu_device_count({"cpu_device_count": value})
+
+
+@pytest.mark.parametrize("value", [0, -1, -2**63, -2**70], ids=repr)
+def test_device_count_below_one_is_refused(value):
+    # The plugin would make a client without devices.
+    with pytest.raises(errors.InvalidArgumentError, match=rf"must be in \[1, {MAX_CPU_DEVICE_COUNT}\] "
+                       rf"\(a client needs a device\), got {value}"):
+        check_cpu_device_count({"cpu_device_count": value})
 
 
 def test_a_package_installed_later_is_found(clean_env, tmp_path):

@@ -21,6 +21,7 @@ from ifrtpy.array import (
 from ifrtpy.array_plans import plan_disassemble
 from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
+from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.backends.pjrt.layouts import buffer_layout
@@ -96,7 +97,7 @@ class PjrtArray(ArrayCore, StoredArray):
         return self._buffers if self._error is not None else self._live_buffers()
 
     def _copy_of(self, buffers: tuple) -> tuple:
-        return tuple(b.copy_to_memory(b.memory) for b in buffers)
+        return tuple(copy_to_memory(b, b.memory) for b in buffers)
 
     def _drop_data(self) -> None:
         self._deleted = True  # the buffers belong to the new array
@@ -153,9 +154,10 @@ class PjrtArray(ArrayCore, StoredArray):
         return then_value(join_futures(staged + [direct]), out) if staged else direct
 
     def _host_readable(self):
-        """The one buffer of a live single-device array in memory the host reads, or None."""
+        """The one buffer of a live single-device array in memory the host reads (and the
+        plugin can view), or None."""
         buffers = self._buffers
-        if (len(buffers) == 1 and self._error is None and not self._deleted
+        if (len(buffers) == 1 and self._error is None and not self._deleted and self._client._host_views
                 and (self._client._host_platform or buffers[0].memory.kind in dlpack.HOST_MEMORY_KINDS)):
             return buffers[0]
         return None

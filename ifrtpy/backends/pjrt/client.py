@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ifrtpy import _pjrt, distributed
 from ifrtpy._pjrt._kv import KeyValueCallbacks
+from ifrtpy.backends.pjrt import copies as _copies
 from ifrtpy.backends.pjrt import dlpack_import as _dlpack_import
 from ifrtpy.backends.pjrt import executable as _executable
 from ifrtpy.backends.pjrt import layouts as _layouts
@@ -209,6 +210,7 @@ class PjrtClient(Client):
         self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
         self._memory_cache: dict = {}  # id(SingleDeviceSharding) -> (it, MemoryHandle), for fast puts
         self._host_platform = handle.platform_name == "cpu"  # every memory is host RAM
+        self._host_views = _copies.host_views(handle.plugin)  # NumPy views, DLPack exports
         self._dlpack_devices: dict = {}  # memory id -> (DLDeviceType, device id)
         self._compiler = _executable.PjrtCompiler(self)
         self._default_layouts: dict = {}  # (dtype, dims, host memory) -> Layout

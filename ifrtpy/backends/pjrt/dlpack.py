@@ -10,6 +10,7 @@ from typing import Any
 
 
 from ifrtpy._pjrt import _dlpack
+from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
 # DLDeviceType values (DLPack specification).
@@ -64,8 +65,12 @@ def export_dlpack(buffer: Any, array: Any, stream: Any, max_version: Any, dl_dev
             raise BufferError(f"an array on DLPack device {device} is copied only to (kDLCPU, 0)")
         host = array.copy_to_host_buffer().result()
         return host.__dlpack__(max_version=max_version) if versioned else host.__dlpack__()
+    if not array._client._host_views and copy is not False and device == (KDLCPU, 0):
+        # the plugin cannot hand out its memory: a copy in host memory, as copy=None allows
+        host = array.copy_to_host_buffer().result()
+        return host.__dlpack__(max_version=max_version) if versioned else host.__dlpack__()
     if copy:
-        buffer = buffer.copy_to_memory(buffer.memory)
+        buffer = copy_to_memory(buffer, buffer.memory)
     return _dlpack.export(buffer, device[0], device[1], versioned, True, bool(copy))
 
 

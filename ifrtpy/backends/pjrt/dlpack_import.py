@@ -10,6 +10,7 @@ import numpy as np
 from ifrtpy import _pjrt
 from ifrtpy._pjrt import _dlpack
 from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.copies import device_views
 from ifrtpy.backends.pjrt.dlpack import (
     HOST_TYPES, alignment, capsule_of, same_device, source_device, stream_for,
     target_device,
@@ -38,8 +39,9 @@ def from_dlpack(client: Any, x: Any, device: Any = None, copy: bool | None = Non
             f"the tensor is on DLPack device {source}, which is not {target} of this client; "
             "move it there first")
     # Host memory is aliased only by a plugin whose memories are host memory; device
-    # memory only on its own device (checked above).
-    view = copy is not True and (client._host_platform or not on_host)
+    # memory only on its own device (checked above); either only by a plugin that can.
+    view = (copy is not True and (client._host_platform or not on_host)
+            and device_views(client._handle.plugin))
     element_type = -1
     if isinstance(x, np.ndarray) and x.dtype.num >= 256:  # a user-defined (ml_dtypes) type
         # NumPy exports no extension type (bfloat16, float8): its bytes, typed here

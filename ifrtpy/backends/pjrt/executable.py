@@ -245,6 +245,8 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
 
     def _plan_layouts(self, layouts: list[Layout] | None) -> list[Layout]:
         if layouts is None:
+            if self._plan.unread_module is not None:
+                raise UnimplementedError(str(self._plan.unread_module))
             raise UnimplementedError(
                 f"{self.name!r}: the plugin returns no HLO module with an entry computation "
                 "of arrays (its optimized program), which the layouts are read from")

@@ -19,6 +19,7 @@ from typing import Any
 
 from ifrtpy import _pjrt
 from ifrtpy._pjrt import _ffi, _host_callback
+from ifrtpy.backends.pjrt.host_callbacks import serving
 from ifrtpy.errors import (
     FailedPreconditionError, IfrtError, NotFoundError, UnimplementedError, combined,
 )
@@ -163,9 +164,11 @@ def _check_host_callbacks(program: HloProgram, platform: str, num_devices: int) 
 
 def execute_context(client_handle: _pjrt.ClientHandle, program: HloProgram,
                     type_id: int) -> _ffi.ExecuteContext:
-    """The execute context carrying ``program``'s host callbacks (user data ``type_id``)
-    to ifrtpy's handler, for every execute of its executable on ``client_handle``."""
-    return _ffi.ExecuteContext(client_handle, {type_id: tuple(program.host_callbacks)})
+    """The execute context carrying ``program``'s host callbacks (user data ``type_id``,
+    each held to the contract of :mod:`.host_callbacks`) to ifrtpy's handler, for every
+    execute of its executable on ``client_handle``."""
+    served = tuple(serving(i, callback) for i, callback in enumerate(program.host_callbacks))
+    return _ffi.ExecuteContext(client_handle, {type_id: served})
 
 
 def explain_compile_error(error: IfrtError) -> IfrtError | None:

@@ -50,16 +50,19 @@ class LaunchPlan:
 
     __slots__ = ("parameter_shardings", "output_shardings", "parameter_layouts",
                  "output_layouts", "output_layouts_made", "donated", "effects", "repeatable",
-                 "max_executions", "_defaults", "_kinds", "_host", "_results")
+                 "max_executions", "unread_module", "_defaults", "_kinds", "_host", "_results")
 
     def __init__(self, client: Any, handle: Any, program: HloProgram, devices: DeviceList | None):
         bound_to_many = devices is not None and len(devices) > 1
+        #: Why there is no module to read layouts from: the plugin's UnimplementedError
+        #: (a plugin without PJRT_Executable_OptimizedProgram), else None.
+        self.unread_module: UnimplementedError | None = None
         try:
             module = optimized_module(handle)
-        except UnimplementedError:
+        except UnimplementedError as e:
             if bound_to_many:
                 raise
-            module = None
+            module, self.unread_module = None, e
         shapes = _xla.entry_shapes(module) if module is not None else None
         params, outputs = _shardings(handle.name, program, devices, module, shapes)
         #: The sharding each argument must have, each output has; None for a portable

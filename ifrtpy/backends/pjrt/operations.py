@@ -13,6 +13,7 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.array_plans import arrays_of, plan_assemble, plan_copy, plan_error_arrays
 from ifrtpy.backends import host_arrays
 from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy.backends.pjrt.layouts import buffer_layout
 from ifrtpy.backends.pjrt.strings import STRING, BasicStringArray, is_string_call
 from ifrtpy.bitcast import plan_bitcast
@@ -127,7 +128,7 @@ def copy_arrays(client: Any, arrays: Any, devices: Any, memory_kind: Any, semant
             if buffer.memory.id == memory._handle.id and plan.semantics != ArrayCopySemantics.ALWAYS_COPY:
                 buffers.append(buffer)
             else:
-                buffers.append(buffer.copy_to_memory(memory._handle))
+                buffers.append(copy_to_memory(buffer, memory._handle))
         if donate:
             kept = {id(b) for b in buffers}
             array._take(plan.semantics)

@@ -17,6 +17,7 @@ from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
 from ifrtpy.array_plans import addressable_domains, arrays_of, plan_reshard
 from ifrtpy.backends import host_arrays
 from ifrtpy.backends.pjrt.array import PjrtArray
+from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy.backends.pjrt.operations import ARRAY_TYPES
 from ifrtpy.backends.pjrt.put import _device_memories
 from ifrtpy.backends.pjrt.strings import BasicStringArray, is_string_call
@@ -56,7 +57,7 @@ def _reshard_one(client, array: PjrtArray, spec: ArraySpec, buffers: tuple, memo
             out.append(same_memory[0])
         elif holders:
             source = (same_memory or [b for b in holders if b.device.id == memory.devices()[0].id] or holders)[0]
-            out.append(source.copy_to_memory(memory._handle))
+            out.append(copy_to_memory(source, memory._handle))
         else:
             data = _assemble_on_host(array, domain, source_domains, buffers, host_copies)
             buffer, _ = _pjrt.buffer_from_host_buffer(client._handle, data, memory=memory._handle)
