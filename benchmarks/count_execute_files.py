@@ -5,10 +5,14 @@ first call checks the execute contract, the repeated one is the C path. A file c
 entered when a function of it runs during the call: a Python frame (``sys.setprofile``
 records each frame's ``co_filename``) or, for the Cython modules, a Cython function, which
 shows up to the same hook in a copy of the package built with Cython's ``profile``
-directive (built here into a temporary folder; a minute or two). Files outside ifrtpy
-(the standard library, jaxlib) are listed apart.
+directive (built here into a temporary folder; a minute or two). The inline functions of
+a ``.pxd`` count as that file, or as the module of its name where there is one (a
+``cdef class``'s attributes declared there). Files outside ifrtpy (the standard library,
+jaxlib) are listed apart.
 
     python benchmarks/count_execute_files.py [--keep DIR] [--program add|spmd]
+
+``--program spmd``: ``x * 2 + 1`` on f32[128] split over 8 devices by a NamedSharding.
 
 ``--keep DIR`` builds the profiling copy in DIR, or reuses one built there before.
 Needs Python 3.11 (Cython profiles through ``sys.setprofile`` there).
@@ -61,6 +65,7 @@ def build_profiling_copy(target: str) -> None:
 def count(program: str) -> None:
     """In a process importing the profiling copy: the files each call enters."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     import jax
     import numpy as np
 
@@ -79,7 +84,9 @@ def count(program: str) -> None:
         jmesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
         jsharding = jax.sharding.NamedSharding(jmesh, jax.sharding.PartitionSpec("x"))
         exe = client.compile(jax.jit(lambda v: v * 2 + 1, in_shardings=jsharding,
-                                     out_shardings=jsharding).lower(x))
+                                     out_shardings=jsharding).lower(x),
+                             ifrt.CompileOptions(devices=client.make_device_list(client.devices()),
+                                                 num_partitions=8))
         a = ifrt.device_put(x, sharding)
     entered: dict[str, int] = {}
 

@@ -15,7 +15,8 @@ from cpython.ref cimport Py_INCREF
 from cpython.contextvars cimport get_value
 
 from ifrtpy._execute_result cimport ExecuteResult
-from ifrtpy.backends._repeat cimport ArrayFields, CheckedKinds
+from ifrtpy.backends._repeat cimport (
+    ArrayFields, CheckedKinds, admits, call_arguments, new_output)
 from ifrtpy.user_context import ACTIVE as _user_context
 
 
@@ -85,27 +86,29 @@ cdef class JaxExecutableCore:
     cdef object _repeat(self, args):
         """An ExecuteResult; None unless ``args`` are of the checked kinds."""
         cdef CheckedKinds kinds = self.kinds
-        cdef Py_ssize_t num_args = len(args), k
+        cdef tuple held = call_arguments(kinds, args)
+        cdef Py_ssize_t num_args, k
         cdef object array_type = self._array_type
         cdef JaxArrayCore array
-        if kinds is None or num_args != len(kinds.arguments):
+        if held is None:
             return None
+        num_args = len(held)
         values = PyList_New(num_args)
         for k in range(num_args):
-            item = args[k]
+            item = held[k]
             if type(item) is not array_type:
                 return None
             array = <JaxArrayCore>item
             value = array._value
             if (value is None or array._client is not self._client
-                    or not kinds.admits(array, k)):
+                    or not admits(kinds, array, k)):
                 return None
             Py_INCREF(value)
             PyList_SET_ITEM(values, k, value)
         try:
             outputs = self._execute_sharded(values).consume_with_handlers(self._handlers)
         except Exception as e:
-            self._launch_failed(args, values, e)  # a Python method: raises
+            self._launch_failed(held, values, e)  # a Python method: raises
             raise
         cdef ExecuteResult result = ExecuteResult.__new__(ExecuteResult)
         result.status = None
@@ -122,7 +125,7 @@ cdef class JaxExecutableCore:
         cdef JaxArrayCore array
         context = get_value(_user_context)
         for k in range(num_outputs):
-            array = <JaxArrayCore>kinds.new_output(self._array_type, k, self._client, context)
+            array = <JaxArrayCore>new_output(kinds, self._array_type, k, self._client, context)
             array._value = values[k]
             array._reads = ()
             Py_INCREF(array)

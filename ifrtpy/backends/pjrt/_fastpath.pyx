@@ -6,9 +6,11 @@ it.
 ``ArrayCore`` and ``ExecutableCore`` hold the fields of every PjrtArray and
 PjrtLoadedExecutable, so that an execute reads its arguments and makes its outputs
 without Python attribute lookups. An execute is checked in Python (the contract,
-``ifrtpy.execute_checks``; the layout rule of the launch plan, ``launch_plan``) and
-launched here; a call whose arguments are of the kinds of a checked call is launched
-without the checks (``ifrtpy.backends._repeat``).
+``ifrtpy.execute_checks``) and launched here, after the rules of a launch (the layout
+rule, for checked calls; the donation rules; the limit of executes nested through host
+callbacks), reading the executable's launch plan (``launch_plan``); a call whose
+arguments are of the kinds of a checked call is launched without the checks
+(``ifrtpy.backends._repeat``).
 
 :func:`populate_while_pending` and :class:`PopulateBehind` take the page faults of a
 fresh destination on a second core while a copy fills it (Linux's MADV_POPULATE_WRITE,
@@ -22,6 +24,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport (
     PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS)
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
 from libc.stdlib cimport free, malloc
@@ -32,8 +35,10 @@ from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport ExecutableHandle, callback_executions
 from ifrtpy._pjrt._host_callback cimport in_host_callback
 from ifrtpy._execute_result cimport ExecuteResult
-from ifrtpy.backends._repeat cimport ArrayFields, CheckedKinds
+from ifrtpy.backends._repeat cimport (
+    ArrayFields, CheckedKinds, admits, call_arguments, new_output)
 from ifrtpy.array import deleted_error as _deleted_error
+from ifrtpy.array_plans import canonical_kind as _canonical_kind
 from ifrtpy.executable import ExecuteOptions
 from ifrtpy.executable import keyword_arguments_error as _keyword_arguments_error
 from ifrtpy import errors as _errors
@@ -142,12 +147,13 @@ cdef class ArrayCore(ArrayFields):
 cdef class ExecutableCore:
     """The fields of a PjrtLoadedExecutable and its ``execute``, in C.
 
-    Every call is launched by ``_launch_arrays``: its arguments' buffers run (after the
-    backend's rules, ``_run_groups``), the donated arguments marked deleted, the outputs
-    made (``_outputs``). A call is checked first (the
-    interface's contract, ``_execute_contract``, then ``_launch``: the launch plan's layout
-    rule, ``_plan``), unless its arguments are of the kinds of a checked call
-    (``CheckedKinds``, kept where the plan allows): that call is repeated without checks.
+    A call is checked (the interface's contract, ``_execute_contract``) and launched
+    (``_launch``: the layout rule, ``_check_layouts``, then ``_launch_arrays``), unless its
+    arguments are of the kinds of a checked call (``CheckedKinds``, kept where the launch
+    plan allows): that call is launched without checks (``_repeat``). Every call is
+    launched by ``_launch_arrays``: its arguments' buffers run after the backend's rules
+    (``_run_groups``), the donated arguments read as deleted, the outputs are made
+    (``_outputs``). The launch plan (``_plan``) is read here, never worked out.
     """
 
     cdef public object _client
@@ -227,63 +233,87 @@ cdef class ExecutableCore:
 
     def _launch(self, call):
         """Launch ``call``, an execute whose contract was checked (a CheckedExecute):
-        refuse an argument in another layout than its parameter's (the plan's rule), run
+        refuse an argument in another layout than its parameter's (``_check_layouts``), run
         it, and where the plan allows keep its kinds, whose calls are then repeated
         without checks. Returns the ExecuteResult."""
         return self._launch_checked(call, True)
 
+    @cython.final
     cdef object _launch_checked(self, object call, bint as_result):
         """``_launch``, returning the ExecuteResult (``as_result``) or the outputs."""
         cdef list args = <list?>call.args  # the contract's own list: no other thread holds it
         cdef Py_ssize_t k
         cdef ArrayCore array
-        plan = self.plan
-        unread = plan.check_layouts(self._handle.name, args)
-        kinds = CheckedKinds(args, plan.output_specs(call.output_shardings))
-        if unread and call.device is None and plan.repeatable:
-            self.kinds = kinds
         for k in range(len(args)):
             array = <ArrayCore?>args[k]  # checked by the contract: an _array_type
+        plan = self.plan
+        unread = self._check_layouts(args)
+        kinds = CheckedKinds(args, tuple([
+            (kind[0], kind[1], sharding, layout) for kind, sharding, layout in
+            zip(plan.output_types, call.output_shardings, plan.output_layouts_made)]))
+        if unread and call.device is None and plan.repeatable:
+            self.kinds = kinds
         return self._launch_arrays(PySequence_Fast_ITEMS(args), len(args), call.options,
                                    call.device, kinds, as_result)
 
+    @cython.final
+    cdef bint _check_layouts(self, list args) except -1:
+        """The layout rule of a launch: refuse an argument whose device layout is not its
+        parameter's (InvalidArgumentError naming both; PJRT compares only byte sizes, so
+        it would be read wrongly). An argument in the default layout of its parameter's
+        memory, where that is the parameter's layout, needs no layout read, and on a host
+        platform none does; True when none needed one (calls with arguments of these kinds
+        then need no check of their layouts)."""
+        cdef Py_ssize_t i
+        plan = self.plan
+        if plan.host:
+            return True
+        defaults, expected_layouts = plan.parameters_in_default_layouts, plan.parameter_layouts
+        unread = True
+        for i in range(len(args)):
+            arg = args[i]
+            if (defaults is not None and defaults[i] and (<ArrayCore>arg)._layout is None
+                    and _canonical_kind(arg.sharding) == plan.parameter_memory_kinds[i]):
+                continue
+            unread = False
+            if expected_layouts is None:
+                continue  # nothing to compare with
+            expected = expected_layouts[i]
+            try:
+                layout = arg.layout
+            except _errors.UnimplementedError:  # the plugin reports no readable layout
+                continue
+            if layout is not None and (layout.minor_to_major, layout.tiles) != (
+                    expected.minor_to_major, expected.tiles):
+                raise _errors.InvalidArgumentError(
+                    f"argument {i} of {self._handle.name} is in device layout {layout}, the "
+                    f"program's parameter {i} takes {expected}: put it in that layout, or "
+                    "compile with argument_layouts matching it")
+        return unread
+
+    @cython.final
     cdef object _repeat(self, object args, object options, bint as_result):
         """The ExecuteResult (``as_result``) or the outputs of a call whose ``args`` (a list
         or a tuple) are of the checked kinds, run without checks; None for any other."""
         cdef CheckedKinds kinds = self.kinds
-        cdef Py_ssize_t num_args = len(args), k
+        cdef tuple held = call_arguments(kinds, args)
+        cdef Py_ssize_t num_args, k
         cdef object array_type = self.array_type
         cdef ArrayCore array
-        if kinds is None or num_args != len(kinds.arguments):
+        if held is None:
             return None
-        # Each argument is held as it was checked: comparing shapes may run Python code.
-        cdef PyObject* small_arrays[SMALL]
-        cdef PyObject** arrays = small_arrays
-        cdef Py_ssize_t num_held = 0
-        try:
-            if num_args > SMALL:
-                arrays = <PyObject**>malloc(num_args * sizeof(PyObject*))
-                if arrays == NULL:
-                    raise MemoryError()
-            for k in range(num_args):
-                if k >= PySequence_Fast_GET_SIZE(args):  # a list another thread shortened
-                    return None
-                item = <object>PySequence_Fast_GET_ITEM(args, k)
-                if type(item) is not array_type:
-                    return None
-                array = <ArrayCore>item
-                if array._layout is not None or not kinds.admits(array, k):
-                    return None
-                Py_INCREF(array)
-                arrays[k] = <PyObject*>array
-                num_held += 1
-            return self._launch_arrays(arrays, num_args, options, None, kinds, as_result)
-        finally:
-            for k in range(num_held):
-                Py_XDECREF(arrays[k])
-            if arrays != small_arrays:
-                free(arrays)
+        num_args = PySequence_Fast_GET_SIZE(held)
+        cdef PyObject** items = PySequence_Fast_ITEMS(held)  # the tuple holds them
+        for k in range(num_args):
+            item = <object>items[k]
+            if type(item) is not array_type:
+                return None
+            array = <ArrayCore>item
+            if array._layout is not None or not admits(kinds, array, k):
+                return None
+        return self._launch_arrays(items, num_args, options, None, kinds, as_result)
 
+    @cython.final
     cdef object _launch_arrays(self, PyObject** arrays, Py_ssize_t num_args, object options,
                                object device, CheckedKinds kinds, bint as_result):
         """The launch of every call, checked or of checked ``kinds``, with ``options`` (an
@@ -344,8 +374,9 @@ cdef class ExecutableCore:
                     Py_INCREF(item)
                     results[k] = <PyObject*>item
                     num_results += 1
-            for k in donated:  # their buffers are the outputs': they read as deleted
-                (<ArrayCore>arrays[k])._deleted = True
+            if donated:  # their buffers are the outputs': they read as deleted
+                for k in donated:
+                    (<ArrayCore>arrays[k])._deleted = True
             outputs = self._outputs(kinds, results)
             if not as_result:
                 return outputs
@@ -364,6 +395,7 @@ cdef class ExecutableCore:
             if results != small_results:
                 free(results)
 
+    @cython.final
     cdef int _run_groups(self, PyObject** groups, Py_ssize_t num_groups, Py_ssize_t num_devices,
                          int launch_id, object non_donatable, DeviceHandle device,
                          frozenset donated, PyObject** results, PyObject** done) except -1:
@@ -373,7 +405,8 @@ cdef class ExecutableCore:
         callback (``_check_nested``), and as each buffer is pinned, the donation rules
         (:func:`donation_refusal`). No Python code runs from the rules to the pins: no other
         thread changes what they read."""
-        self._check_nested(device)
+        if self.max_executions and in_host_callback():
+            self._check_nested(device)
         return self._handle._run(groups, num_groups, False, num_devices, launch_id,
                                  non_donatable, device, donated, _admit, results, done)
 
@@ -383,17 +416,18 @@ cdef class ExecutableCore:
         device: ``(outputs, events)``, output k's buffers on each device and the completion
         events. For the ordered effects (``effects.OrderedEffects.launch``)."""
         cdef ExecutableHandle handle = self._handle
-        self._check_nested(device)
+        if self.max_executions and in_host_callback():
+            self._check_nested(device)
         return handle._run_tuples(
             <list?>arguments, False, 1 if device is not None else len(handle.addressable_devices),
             launch_id, tuple(non_donatable), device, frozenset(donated), _admit)
 
+    @cython.final
     cdef int _check_nested(self, DeviceHandle device) except -1:
         """:func:`nested_execute_refusal` on ``device`` (a portable executable's) or each
-        device, for an execute made inside a host callback."""
+        device, for an execute made inside a host callback where the platform's
+        executions per device are limited."""
         cdef ExecutableHandle handle = self._handle
-        if not (self.max_executions and in_host_callback()):
-            return 0
         for item in ((device,) if device is not None else handle.addressable_devices):
             error = nested_execute_refusal(handle.name, (<DeviceHandle>item).id,
                                            callback_executions(<DeviceHandle>item),
@@ -402,6 +436,7 @@ cdef class ExecutableCore:
                 raise error
         return 0
 
+    @cython.final
     cdef list _outputs(self, CheckedKinds kinds, PyObject** results):
         """The output arrays of a launch, output ``k`` holding the buffer tuple
         ``results[k]``: the one way every execute makes them."""
@@ -411,9 +446,9 @@ cdef class ExecutableCore:
         cdef ArrayCore array
         context = get_value(_active_user_context)
         for k in range(num_outputs):
-            array = <ArrayCore>kinds.new_output(array_type, k, client, context)
+            array = <ArrayCore>new_output(kinds, array_type, k, client, context)
             array._buffers = <tuple>results[k]
-            array._layout = (<tuple>kinds.outputs[k])[3]
+            array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
             Py_INCREF(array)
             PyList_SET_ITEM(outputs, k, array)
         return outputs
@@ -454,6 +489,8 @@ cpdef object donation_refusal(Py_ssize_t argument, bint donate, Py_ssize_t pins,
 
 cdef int _admit(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
     """:func:`donation_refusal` of ``buffer`` as ``_pjrt`` is about to pin it."""
+    if not (donate or buffer._donating):  # the rules refuse no other buffer
+        return 0
     error = donation_refusal(argument, donate, buffer._pins, buffer._donating, buffer._read_only,
                              atomic_load(&buffer.exports))
     if error is not None:

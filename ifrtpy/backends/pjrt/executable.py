@@ -179,9 +179,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     """A compiled program loaded on a PjrtClient's devices.
 
     Its fields and its ``execute`` live in the C-level ``ExecutableCore``: each call is
-    checked (the interface's contract, then the layout rule of its launch plan,
-    :class:`~ifrtpy.backends.pjrt.launch_plan.LaunchPlan`) and launched there, or
-    repeated without checks where its arguments are of the kinds of a checked call.
+    checked (the interface's contract) and launched there, reading its launch plan
+    (:class:`~ifrtpy.backends.pjrt.launch_plan.LaunchPlan`), or repeated without checks
+    where its arguments are of the kinds of a checked call.
     """
 
     def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None,

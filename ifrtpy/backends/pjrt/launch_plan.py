@@ -4,10 +4,12 @@ when the executable is made, from one parse of the optimized module the plugin r
 * the compiled parameter and output shardings (read from the module where the program is
   partitioned; each checked against the per-device shapes the module takes and returns);
 * the compiled parameter and output layouts (None where the plugin returns no HLO);
-* the layout rule of an argument (PJRT compares only byte sizes: an argument in another
-  layout than its parameter's would be read wrongly) and which arguments need no layout
-  read: those in the default layout of their memory where the parameter's layout is that;
-* the layout each output is made with (None where it is the default of its memory);
+* which arguments need no layout read by the layout rule of a launch (PJRT compares only
+  byte sizes: an argument in another layout than its parameter's would be read wrongly;
+  the rule is the launch's, ``_fastpath``): those in the default layout of their memory
+  where the parameter's layout is that, and every one on a host platform;
+* the type of each output and the layout it is made with (None where it is the default of
+  its memory);
 * the arguments the program donates, the ordered effects it threads, whether the C path
   may repeat calls of the kinds a checked call had (an executable bound to devices,
   without ordered effects), and the platform's limit of executions in flight per device
@@ -16,7 +18,7 @@ when the executable is made, from one parse of the optimized module the plugin r
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from ifrtpy import _jaxlib, _xla
 from ifrtpy.array_plans import canonical_kind, default_shard_layout
@@ -24,7 +26,7 @@ from ifrtpy.backends.pjrt.effects import OrderedEffects
 from ifrtpy.backends.pjrt.execute_limits import max_executions_per_device
 from ifrtpy.backends.pjrt.layouts import packed
 from ifrtpy.device import DeviceList
-from ifrtpy.errors import InternalError, InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import InternalError, UnimplementedError
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
 from ifrtpy.sharding import ConcreteEvenSharding, HloSharding, Sharding, SingleDeviceSharding
@@ -49,8 +51,9 @@ class LaunchPlan:
     taken as "no HLO" where the shardings do not need it (one device, or portable)."""
 
     __slots__ = ("parameter_shardings", "output_shardings", "parameter_layouts",
-                 "output_layouts", "output_layouts_made", "donated", "effects", "repeatable",
-                 "max_executions", "unread_module", "_defaults", "_kinds", "_host", "_results")
+                 "output_layouts", "output_types", "output_layouts_made", "host",
+                 "parameters_in_default_layouts", "parameter_memory_kinds", "donated",
+                 "effects", "repeatable", "max_executions", "unread_module")
 
     def __init__(self, client: Any, handle: Any, program: HloProgram, devices: DeviceList | None):
         bound_to_many = devices is not None and len(devices) > 1
@@ -72,21 +75,24 @@ class LaunchPlan:
         #: The compiled layout of each parameter and output; None where the plugin returns
         #: no HLO, or another entry signature (tuples).
         self.parameter_layouts, self.output_layouts = _layouts(program, shapes)
-        self._results = list(program.results)
-        self._host = client._host_platform  # the CPU plugin holds every array row-major
+        #: The (dtype, shape) of each output.
+        self.output_types = tuple((r.dtype, r.shape) for r in program.results)
+        #: Whether the plugin holds every array row-major (the CPU plugin): no layout to compare.
+        self.host: bool = client._host_platform
         # The shardings whose memories' default layouts are compared: the compiled ones, or a
         # portable executable's on the client's first device (a platform's devices agree).
         if params is None or outputs is None:
             first = SingleDeviceSharding(client.addressable_devices()[0])
             params, outputs = [first] * len(program.parameters), [first] * len(program.results)
         #: Per parameter, whether its compiled layout is the default layout of its memory
-        #: (then an argument in that memory in its default layout needs no layout read),
-        #: and that memory's kind; None where nothing is known.
-        self._defaults: list[bool] | None = None
-        self._kinds = [canonical_kind(s) for s in params]
-        if self.parameter_layouts is not None and not self._host:
-            self._defaults = [layout == default_shard_layout(client, p.dtype, p.shape, s)
-                              for layout, p, s in zip(self.parameter_layouts, program.parameters, params)]
+        #: (then an argument in that memory in its default layout needs no layout read;
+        #: None where nothing is known), and that memory's kind.
+        self.parameters_in_default_layouts: tuple[bool, ...] | None = None
+        self.parameter_memory_kinds = tuple(canonical_kind(s) for s in params)
+        if self.parameter_layouts is not None and not self.host:
+            self.parameters_in_default_layouts = tuple(
+                layout == default_shard_layout(client, p.dtype, p.shape, s)
+                for layout, p, s in zip(self.parameter_layouts, program.parameters, params))
         #: The layout each output array is made with: None where it is the default of its memory.
         self.output_layouts_made: tuple[Layout | None, ...] = (None,) * len(program.results)
         if self.output_layouts is not None:
@@ -103,41 +109,6 @@ class LaunchPlan:
         #: The most executions the plugin runs at once per device (None: not known), the
         #: limit of executes made inside host callbacks.
         self.max_executions = max_executions_per_device(client.platform_name)
-
-    def check_layouts(self, name: str, args: Sequence[Any]) -> bool:
-        """Refuse an argument whose device layout is not its parameter's (InvalidArgumentError
-        naming both); True when no argument needed its layout read (each is in the default
-        layout of its parameter's memory, which is the parameter's layout), so that calls
-        with arguments of these kinds need no check of it."""
-        if self._host:
-            return True
-        defaults, expected_layouts = self._defaults, self.parameter_layouts
-        unread = True
-        for i, arg in enumerate(args):
-            if (defaults is not None and defaults[i] and arg._layout is None
-                    and canonical_kind(arg.sharding) == self._kinds[i]):
-                continue
-            unread = False
-            if expected_layouts is None:
-                continue  # nothing to compare with
-            expected = expected_layouts[i]
-            try:
-                layout = arg.layout
-            except UnimplementedError:  # the plugin reports no readable layout: nothing to compare
-                continue
-            if layout is not None and (layout.minor_to_major, layout.tiles) != (
-                    expected.minor_to_major, expected.tiles):
-                raise InvalidArgumentError(
-                    f"argument {i} of {name} is in device layout {layout}, the program's "
-                    f"parameter {i} takes {expected}: put it in that layout, or compile with "
-                    "argument_layouts matching it")
-        return unread
-
-    def output_specs(self, shardings: Sequence[Sharding]) -> tuple[tuple[Any, ...], ...]:
-        """The ``(dtype, shape, sharding, layout)`` each output array of a call is made with,
-        for the call's output ``shardings``."""
-        return tuple((r.dtype, r.shape, sharding, layout) for r, sharding, layout in
-                     zip(self._results, shardings, self.output_layouts_made))
 
 
 def _shardings(name: str, program: HloProgram, devices: DeviceList | None, module: Any,
