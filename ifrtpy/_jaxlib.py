@@ -316,7 +316,7 @@ def load_ffi_kernels(platform: str) -> None:
         _lookup("lapack_initialize").initialize()
 
 
-# -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.interop.jax_shardings) ---------------
+# -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.backends.jax_shardings) ---------------
 
 
 def tile_form(hlo_sharding: Any) -> Any:

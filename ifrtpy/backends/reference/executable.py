@@ -34,10 +34,9 @@ from ifrtpy.backends.reference.replicas import ReplicatedProgram
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import IfrtError, InvalidArgumentError, UnimplementedError
-from ifrtpy.executable import (
-    CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract, ExecuteResult,
-    LoadedExecutable, program_layouts,
-)
+from ifrtpy.execute_checks import CheckedExecute, ExecuteContract
+from ifrtpy.executable import CompiledMemoryStats, ExecuteResult, LoadedExecutable
+from ifrtpy.executable_options import CompileOptions, program_layouts
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
