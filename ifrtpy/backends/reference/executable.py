@@ -11,9 +11,10 @@ or ``sdy.sharding`` attributes of ``main`` (replicated where there are none). Wh
 parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts them
 (bitcast, convert, real/imag) around a call of the original.
 
-Executing gathers each argument's global value from its shards, runs the interpreter
-(one run at a time: the MLIR context is shared), and splits each result by its output
-sharding. It is synchronous: the outputs are ready when ``execute`` returns.
+Executing gathers each argument's global value from its shards, runs the interpreter in
+a worker process (:mod:`.pool`: the GIL is not held meanwhile, and executes from several
+threads run at once), and splits each result by its output sharding. It is synchronous:
+the outputs are ready when ``execute`` returns.
 """
 
 from __future__ import annotations
