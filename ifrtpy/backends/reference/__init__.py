@@ -12,6 +12,9 @@ split by the compiled output shardings (read from the program's ``mhlo.sharding`
 collectives of SPMD programs raise UnimplementedError at compile time. A program over
 replicas (``num_replicas``, one partition) runs on each replica's own values, its
 collectives computed between the interpreter's runs (:mod:`.replicas`).
+The interpreter runs in worker
+processes (:mod:`.pool`), so a running program holds neither the GIL nor any lock of this
+process, and cannot take it down.
 
 The backend is slow and simple on purpose: it is the executable specification the other
 backends are compared against, and a worked example of implementing the interfaces.

@@ -12,7 +12,8 @@ parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts
 (bitcast, convert, real/imag) around a call of the original.
 
 Executing gathers each argument's global value from its shards, runs the interpreter
-(one run at a time: the MLIR context is shared), and splits each result by its output
+in a worker process (:mod:`.pool`: the GIL is not held meanwhile, and executes from
+several threads run at once), and splits each result by its output
 sharding. A program over replicas (:mod:`.replicas`) runs instead on each device's shard,
 its replica's value, and each result's shard on a device is that replica's value. It is
 synchronous: the outputs are ready when ``execute`` returns.
