@@ -14,6 +14,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ifrtpy._execute_result import ExecuteResult as ExecuteResult
+from ifrtpy._execute_result import Outputs as Outputs
 from ifrtpy.array import Array
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import UnimplementedError
@@ -36,6 +37,7 @@ __all__ = [
     "CompileOptions",
     "ExecuteOptions",
     "ExecuteResult",
+    "Outputs",
     "CompiledMemoryStats",
     "LoadedExecutable",
     "CheckedExecute",

@@ -14,7 +14,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.contextvars cimport get_value
 
-from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
 from ifrtpy.backends._repeat cimport (
     ArrayFields, CheckedKinds, admits, call_arguments, new_output)
 from ifrtpy.user_context import ACTIVE as _user_context
@@ -121,13 +121,12 @@ cdef class JaxExecutableCore:
         cdef Py_ssize_t num_outputs = len(kinds.outputs), k
         if len(values) != num_outputs:
             raise AssertionError(f"jax returned {len(values)} outputs, expected {num_outputs}")
-        cdef list arrays = PyList_New(num_outputs)
+        cdef Outputs arrays = new_outputs()
         cdef JaxArrayCore array
         context = get_value(_user_context)
         for k in range(num_outputs):
             array = <JaxArrayCore>new_output(kinds, self._array_type, k, self._client, context)
             array._value = values[k]
             array._reads = ()
-            Py_INCREF(array)
-            PyList_SET_ITEM(arrays, k, array)
+            arrays.append(array)
         return arrays

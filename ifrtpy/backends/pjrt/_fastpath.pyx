@@ -19,7 +19,6 @@ which maps pages without writing them); elsewhere they do nothing.
 
 cimport cython
 cimport numpy as cnp
-from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport (
@@ -34,7 +33,7 @@ from ifrtpy._pjrt._client cimport DeviceHandle
 from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport ExecutableHandle, callback_executions
 from ifrtpy._pjrt._host_callback cimport in_host_callback
-from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
 from ifrtpy.backends._repeat cimport (
     ArrayFields, CheckedKinds, admits, call_arguments, new_output)
 from ifrtpy.array import deleted_error as _deleted_error
@@ -437,11 +436,11 @@ cdef class ExecutableCore:
         return 0
 
     @cython.final
-    cdef list _outputs(self, CheckedKinds kinds, PyObject** results):
+    cdef Outputs _outputs(self, CheckedKinds kinds, PyObject** results):
         """The output arrays of a launch, output ``k`` holding the buffer tuple
         ``results[k]``: the one way every execute makes them."""
         cdef Py_ssize_t num_outputs = len(kinds.outputs), k
-        cdef list outputs = PyList_New(num_outputs)
+        cdef Outputs outputs = new_outputs()
         cdef object array_type = self.array_type, client = self._client
         cdef ArrayCore array
         context = get_value(_active_user_context)
@@ -449,8 +448,7 @@ cdef class ExecutableCore:
             array = <ArrayCore>new_output(kinds, array_type, k, client, context)
             array._buffers = <tuple>results[k]
             array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
-            Py_INCREF(array)
-            PyList_SET_ITEM(outputs, k, array)
+            outputs.append(array)
         return outputs
 
 
