@@ -75,6 +75,9 @@ def register(target: str, priority: int = -1) -> None:
     from jax.extend import backend
 
     def make_client():  # type: ignore[no-untyped-def]
+        from ifrtpy import _log  # quiet as ifrtpy is: jaxlib's client logs at its threshold
+
+        _log.apply_to_jaxlib()
         options = backend.ifrt_proxy.ClientConnectionOptions()
         options.connection_timeout_in_seconds = _connect_timeout()
         options.on_connection_update = _Progress(target, options.connection_timeout_in_seconds)

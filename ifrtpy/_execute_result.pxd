@@ -1,3 +1,10 @@
+cdef class Outputs(list):
+    pass
+
+
+cdef Outputs new_outputs()
+
+
 cdef class ExecuteResult:
     cdef public object status
     cdef public object outputs

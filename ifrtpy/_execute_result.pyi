@@ -1,7 +1,10 @@
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from ifrtpy.array import Array
 from ifrtpy.future import Future
+
+class Outputs(list[Array]):
+    def __array__(self, dtype: object = None, copy: object = None) -> NoReturn: ...
 
 class ExecuteResult:
     status: Future[None] | None

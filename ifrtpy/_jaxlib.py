@@ -25,14 +25,15 @@ from ifrtpy.errors import UnimplementedError, error_from_status_text
 
 __all__ = [
     "SUPPORTED", "version", "version_text", "xla_client", "hlo_module_class",
-    "register_jax_dialects", "distributed_runtime_service", "distributed_runtime_client",
+    "register_jax_dialects", "register_jax_dialects_location", "distributed_runtime_service",
+    "distributed_runtime_client",
     "xla_computation_to_mlir_module", "hlo_to_stablehlo", "hlo_module_from_text",
     "backends_are_initialized", "runtime_client", "device_list", "compile_options",
     "array_from_single_device_arrays", "addressable_device_assignment",
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
     "tile_form", "reduction_op", "with_reduction_op",
-    "ffi_kernels", "load_ffi_kernels",
+    "ffi_kernels", "load_ffi_kernels", "set_native_log_level",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
@@ -83,6 +84,8 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "gpu_linalg": [((0, 10), "jaxlib.gpu_linalg:")],
     "gpu_prng": [((0, 10), "jaxlib.gpu_prng:")],
     "gpu_sparse": [((0, 10), "jaxlib.gpu_sparse:")],
+    # jaxlib's C++ log threshold, set after it loaded (it reads TF_CPP_MIN_LOG_LEVEL once).
+    "absl_set_min_log_level": [((0, 10), "jaxlib.utils:absl_set_min_log_level")],
 }
 
 #: The jaxlib modules with XLA FFI kernels, per platform (as their registrations() name it).
@@ -126,22 +129,28 @@ def package_dir() -> str:
     return os.path.dirname(jaxlib.__file__)
 
 
-@functools.lru_cache(maxsize=None)
-def _lookup(name: str) -> Any:
+def _location(name: str) -> str:
+    """Where ``name`` lives in the installed jaxlib ("module:attribute")."""
     installed = version()
     for first, location in _LOCATIONS[name]:
         if installed[:2] >= first:
-            module_name, _, attr = location.partition(":")
-            try:
-                module = importlib.import_module(module_name)
-                return getattr(module, attr) if attr else module
-            except ModuleNotFoundError as e:
-                if e.name == module_name.partition(".")[0]:
-                    raise  # jax (or jaxlib) is not installed at all: not a moved name
-                raise _moved(installed, location, e) from None
-            except (ImportError, AttributeError) as e:
-                raise _moved(installed, location, e) from None
+            return location
     raise UnimplementedError(f"jaxlib {installed} is older than any ifrtpy supports ({SUPPORTED})")
+
+
+@functools.lru_cache(maxsize=None)
+def _lookup(name: str) -> Any:
+    location = _location(name)
+    module_name, _, attr = location.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr) if attr else module
+    except ModuleNotFoundError as e:
+        if e.name == module_name.partition(".")[0]:
+            raise  # jax (or jaxlib) is not installed at all: not a moved name
+        raise _moved(version(), location, e) from None
+    except (ImportError, AttributeError) as e:
+        raise _moved(version(), location, e) from None
 
 
 def _moved(installed: tuple[int, ...], location: str, error: Exception) -> UnimplementedError:
@@ -156,6 +165,12 @@ def xla_client() -> Any:
     return _lookup("xla_client")
 
 
+def set_native_log_level(level: int) -> None:
+    """Show jaxlib's C++ log lines of ``level`` and above (0 INFO ... 3 FATAL only), also
+    in a jaxlib loaded already."""
+    _lookup("absl_set_min_log_level")(level)
+
+
 def hlo_module_class() -> Any:
     """jaxlib's ``HloModule`` class (reads serialized HloModuleProtos)."""
     return _lookup("HloModule")
@@ -164,6 +179,12 @@ def hlo_module_class() -> Any:
 def register_jax_dialects(registry: Any) -> None:
     """Add jaxlib's upstream MLIR dialects (func, ...) to an ``ir.DialectRegistry``."""
     _lookup("register_dialects")(registry)
+
+
+def register_jax_dialects_location() -> str:
+    """Where the function :func:`register_jax_dialects` calls lives ("module:attribute"),
+    for a process that registers the dialects without importing ifrtpy."""
+    return _location("register_dialects")
 
 
 def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -308,7 +329,7 @@ def load_ffi_kernels(platform: str) -> None:
         _lookup("lapack_initialize").initialize()
 
 
-# -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.interop.jax_shardings) ---------------
+# -- the jax.Array bridge (ifrtpy.interop.jax, ifrtpy.backends.jax_shardings) ---------------
 
 
 def tile_form(hlo_sharding: Any) -> Any:

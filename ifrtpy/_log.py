@@ -24,7 +24,7 @@ from typing import Union
 
 from ifrtpy.errors import InvalidArgumentError
 
-__all__ = ["set_log_level", "NATIVE_LEVELS", "ENV_VAR", "NATIVE_ENV_VAR"]
+__all__ = ["set_log_level", "apply_to_jaxlib", "NATIVE_LEVELS", "ENV_VAR", "NATIVE_ENV_VAR"]
 
 #: ifrtpy's switch: a level name (``debug info warning error critical``) or number.
 ENV_VAR = "IFRTPY_LOG_LEVEL"
@@ -68,6 +68,20 @@ def set_log_level(level: Union[int, str]) -> None:
     number = _as_level(level, "level")
     _logger.setLevel(number)
     os.environ[NATIVE_ENV_VAR] = str(_native_level(number))
+    apply_to_jaxlib()
+
+
+def apply_to_jaxlib() -> None:
+    """Give jaxlib, where it is loaded already, the threshold ``TF_CPP_MIN_LOG_LEVEL`` holds
+    (jaxlib reads the variable only when it loads; a jax process registering the proxy
+    backend has loaded it before ifrtpy is imported)."""
+    if "jaxlib" not in sys.modules:
+        return  # it reads the variable when it loads
+    text = os.environ.get(NATIVE_ENV_VAR, "").strip()
+    if text.isdigit():
+        from ifrtpy import _jaxlib
+
+        _jaxlib.set_native_log_level(min(int(text), 3))
 
 
 def _apply_environment() -> None:

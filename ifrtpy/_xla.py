@@ -11,7 +11,7 @@ import numpy as np
 from ifrtpy import _jaxlib
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, invalid_argument
-from ifrtpy.executable import CompileOptions, program_layouts
+from ifrtpy.executable_options import CompileOptions, program_layouts
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, TensorType
 

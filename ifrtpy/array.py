@@ -120,6 +120,29 @@ def array_sequence(value: Any, parameter: str) -> list[Any]:
     return list(value)
 
 
+def check_of_client(client: Any, array: Any, what: str, array_type: Any) -> Any:
+    """``array`` if it is an array of ``client`` (an instance of ``array_type``, the
+    backend's array class); InvalidArgumentError naming ``what``, both clients and how to
+    bring the array over otherwise (a jax.Array: ``from_jax``)."""
+    if not isinstance(array, Array):
+        if type(array).__module__.partition(".")[0] in ("jax", "jaxlib"):  # not importing jax
+            raise InvalidArgumentError(
+                f"{what} is a jax.Array, not an ifrtpy array: bring it in with "
+                f"ifrt.from_jax(x, client) (its shards, without a copy on CPU)")
+        raise invalid_argument(what, "an Array of this client", array)
+    if not isinstance(array, array_type) or array.client is not client:
+        other = array.client
+        raise InvalidArgumentError(
+            f"{what} is not an array of this client: it is a {type(array).__name__} of "
+            f"{other!r} (at {id(other):#x}), this client is {client!r} (at {id(client):#x}). "
+            "Make arrays on the client that uses them (ifrt.from_jax(x, client), "
+            "ifrt.from_dlpack(x, device=client), ifrt.device_put(x, device) with one of its "
+            "devices; ifrt.get_client() without options is the default client those use), or "
+            "move this one: ifrt.device_put(np.asarray(array), sharding) with a sharding of "
+            "this client (copy_arrays moves arrays between devices of one client)")
+    return array
+
+
 def plan_fully_replicated_shard(array: Array) -> SingleDeviceSharding:
     """The sharding of ``array.fully_replicated_shard()``: its first addressable device,
     in its memory kind; InvalidArgumentError unless ``array`` is fully replicated and has

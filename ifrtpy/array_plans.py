@@ -18,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec, array_sequence, deleted_error
+from ifrtpy.array import (
+    Array, ArrayCopySemantics, ArraySpec, array_sequence, check_of_client, deleted_error,
+)
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
@@ -32,7 +34,7 @@ from ifrtpy.sharding import (
 
 __all__ = [
     "AssemblePlan", "CopyPlan", "DisassemblePlan", "ReshardPlan", "plan_assemble", "plan_copy",
-    "plan_disassemble", "plan_reshard", "plan_error_arrays", "arrays_of", "check_of_client",
+    "plan_disassemble", "plan_reshard", "plan_error_arrays", "arrays_of",
     "check_placement", "check_live", "check_shard_semantics",
     "addressable_domains", "canonical_kind", "dlpack_devices", "default_shard_layout",
 ]
@@ -43,29 +45,6 @@ DONATE_INPUT = ArrayCopySemantics.DONATE_INPUT
 
 
 # -- the checks the plans share ---------------------------------------------------------------
-
-def check_of_client(client: Any, array: Any, what: str, array_type: Any) -> Any:
-    """``array`` if it is an array of ``client`` (an instance of ``array_type``, the
-    backend's array class); InvalidArgumentError naming ``what``, both clients and how to
-    bring the array over otherwise (a jax.Array: ``from_jax``)."""
-    if not isinstance(array, Array):
-        if type(array).__module__.partition(".")[0] in ("jax", "jaxlib"):  # not importing jax
-            raise InvalidArgumentError(
-                f"{what} is a jax.Array, not an ifrtpy array: bring it in with "
-                f"ifrt.from_jax(x, client) (its shards, without a copy on CPU)")
-        raise invalid_argument(what, "an Array of this client", array)
-    if not isinstance(array, array_type) or array.client is not client:
-        other = array.client
-        raise InvalidArgumentError(
-            f"{what} is not an array of this client: it is a {type(array).__name__} of "
-            f"{other!r} (at {id(other):#x}), this client is {client!r} (at {id(client):#x}). "
-            "Make arrays on the client that uses them (ifrt.from_jax(x, client), "
-            "ifrt.from_dlpack(x, device=client), ifrt.device_put(x, device) with one of its "
-            "devices; ifrt.get_client() without options is the default client those use), or "
-            "move this one: ifrt.device_put(np.asarray(array), sharding) with a sharding of "
-            "this client (copy_arrays moves arrays between devices of one client)")
-    return array
-
 
 def arrays_of(client: Any, arrays: Any, parameter: str, array_type: Any) -> list[Any]:
     """``arrays`` (any sequence, not one array) as a list, each an array of ``client``."""

@@ -14,7 +14,8 @@ import math
 from typing import Any, Sequence
 
 from ifrtpy.array import Array, ArrayCopySemantics, ArraySpec
-from ifrtpy.array_plans import check_live, check_of_client
+from ifrtpy.array import check_of_client
+from ifrtpy.array_plans import check_live
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_enum
 from ifrtpy.sharding import SingleDeviceShardSemantics

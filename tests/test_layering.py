@@ -1,7 +1,8 @@
 """The package's layers, read from its own imports (README.md, "Layout").
 
 Every import in ``ifrtpy/`` counts: module level and inside functions, in ``.py`` and in
-the Python imports of ``.pyx`` files; imports under ``if TYPE_CHECKING:`` do not (they
+the Python imports of ``.pyx`` files, each with the ``__init__`` of the packages above the
+module it names (which Python runs first); imports under ``if TYPE_CHECKING:`` do not (they
 never run). The rules:
 
 * no import cycle between modules;
@@ -32,12 +33,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # that decides (plugins, option checks, sealing and FFI registration live in the PjRt
     # backend or below it: backends.pjrt.seal, backends.pjrt.ffi; test below).
     ("C layer", ("_pjrt",)),
-    ("interfaces", ("array", "array_plans", "array_text", "executable", "client", "remap",
-                    "bitcast")),
-    # interop.jax_shardings converts shardings for the backends that take jax's: it
-    # imports value types only, so it sits below the backends, not with the bridges.
+    ("interfaces", ("array", "array_plans", "array_text", "executable", "executable_options",
+                    "execute_checks", "client", "remap", "bitcast")),
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache",
-                  "distributed", "ffi", "interop.jax_shardings")),
+                  "distributed", "ffi")),
     ("backends", ("backends",)),
     ("above backends", ("interop", "device_put", "visualize")),
     # The public face: the package root and its tools.
@@ -133,9 +132,18 @@ def _imports() -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
                     edges[module].add(owner)
                     if name and name.startswith("_") and not name.startswith("__"):
                         privates.append((module, f"{target}.{name}", _package(owner)))
-    for targets in edges.values():
+    for module, targets in edges.items():  # importing a module runs its packages' __init__
+        targets.update(p for t in list(targets) for p in _packages_above(t)
+                       if not (module + ".").startswith(p + "."))
         targets.discard("")
     return edges, privates
+
+
+def _packages_above(module: str) -> list[str]:
+    """The packages importing ``module`` imports first (but the root package, which every
+    import runs)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
 
 
 EDGES, PRIVATES = _imports()

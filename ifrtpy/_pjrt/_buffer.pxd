@@ -31,12 +31,12 @@ cdef class BufferHandle:
     cdef object view_form  # (NumPy dtype, dims, address) once the data was ready; see _dlpack
     cdef object order      # (minor_to_major, tiles) of the device layout once asked; False: unreadable
     cdef object __weakref__
-    # Launch guards (read and written with the GIL held; see pin_for_launch):
-    cdef Py_ssize_t _launches  # executes between pinning this buffer and their launch's return
-    cdef bint _delete_requested  # delete() was called; done once _launches is 0
-    cdef bint _donating  # a launch in flight donates it
-    cdef bint _launched  # given to an execute: destroying it may wait for that execute
-    cdef bint _read_only  # a view of a producer's read-only memory: never donated
+    # Execute pins (read and written with the GIL held; see pin_for_execute):
+    cdef Py_ssize_t _pins  # executes between pinning this buffer and the plugin's return
+    cdef bint _delete_requested  # delete() was called; done once _pins is 0
+    cdef bint _donating  # a pinning execute donates it
+    cdef bint _executed  # given to an execute: destroying it may wait for that execute
+    cdef bint _read_only  # a view of memory its DLPack producer marked read-only
     cdef bint _is_deleted(self) except -1
     cdef int _delete_now(self) except -1
     cdef object ready_error(self)
@@ -48,6 +48,6 @@ cdef class BufferHandle:
 
 
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil
-cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
-cdef void unpin_after_launch(BufferHandle buffer, bint donate) noexcept
+cdef int pin_for_execute(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
+cdef void unpin_after_execute(BufferHandle buffer, bint donate) noexcept
 

@@ -168,46 +168,36 @@ cdef class TiledLayout:
         self.c.tiled.num_tiles = len(tiles)
 
 
-cdef int pin_for_launch(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
-    """Hold ``buffer`` (argument ``argument``) for an execute about to launch, or raise
-    InvalidArgumentError if the launch must not use it.
+cdef int pin_for_execute(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
+    """Pin ``buffer`` (argument ``argument``) for an execute about to call the plugin, which
+    ``donate``\ s it or not: ``delete()`` of a pinned buffer waits for the last execute
+    pinning it to return (``unpin_after_execute``), and ``pins``/``donating`` tell other
+    executes that one holds it (which executes may share a buffer is the caller's rule:
+    the PjRt backend's, ``ifrtpy.backends.pjrt._fastpath``). A buffer whose delete was
+    asked for is refused (InvalidArgumentError): there is nothing to pin.
 
-    Multi-device executes launch one device after another: a buffer deleted or donated
-    while the plugin is launching would fail some devices after others started, leaving
-    their outputs waiting forever. So, with the GIL held from here to the launch: a
-    buffer being deleted or donated is refused; a buffer to donate is refused while
-    another launch uses it; ``delete()`` of a pinned buffer waits for the last launch
-    pinning it to return (``unpin_after_launch``)."""
+    Multi-device executes hand the plugin one device after another: a buffer deleted while
+    the plugin is taking them would fail some devices after others started, leaving their
+    outputs waiting forever; hence the pin, from here (with the GIL held) to the return."""
     if buffer._delete_requested:
         raise _errors.InvalidArgumentError(f"argument {argument} has been deleted")
-    if buffer._donating:
-        raise _errors.InvalidArgumentError(
-            f"argument {argument} is being donated (by an execute on another thread, or by "
-            "another argument of this one)")
-    if donate and buffer._read_only:
-        raise _errors.InvalidArgumentError(
-            f"argument {argument} views memory its DLPack producer marked read-only: it "
-            "cannot be donated (list it in the execute's non_donatable_input_indices)")
-    if donate and buffer._launches:
-        raise _errors.InvalidArgumentError(
-            f"argument {argument} cannot be donated: an execute on another thread (or another "
-            "argument of this one) is using it")
-    buffer._launches += 1
-    buffer._donating = donate
-    buffer._launched = True
+    buffer._pins += 1
+    if donate:
+        buffer._donating = True
+    buffer._executed = True
     return 0
 
 
-cdef void unpin_after_launch(BufferHandle buffer, bint donate) noexcept:
-    """Undo ``pin_for_launch`` once the launch returned; do a delete that waited for it."""
-    buffer._launches -= 1
+cdef void unpin_after_execute(BufferHandle buffer, bint donate) noexcept:
+    """Undo ``pin_for_execute`` once the plugin returned; do a delete that waited for it."""
+    buffer._pins -= 1
     if donate:
         buffer._donating = False
-    if buffer._launches == 0 and buffer._delete_requested:
+    if buffer._pins == 0 and buffer._delete_requested:
         try:
             buffer._delete_now()
         except _errors.IfrtError:
-            pass  # deleting a buffer the launch donated: nothing is left to free
+            pass  # deleting a buffer the execute donated: nothing is left to free
 
 
 @cython.no_gc  # holds only its client: never part of a cycle
@@ -233,7 +223,7 @@ cdef class BufferHandle:
             args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
             args.buffer = self.ptr
             self.ptr = NULL
-            if self._launched:
+            if self._executed:
                 # The 0.81 build waits here until an execute this buffer was donated to
                 # finishes (newer builds return at once; the C layer may not know which
                 # arguments a program donates): other threads must run meanwhile.
@@ -348,14 +338,29 @@ cdef class BufferHandle:
         """The number of live DLPack exports and NumPy views of this buffer."""
         return atomic_load(&self.exports)
 
+    @property
+    def pins(self):
+        """The number of executes handing this buffer to the plugin right now."""
+        return self._pins
+
+    @property
+    def donating(self):
+        """Whether an execute handing this buffer to the plugin right now donates it."""
+        return self._donating
+
+    @property
+    def read_only(self):
+        """Whether the buffer views memory its DLPack producer marked read-only."""
+        return self._read_only
+
     def delete(self):
         """Free the device memory; the handle stays, reporting is_deleted() from now on.
-        While an execute is launching with this buffer the free waits for the launch to
+        While an execute is handing this buffer to the plugin the free waits for it to
         return (then the plugin holds the buffer for the running program); while DLPack
         exports or NumPy views of the buffer are alive, the memory is freed only when the
         last of them is released (never under a live view)."""
         self._delete_requested = True
-        if self._launches == 0:
+        if self._pins == 0:
             self._delete_now()
 
     cdef int _delete_now(self) except -1:

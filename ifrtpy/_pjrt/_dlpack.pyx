@@ -490,7 +490,7 @@ def import_capsule(ClientHandle client not None, capsule, MemoryHandle memory no
         # the plugin owns the tensor now: the capsule must not delete it
         PyCapsule_SetName(capsule, USED_VERSIONED if versioned else USED_LEGACY)
         buffer = BufferHandle.wrap(client, args.buffer)
-        buffer._read_only = read_only  # a view of read-only memory is never donated (written)
+        buffer._read_only = read_only  # a view of memory that must not be written
         return buffer, None
     if not host:
         raise _errors.UnimplementedError(

@@ -1,7 +1,13 @@
 from cpython.object cimport PyObject
 from ifrtpy._pjrt.pjrt_c_api cimport *
+from ifrtpy._pjrt._buffer cimport BufferHandle
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi cimport ExecuteContext
+
+
+#: The caller's rule for each buffer an execute hands the plugin (``_run``): raise to
+#: refuse ``buffer`` as argument ``argument``, which the execute donates or not.
+ctypedef int (*admit_buffer)(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
 
 
 cdef class ExecutableHandle:
@@ -14,21 +20,23 @@ cdef class ExecutableHandle:
     cdef public bint needs_context
     cdef ExecuteContext _execute_context
 
-    cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
-                    PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device) except -1
+    cdef int call_execute(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
+                          Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
+                          int launch_id, non_donatable_input_indices,
+                          DeviceHandle execute_device) except -1
     cdef tuple _run_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
                            int launch_id, non_donatable_input_indices,
-                           DeviceHandle execute_device, frozenset donated)
+                           DeviceHandle execute_device, frozenset donated, admit_buffer admit)
     cdef int _run(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
                   Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
-                  DeviceHandle execute_device, frozenset donated, PyObject** results,
-                  PyObject** done) except -1
+                  DeviceHandle execute_device, frozenset donated, admit_buffer admit,
+                  PyObject** results, PyObject** done) except -1
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)
 
 
+cpdef Py_ssize_t callback_executions(DeviceHandle device) except -1
 cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
                           PJRT_Event** events, Py_ssize_t num_events) noexcept
 cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count)

@@ -6,10 +6,9 @@ from ifrtpy._pjrt._event import EventHandle
 from ifrtpy._pjrt._client import ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi import ExecuteContext
 
-MAX_EXECUTIONS_PER_DEVICE: int
-
 def compile(client: ClientHandle, code: bytes, compile_options: bytes) -> ExecutableHandle: ...
 def deserialize_and_load(client: ClientHandle, serialized: bytes) -> ExecutableHandle: ...
+def callback_executions(device: DeviceHandle) -> int: ...
 
 class ExecutableHandle:
     @property

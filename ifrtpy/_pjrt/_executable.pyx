@@ -20,12 +20,15 @@ Differences from the C API:
   makes host callbacks) runs only with an ``execute_context`` set (the plugin crashes on
   one executed without); each execute holds the context until its completion events fire
   (asked for if the caller did not).
-* An execute made inside a host callback is refused (ResourceExhaustedError) when
-  :data:`MAX_EXECUTIONS_PER_DEVICE` executions of programs with host callbacks are in
-  flight on one of its devices: the plugin would block it until one of them completes,
-  and they wait for it (executes nested that deep, or as many threads whose callbacks
-  execute on one device). An execute whose inline callback ended in KeyboardInterrupt
-  (Ctrl-C) raises KeyboardInterrupt, not the plugin's error.
+* The executions of programs with host callbacks not yet complete are counted per device
+  (``callback_executions``), for the caller's limits on executes made inside a callback
+  (the PjRt backend's, ``ifrtpy.backends.pjrt.execute_limits``). An execute whose inline
+  callback ended in KeyboardInterrupt (Ctrl-C) raises KeyboardInterrupt, not the plugin's
+  error.
+* Every buffer an execute hands the plugin is pinned until the plugin returns
+  (``_buffer.pin_for_execute``); which executes may share or donate a buffer is the
+  caller's rule, applied as each is pinned (``_run``'s ``admit``; the PjRt backend's
+  donation rules).
 * ``ExecutableHandle.serialize`` returns the plugin's own bytes and ``deserialize_and_load``
   hands the bytes it is given to the plugin unchecked: a plugin aborts on a corrupted
   serialized executable, so the caller must know them intact (the PjRt backend seals
@@ -46,7 +49,7 @@ cimport cython
 from ifrtpy._pjrt._api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
-from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_launch, unpin_after_launch
+from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_execute, unpin_after_execute
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
@@ -55,12 +58,7 @@ from ifrtpy import errors as _errors
 DEF SMALL = 64
 
 
-#: The most executions a CPU plugin runs at once on one device (XLA's
-#: max_inflight_computations_per_device: 32 in each CPU plugin measured); the next one
-#: waits inside Execute until one of them completes.
-MAX_EXECUTIONS_PER_DEVICE = 32
-
-#: Per DeviceHandle: the executions of programs with host callbacks launched there and not
+#: Per DeviceHandle: the executions of programs with host callbacks on that device and not
 #: yet complete (one _Running each, held until its completion event fires).
 cdef dict _callback_executions = {}
 
@@ -83,20 +81,11 @@ cdef class _Running:
             _callback_executions[self.device] = left
 
 
-cdef int _check_nested(str name, tuple devices) except -1:
-    """Refuse an execute made inside a host callback that the plugin would block for good."""
-    cdef DeviceHandle device
-    for device in devices:
-        running = _callback_executions.get(device, 0)
-        if running >= MAX_EXECUTIONS_PER_DEVICE:
-            raise _errors.ResourceExhaustedError(
-                f"execute of {name!r} inside a host callback refused: {running} executions of "
-                f"programs with host callbacks are in flight on device {device.id}, and the "
-                f"CPU plugin runs at most {MAX_EXECUTIONS_PER_DEVICE} executions per device at "
-                "once; this one would wait for them to complete while they wait for it "
-                f"(executes nested {MAX_EXECUTIONS_PER_DEVICE} deep through callbacks, or "
-                "that many threads whose callbacks execute on one device)")
-    return 0
+cpdef Py_ssize_t callback_executions(DeviceHandle device) except -1:
+    """The executions of programs with host callbacks (an ``execute_context``) on
+    ``device`` that have not completed: each counts from its execute until its completion
+    event fires."""
+    return _callback_executions.get(device, 0)
 
 
 def compile(ClientHandle client not None, bytes code not None, bytes compile_options not None):
@@ -220,7 +209,7 @@ cdef inline object _item(object group, Py_ssize_t i):
     return group[i]
 
 
-cdef tuple _launch_options(launch_id, non_donatable, execute_device, donated):
+cdef tuple _execute_options(launch_id, non_donatable, execute_device, donated):
     """The checked ``(launch_id, non_donatable, execute_device, donated)`` of an execute
     (the defaults pass without a call)."""
     if type(launch_id) is not int or not -2**31 <= launch_id < 2**31:
@@ -320,13 +309,15 @@ cdef class ExecutableHandle:
         Returns ``(outputs, events)``, tuples: ``outputs[d][k]`` is output k on device d,
         and one completion event per device. Donated arguments are deleted by the plugin unless
         their index is in ``non_donatable_input_indices``; ``donated_input_indices`` names
-        the arguments the program donates, so that no other thread uses them meanwhile.
+        the arguments the program donates, whose buffers read as ``donating`` while pinned.
+        Which buffers may be passed (one donated while another execute holds it, one
+        another execute donates) is the caller's rule: none is applied here.
         """
         argument_lists = _checked_lists(argument_lists, "argument_lists")
-        launch_id, non_donatable, device, donated = _launch_options(
+        launch_id, non_donatable, device, donated = _execute_options(
             launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
         return self._run_tuples(argument_lists, True, len(argument_lists), launch_id,
-                                non_donatable, device, donated)
+                                non_donatable, device, donated, NULL)
 
     def execute_by_argument(self, arguments, launch_id=0, non_donatable_input_indices=(),
                             execute_device=None, donated_input_indices=()):
@@ -334,16 +325,17 @@ cdef class ExecutableHandle:
         argument k's BufferHandle for each device. Returns ``(outputs, events)``, both
         tuples, with ``outputs[k]`` a tuple of output k's BufferHandle on each device."""
         arguments = _checked_lists(arguments, "arguments")
-        launch_id, non_donatable, device, donated = _launch_options(
+        launch_id, non_donatable, device, donated = _execute_options(
             launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
         cdef Py_ssize_t num_devices = 1 if device is not None else len(self.addressable_devices)
         return self._run_tuples(arguments, False, num_devices, launch_id, non_donatable, device,
-                                donated)
+                                donated, NULL)
 
-    cdef int launch(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices, Py_ssize_t num_args,
-                    PJRT_Buffer** out_flat, PJRT_Event** events, int launch_id,
-                    non_donatable_input_indices, DeviceHandle execute_device) except -1:
-        """Execute with the GIL released. ``args_flat[d * num_args + k]`` is argument k on
+    cdef int call_execute(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
+                          Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
+                          int launch_id, non_donatable_input_indices,
+                          DeviceHandle execute_device) except -1:
+        """PJRT_LoadedExecutable_Execute, with the GIL released. ``args_flat[d * num_args + k]`` is argument k on
         device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
         once this returns. ``events`` (one per device) may be NULL: no completion events
         (with an execute context, events are asked for here, to hold the context until they
@@ -366,12 +358,9 @@ cdef class ExecutableHandle:
             raise _errors.FailedPreconditionError(
                 f"{self.name!r} makes host callbacks: it runs only with an execute_context "
                 "holding their callables (the plugin crashes on an execute without)")
-        if in_host_callback() or context is not None:
+        if context is not None:
             devices = (execute_device,) if execute_device is not None else self.addressable_devices
-            if in_host_callback():
-                _check_nested(self.name, devices)
-            if context is not None:
-                running = tuple([_Running(device) for device in devices])
+            running = tuple([_Running(device) for device in devices])
         # Small calls (the common case) use arrays on the stack; larger ones the heap.
         cdef PJRT_Buffer** small_arg_ptrs[SMALL]
         cdef PJRT_Buffer** small_out_ptrs[SMALL]
@@ -442,7 +431,7 @@ cdef class ExecutableHandle:
 
     cdef tuple _run_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
                            int launch_id, non_donatable_input_indices,
-                           DeviceHandle execute_device, frozenset donated):
+                           DeviceHandle execute_device, frozenset donated, admit_buffer admit):
         """``_run`` of ``groups`` (lists or tuples of BufferHandles) returning
         ``(outputs, events)``, both tuples."""
         cdef Py_ssize_t num_results = num_devices if by_device else self.num_outputs
@@ -457,7 +446,7 @@ cdef class ExecutableHandle:
             if not (PyTuple_CheckExact(group) or PyList_CheckExact(group)):
                 read = tuple(groups)
                 break
-        outputs = PyTuple_New(num_results)  # before the launch: nothing fails after it
+        outputs = PyTuple_New(num_results)  # before the execute: nothing fails after it
         if num_results > SMALL:
             results = <PyObject**>malloc(num_results * sizeof(PyObject*))
             if results == NULL:
@@ -465,7 +454,7 @@ cdef class ExecutableHandle:
         try:
             self._run(PySequence_Fast_ITEMS(read), len(read), by_device, num_devices,
                       launch_id, non_donatable_input_indices, execute_device, donated,
-                      results, &done)
+                      admit, results, &done)
             for i in range(num_results):  # the tuple takes over each reference
                 PyTuple_SET_ITEM(outputs, i, <object>results[i])
         finally:
@@ -477,15 +466,15 @@ cdef class ExecutableHandle:
 
     cdef int _run(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
                   Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
-                  DeviceHandle execute_device, frozenset donated, PyObject** results,
-                  PyObject** done) except -1:
-        """The one launch routine of every execute (``execute``, ``execute_by_argument``
-        and the PjRt backend's C path). ``groups[0:num_groups]`` are lists or tuples of
-        BufferHandles, referenced by the caller for the call: ``groups[d][k]``
-        (``by_device``) or ``groups[k][d]`` is argument k's BufferHandle on device d. Each
-        buffer is checked to be a BufferHandle of this client, referenced and pinned while
-        the plugin uses it; the outputs and events are owned by handles as soon as the
-        plugin returns them.
+                  DeviceHandle execute_device, frozenset donated, admit_buffer admit,
+                  PyObject** results, PyObject** done) except -1:
+        """The one routine that hands buffers to the plugin, for every execute (``execute``,
+        ``execute_by_argument`` and the PjRt backend's launches). ``groups[0:num_groups]``
+        are lists or tuples of BufferHandles, referenced by the caller for the call:
+        ``groups[d][k]`` (``by_device``) or ``groups[k][d]`` is argument k's BufferHandle on
+        device d. Each buffer is checked to be a BufferHandle of this client, given to
+        ``admit`` (the caller's rule; unless NULL) and pinned while the plugin takes it; the
+        outputs and events are owned by handles as soon as the plugin returns them.
 
         On success ``results[g]`` (``num_devices`` entries ``by_device``, else one per
         output) receives a new reference to a tuple of BufferHandles grouped as the
@@ -510,7 +499,7 @@ cdef class ExecutableHandle:
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
-        # Every buffer passed, referenced and pinned (pin_for_launch) while the plugin uses
+        # Every buffer passed, referenced and pinned (pin_for_execute) while the plugin takes
         # it without the GIL (another thread may change the caller's lists meanwhile).
         cdef PyObject* small_held[SMALL]
         cdef PyObject** held = NULL
@@ -518,7 +507,7 @@ cdef class ExecutableHandle:
         cdef bint donate
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
-        cdef bint launched = False
+        cdef bint executed = False
         cdef Py_ssize_t num_written = 0
         try:
             if heap:
@@ -554,7 +543,9 @@ cdef class ExecutableHandle:
                     held[num_held] = <PyObject*>buffer
                     num_held += 1
                     donate = donates and k in donated and k not in non_donatable_input_indices
-                    pin_for_launch(buffer, donate, k)
+                    if admit != NULL:
+                        admit(buffer, donate, k)
+                    pin_for_execute(buffer, donate, k)
                     num_pinned += 1
                     if by_device:
                         args_flat[g * num_args + i] = buffer.ptr
@@ -562,10 +553,10 @@ cdef class ExecutableHandle:
                         args_flat[i * num_args + g] = buffer.ptr
             memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
             memset(events, 0, num_devices * sizeof(void*))
-            self.launch(args_flat, num_devices, num_args, out_flat,
-                        events if want_events else NULL, launch_id,
-                        non_donatable_input_indices, execute_device)
-            launched = True
+            self.call_execute(args_flat, num_devices, num_args, out_flat,
+                              events if want_events else NULL, launch_id,
+                              non_donatable_input_indices, execute_device)
+            executed = True
             # results[d][k] (by_device) or results[k][d]; out_flat[d * num_outputs + k].
             for g in range(num_results):
                 if by_device:
@@ -584,7 +575,7 @@ cdef class ExecutableHandle:
             for g in range(num_written):  # on error nothing is written
                 Py_XDECREF(results[g])
                 results[g] = NULL
-            if launched:  # wrapping failed (MemoryError): destroy what no handle owns
+            if executed:  # wrapping failed (MemoryError): destroy what no handle owns
                 destroy_unowned(api, out_flat, num_devices * num_outputs, events,
                                 num_devices if want_events else 0)
             raise
@@ -595,7 +586,7 @@ cdef class ExecutableHandle:
                     k = i % num_args
                 else:
                     k = i // num_devices
-                unpin_after_launch(
+                unpin_after_execute(
                     buffer, donates and k in donated and k not in non_donatable_input_indices)
             for i in range(num_held):
                 Py_XDECREF(held[i])

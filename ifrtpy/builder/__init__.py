@@ -19,6 +19,8 @@ its caller's file and line as an MLIR location. See docs/builder.md.
 from ifrtpy.builder._collectives import CollectiveOpsMixin
 from ifrtpy.builder._core import BuilderCore, OpMetadata, shape_from_pyval, source_metadata
 from ifrtpy.builder._custom_calls import CustomCallsMixin
+from ifrtpy.builder._infer import approx_top_k_output_size as approx_top_k_reduction_output_size
+from ifrtpy.builder._math import MathOpsMixin
 from ifrtpy.builder._ops import (
     ConvDimensionNumbers, OpsMixin, ResultAccuracy, conv_dimension_numbers,
 )
@@ -28,10 +30,11 @@ from ifrtpy.builder._value import Value
 
 __all__ = ["Builder", "Value", "ConvDimensionNumbers", "conv_dimension_numbers",
            "hlo_sharding_string", "REDUCTIONS", "ResultAccuracy", "OpMetadata", "source_metadata",
-           "shape_from_pyval"]
+           "shape_from_pyval", "approx_top_k_reduction_output_size"]
 
 
-class Builder(CustomCallsMixin, CollectiveOpsMixin, RegionOpsMixin, OpsMixin, BuilderCore):
+class Builder(CustomCallsMixin, CollectiveOpsMixin, MathOpsMixin, RegionOpsMixin, OpsMixin,
+              BuilderCore):
     """A program under construction: ``parameter``, ``constant``, the op methods, then
     ``build(*results)``.
 

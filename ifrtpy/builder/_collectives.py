@@ -1,17 +1,27 @@
-"""SPMD programs with manual regions and collectives: ``shard_map`` runs a function on
-each device's shard (XLA's manual sharding, as jax's shard_map lowers to), inside which
-``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` and
-``collective_permute`` exchange data between the program's devices.
+"""Collectives, over replicas or inside shard_map.
 
-Device ids in ``replica_groups`` and ``source_target_pairs`` are positions in the
-program's device list (the executable's ``CompileOptions.devices``): the collectives use
-global device ids over partitions, each with its own channel id.
+Outside ``shard_map`` a collective is XLA's over replicas (a program compiled with
+``num_replicas``, each replica running the whole program on its own values): the builder
+writes it as XLA's XlaBuilder does, with the ``replica_groups`` given (none: every replica
+in one group), a channel id only where one is given, and ``use_global_device_ids`` only
+where set.
+
+Inside ``shard_map`` (a function run on each device's shard, XLA's manual sharding, as
+jax's shard_map lowers to) a collective exchanges data between the devices of an SPMD
+program: ids in ``replica_groups`` and ``source_target_pairs`` are positions in the
+program's device list (the executable's ``CompileOptions.devices``), global device ids
+over partitions, each collective with its own channel id.
+
+A program has collectives of one kind: one over replicas and a shard_map are refused
+together.
 """
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+
+import numpy as np
 
 from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
@@ -28,6 +38,10 @@ else:
     _Base = object
 
 _MANUAL = "{manual}"
+#: How a refusal to mix collectives names each kind.
+_KINDS = {"replicas": "{op} outside shard_map, a collective over replicas (num_replicas)",
+          "shard_map": "shard_map, whose collectives run on an SPMD program's devices "
+                       "(num_partitions)"}
 
 
 def _tiles(text: str, rank: int) -> list[int]:
@@ -43,34 +57,69 @@ def _tiles(text: str, rank: int) -> list[int]:
 class CollectiveOpsMixin(_Base):
     """shard_map and the collectives of :class:`~ifrtpy.builder.Builder`."""
 
-    def _spmd_count(self, op: str) -> int:
-        count = self._manual_devices
-        if count is None:
-            raise InvalidArgumentError(f"{op}: collectives run on each device's shard: call it "
-                                       f"inside shard_map")
-        return count
+    def _collective_kind(self, op: str) -> Optional[int]:
+        """The device count inside shard_map, or None for a collective over replicas;
+        refuses mixing the two kinds in one program."""
+        kind = "shard_map" if op == "shard_map" or self._manual_devices is not None else "replicas"
+        first = self._collectives
+        if first is not None and first[0] != kind:
+            joining = _KINDS[kind].format(op=op) + "," if kind == "replicas" else "shard_map"
+            raise InvalidArgumentError(
+                f"{op}: this program has {_KINDS[first[0]].format(op=first[1])}, and "
+                f"{joining} cannot join it: a program's collectives are all over replicas "
+                f"(outside shard_map) or all inside shard_map")
+        return self._manual_devices
 
-    def _channel(self, channel_id: Optional[int]):
+    def _made(self, op: str, value):
+        """``value``, the result of ``op``: the first collective (or shard_map) made fixes
+        the program's kind."""
+        if self._collectives is None:
+            inside = op == "shard_map" or self._manual_devices is not None
+            self._collectives = ("shard_map", "shard_map") if inside else ("replicas", op)
+        return value
+
+    def _channel_attr(self, channel_id: Optional[int], replicas: bool) -> dict:
+        """The channel handle: ``channel_id``, or (inside shard_map) the next one; none
+        over replicas unless given."""
         from jaxlib.mlir.dialects import stablehlo
         if channel_id is None:
+            if replicas:
+                return {}
             self._last_channel += 1
             channel_id = self._last_channel
         elif isinstance(channel_id, bool) or not isinstance(channel_id, int) or channel_id < 1:
             raise InvalidArgumentError(f"channel_id must be a positive int, got {channel_id!r}")
         with self._ctx:
-            return stablehlo.ChannelHandle.get(int(channel_id), 1)
+            return {"channel_handle": stablehlo.ChannelHandle.get(int(channel_id), 1)}
 
-    def _groups(self, op: str, x: Value, replica_groups) -> list[list[int]]:
-        count = self._spmd_count(op)
-        groups = [list(range(count))] if replica_groups is None else replica_groups
-        return _infer.replica_groups(op, [x], groups, count)
-
-    def _collective_attrs(self, groups, channel_id) -> dict:
-        import numpy as np
+    def _collective(self, op: str, x: Value, replica_groups, channel_id,
+                    use_global_device_ids: Optional[bool]) -> tuple[Optional[list], dict]:
+        """``(groups, attributes)``: the groups (None: every replica, over replicas),
+        with the channel and ``use_global_device_ids`` attributes."""
+        count = self._collective_kind(op)
+        if use_global_device_ids not in (None, True, False):
+            raise _infer.fail(op, [x], f"use_global_device_ids must be a bool or None, got "
+                                       f"{use_global_device_ids!r}")
+        if count is None:  # over replicas
+            global_ids = bool(use_global_device_ids)
+            if global_ids and (channel_id is None or replica_groups is None):
+                raise _infer.fail(op, [x], "use_global_device_ids needs a channel_id and "
+                                           "replica_groups (StableHLO's rule)")
+            groups = None if replica_groups is None else _infer.replica_groups(
+                op, [x], replica_groups, None)
+        else:
+            if use_global_device_ids is False:
+                raise _infer.fail(op, [x], "inside shard_map collectives use global device ids")
+            global_ids = True
+            groups = _infer.replica_groups(
+                op, [x], [list(range(count))] if replica_groups is None else replica_groups, count)
+        attrs = self._channel_attr(channel_id, count is None)
         with self._ctx:
-            return {"replica_groups": self._ir.DenseIntElementsAttr.get(np.asarray(groups, np.int64)),
-                    "channel_handle": self._channel(channel_id),
-                    "use_global_device_ids": self._ir.UnitAttr.get()}
+            attrs["replica_groups"] = self._ir.DenseIntElementsAttr.get(
+                np.asarray(groups if groups is not None else np.zeros((0, 0)), np.int64))
+            if global_ids:
+                attrs["use_global_device_ids"] = self._ir.UnitAttr.get()
+        return groups, attrs
 
     def _annotated(self, target: str, x: Value, text: str, shape) -> Value:
         """A custom call ``target`` of x annotated with sharding ``text`` (x need not be
@@ -95,6 +144,7 @@ class CollectiveOpsMixin(_Base):
             raise InvalidArgumentError(f"{op}: {len(in_shardings)} in_shardings for {len(xs)} args")
         if self._manual_devices is not None:
             raise InvalidArgumentError(f"{op}: shard_map cannot nest")
+        self._collective_kind(op)
         texts = [hlo_sharding_string(s, x.rank, self._devices) for x, s in zip(xs, in_shardings)]
         counts = {xla_count(t) for t in texts} - {None}
         if self._devices is not None:
@@ -130,84 +180,102 @@ class CollectiveOpsMixin(_Base):
         results = [self._annotated("SPMDShardToFullShape", m, text,
                                    [d * t for d, t in zip(m.shape, _tiles(text, m.rank))])
                    for m, text in zip(manual, texts)]
-        return tuple(results) if many else results[0]
+        return self._made(op, tuple(results) if many else results[0])
 
     # -- collectives -----------------------------------------------------------------------
 
     def all_reduce(self, x: Any, computation: Union[str, Callable] = "sum",
                    replica_groups: Optional[Sequence[Sequence[int]]] = None,
-                   channel_id: Optional[int] = None) -> Value:
-        """Each device of a group gets the reduction ("sum", "prod", "max", "min", or a
-        function of two scalars) of the group's values of x (all devices by default)."""
+                   channel_id: Optional[int] = None, *,
+                   use_global_device_ids: Optional[bool] = None) -> Value:
+        """Each member of a group (a replica, or a device inside shard_map) gets the
+        reduction ("sum", "prod", "max", "min", or a function of two scalars) of the
+        group's values of x (one group of all by default). ``channel_id`` and
+        ``use_global_device_ids`` are XLA's (see the module's docstring)."""
         op = "all_reduce"
         x = self._operand(x, op)
-        groups = self._groups(op, x, replica_groups)
+        _, attrs = self._collective(op, x, replica_groups, channel_id, use_global_device_ids)
         fn = self._computation(op, computation, 1)
-        operation = self._emit("stablehlo.all_reduce", [x], [(x.shape, x.dtype)],
-                               self._collective_attrs(groups, channel_id), regions=1)
+        operation = self._emit("stablehlo.all_reduce", [x], [(x.shape, x.dtype)], attrs, regions=1)
         got = self._fill_computation(op, operation, 0, [x.dtype], fn, "computation")
         _infer.region_results(op, "the computation", got, [(Shape(()), x.dtype)])
-        return self._wrap(operation, [(x.shape, x.dtype)])[0]
+        return self._made(op, self._wrap(operation, [(x.shape, x.dtype)])[0])
+
+    def cross_replica_sum(self, x: Any,
+                          replica_groups: Optional[Sequence[Sequence[int]]] = None) -> Value:
+        """XLA's CrossReplicaSum: ``all_reduce(x, "sum", replica_groups)``."""
+        return self.all_reduce(x, "sum", replica_groups)
 
     def all_gather(self, x: Any, dimension: int,
                    replica_groups: Optional[Sequence[Sequence[int]]] = None,
-                   channel_id: Optional[int] = None) -> Value:
-        """The group's values of x concatenated along ``dimension``, in group order."""
+                   channel_id: Optional[int] = None, *, shard_count: Optional[int] = None,
+                   use_global_device_ids: Optional[bool] = None) -> Value:
+        """The group's values of x concatenated along ``dimension``, in group order
+        (``shard_count``, the group size, is needed over all replicas)."""
         op = "all_gather"
         x = self._operand(x, op)
-        groups = self._groups(op, x, replica_groups)
-        shape, dtype = _infer.all_gather(op, x, int(dimension), len(groups[0]))
-        attrs = self._collective_attrs(groups, channel_id)
+        groups, attrs = self._collective(op, x, replica_groups, channel_id, use_global_device_ids)
+        size = _infer.group_size(op, [x], groups, shard_count, "shard_count")
+        shape, dtype = _infer.all_gather(op, x, int(dimension), size)
         with self._ctx:
             attrs["all_gather_dim"] = self._i64(dimension)
-        return self._op1("stablehlo.all_gather", [x], shape, dtype, attrs)
+        return self._made(op, self._op1("stablehlo.all_gather", [x], shape, dtype, attrs))
 
     def reduce_scatter(self, x: Any, dimension: int, computation: Union[str, Callable] = "sum",
                        replica_groups: Optional[Sequence[Sequence[int]]] = None,
-                       channel_id: Optional[int] = None) -> Value:
+                       channel_id: Optional[int] = None, *, shard_count: Optional[int] = None,
+                       use_global_device_ids: Optional[bool] = None) -> Value:
         """The group's reduction of x, split along ``dimension``: the i-th device of a
-        group gets the i-th piece."""
+        group gets the i-th piece (``shard_count``, the group size, is needed over all
+        replicas)."""
         op = "reduce_scatter"
         x = self._operand(x, op)
-        groups = self._groups(op, x, replica_groups)
-        shape, dtype = _infer.reduce_scatter(op, x, int(dimension), len(groups[0]))
+        groups, attrs = self._collective(op, x, replica_groups, channel_id, use_global_device_ids)
+        size = _infer.group_size(op, [x], groups, shard_count, "shard_count")
+        shape, dtype = _infer.reduce_scatter(op, x, int(dimension), size)
         fn = self._computation(op, computation, 1)
-        attrs = self._collective_attrs(groups, channel_id)
         with self._ctx:
             attrs["scatter_dimension"] = self._i64(dimension)
         operation = self._emit("stablehlo.reduce_scatter", [x], [(shape, dtype)], attrs, regions=1)
         got = self._fill_computation(op, operation, 0, [dtype], fn, "computation")
         _infer.region_results(op, "the computation", got, [(Shape(()), dtype)])
-        return self._wrap(operation, [(shape, dtype)])[0]
+        return self._made(op, self._wrap(operation, [(shape, dtype)])[0])
 
     def all_to_all(self, x: Any, split_dimension: int, concat_dimension: int,
                    replica_groups: Optional[Sequence[Sequence[int]]] = None,
-                   channel_id: Optional[int] = None) -> Value:
+                   channel_id: Optional[int] = None, *,
+                   split_count: Optional[int] = None) -> Value:
         """x split along ``split_dimension`` into one piece per group member; piece j goes
         to member j, which concatenates what it receives along ``concat_dimension`` in
-        group order."""
+        group order. Over all replicas ``split_count`` gives the group size, and the
+        group is replicas 0 to split_count - 1 (as XLA's builder writes it)."""
         op = "all_to_all"
         x = self._operand(x, op)
-        groups = self._groups(op, x, replica_groups)
-        n = len(groups[0])
+        groups, attrs = self._collective(op, x, replica_groups, channel_id, None)
+        n = _infer.group_size(op, [x], groups, split_count, "split_count")
+        if groups is None:
+            with self._ctx:
+                attrs["replica_groups"] = self._ir.DenseIntElementsAttr.get(
+                    np.arange(n, dtype=np.int64).reshape(1, n))
         shape, dtype = _infer.all_to_all(op, x, int(split_dimension), int(concat_dimension), n)
-        attrs = self._collective_attrs(groups, channel_id)
-        del attrs["use_global_device_ids"]  # all_to_all takes none: its groups are device ids here
+        attrs.pop("use_global_device_ids", None)  # all_to_all takes none
         with self._ctx:
             attrs.update({"split_dimension": self._i64(split_dimension),
                           "concat_dimension": self._i64(concat_dimension),
                           "split_count": self._i64(n)})
-        return self._op1("stablehlo.all_to_all", [x], shape, dtype, attrs)
+        return self._made(op, self._op1("stablehlo.all_to_all", [x], shape, dtype, attrs))
 
     def collective_permute(self, x: Any, source_target_pairs: Sequence[Sequence[int]],
                            channel_id: Optional[int] = None) -> Value:
         """Each source device sends x to its target; a device that is no target gets zeros."""
         op = "collective_permute"
         x = self._operand(x, op)
-        pairs = _infer.source_target_pairs(op, x, source_target_pairs, self._spmd_count(op))
+        count = self._collective_kind(op)
+        pairs = _infer.source_target_pairs(op, x, source_target_pairs, count)
+        attrs = self._channel_attr(channel_id, count is None)
         with self._ctx:
-            attrs = {"source_target_pairs": self._pairs(pairs), "channel_handle": self._channel(channel_id)}
-        return self._op1("stablehlo.collective_permute", [x], x.shape, x.dtype, attrs)
+            attrs["source_target_pairs"] = self._pairs(pairs)
+        return self._made(op, self._op1("stablehlo.collective_permute", [x], x.shape, x.dtype, attrs))
 
 
 def xla_count(text: str) -> Optional[int]:

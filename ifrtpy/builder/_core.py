@@ -24,6 +24,14 @@ from ifrtpy.builder._value import Value
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
+#: Ops :meth:`BuilderCore.is_constant` never counts as constant: those XLA's IsConstant
+#: refuses (stateful, side effects, or computations it does not look into), and those
+#: whose value differs by device (collectives, replica and partition ids).
+_NOT_CONSTANT = frozenset("stablehlo." + name for name in (
+    "rng", "custom_call", "while", "scatter", "infeed", "outfeed", "send", "recv",
+    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute",
+    "collective_broadcast", "replica_id", "partition_id")) | {"func.call"}
+
 
 def _user_frame(frame):
     """The innermost frame from ``frame`` outwards that is outside this package."""
@@ -58,6 +66,15 @@ def _as_array(value: Any, dtype: Any, who: str) -> np.ndarray:
     except (TypeError, ValueError, OverflowError) as e:
         raise InvalidArgumentError(f"{who}: cannot make an array of {value!r}: {e}") from None
     return arr
+
+
+def _nested_ops(op) -> Iterator:
+    """Every op inside the regions of ``op``, at any depth."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner
+                yield from _nested_ops(inner.operation)
 
 
 def shape_from_pyval(pyval: Any) -> Any:
@@ -152,6 +169,7 @@ class BuilderCore:
         self._metadata = OpMetadata()
         self._manual_devices: Optional[int] = None  # inside shard_map: the device count
         self._last_channel = 0  # the last channel id given to a collective
+        self._collectives: Optional[tuple[str, str]] = None  # the first's kind and op
         self._host_callbacks: list[Callable] = []  # by index (see host_callback)
 
     # -- introspection -----------------------------------------------------------------------
@@ -166,6 +184,39 @@ class BuilderCore:
 
     def __repr__(self) -> str:
         return f"<Builder {self._name!r} with {len(self._params)} parameter(s)>"
+
+    def is_constant(self, x: Value) -> bool:
+        """Whether ``x`` is a compile-time constant (XLA's IsConstant): it depends on no
+        parameter (of main, or of the region it was made in) and on no op XLA does not
+        fold: random numbers, custom calls (host callbacks among them), while loops,
+        scatter, and here also collectives and replica or partition ids. Values that
+        regions of the ops it depends on use from outside count too."""
+        x = self._operand(x, "is_constant")
+        ir = self._ir
+        enclosing, scope = [], x._scope  # main's block and the region blocks x is made in
+        while scope is not None:
+            enclosing.append(scope.block)
+            scope = scope.parent
+        with self._ctx:
+            pending, seen = [x._ir], set()
+            while pending:
+                value = pending.pop()
+                if value in seen:
+                    continue
+                seen.add(value)
+                if isinstance(value, ir.BlockArgument):
+                    if any(value.owner == block for block in enclosing):
+                        return False  # a parameter of main, or of a region x is made in
+                    continue  # of a region of an op x depends on: that op's operands count
+                op = value.owner
+                if op.name in _NOT_CONSTANT:
+                    return False
+                pending.extend(op.operands)
+                for inner in _nested_ops(op.operation):
+                    if inner.name in _NOT_CONSTANT:
+                        return False
+                    pending.extend(inner.operands)
+        return True
 
     # -- values ------------------------------------------------------------------------------
 

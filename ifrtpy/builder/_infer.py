@@ -10,7 +10,9 @@ broadcasting, equal element types for binary ops.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
@@ -454,6 +456,19 @@ def conv(op: str, lhs, rhs, dn, strides, padding, lhs_dil, rhs_dil, feature_grou
 
 # -- reductions, windows, sort -------------------------------------------------------------------
 
+def window_reversal(op: str, operands, value, spatial: int) -> list[bool]:
+    """One bool per spatial dimension."""
+    try:
+        flags = list(value)
+    except TypeError:
+        flags = None
+    if flags is None or len(flags) != spatial or not all(
+            isinstance(f, (bool, np.bool_)) for f in flags):
+        raise fail(op, operands, f"window_reversal must be {spatial} bools (one per spatial "
+                                 f"dimension), got {value!r}")
+    return [bool(f) for f in flags]
+
+
 def reduce(op: str, xs, inits, dims) -> list[Result]:
     operands = [*xs, *inits]
     if not xs or len(xs) != len(inits):
@@ -683,6 +698,69 @@ def top_k(op: str, x, k: int) -> list[Result]:
     return [(shape, x.dtype), (shape, DType(DType.Kind.S32))]
 
 
+#: The tile of XLA's TPU ApproxTopK: 1024 elements for rank 1, 128 lanes otherwise.
+_TPU_TILING = {True: 1024, False: 128}
+
+
+def _log2_floor(v: int) -> int:
+    return v.bit_length() - 1 if v > 0 else 0
+
+
+def _log2_ceil(v: int) -> int:
+    return (v - 1).bit_length() if v > 0 else 0
+
+
+def approx_top_k_output_size(input_size: int, rank: int, top_k: int, recall_target: float,
+                             aggregate_to_topk: bool = True,
+                             reduction_input_size_override: int = -1) -> tuple[int, int]:
+    """``(output size, log2 of the reduction)`` of XLA's ApproxTopK along a dimension of
+    ``input_size`` (XLA's ApproxTopKReductionOutputSize): ``top_k`` when aggregating;
+    else what the TPU's windowed reduction keeps for ``recall_target`` (the log2 is -1
+    when aggregating, 0 when nothing is reduced)."""
+    if aggregate_to_topk:
+        return top_k, -1
+    tiling = _TPU_TILING[rank == 1]
+    if input_size <= tiling:
+        return input_size, 0
+    if 0 <= reduction_input_size_override < input_size:
+        raise InvalidArgumentError(
+            f"approx_top_k: reduction_input_size_override ({reduction_input_size_override}) "
+            f"must be at least the size of the reduction dimension ({input_size})")
+    logical = reduction_input_size_override if reduction_input_size_override >= 0 else input_size
+    if top_k == 1:
+        return tiling, _log2_ceil(-(-logical // tiling))
+    if recall_target == 1.0:
+        return input_size, 0
+    if not 0.0 < recall_target < 1.0:
+        raise InvalidArgumentError(f"approx_top_k: recall_target must be in (0, 1], got {recall_target}")
+    # M windows keep the top k with recall ~ exp((1 - k) / M): M = (1 - k) / log(recall)
+    windows = min(max(int((1.0 - top_k) / math.log(recall_target)), tiling), input_size)
+    log2_reduction = _log2_floor(logical // windows)
+    if log2_reduction == 0:
+        return input_size, 0
+    log2_reduction = min(log2_reduction, _log2_ceil(input_size // tiling))
+    return -(-(-(-input_size // tiling)) // (1 << log2_reduction)) * tiling, log2_reduction
+
+
+def approx_top_k(op: str, xs, inits, top_k: int, reduction_dim: int) -> None:
+    operands = [*xs, *inits]
+    if not xs or len(inits) != len(xs):
+        raise fail(op, operands, f"needs operands and one init value per operand, got "
+                                 f"{len(xs)} operands and {len(inits)} init values")
+    rank = len(xs[0].shape)
+    if rank == 0:
+        raise fail(op, operands, "operands must have rank 1 or more")
+    same_shapes(op, xs)
+    for x, init in zip(xs, inits):
+        if init.shape != () or init.dtype != x.dtype:
+            raise fail(op, operands, "each init value must be a scalar of its operand's dtype")
+    if not 0 <= reduction_dim < rank:
+        raise fail(op, operands, f"reduction_dim {reduction_dim} is out of range for rank {rank}")
+    if not 1 <= top_k <= xs[0].shape[reduction_dim]:
+        raise fail(op, operands, f"top_k ({top_k}) must be in [1, {xs[0].shape[reduction_dim]}] "
+                                 f"(the reduction dimension)")
+
+
 RNG_ALGORITHMS = {"DEFAULT": None, "THREE_FRY": (2,), "PHILOX": (2, 3)}
 
 
@@ -697,6 +775,28 @@ def rng_bit_generator(op: str, state, algorithm: str, shape: Sequence[int], dtyp
     if dtype.kind not in (DType.Kind.U8, DType.Kind.U16, DType.Kind.U32, DType.Kind.U64):
         raise fail(op, [state], f"random bits come as u8, u16, u32 or u64, not {dtype}")
     return [(state.shape, state.dtype), (Shape(shape), dtype)]
+
+
+#: What XLA's stateful generator (its RngExpander) makes of each distribution: others
+#: abort the compiler.
+RNG_DTYPES = {
+    "UNIFORM": (frozenset({DType.Kind.S32, DType.Kind.S64, DType.Kind.U32, DType.Kind.U64,
+                           DType.Kind.F16, DType.Kind.BF16, DType.Kind.F32, DType.Kind.F64}),
+                "s32, s64, u32, u64, f16, bf16, f32 or f64"),
+    "NORMAL": (frozenset({DType.Kind.F16, DType.Kind.BF16, DType.Kind.F32, DType.Kind.F64}),
+               "f16, bf16, f32 or f64"),
+}
+
+
+def rng(op: str, distribution: str, a, b, shape: Sequence[int]) -> Result:
+    allowed, what = RNG_DTYPES[distribution]
+    if a.shape != () or b.shape != () or a.dtype != b.dtype:
+        raise fail(op, [a, b], "the parameters must be scalars of one dtype")
+    if a.dtype.kind not in allowed:
+        raise fail(op, [a, b], f"XLA's generator makes {what} values, not {a.dtype}")
+    if any(d < 0 for d in shape):
+        raise fail(op, [a, b], f"shape {list(shape)} has a negative dimension")
+    return Shape(shape), a.dtype
 
 
 def reduce_precision(op: str, x, exponent_bits: int, mantissa_bits: int) -> Result:
@@ -740,8 +840,10 @@ def select_and_scatter(op: str, x, source, init, window, strides, padding) -> Re
 
 # -- collectives --------------------------------------------------------------------------------
 
-def replica_groups(op: str, operands, groups, count: int) -> list[list[int]]:
-    """Groups of device ids (positions among ``count``): equal sizes, each id at most once."""
+def replica_groups(op: str, operands, groups, count: Optional[int]) -> list[list[int]]:
+    """Groups of device ids: equal sizes, each id at most once; positions among ``count``
+    devices, or (``count`` None: replica ids, their number known only when compiled)
+    together each of 0 to n - 1."""
     try:
         groups = [[int(i) for i in g] for g in groups]
     except TypeError:
@@ -749,9 +851,28 @@ def replica_groups(op: str, operands, groups, count: int) -> list[list[int]]:
     flat = [i for g in groups for i in g]
     if not groups or not groups[0] or any(len(g) != len(groups[0]) for g in groups):
         raise fail(op, operands, f"replica_groups {groups} must be non-empty groups of one size")
-    if len(set(flat)) != len(flat) or any(not 0 <= i < count for i in flat):
+    if count is None:
+        if sorted(flat) != list(range(len(flat))):
+            raise fail(op, operands, f"replica_groups {groups} must name each replica of "
+                                     f"0 to {len(flat) - 1} once")
+    elif len(set(flat)) != len(flat) or any(not 0 <= i < count for i in flat):
         raise fail(op, operands, f"replica_groups {groups} must name distinct devices in [0, {count})")
     return groups
+
+
+def group_size(op: str, operands, groups: Optional[list[list[int]]], given: Optional[int],
+               name: str) -> int:
+    """The size of each group: that of ``groups``, or ``given`` (the op's ``name``
+    argument) where there are none (every replica in one group)."""
+    if groups is not None:
+        if given is not None and int(given) != len(groups[0]):
+            raise fail(op, operands, f"{name} ({given}) must be the group size {len(groups[0])}")
+        return len(groups[0])
+    if given is None or isinstance(given, bool) or int(given) < 1:
+        raise fail(op, operands, f"over all replicas (no replica_groups) the group size is the "
+                                 f"number of replicas, which the program does not know: give "
+                                 f"{name} (a positive int), got {given!r}")
+    return int(given)
 
 
 def all_gather(op: str, x, dimension: int, group_size: int) -> Result:
@@ -783,7 +904,7 @@ def all_to_all(op: str, x, split_dimension: int, concat_dimension: int, group_si
     return Shape(shape), x.dtype
 
 
-def source_target_pairs(op: str, x, pairs, count: int) -> list[tuple[int, int]]:
+def source_target_pairs(op: str, x, pairs, count: Optional[int]) -> list[tuple[int, int]]:
     try:
         pairs = [(int(s), int(t)) for s, t in pairs]
     except (TypeError, ValueError):
@@ -792,6 +913,9 @@ def source_target_pairs(op: str, x, pairs, count: int) -> list[tuple[int, int]]:
     if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
         raise fail(op, [x], f"source_target_pairs {pairs}: each device is a source at most once "
                             f"and a target at most once")
-    if any(not 0 <= i < count for i in sources + targets):
+    if count is None:
+        if any(i < 0 for i in sources + targets):
+            raise fail(op, [x], f"source_target_pairs {pairs} must name replicas (ids >= 0)")
+    elif any(not 0 <= i < count for i in sources + targets):
         raise fail(op, [x], f"source_target_pairs {pairs} must name devices in [0, {count})")
     return pairs

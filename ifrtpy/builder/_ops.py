@@ -11,7 +11,7 @@ from ifrtpy.errors import InvalidArgumentError
 from ifrtpy.shape import Shape
 
 from ifrtpy.builder import _infer
-from ifrtpy.builder._types import as_dims, as_dtype
+from ifrtpy.builder._types import FLOAT, as_dims, as_dtype
 from ifrtpy.builder._types import result_types as checked_result_types
 from ifrtpy.builder._value import Value
 
@@ -89,7 +89,6 @@ _BINARY = {
                             "``x >> y`` filling with zeros; 0 where y is negative or at least "
                             "the bit width."),
     "atan2": ("stablehlo.atan2", "``arctan(x / y)`` in the quadrant of (y, x) (``np.arctan2``)."),
-    "next_after": ("chlo.next_after", "The next representable value after x toward y."),
     "polygamma": ("chlo.polygamma", "The polygamma function of order x (an integer value) at y."),
     "zeta": ("chlo.zeta", "The Hurwitz zeta function of x at q=y."),
     "complex": ("stablehlo.complex", "``x + 1j * y`` from f32 (c64) or f64 (c128) parts."),
@@ -285,7 +284,6 @@ class OpsMixin(_Base):
     shift_right_arithmetic = _binary_method("shift_right_arithmetic")
     shift_right_logical = _binary_method("shift_right_logical")
     atan2 = _binary_method("atan2")
-    next_after = _binary_method("next_after")
     polygamma = _binary_method("polygamma")
     zeta = _binary_method("zeta")
     complex = _binary_method("complex")
@@ -295,8 +293,10 @@ class OpsMixin(_Base):
         x = self._operand(x, "reciprocal")
         return self.div(1, x)
 
-    def compare(self, x, y, direction: str) -> Value:
-        """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred."""
+    def compare(self, x, y, direction: str, total_order: bool = False) -> Value:
+        """Elementwise ``x <direction> y`` (EQ, NE, LT, LE, GT, GE) -> pred. With
+        ``total_order`` floats compare in IEEE's total order (XLA's ``EqTotalOrder``, ...:
+        -NaN < -inf < ... < -0 < +0 < ... < inf < NaN, every NaN equal to itself)."""
         op = f"compare {direction}"
         if not isinstance(x, Value) and isinstance(y, Value):
             x = self._operand(x, op, like=y)
@@ -304,11 +304,27 @@ class OpsMixin(_Base):
         y = self._operand(y, op, like=x)
         direction = str(direction).upper()
         shape, dtype = _infer.compare("compare", x, y, direction)
+        if total_order:
+            if x.dtype.kind not in FLOAT:
+                raise _infer.fail("compare", [x, y], "total_order compares floats only")
+            x, y = self._total_order_key(x), self._total_order_key(y)
+        kind = _infer.compare_type(x.dtype)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {"comparison_direction": stablehlo.ComparisonDirectionAttr.get(direction),
-                     "compare_type": stablehlo.ComparisonTypeAttr.get(_infer.compare_type(x.dtype))}
+                     "compare_type": stablehlo.ComparisonTypeAttr.get(kind)}
         return self._op1("stablehlo.compare", [x, y], shape, dtype, attrs)
+
+    def _total_order_key(self, x: Value) -> Value:
+        """Integers ordered as the floats x are in total order (as XLA's comparison
+        expander compares them): the bits, the magnitude bits flipped where the sign is
+        set; a float without sign bit (f8E8M0FNU) is its unsigned bits."""
+        width = x.dtype.bit_size
+        assert width is not None
+        if x.dtype.kind == DType.Kind.F8E8M0FNU:
+            return self.bitcast_convert(x, "ui8")
+        bits = self.bitcast_convert(x, f"i{width}")
+        return self.select(bits < 0, self.xor(bits, (1 << (width - 1)) - 1), bits)
 
     def eq(self, x, y) -> Value: return self.compare(x, y, "EQ")  # noqa: E704
     def ne(self, x, y) -> Value: return self.compare(x, y, "NE")  # noqa: E704
@@ -497,10 +513,13 @@ class OpsMixin(_Base):
                              rhs_dilation: Optional[Sequence[int]] = None,
                              dimension_numbers: Any = None, feature_group_count: int = 1,
                              batch_group_count: int = 1, precision: Any = None,
-                             preferred_element_type: Any = None) -> Value:
+                             preferred_element_type: Any = None,
+                             window_reversal: Optional[Sequence[bool]] = None) -> Value:
         """``lax.conv_general_dilated`` (a cross-correlation): ``padding`` is "SAME",
         "VALID" or (low, high) per spatial dimension; ``dimension_numbers`` see
-        :func:`conv_dimension_numbers`."""
+        :func:`conv_dimension_numbers`. ``window_reversal`` (XLA's, one bool per spatial
+        dimension) reverses the kernel along the dimensions it marks: a true
+        convolution there."""
         op = "conv_general_dilated"
         lhs = self._operand(lhs, op)
         rhs = self._operand(rhs, op)
@@ -522,6 +541,8 @@ class OpsMixin(_Base):
                   (dn.out_spec[0], dn.out_spec[1], dn.out_spec[2:]))
         shape, dtype = _infer.conv(op, lhs, rhs, nested, strides, pads, lhs_dil, rhs_dil,
                                    int(feature_group_count), int(batch_group_count), preferred)
+        reversal = None if window_reversal is None else _infer.window_reversal(
+            op, [lhs, rhs], window_reversal, nsp)
         from jaxlib.mlir.dialects import stablehlo
         with self._ctx:
             attrs = {
@@ -537,9 +558,11 @@ class OpsMixin(_Base):
                 "batch_group_count": self._i64(batch_group_count),
                 "precision_config": self._precision(op, [lhs, rhs], precision),
             }
+            if reversal is not None:
+                attrs["window_reversal"] = self._ir.DenseBoolArrayAttr.get(reversal)
         return self._op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
 
-    # -- linear algebra, FFT, top_k --------------------------------------------------------------
+    # -- linear algebra, FFT --------------------------------------------------------------
 
     def cholesky(self, a: Any, lower: bool = True) -> Value:
         """The Cholesky factor of (a batch of) Hermitian positive-definite matrices: L with
@@ -583,15 +606,12 @@ class OpsMixin(_Base):
             attrs = {"fft_type": stablehlo.FftTypeAttr.get(fft_type), "fft_length": self._i64s(lengths)}
         return self._op1("stablehlo.fft", [x], shape, dtype, attrs)
 
-    def top_k(self, x: Any, k: int) -> tuple[Value, Value]:
-        """The ``k`` largest entries along the last dimension, in descending order, and
-        their indices (s32; of equal entries the lower index comes first)."""
-        x = self._operand(x, "top_k")
-        types = _infer.top_k("top_k", x, int(k))
-        with self._ctx:
-            attrs = {"k": self._i64(k)}
-        values, indices = self._op("chlo.top_k", [x], types, attrs)
-        return values, indices
+    def get_dimension_size(self, x: Any, dimension: int) -> Value:
+        """XLA's GetDimensionSize: the size of ``dimension`` as an s32 scalar (a constant:
+        shapes are static)."""
+        x = self._operand(x, "get_dimension_size")
+        _infer.check_axes("get_dimension_size", [x], [int(dimension)], x.rank, "dimension")
+        return self.constant(np.int32(x.shape[int(dimension)]))
 
     # -- random numbers ----------------------------------------------------------------------
 
@@ -610,6 +630,45 @@ class OpsMixin(_Base):
             attrs = {"rng_algorithm": stablehlo.RngAlgorithmAttr.get(algorithm)}
         new_state, bits = self._op("stablehlo.rng_bit_generator", [state], types, attrs)
         return new_state, bits
+
+    def _rng(self, op: str, distribution: str, a: Any, b: Any, shape: Sequence[int],
+             dtype: Any) -> Value:
+        """A stablehlo.rng of ``distribution`` with parameters a and b (scalars, or
+        numbers made ``dtype`` constants)."""
+        shape = as_dims(shape, op, "shape")
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            if dtype is None:
+                raise InvalidArgumentError(f"{op}: give a dtype for number parameters")
+            dtype = as_dtype(dtype, op)
+            a, b = self._scalar(a, dtype, op), self._scalar(b, dtype, op)
+        else:
+            like = a if isinstance(a, Value) else b
+            a = self._operand(a, op, like=_ScalarLike(like))
+            b = self._operand(b, op, like=_ScalarLike(like))
+            if dtype is not None and as_dtype(dtype, op) != a.dtype:
+                raise _infer.fail(op, [a, b], f"dtype {as_dtype(dtype, op)} is not the parameters'")
+        result = _infer.rng(op, distribution, a, b, shape)
+        from jaxlib.mlir.dialects import stablehlo
+        dims = self.constant(np.asarray(shape, np.int64).reshape(len(shape)))
+        with self._ctx:
+            attrs = {"rng_distribution": stablehlo.RngDistributionAttr.get(distribution)}
+        return self._op1("stablehlo.rng", [a, b, dims], *result, attrs)
+
+    def rng_uniform(self, a: Any, b: Any, shape: Sequence[int], dtype: Any = None) -> Value:
+        """XLA's RngUniform: values uniform in [a, b) from the backend's own generator
+        (stateful: every run gives new values). ``a`` and ``b`` are scalars (or numbers,
+        of ``dtype``) of s32, s64, u32 or u64 (b must exceed a: XLA leaves the rest
+        undefined), or f16, bf16, f32 or f64 (f16 and bf16 may round up to b). The
+        reference backend does not run it; for values that a key determines see
+        :meth:`random_uniform`."""
+        return self._rng("rng_uniform", "UNIFORM", a, b, shape, dtype)
+
+    def rng_normal(self, mu: Any, sigma: Any, shape: Sequence[int], dtype: Any = None) -> Value:
+        """XLA's RngNormal: normal values of mean ``mu`` and standard deviation ``sigma``
+        (f16, bf16, f32 or f64 scalars, or numbers of ``dtype``) from the backend's own
+        generator (stateful). The reference backend does not run it; see also
+        :meth:`random_normal`."""
+        return self._rng("rng_normal", "NORMAL", mu, sigma, shape, dtype)
 
     def random_uniform(self, key: Any, shape: Sequence[int], dtype: Any = "f32",
                        minval: float = 0.0, maxval: float = 1.0,

@@ -171,15 +171,65 @@ class RegionOpsMixin(_Base):
         values = self._wrap(operation, types)
         return tuple(values) if many else values[0]
 
-    def _default_comparator(self, keys, descending: bool):
-        from jaxlib.mlir.dialects import stablehlo
+    def top_k(self, x: Any, k: int, largest: bool = True) -> tuple[Value, Value]:
+        """The ``k`` largest entries along the last dimension, in descending order (or,
+        not ``largest``, the smallest in ascending order: XLA's TopK), and their indices
+        (s32; of equal entries the lower index comes first)."""
+        x = self._operand(x, "top_k")
+        types = _infer.top_k("top_k", x, int(k))
+        if not largest:  # a stable sort, floats in total order (NaN last), then the first k
+            shape = x.shape
+            ordered, where = self.sort([x, self.iota(shape, "i32", x.rank - 1)], -1)
+            limit = [*shape[:-1], int(k)]
+            return self.slice(ordered, [0] * x.rank, limit), self.slice(where, [0] * x.rank, limit)
+        with self._ctx:
+            attrs = {"k": self._i64(k)}
+        values, indices = self._op("chlo.top_k", [x], types, attrs)
+        return values, indices
 
+    def approx_top_k(self, operands, init_values, top_k: int, reduction_dim: int,
+                     comparator: Callable, recall_target: float = 0.9,
+                     aggregate_to_topk: bool = True, reduction_input_size_override: int = -1):
+        """XLA's ApproxTopK as XLA runs it off TPU (ApproxTopKFallback), exact: the
+        operands (of one shape) sorted along ``reduction_dim`` by ``comparator`` (as
+        :meth:`sort`'s, ``(a0, b0, a1, b1, ...)`` -> pred: a comes first; stable here),
+        and the first ``top_k`` kept. With ``aggregate_to_topk`` False as many are kept
+        as the TPU's approximation returns for ``recall_target``
+        (:func:`approx_top_k_reduction_output_size`). One kept: a reduce keeping the
+        element the comparator puts first, from ``init_values`` (a scalar per operand).
+        A list of operands gives a tuple."""
+        op = "approx_top_k"
+        xs, many = _as_list(operands)
+        xs = [self._operand(x, op) for x in xs]
+        inits, _ = _as_list(init_values)
+        inits = [self._operand(v, op, like=_ScalarLike(x)) for v, x in zip(inits, xs)] + \
+            [self._operand(v, op) for v in inits[len(xs):]]
+        top_k, reduction_dim = int(top_k), int(reduction_dim)
+        _infer.approx_top_k(op, xs, inits, top_k, reduction_dim)
+        if not 0.0 < float(recall_target) <= 1.0:
+            raise _infer.fail(op, xs, f"recall_target must be in (0, 1], got {recall_target}")
+        size, _ = _infer.approx_top_k_output_size(
+            xs[0].shape[reduction_dim], xs[0].rank, top_k, float(recall_target),
+            bool(aggregate_to_topk), int(reduction_input_size_override))
+        if size == 1:
+            def keep_first(*args):  # accumulators, then inputs
+                n = len(xs)
+                first = comparator(*[v for pair in zip(args[:n], args[n:]) for v in pair])
+                return tuple(self.select(first, a, x) for a, x in zip(args[:n], args[n:]))
+            kept = self.reduce(xs, inits, (reduction_dim,), keep_first)
+            shape = list(xs[0].shape)
+            shape[reduction_dim] = 1
+            results = [self.reshape(v, shape) for v in kept]
+        else:
+            ordered = self.sort(xs, reduction_dim, True, comparator)
+            limit = list(xs[0].shape)
+            limit[reduction_dim] = size
+            results = [self.slice(v, [0] * len(limit), limit) for v in ordered]
+        return tuple(results) if many else results[0]
+
+    def _default_comparator(self, keys, descending: bool):
         def compare(a, b, direction):
-            kind = "TOTALORDER" if a.dtype.kind in FLOAT else _infer.compare_type(a.dtype)
-            with self._ctx:
-                attrs = {"comparison_direction": stablehlo.ComparisonDirectionAttr.get(direction),
-                         "compare_type": stablehlo.ComparisonTypeAttr.get(kind)}
-            return self._op1("stablehlo.compare", [a, b], Shape(()), DType(DType.Kind.PRED), attrs)
+            return self.compare(a, b, direction, total_order=a.dtype.kind in FLOAT)
 
         first = "GT" if descending else "LT"
 

@@ -271,6 +271,9 @@ def bench(client: Any, quick: bool = False, plot_file: str | None = None) -> Non
     print(f"median time per call, {len(client.addressable_devices())} devices"
           f"{' (--quick: small sizes, rough figures)' if quick else ''}")
     print(table(rows))
+    if all(row.jax is None for row in rows):
+        print("the jax column needs jax: pip install jax (or the bench extra: "
+              "pip install \"ifrtpy[bench]\")")
     if plot_file:
         plot(rows, plot_file)
         print(f"plot written to {plot_file}")

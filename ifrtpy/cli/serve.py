@@ -11,6 +11,7 @@ socket unless ``--allow-remote`` says otherwise; with it, a warning says what th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import sys
 import threading
@@ -51,8 +52,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="show the traceback of an error")
 
 
+def require_proxy_extra() -> None:
+    """Raise ModuleNotFoundError saying how to install the server's packages when grpcio or
+    protobuf is missing."""
+    for module in ("grpc", "google.protobuf"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a missing parent package (google)
+            found = False
+        if not found:
+            raise ModuleNotFoundError(
+                "serve needs grpcio and protobuf (the proxy extra): pip install \"ifrtpy[proxy]\" "
+                "(in a checkout: pip install -e \".[proxy]\")")
+
+
 def serve(args: argparse.Namespace) -> int:
     """Serve ``args.backend``'s client until SIGINT or SIGTERM; the exit status."""
+    require_proxy_extra()  # before the backend starts, not after
     if args.address is not None:
         from ifrtpy.proxy.local import check_address
 

@@ -24,8 +24,8 @@ from ifrtpy.array import Array
 from ifrtpy import backends
 from ifrtpy.client import Client
 from ifrtpy.errors import InvalidArgumentError
-from ifrtpy.interop import jax_shardings
-from ifrtpy.interop.jax_shardings import cached_from_jax, cached_to_jax, is_jax_array, is_jax_target
+from ifrtpy.backends import jax_shardings
+from ifrtpy.backends.jax_shardings import cached_from_jax, cached_to_jax, is_jax_array, is_jax_target
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 
 __all__ = ["default_client", "from_jax", "to_jax", "sharding_from_jax", "sharding_to_jax",

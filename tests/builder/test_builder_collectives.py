@@ -134,12 +134,33 @@ def test_collective_errors(body, message):
         b.shard_map(lambda v: body(b, v), [px], [rows], [rows])
 
 
-def test_collectives_only_inside_shard_map_and_its_values_stay_inside():
+def test_shard_map_and_collectives_over_replicas_are_not_mixed():
+    """A program's collectives are all inside shard_map or all over replicas: the second
+    kind is refused, naming the first."""
     _, mesh, rows = _mesh()
     b = Builder(devices=mesh.device_list)
     px = b.parameter((8, 2), np.float32, sharding=rows)
-    with pytest.raises(InvalidArgumentError, match="all_reduce: collectives .* inside shard_map"):
-        b.all_reduce(px)
+    b.all_reduce(px)  # outside shard_map: over replicas
+    with pytest.raises(InvalidArgumentError, match=(
+            r"shard_map: this program has all_reduce outside shard_map, a collective over "
+            r"replicas \(num_replicas\), and shard_map cannot join it")):
+        b.shard_map(lambda v: b.all_reduce(v), [px], [rows], [rows])
+    b = Builder(devices=mesh.device_list)
+    px = b.parameter((8, 2), np.float32, sharding=rows)
+    b.shard_map(lambda v: v * 2, [px], [rows], [rows])
+    for over_replicas in (lambda: b.all_gather(px, 0, shard_count=2),
+                          lambda: b.collective_permute(px, [(0, 1)])):
+        with pytest.raises(InvalidArgumentError, match=(
+                r": this program has shard_map, whose collectives run on an SPMD program's "
+                r"devices \(num_partitions\), and \w+ outside shard_map, a collective over "
+                r"replicas \(num_replicas\), cannot join it")):
+            over_replicas()
+
+
+def test_shard_map_values_stay_inside():
+    _, mesh, rows = _mesh()
+    b = Builder(devices=mesh.device_list)
+    px = b.parameter((8, 2), np.float32, sharding=rows)
     inner = []
     b.shard_map(lambda v: inner.append(v + 1) or v, [px], [rows], [rows])
     with pytest.raises(InvalidArgumentError, match="not visible here"):

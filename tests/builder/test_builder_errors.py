@@ -107,6 +107,8 @@ CASES = [
     ("conv strides", lambda v: v.b.conv_general_dilated(v.b.parameter((1, 2, 5), F32), v.b.parameter((2, 2, 2), F32), [1, 1], "VALID"), r"window_strides needs 1 entries"),
     ("conv padding", lambda v: v.b.conv_general_dilated(v.b.parameter((1, 2, 5), F32), v.b.parameter((2, 2, 2), F32), [1], "FULL"), r"padding must be 'SAME', 'VALID'"),
     ("conv layout", lambda v: v.b.conv_general_dilated(v.b.parameter((1, 2, 5), F32), v.b.parameter((2, 2, 2), F32), [1], "VALID", dimension_numbers=("NCW", "OIH", "NCW")), r"must use N and C"),
+    ("conv window reversal", lambda v: v.b.conv_general_dilated(v.b.parameter((1, 2, 5), F32), v.b.parameter((2, 2, 2), F32), [1], "VALID", window_reversal=[True, False]),
+     r"window_reversal must be 1 bools \(one per spatial dimension\), got \[True, False\]"),
     ("conv stride zero", lambda v: v.b.conv_general_dilated(v.b.parameter((1, 2, 5), F32), v.b.parameter((2, 2, 2), F32), [0], [(0, 0)]), r"strides and dilations must be positive"),
     # reductions
     ("reduce dims", lambda v: v.b.reduce(v.f, None, [2]), r"^reduce: dimensions \[2\] has 2, out of range"),

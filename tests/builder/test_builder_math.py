@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import jax.scipy.special as jsp
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -296,3 +297,50 @@ def test_conj(client):
     b = Builder()
     out = run(client, b.build(b.conj(b.parameter(z.shape, np.complex64))), z)
     np.testing.assert_array_equal(out[0], np.conj(z))
+
+
+NARROW_FLOATS = ["float8_e3m4", "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz",
+                 "float8_e4m3b11fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+                 "float4_e2m1fn"]
+
+
+@pytest.mark.parametrize("name", NARROW_FLOATS)
+def test_next_after_every_pair_of_narrow_floats(client, name):
+    """next_after over every (from, to) pair of each 8- and 4-bit float (256² or 16²
+    pairs): the bits ml_dtypes' nextafter gives, any NaN for NaN. The types without
+    negative zero (the FNUZ ones) step from the least negative value to 0, not to their
+    NaN; float8_e8m0fnu has no sign bit and no zero."""
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    codes = np.arange(2 ** ml_dtypes.finfo(dtype).bits, dtype=np.uint8).view(dtype)
+    x, y = np.repeat(codes, codes.size), np.tile(codes, codes.size)
+    b = Builder("next_after")
+    program = b.build(b.next_after(b.parameter(x.shape, dtype), b.parameter(y.shape, dtype)))
+    got, = run(client, program, x, y)
+    want = np.nextafter(x, y)
+    nan = np.isnan(want.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan)
+    wrong = ~nan & (got.view(np.uint8) != want.view(np.uint8))
+    assert not wrong.any(), [(x[i], y[i], got[i], want[i]) for i in np.flatnonzero(wrong)[:5]]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_next_after_wide_floats_on_the_bits(client, dtype):
+    """next_after of the wider floats against np.nextafter: random bit patterns (NaNs,
+    infinities and subnormals among them) paired with each other and with their
+    neighbours, signed zeros and infinities."""
+    dtype = np.dtype(dtype)
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    rng = np.random.default_rng(7)
+    codes = rng.integers(0, np.iinfo(unsigned).max, 4096, dtype=unsigned, endpoint=True)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1.0, -1.0]).astype(dtype)
+    x = np.concatenate([codes.view(dtype), np.repeat(special, special.size), codes.view(dtype)])
+    y = np.concatenate([np.roll(codes, 1).view(dtype), np.tile(special, special.size),
+                        (codes + unsigned.type(1)).view(dtype)])
+    b = Builder("next_after")
+    program = b.build(b.next_after(b.parameter(x.shape, dtype), b.parameter(y.shape, dtype)))
+    got, = run(client, program, x, y)
+    with np.errstate(invalid="ignore"):
+        want = np.where(x == y, y, np.nextafter(x, y))  # C's y (NumPy's float16 gives x)
+    nan = np.isnan(want.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)
+    np.testing.assert_array_equal(got.view(unsigned)[~nan], want.view(unsigned)[~nan])

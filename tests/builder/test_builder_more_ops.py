@@ -96,12 +96,37 @@ def test_top_k(client, data, batch, n, dtype):
     k = data.draw(st.integers(0, n))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     x = np.stack([rng.permutation(n) for _ in range(int(np.prod(batch)))]).reshape(batch + (n,)).astype(dtype)
+    x[..., -1] = x[..., 0]  # equal values: the lower index comes first
     b = Builder()
-    values, indices = b.top_k(b.parameter(x.shape, dtype), k)
-    got_v, got_i = run(client, b.build(values, indices), x)
+    px = b.parameter(x.shape, dtype)
+    got_v, got_i, low_v, low_i = run(client, b.build(*b.top_k(px, k), *b.top_k(px, k, largest=False)), x)
     want_i = np.argsort(-x.astype(np.float64), axis=-1, kind="stable")[..., :k]
     np.testing.assert_array_equal(got_i, want_i.astype(np.int32))
     np.testing.assert_array_equal(got_v, np.take_along_axis(x, want_i, -1))
+    want_i = np.argsort(x, axis=-1, kind="stable")[..., :k]  # the smallest, ascending
+    np.testing.assert_array_equal(low_i, want_i.astype(np.int32))
+    np.testing.assert_array_equal(low_v, np.take_along_axis(x, want_i, -1))
+
+
+def test_total_order_compare_and_dimension_sizes(client):
+    """compare with total_order (XLA's EqTotalOrder, ...): -NaN < -inf < -1 < -0 < +0 < 1 <
+    inf < NaN, a NaN equal to itself; get_dimension_size is the static size."""
+    order = np.array([-np.nan, -np.inf, -1.0, -0.0, 0.0, 1.0, np.inf, np.nan], np.float32)
+    order[0] = -np.abs(order[0])  # a NaN with the sign bit set
+    x, y = np.repeat(order, order.size), np.tile(order, order.size)
+    rank = np.repeat(np.arange(order.size), order.size), np.tile(np.arange(order.size), order.size)
+    b = Builder()
+    px, py = b.parameter(x.shape, np.float32), b.parameter(y.shape, np.float32)
+    directions = ("EQ", "NE", "LT", "LE", "GT", "GE")
+    outs = run(client, b.build(*[b.compare(px, py, d, total_order=True) for d in directions],
+                               b.get_dimension_size(px, 0), b.sort(px, descending=True)), x, y)
+    for d, got in zip(directions, outs):
+        want = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+                "GT": np.greater, "GE": np.greater_equal}[d](*rank)
+        np.testing.assert_array_equal(got, want, err_msg=d)
+    assert outs[6] == x.size and outs[6].dtype == np.int32
+    # sort's default comparator is the same order: NaN first, then inf, ..., -0, -inf, -NaN
+    np.testing.assert_array_equal(outs[7].view(np.uint32), np.repeat(order[::-1], order.size).view(np.uint32))
 
 
 @SOME

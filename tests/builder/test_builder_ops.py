@@ -438,6 +438,7 @@ def test_conv_general_dilated(client, data, nsp, dtype, layout, groups):
         padding = [(data.draw(st.integers(0, 2)), data.draw(st.integers(-2, 2))) for _ in range(nsp)]
     lhs = array(data, (n, c, *sp), dtype)
     rhs = array(data, (o, i, *ksp), dtype)
+    reversal = data.draw(st.none() | st.lists(st.booleans(), min_size=nsp, max_size=nsp))
     from ifrtpy.builder._ops import _window_padding
     pads = _window_padding(padding, sp, ksp, strides, lhs_dil, rhs_dil, "test")
     dilated = [(s - 1) * d + 1 + lo + hi for s, d, (lo, hi) in zip(sp, lhs_dil, pads)]
@@ -447,8 +448,9 @@ def test_conv_general_dilated(client, data, nsp, dtype, layout, groups):
             b.conv_general_dilated(b.parameter(lhs.shape, dtype), b.parameter(rhs.shape, dtype),
                                    strides, padding, lhs_dil, rhs_dil, None, fgc, bgc)
         return
-    want = _np_conv(lhs.astype(np.float64), rhs.astype(np.float64), strides, pads, lhs_dil,
-                    rhs_dil, fgc, bgc)
+    flipped = [2 + k for k, r in enumerate(reversal or []) if r]  # XLA's window reversal
+    want = _np_conv(lhs.astype(np.float64), np.flip(rhs, flipped).astype(np.float64), strides,
+                    pads, lhs_dil, rhs_dil, fgc, bgc)
     b = Builder()
     if layout:  # channels last: NHWC, HWIO, NHWC
         spatial = "HW"[:nsp]
@@ -459,7 +461,7 @@ def test_conv_general_dilated(client, data, nsp, dtype, layout, groups):
         dn, lhs_in, rhs_in = None, lhs, rhs
     pl, pr = b.parameter(lhs_in.shape, dtype), b.parameter(rhs_in.shape, dtype)
     prog = b.build(b.conv_general_dilated(pl, pr, strides, padding, lhs_dil, rhs_dil, dn, fgc, bgc,
-                                          precision="HIGHEST"))
+                                          precision="HIGHEST", window_reversal=reversal))
     out, = run(client, prog, np.ascontiguousarray(lhs_in), np.ascontiguousarray(rhs_in))
     if layout:
         out = np.moveaxis(out, -1, 1)

@@ -1,6 +1,8 @@
 """Random bits and numbers: rng_bit_generator equals jax.lax.rng_bit_generator (the same
 algorithms, as the oracle); random_uniform and random_normal have the right range,
-distribution (Kolmogorov-Smirnov distance) and key handling."""
+distribution (Kolmogorov-Smirnov distance) and key handling; XLA's stateful rng_uniform
+(integers and floats) and rng_normal have the right range and distribution, and new
+values on every run."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 import ifrtpy as ifrt
 from ifrtpy.builder import Builder
-from ifrtpy.errors import UnimplementedError
+from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 
 from builder_helpers import pjrt_client, run
 
@@ -107,3 +109,56 @@ def test_same_program_runs_again_with_the_same_key():
     program = b.build(values)
     first = run(pjrt_client(), program)[0]
     np.testing.assert_array_equal(first, run(pjrt_client(), program)[0])
+
+
+@pytest.mark.parametrize("dtype,lo,hi", [(np.int32, -3, 5), (np.int64, -7, 1 << 40),
+                                         (np.uint32, 3, 10), (np.uint64, 0, 1 << 63),
+                                         (np.int32, -(1 << 31), (1 << 31) - 1)])
+def test_rng_uniform_integers(dtype, lo, hi):
+    """XLA's RngUniform of integers: every value in [lo, hi), each of a small range about
+    equally often (chi-square), the whole range otherwise spread (Kolmogorov-Smirnov), and
+    other values on the next run (the generator keeps its state)."""
+    b = Builder()
+    program = b.build(b.rng_uniform(lo, hi, (N,), dtype))
+    exe = pjrt_client().compile(program, ifrt.CompileOptions())
+    first, second = (np.asarray(exe()[0]) for _ in range(2))
+    assert first.dtype == dtype and first.min() >= lo and first.max() < hi
+    assert not np.array_equal(first, second)
+    if hi - lo <= 16:
+        counts = np.bincount((first.astype(np.int64) - lo), minlength=hi - lo)
+        expected = N / (hi - lo)
+        assert ((counts - expected) ** 2 / expected).sum() < 3 * (hi - lo) + 30
+    else:
+        assert _ks(first.astype(np.float64), lambda x: (x - float(lo)) / (float(hi) - float(lo))) < 0.02
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_rng_uniform_and_normal_floats(dtype):
+    b = Builder()
+    x = b.parameter((), dtype)
+    program = b.build(b.rng_uniform(x, x + 4, (N,)), b.rng_normal(x, x + 3, (N,)))
+    uniform, normal = run(pjrt_client(), program, np.asarray(-1, dtype))
+    assert uniform.dtype == normal.dtype == dtype
+    assert uniform.min() >= -1 and uniform.max() <= 3  # f16 may round up to the bound
+    assert _ks(uniform, lambda v: (v + 1) / 4) < 0.02
+    normal = normal.astype(np.float64)
+    assert abs(normal.mean() + 1) < 0.05 and abs(normal.std() - 2) < 0.05  # N(-1, 2)
+    normal_cdf = np.vectorize(lambda v: 0.5 * (1 + math.erf(v / math.sqrt(2))))
+    assert _ks((normal + 1) / 2, normal_cdf) < 0.02
+
+
+def test_rng_errors_and_the_reference_backend():
+    """What would abort XLA's compiler (an 8-bit generator) is refused when building; the
+    reference backend refuses the stateful generator when compiling."""
+    b = Builder()
+    with pytest.raises(InvalidArgumentError, match="makes s32, s64, u32, u64, f16, bf16, f32 or f64 values, not u8"):
+        b.rng_uniform(0, 5, (3,), np.uint8)
+    with pytest.raises(InvalidArgumentError, match="makes f16, bf16, f32 or f64 values, not s32"):
+        b.rng_normal(0, 1, (3,), np.int32)
+    with pytest.raises(InvalidArgumentError, match="give a dtype"):
+        b.rng_uniform(0, 5, (3,))
+    with pytest.raises(InvalidArgumentError, match="scalars of one dtype"):
+        b.rng_uniform(b.parameter((2,), np.float32), 1.0, (3,))
+    program = b.build(b.rng_uniform(0, 5, (3,), np.int32))
+    with pytest.raises(UnimplementedError, match="stablehlo.rng"):
+        ifrt.get_client("reference").compile(program, ifrt.CompileOptions())

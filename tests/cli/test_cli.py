@@ -101,3 +101,23 @@ def test_table_and_plot(tmp_path):
     path = tmp_path / "bench.png"
     _bench.plot(rows, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("missing", ["grpc", "google"])
+def test_serve_without_the_proxy_extra_says_what_to_install(monkeypatch, capsys, missing):
+    monkeypatch.setitem(sys.modules, missing, None)        # as if not installed
+    if missing == "google":
+        monkeypatch.setitem(sys.modules, "google.protobuf", None)
+    assert main(["serve", "--backend", "reference"]) == 1
+    assert capsys.readouterr().err == (
+        "error: ModuleNotFoundError: serve needs grpcio and protobuf (the proxy extra): "
+        "pip install \"ifrtpy[proxy]\" (in a checkout: pip install -e \".[proxy]\") "
+        "(--debug shows the traceback)\n")
+
+
+def test_bench_without_jax_says_the_jax_column_needs_it(monkeypatch, capsys):
+    monkeypatch.setattr(_bench, "run", lambda *a, **k: [_bench.Row("put", 2e-6, None)])
+    assert main(["bench", "--quick", "--devices", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == ("the jax column needs jax: pip install jax (or the bench "
+                                    "extra: pip install \"ifrtpy[bench]\")"), out

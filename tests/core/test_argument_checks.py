@@ -1,4 +1,4 @@
-"""The per-argument contract of execute (``ifrtpy.executable.ArgumentChecks``): one
+"""The per-argument contract of execute (``ifrtpy.execute_checks.ArgumentChecks``): one
 check for every backend, with a bounded memo of the placements it accepted."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import ifrtpy as ifrt
 from ifrtpy import errors
-from ifrtpy.executable import ArgumentChecks
+from ifrtpy.execute_checks import ArgumentChecks
 
 ADD_ONE = """func.func public @main(%x: tensor<8xf32>) -> tensor<8xf32> {
   %c = stablehlo.constant dense<1.0> : tensor<8xf32>

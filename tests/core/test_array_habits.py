@@ -285,3 +285,23 @@ def test_an_error_message_naming_an_array_reads_none_of_its_data(monkeypatch):
     with pytest.raises(ifrt.errors.InvalidArgumentError,
                        match=r"args must be a sequence of Arrays, got ExampleArray\(dtype=f32, "):
         array_module.array_sequence(a, "args")
+
+
+# -- an execute's outputs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numpy_refuses_an_executes_list_of_outputs_and_says_take_the_output(backend, clients):
+    client = clients(backend)
+    b = ifrt.builder.Builder("double")
+    v = b.parameter((4,), np.float32)
+    exe = client.compile(b.build(v + v))
+    x = np.arange(4, dtype=np.float32)
+    a = ifrt.device_put(x, client.devices()[0])
+    for outs in (exe(a), exe(a), exe.execute([a]).outputs):   # first, repeated, execute
+        assert isinstance(outs, list) and len(outs) == 1       # IFRT's contract: a list
+        with pytest.raises(TypeError, match=r"out, = exe\(a\)"):
+            np.asarray(outs)                                   # was shape (1, 4), silently
+        np.testing.assert_array_equal(np.stack(outs), [x * 2])  # stacking, said so, works
+        out, = outs
+        np.testing.assert_array_equal(np.asarray(out), x * 2)

@@ -317,29 +317,36 @@ def test_tiled_compile_layouts_are_refused():
         client.compile(TWO_OUT, ifrt.CompileOptions(result_layouts=[tiled, None]))
 
 
-def test_cpu_plugin_compiles_a_column_major_result_but_copies_it_out_row_major():
-    """Why the PjRt backend refuses non-default compile layouts on CPU: given a column-major
-    result layout, the plugin compiles it (the executable and the output report {0,1}) but
-    the host copy hands out the memory as if row-major, so the values come out wrong. If a
-    plugin version fixes this, this test fails and the refusal can go (see above)."""
+def _compiled_with_layouts(client, argument_layouts, result_layouts):
+    """TWO_OUT compiled by ``client``'s plugin for the minor-to-major orders given (a
+    CompileOptionsProto made by hand: ifrtpy refuses to ask the CPU plugin for others than
+    row-major), on its first device."""
     from ifrtpy import _jaxlib
     from ifrtpy.backends.pjrt import executable as pjrt_executable
     from ifrtpy.program import HloProgram
 
     xla_client = _jaxlib.xla_client()
-    client = ifrt.get_client("xla-cpu-pjrt", cpu_device_count=1)
     program = HloProgram(TWO_OUT)
     proto = xla_client.CompileOptions()
     proto.executable_build_options.num_replicas = proto.executable_build_options.num_partitions = 1
     f32 = np.dtype(np.float32)
-    proto.argument_layouts = [xla_client.Shape.array_shape(f32, (2, 3), (1, 0)),
-                              xla_client.Shape.array_shape(f32, (), ())]
+    proto.argument_layouts = [xla_client.Shape.array_shape(f32, (2, 3), argument_layouts[0]),
+                              xla_client.Shape.array_shape(f32, (), argument_layouts[1])]
     proto.executable_build_options.result_layout = xla_client.Shape.tuple_shape([
-        xla_client.Shape.array_shape(f32, (2, 3), (0, 1)),
-        xla_client.Shape.array_shape(f32, (3, 2), (1, 0))])
+        xla_client.Shape.array_shape(f32, (2, 3), result_layouts[0]),
+        xla_client.Shape.array_shape(f32, (3, 2), result_layouts[1])])
     handle = pjrt_executable._compile(client, program, None, proto.SerializeAsString())
-    executable = pjrt_executable.PjrtLoadedExecutable(client, handle, program,
-                                                      ifrt.DeviceList(client.devices()[:1]))
+    return pjrt_executable.PjrtLoadedExecutable(client, handle, program,
+                                                ifrt.DeviceList(client.devices()[:1]))
+
+
+def test_cpu_plugin_compiles_a_column_major_result_but_copies_it_out_row_major():
+    """Why the PjRt backend refuses non-default compile layouts on CPU: given a column-major
+    result layout, the plugin compiles it (the executable and the output report {0,1}) but
+    the host copy hands out the memory as if row-major, so the values come out wrong. If a
+    plugin version fixes this, this test fails and the refusal can go (see above)."""
+    client = ifrt.get_client("xla-cpu-pjrt", cpu_device_count=1)
+    executable = _compiled_with_layouts(client, [(1, 0), ()], [(0, 1), (1, 0)])
     assert executable.output_layouts() == [Layout.column_major(2), Layout.row_major(2)]
     x, (doubled, transposed) = _run_two_out(client, executable)
     assert doubled.layout == Layout.column_major(2)
@@ -360,16 +367,15 @@ def test_a_plugin_that_places_layouts_checks_argument_layouts():
             compilation_cache_dir=False, argument_layouts=[Layout.row_major(2), None]))
         x, outputs = _run_two_out(client, executable)  # row-major argument: accepted
         np.testing.assert_array_equal(np.asarray(outputs[0]), x + x)
-        assert executable._accepted is not None  # default layouts: later calls take the C path
-        executable = client.compile(ifrt.HloProgram(TWO_OUT), ifrt.CompileOptions(
-            compilation_cache_dir=False))
-        # as if compiled for a column-major parameter 0
-        executable._layout_plan = ([Layout.column_major(2), Layout(())], [False, True], [None, None])
+        assert executable._checked_kinds is not None  # default layouts: later calls take the C path
+        # compiled for a column-major parameter 0 (ifrtpy refuses to ask the CPU plugin)
+        executable = _compiled_with_layouts(client, [(0, 1), ()], [(1, 0), (1, 0)])
+        assert executable.parameter_layouts()[0] == Layout.column_major(2)
         with pytest.raises(errors.InvalidArgumentError,
                            match=r"argument 0 of main is in device layout \{1,0\}, the program's "
                                  r"parameter 0 takes \{0,1\}"):
             _run_two_out(client, executable)
-        assert executable._accepted is None  # every such call is checked
+        assert executable._checked_kinds is None  # every such call is checked
     finally:
         client._host_platform = True
 

@@ -14,7 +14,7 @@ jax = pytest.importorskip("jax")
 import ifrtpy as ifrt  # noqa: E402
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError  # noqa: E402
 from ifrtpy.interop import jax as ij  # noqa: E402
-from ifrtpy.interop import jax_shardings  # noqa: E402
+from ifrtpy.backends import jax_shardings  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 

@@ -19,20 +19,7 @@ from proxy_helpers import (EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S, M,  # noq
                            RawSession, SyncClient, compile_request, execute_request, lookup,
                            put_request, put_values, raises_code, refused_session,
                            session_header, single_device_sharding, status_of, store)
-
-#: A program that runs as long as its second argument says: n steps of a 128x128 matmul.
-SLOW = """module @slow { func.func public @main(%a: tensor<128x128xf32>, %n: tensor<i32>)
-    -> tensor<128x128xf32> {
-  %c0 = stablehlo.constant dense<0> : tensor<i32>
-  %one = stablehlo.constant dense<1> : tensor<i32>
-  %r:3 = stablehlo.while(%i = %c0, %m = %n, %x = %a) : tensor<i32>, tensor<i32>, tensor<128x128xf32>
-    cond { %p = stablehlo.compare LT, %i, %m : (tensor<i32>, tensor<i32>) -> tensor<i1>
-           stablehlo.return %p : tensor<i1> }
-    do { %j = stablehlo.add %i, %one : tensor<i32>
-         %y = stablehlo.dot %x, %x : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
-         %z = stablehlo.tanh %y : tensor<128x128xf32>
-         stablehlo.return %j, %m, %z : tensor<i32>, tensor<i32>, tensor<128x128xf32> }
-  return %r#2 : tensor<128x128xf32> } }"""
+from slow_program import SLOW, slow_call  # noqa: E402
 
 ADD_ONE = """module @add_one { func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
     %c = stablehlo.constant dense<1.0> : tensor<4xf32>
@@ -48,40 +35,24 @@ def pjrt():
     return ifrt.get_client("pjrt", device_count=2)
 
 
-def steps_for(pjrt, seconds):
-    """The steps of SLOW that run about ``seconds`` on this machine now."""
-    exe = pjrt.compile(ifrt.HloProgram(SLOW), ifrt.CompileOptions(
-        devices=pjrt.make_device_list(pjrt.devices()[:1])))
-    sharding = ifrt.SingleDeviceSharding(pjrt.devices()[0])
-    a = pjrt.make_array_from_host_buffer(np.eye(128, dtype=np.float32), sharding)
-    steps = 100
-    while True:
-        n = pjrt.make_array_from_host_buffer(np.int32(steps), sharding)
-        start = time.perf_counter()
-        np.asarray(exe.execute([a, n], ifrt.ExecuteOptions()).outputs[0])
-        took = time.perf_counter() - start
-        if took > 0.2:
-            return int(steps * seconds / took)
-        steps *= 4
-
-
 def ok(response, kind):
     assert status_of(response) == (0, ""), status_of(response)
     return getattr(response, kind)
 
 
-def test_a_blocked_program_delays_no_other_session(pjrt):
+@pytest.mark.parametrize("backend", ["reference", "pjrt"])
+def test_a_blocked_program_delays_no_other_session(backend, pjrt):
     """Session 1 runs a program for seconds on a backend whose execute blocks until its
-    outputs are ready; session 2 puts, runs, reads back and deletes meanwhile (on the other
-    device: programs on one device take turns). Not on the reference backend: jaxlib's
-    StableHLO interpreter holds the GIL for a whole program, which stalls every thread of
-    the server (docs/proxy.md)."""
-    steps = steps_for(pjrt, PROGRAM_S)
-    with proxy.serve(SyncClient(pjrt)) as server, grpc.insecure_channel(server.address) as ch:
+    outputs are ready (the reference backend's interpreter, or PjRt's execute made to
+    wait); session 2 puts, runs, reads back and deletes meanwhile (on the other device:
+    on PjRt, programs on one device take turns)."""
+    client = pjrt if backend == "pjrt" else ifrt.get_client("reference", device_count=2)
+    _, steps = slow_call(client, PROGRAM_S)
+    with proxy.serve(SyncClient(client)) as server, grpc.insecure_channel(server.address) as ch:
         first, second = RawSession(ch), RawSession(ch)
         slow = ok(first.call("compile_request", compile_request(SLOW)),
                   "compile_response").loaded_executable_handle
-        assert put_values(ch, first, np.eye(128, dtype=np.float32), 1) == (0, "")
+        assert put_values(ch, first, np.eye(32, dtype=np.float32), 1) == (0, "")
         assert put_values(ch, first, np.array(steps, np.int32), 2) == (0, "")
         add_one = ok(second.call("compile_request", compile_request(ADD_ONE, (1,))),
                      "compile_response").loaded_executable_handle

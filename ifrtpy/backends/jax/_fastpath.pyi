@@ -4,33 +4,23 @@ from typing import Any
 from typing_extensions import Self
 
 from ifrtpy.array import Array
+from ifrtpy.backends._repeat import ArrayFields, CheckedKinds
 from ifrtpy.device import Device
-from ifrtpy.dtypes import DType
 from ifrtpy.executable import ExecuteOptions, ExecuteResult
 from ifrtpy.future import Future
-from ifrtpy.shape import Shape
-from ifrtpy.sharding import Sharding
-from ifrtpy.user_context import UserContext
 
-class JaxArrayCore:
-    _client: Any
-    _dtype: DType
-    _shape: Shape
-    _sharding: Sharding
+class JaxArrayCore(ArrayFields):
     _value: Any
-    _error: BaseException | None
-    _deleted: bool
     _reads: Sequence[Future[Any]]
-    _user_context: UserContext | None
     def block_until_ready(self) -> Self: ...
 
 class JaxExecutableCore:
     _client: Any
     _execute_sharded: Any
     _handlers: list[Any]
-    _accepted: list[tuple[Any, ...]] | None
-    _outputs_spec: tuple[tuple[DType, Shape, Sharding], ...]
     _donated: frozenset[int]
     _array_type: type[JaxArrayCore]
+    _checked_kinds: CheckedKinds | None
     def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
                 devices: Iterable[Device] | None = None) -> ExecuteResult: ...
+    def _outputs(self, kinds: CheckedKinds, values: Sequence[Any]) -> list[Any]: ...

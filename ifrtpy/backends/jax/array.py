@@ -1,7 +1,7 @@
 """JaxArray: an ifrtpy Array holding one ``jax.Array``.
 
 The jax value's sharding is the array's ifrtpy sharding converted by
-:mod:`ifrtpy.interop.jax_shardings` (shardings without a jax equivalent, such as uneven
+:mod:`ifrtpy.backends.jax_shardings` (shardings without a jax equivalent, such as uneven
 ConcreteShardings, raise UnimplementedError). 64-bit dtypes are kept whatever
 ``jax_enable_x64`` says. Deleting or donating an array drops its reference to the jax
 value: buffers shared with other arrays (REUSE_INPUT) stay alive while those hold them.
@@ -26,7 +26,7 @@ from ifrtpy.backends.jax._fastpath import JaxArrayCore
 from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.backends.jax.futures import future_of
 from ifrtpy.shape import Shape
-from ifrtpy.interop.jax_shardings import cached_to_jax
+from ifrtpy.backends.jax_shardings import cached_to_jax
 from ifrtpy.sharding import HloSharding
 from ifrtpy.sharding import (
     ConcreteEvenSharding, OpaqueSharding, Sharding, ShardingParamSharding,

@@ -30,10 +30,9 @@ from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
-from ifrtpy.executable import (
-    ArgumentChecks, CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract,
-    ExecuteResult, LoadedExecutable, NamedOutputs,
-)
+from ifrtpy.backends._repeat import CheckedKinds
+from ifrtpy.execute_checks import ArgumentChecks, CheckedExecute, ExecuteContract
+from ifrtpy.executable import CompiledMemoryStats, CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures
 from ifrtpy.sharding import HloSharding
 from ifrtpy.layout import Layout
@@ -132,9 +131,9 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
     """A program compiled by jax's runtime onto ``devices`` (``handle`` is jaxlib's
     LoadedExecutable).
 
-    ``execute`` repeats calls whose arguments are of the kinds already accepted in C
-    (``JaxExecutableCore``); every other call is checked by the interface's ``execute``
-    and launched here, in ``_launch``."""
+    ``execute`` repeats calls whose arguments are of the kinds of a checked call in C
+    (``JaxExecutableCore``); every other call is checked by the interface's contract and
+    launched here, in ``_launch``."""
 
     def __init__(self, client: Any, handle: Any, program: HloProgram, devices: DeviceList):
         self._client = client
@@ -145,7 +144,6 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         self._results = program.results
         self._donated = program.donated_inputs
         self._execute_sharded = handle.execute_sharded
-        self._accepted = None  # the argument kinds the C path repeats, once a call is checked
         kinds = handle.get_output_memory_kinds()
         self._memory_kinds = [str(k) for k in kinds[0]] if kinds else []
         # Token parameters and results come first (checked at compile): skip them.
@@ -156,8 +154,6 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
                                                     len(self._params), None)
         self._output_shardings = self._shardings(output_ops and output_ops[tokens_out:],
                                                  len(self._results), self._memory_kinds)
-        self._outputs_spec = tuple((r.dtype, r.shape, s) for r, s in zip(
-            self._results, self._output_shardings))
         self._execute_contract = ExecuteContract(
             self.name, client, JaxArray, self._params, self._parameter_shardings,
             self._results, self._output_shardings, self._donated)
@@ -288,9 +284,11 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
         checked: list[JaxArray] = call.args
         options = call.options
         values = [arg.jax_value for arg in checked]
-        named = cast(NamedOutputs, self._execute_contract.named_outputs)  # bound: never None
-        # A token program never takes the C path: nothing is accepted for it.
-        outputs_spec = named.accept(self, checked) if self._tokens is None else named.specs(checked)
+        shardings = call.output_shardings or self._output_shardings  # bound: always known
+        kinds = CheckedKinds(checked, tuple(
+            (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, shardings)))
+        if self._tokens is None:  # a token program never takes the C path
+            self._checked_kinds = kinds
         donated = call.donated
         for i in self._donated - donated:
             values[i] = checked[i]._take(ArrayCopySemantics.ALWAYS_COPY)  # jax donates the copy
@@ -309,9 +307,7 @@ class JaxLoadedExecutable(JaxExecutableCore, LoadedExecutable):
             self._launch_failed(checked, values, e)
         for i in donated:
             checked[i].delete()  # jax took its buffer
-        client = self._client
-        arrays = [JaxArray(client, dtype, shape, sharding, value)
-                  for (dtype, shape, sharding), value in zip(outputs_spec, outputs)]
+        arrays = self._outputs(kinds, outputs)
         status = join_futures([a.ready_future() for a in arrays]) if options.fill_status else None
         return ExecuteResult(status, arrays)
 

@@ -6,25 +6,21 @@ import numpy as np
 from typing_extensions import Self
 
 from ifrtpy._pjrt._buffer import BufferHandle
+from ifrtpy._pjrt._client import DeviceHandle
 from ifrtpy._pjrt._event import EventHandle
 from ifrtpy._pjrt._executable import ExecutableHandle
 from ifrtpy.array import Array
-from ifrtpy.device import Device
-from ifrtpy.dtypes import DType
+from ifrtpy.backends._repeat import ArrayFields, CheckedKinds
+from ifrtpy.device import Device, DeviceList
+from ifrtpy.errors import IfrtError
+from ifrtpy.execute_checks import CheckedExecute
 from ifrtpy.executable import ExecuteOptions, ExecuteResult
-from ifrtpy.shape import Shape
-from ifrtpy.sharding import Sharding
-from ifrtpy.user_context import UserContext
+from ifrtpy.layout import Layout
 
-class ArrayCore:
-    _client: Any
-    _dtype: DType
-    _shape: Shape
-    _sharding: Sharding
+class ArrayCore(ArrayFields):
     _buffers: tuple[BufferHandle, ...]
-    _error: BaseException | None
-    _deleted: bool
-    _user_context: UserContext | None
+    _layout: Layout | None
+    def is_deleted(self) -> bool: ...
     def block_until_ready(self) -> Self: ...
 
 class ExecutableCore:
@@ -32,14 +28,27 @@ class ExecutableCore:
     _handle: ExecutableHandle
     _devices: Any
     _deleted: bool
-    _accepted: list[Any] | None
-    _outputs_spec: tuple[tuple[DType, Shape, Sharding], ...]
-    _donated: frozenset[int]
+    _plan: Any
     _array_type: type[ArrayCore]
+    @property
+    def _checked_kinds(self) -> CheckedKinds | None: ...
+    @property
+    def name(self) -> str: ...
+    def devices(self) -> DeviceList | None: ...
+    def is_deleted(self) -> bool: ...
     def execute(self, args: Sequence[Array], options: ExecuteOptions | None = None,
                 devices: Iterable[Device] | None = None) -> ExecuteResult: ...
     def __call__(self, *args: Array, **keywords: Any) -> list[Array]: ...
+    def _launch(self, call: CheckedExecute) -> ExecuteResult: ...
+    def _run_buffers(self, arguments: list[Sequence[BufferHandle]], launch_id: int,
+                     non_donatable: Sequence[int], device: DeviceHandle | None,
+                     donated: Iterable[int]) -> tuple[tuple[tuple[BufferHandle, ...], ...],
+                                                      tuple[EventHandle, ...]]: ...
 
+def donation_refusal(argument: int, donate: bool, pins: int, donating: bool, read_only: bool,
+                     exports: int) -> IfrtError | None: ...
+def nested_execute_refusal(name: str, device_id: int, running: int,
+                           limit: int) -> IfrtError | None: ...
 def populate_while_pending(out: np.ndarray, events: Iterable[EventHandle],
                            chunk: int = ...) -> bool: ...
 

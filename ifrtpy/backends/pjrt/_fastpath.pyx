@@ -1,13 +1,16 @@
 # cython: language_level=3, binding=True, embedsignature=True
 """The PjRt backend's hot paths in C: the fields of PjrtArray and PjrtLoadedExecutable,
-repeated executes, and mapping the pages of fresh host memory while copies fill it.
+the launch of every execute, and mapping the pages of fresh host memory while copies fill
+it.
 
 ``ArrayCore`` and ``ExecutableCore`` hold the fields of every PjrtArray and
-PjrtLoadedExecutable, so that an execute can read its arguments and fill its outputs
-without Python attribute lookups. All semantics stay in ``array.py`` and
-``executable.py``: this module only repeats an execute whose arguments were already
-checked (same dtype, shape and sharding objects as an accepted call), and hands every
-other call to the checked path.
+PjrtLoadedExecutable, so that an execute reads its arguments and makes its outputs
+without Python attribute lookups. An execute is checked in Python (the contract,
+``ifrtpy.execute_checks``) and launched here, after the rules of a launch (the layout
+rule, for checked calls; the donation rules; the limit of executes nested through host
+callbacks), reading the executable's launch plan (``launch_plan``); a call whose
+arguments are of the kinds of a checked call is launched without the checks
+(``ifrtpy.backends._repeat``).
 
 :func:`populate_while_pending` and :class:`PopulateBehind` take the page faults of a
 fresh destination on a second core while a copy fills it (Linux's MADV_POPULATE_WRITE,
@@ -16,19 +19,25 @@ which maps pages without writing them); elsewhere they do nothing.
 
 cimport cython
 cimport numpy as cnp
-from cpython.list cimport PyList_New, PyList_SET_ITEM
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE
+from cpython.sequence cimport (
+    PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS)
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.contextvars cimport get_value
 from libc.errno cimport EINVAL, ENOSYS
 from libc.stdlib cimport free, malloc
 
-from ifrtpy._pjrt._buffer cimport BufferHandle
+from ifrtpy._pjrt._buffer cimport BufferHandle, atomic_load
+from ifrtpy._pjrt._client cimport DeviceHandle
 from ifrtpy._pjrt._event cimport EventHandle
-from ifrtpy._pjrt._executable cimport ExecutableHandle
-from ifrtpy._execute_result cimport ExecuteResult
+from ifrtpy._pjrt._executable cimport ExecutableHandle, callback_executions
+from ifrtpy._pjrt._host_callback cimport in_host_callback
+from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
+from ifrtpy.backends._repeat cimport (
+    ArrayFields, CheckedKinds, admits, call_arguments, new_output)
 from ifrtpy.array import deleted_error as _deleted_error
+from ifrtpy.array_plans import canonical_kind as _canonical_kind
 from ifrtpy.executable import ExecuteOptions
 from ifrtpy.executable import keyword_arguments_error as _keyword_arguments_error
 from ifrtpy import errors as _errors
@@ -103,19 +112,18 @@ cdef extern from *:
     void ifrtpy_populator_join(ifrtpy_populator* job) nogil
 
 
-cdef class ArrayCore:
-    """The fields of a PjrtArray (see ``ifrtpy.backends.pjrt.array``)."""
+cdef class ArrayCore(ArrayFields):
+    """The fields of a PjrtArray (see ``ifrtpy.backends.pjrt.array``): those of every
+    array held in C, its buffers and its layout."""
 
-    cdef public object _client
-    cdef public object _dtype
-    cdef public object _shape
-    cdef public object _sharding
     cdef public tuple _buffers
-    cdef public object _error
-    cdef public bint _deleted
-    cdef public object _user_context
     cdef public object _layout  # None: the default layout of its memory
-    cdef object __weakref__
+
+    def is_deleted(self):
+        """Whether the array was deleted or donated (or its buffers deleted through it)."""
+        if self._deleted:
+            return True
+        return bool(self._buffers) and (<BufferHandle?>self._buffers[0])._is_deleted()
 
     def block_until_ready(self):
         """Wait for every shard (the GIL released while one is pending); raise the array's
@@ -136,25 +144,41 @@ cdef class ArrayCore:
 
 
 cdef class ExecutableCore:
-    """The fields of a PjrtLoadedExecutable and the C half of its ``execute``.
+    """The fields of a PjrtLoadedExecutable and its ``execute``, in C.
 
-    ``execute`` repeats, in C, a call whose arguments are of the kinds a checked call
-    accepted: each an ``_array_type`` with the ``(dtype, shape, sharding)`` of
-    ``_accepted`` (sharding and dtype by identity, shape by equality), live and not an
-    error array. Every other call goes to ``_execute_checked``, the interface's execute
-    (``ifrtpy.executable``), which checks the whole contract; the backend's ``_launch``
-    (in ``executable.py``) then sets ``_accepted``.
+    A call is checked (the interface's contract, ``_execute_contract``) and launched
+    (``_launch``: the layout rule, ``_check_layouts``, then ``_launch_arrays``), unless its
+    arguments are of the kinds of a checked call (``CheckedKinds``, kept where the launch
+    plan allows): that call is launched without checks (``_repeat``). Every call is
+    launched by ``_launch_arrays``: its arguments' buffers run after the backend's rules
+    (``_run_groups``), the donated arguments read as deleted, the outputs are made
+    (``_outputs``). The launch plan (``_plan``) is read here, never worked out.
     """
 
     cdef public object _client
     cdef public ExecutableHandle _handle
     cdef public object _devices
     cdef public bint _deleted
-    cdef public list _accepted  # None until a checked call: no call may skip the checks
-    cdef public tuple _outputs_spec  # (dtype, shape, sharding) of each output
-    cdef public frozenset _donated  # the parameters the program donates
+    cdef object plan
+    cdef frozenset donated  # the plan's: the parameters the program donates
+    cdef object effects  # the plan's OrderedEffects, or None
+    cdef CheckedKinds kinds  # those of the last checked call that may repeat; None: none yet
+    cdef Py_ssize_t max_executions  # per device, of executes inside callbacks; 0: no limit
     cdef object array_type
     cdef object __weakref__
+
+    @property
+    def _plan(self):
+        """The launch plan (``ifrtpy.backends.pjrt.launch_plan.LaunchPlan``)."""
+        return self.plan
+
+    @_plan.setter
+    def _plan(self, plan):
+        self.plan = plan
+        self.donated = plan.donated
+        self.effects = plan.effects
+        self.max_executions = plan.max_executions or 0
+        self.kinds = None
 
     @property
     def _array_type(self):
@@ -167,54 +191,151 @@ cdef class ExecutableCore:
             raise TypeError(f"_array_type must be a subclass of ArrayCore, got {value!r}")
         self.array_type = value
 
+    @property
+    def _checked_kinds(self):
+        """The CheckedKinds whose calls are repeated without checks; None until a checked
+        call the plan lets repeat."""
+        return self.kinds
+
+    @property
+    def name(self):
+        """The program's name, as the plugin reports it."""
+        return self._handle.name
+
+    def devices(self):
+        """The devices it runs on; None for a portable executable."""
+        return self._devices
+
+    def is_deleted(self):
+        """Whether ``delete`` was called."""
+        return self._deleted
+
     def execute(self, args, options=None, devices=None):
         """See :meth:`ifrtpy.LoadedExecutable.execute`."""
-        if (devices is None and not self._deleted and self._accepted is not None
-                and (options is None or type(options) is ExecuteOptions)
+        if (devices is None and (options is None or type(options) is ExecuteOptions)
                 and (type(args) is list or type(args) is tuple)):
-            result = self._execute_accepted(args, options, True)
+            result = self._repeat(args, options, True)
             if result is not None:
                 return result
-        return self._execute_checked(args, options, devices)
+        return self._launch_checked(self._execute_contract.check(self, args, options, devices),
+                                    True)
 
     def __call__(self, *args, **keywords):
         """``execute(list(args)).outputs``: run with default options."""
         if keywords:
             raise _keyword_arguments_error(self, keywords)
-        if not self._deleted and self._accepted is not None:
-            outputs = self._execute_accepted(args, None, False)
-            if outputs is not None:
-                return outputs
-        return self._execute_checked(list(args), None, None).outputs
+        outputs = self._repeat(args, None, False)
+        if outputs is not None:
+            return outputs
+        return self._launch_checked(
+            self._execute_contract.check(self, list(args), None, None), False)
 
-    cdef object _execute_accepted(self, object args, options, bint as_result):
-        """An ExecuteResult (``as_result``) or the outputs; None unless ``args`` (a list or
-        a tuple) are of the accepted kinds. The launch is ``_pjrt``'s, as for every execute."""
-        cdef list accepted = self._accepted
-        cdef tuple outputs_spec = self._outputs_spec  # read with accepted: set as a pair
-        cdef ExecutableHandle handle = self._handle
-        cdef Py_ssize_t num_args = len(args), num_outputs = handle.num_outputs
-        cdef Py_ssize_t num_devices = len(handle.addressable_devices), d, k
+    def _launch(self, call):
+        """Launch ``call``, an execute whose contract was checked (a CheckedExecute):
+        refuse an argument in another layout than its parameter's (``_check_layouts``), run
+        it, and where the plan allows keep its kinds, whose calls are then repeated
+        without checks. Returns the ExecuteResult."""
+        return self._launch_checked(call, True)
+
+    @cython.final
+    cdef object _launch_checked(self, object call, bint as_result):
+        """``_launch``, returning the ExecuteResult (``as_result``) or the outputs."""
+        cdef list args = <list?>call.args  # the contract's own list: no other thread holds it
+        cdef Py_ssize_t k
+        cdef ArrayCore array
+        for k in range(len(args)):
+            array = <ArrayCore?>args[k]  # checked by the contract: an _array_type
+        plan = self.plan
+        unread = self._check_layouts(args)
+        kinds = CheckedKinds(args, tuple([
+            (kind[0], kind[1], sharding, layout) for kind, sharding, layout in
+            zip(plan.output_types, call.output_shardings, plan.output_layouts_made)]))
+        if unread and call.device is None and plan.repeatable:
+            self.kinds = kinds
+        return self._launch_arrays(PySequence_Fast_ITEMS(args), len(args), call.options,
+                                   call.device, kinds, as_result)
+
+    @cython.final
+    cdef bint _check_layouts(self, list args) except -1:
+        """The layout rule of a launch: refuse an argument whose device layout is not its
+        parameter's (InvalidArgumentError naming both; PJRT compares only byte sizes, so
+        it would be read wrongly). An argument in the default layout of its parameter's
+        memory, where that is the parameter's layout, needs no layout read, and on a host
+        platform none does; True when none needed one (calls with arguments of these kinds
+        then need no check of their layouts)."""
+        cdef Py_ssize_t i
+        plan = self.plan
+        if plan.host:
+            return True
+        defaults, expected_layouts = plan.parameters_in_default_layouts, plan.parameter_layouts
+        unread = True
+        for i in range(len(args)):
+            arg = args[i]
+            if (defaults is not None and defaults[i] and (<ArrayCore>arg)._layout is None
+                    and _canonical_kind(arg.sharding) == plan.parameter_memory_kinds[i]):
+                continue
+            unread = False
+            if expected_layouts is None:
+                continue  # nothing to compare with
+            expected = expected_layouts[i]
+            try:
+                layout = arg.layout
+            except _errors.UnimplementedError:  # the plugin reports no readable layout
+                continue
+            if layout is not None and (layout.minor_to_major, layout.tiles) != (
+                    expected.minor_to_major, expected.tiles):
+                raise _errors.InvalidArgumentError(
+                    f"argument {i} of {self._handle.name} is in device layout {layout}, the "
+                    f"program's parameter {i} takes {expected}: put it in that layout, or "
+                    "compile with argument_layouts matching it")
+        return unread
+
+    @cython.final
+    cdef object _repeat(self, object args, object options, bint as_result):
+        """The ExecuteResult (``as_result``) or the outputs of a call whose ``args`` (a list
+        or a tuple) are of the checked kinds, run without checks; None for any other."""
+        cdef CheckedKinds kinds = self.kinds
+        cdef tuple held = call_arguments(kinds, args)
+        cdef Py_ssize_t num_args, k
         cdef object array_type = self.array_type
         cdef ArrayCore array
-        cdef tuple spec, buffers
-        cdef ExecuteResult result
-        if (array_type is None or accepted is None or num_args != len(accepted)
-                or num_outputs != len(outputs_spec)):
+        if held is None:
             return None
-        # Options first: from the argument checks to the launch no Python code runs, so
-        # no other thread can change what was checked.
+        num_args = PySequence_Fast_GET_SIZE(held)
+        cdef PyObject** items = PySequence_Fast_ITEMS(held)  # the tuple holds them
+        for k in range(num_args):
+            item = <object>items[k]
+            if type(item) is not array_type:
+                return None
+            array = <ArrayCore>item
+            if array._layout is not None or not admits(kinds, array, k):
+                return None
+        return self._launch_arrays(items, num_args, options, None, kinds, as_result)
+
+    @cython.final
+    cdef object _launch_arrays(self, PyObject** arrays, Py_ssize_t num_args, object options,
+                               object device, CheckedKinds kinds, bint as_result):
+        """The launch of every call, checked or of checked ``kinds``, with ``options`` (an
+        ExecuteOptions, or None for the defaults): the buffers of ``arrays[0:num_args]``
+        (held by the caller) run on ``device`` (a portable executable's) or the
+        executable's devices (``_run_groups``), the arguments the program donates given up
+        (but the options' non-donatable ones), the outputs made as ``kinds.outputs`` say.
+        From the caller's checks to the plugin no Python code runs (reading the options
+        runs none). Returns an ExecuteResult (``as_result``) or the outputs."""
         cdef int launch_id = 0
         cdef object non_donatable = ()
         cdef bint fill_status = False
+        cdef frozenset donated = self.donated
         if options is not None:
             launch_id = options.launch_id
             if options.non_donatable_input_indices:
-                non_donatable = sorted(options.non_donatable_input_indices)
+                non_donatable = tuple(sorted(options.non_donatable_input_indices))
+                donated = donated - options.non_donatable_input_indices
             fill_status = options.fill_status
-        cdef frozenset donated = self._donated
-        cdef list donated_args = None  # the arrays whose buffers the launch takes
-        # The buffer tuple of each argument and the outputs' buffer tuples (one per
+        cdef Py_ssize_t num_outputs = len(kinds.outputs), k
+        cdef Py_ssize_t num_devices = (1 if device is not None
+                                       else len(self._handle.addressable_devices))
+        # The buffer tuple of each argument, and the outputs' buffer tuples (one per
         # output), each referenced until handed on; on the stack unless there are many.
         cdef PyObject* small_groups[SMALL]
         cdef PyObject* small_results[SMALL]
@@ -222,6 +343,8 @@ cdef class ExecutableCore:
         cdef PyObject** results = small_results
         cdef Py_ssize_t num_groups = 0, num_results = 0
         cdef PyObject* done = NULL
+        cdef tuple buffers
+        cdef ExecuteResult result
         try:
             if num_args > SMALL:
                 groups = <PyObject**>malloc(num_args * sizeof(PyObject*))
@@ -230,54 +353,34 @@ cdef class ExecutableCore:
             if groups == NULL or results == NULL:
                 raise MemoryError()
             for k in range(num_args):
-                if k >= PySequence_Fast_GET_SIZE(args):  # a list another thread shortened
-                    return None  # (comparing shapes runs Python code)
-                item = <object>PySequence_Fast_GET_ITEM(args, k)
-                if type(item) is not array_type:
-                    return None
-                array = <ArrayCore>item
-                spec = <tuple?>accepted[k]
-                buffers = array._buffers
-                if (array._sharding is not spec[2] or array._dtype is not spec[0]
-                        or array._deleted or array._error is not None or array._layout is not None
-                        or (array._shape is not spec[1] and array._shape != spec[1])
-                        or len(buffers) != num_devices):
-                    return None
-                for d in range(num_devices):
-                    if (<BufferHandle?>buffers[d]).exports:  # exported: donation is checked there
-                        return None
+                buffers = (<ArrayCore>arrays[k])._buffers
                 Py_INCREF(buffers)
                 groups[k] = <PyObject*>buffers
                 num_groups += 1
-                if donated and k in donated and k not in non_donatable:
-                    if donated_args is None:
-                        donated_args = []
-                    donated_args.append(array)
-            handle._run(groups, num_args, False, num_devices, launch_id, non_donatable, None,
-                        donated, results, &done if fill_status else NULL)
-            num_results = num_outputs
-            if donated_args is not None:  # they read as deleted, as after delete()
-                for item in donated_args:
-                    (<ArrayCore>item)._deleted = True
-            outputs = PyList_New(num_outputs)
-            context = get_value(_active_user_context)
-            for k in range(num_outputs):
-                spec = <tuple?>outputs_spec[k]
-                array = <ArrayCore>(<PyTypeObject*>array_type).tp_new(array_type, <PyObject*>(), NULL)
-                array._client = self._client
-                array._dtype = spec[0]
-                array._shape = spec[1]
-                array._sharding = spec[2]
-                array._buffers = <tuple>results[k]
-                Py_XDECREF(results[k])  # the array holds the tuple
-                results[k] = NULL
-                array._user_context = context
-                Py_INCREF(array)
-                PyList_SET_ITEM(outputs, k, array)
+            if self.effects is None:
+                self._run_groups(groups, num_args, num_devices, launch_id, non_donatable,
+                                 None if device is None else device._handle, donated, results,
+                                 &done if fill_status else NULL)
+                num_results = num_outputs
+                events = <tuple>done if fill_status else None
+            else:
+                made, events = self.effects.launch(
+                    self._run_buffers, [<object>groups[k] for k in range(num_args)], launch_id,
+                    non_donatable, device, donated,
+                    [device] if device is not None else self._addressable)
+                for k in range(num_outputs):
+                    item = made[k]
+                    Py_INCREF(item)
+                    results[k] = <PyObject*>item
+                    num_results += 1
+            if donated:  # their buffers are the outputs': they read as deleted
+                for k in donated:
+                    (<ArrayCore>arrays[k])._deleted = True
+            outputs = self._outputs(kinds, results)
             if not as_result:
                 return outputs
             result = ExecuteResult.__new__(ExecuteResult)
-            result.status = future_of_events(<tuple>done) if fill_status else None
+            result.status = future_of_events(events) if fill_status else None
             result.outputs = outputs
             return result
         finally:
@@ -290,6 +393,125 @@ cdef class ExecutableCore:
                 free(groups)
             if results != small_results:
                 free(results)
+
+    @cython.final
+    cdef int _run_groups(self, PyObject** groups, Py_ssize_t num_groups, Py_ssize_t num_devices,
+                         int launch_id, object non_donatable, DeviceHandle device,
+                         frozenset donated, PyObject** results, PyObject** done) except -1:
+        """Run the executable on ``groups[k]``, argument k's buffer on each device (``_pjrt``
+        hands them to the plugin, ``results`` and ``done`` as ``ExecutableHandle._run``
+        fills them), after this backend's rules: the limit of executes made inside a host
+        callback (``_check_nested``), and as each buffer is pinned, the donation rules
+        (:func:`donation_refusal`). No Python code runs from the rules to the pins: no other
+        thread changes what they read."""
+        if self.max_executions and in_host_callback():
+            self._check_nested(device)
+        return self._handle._run(groups, num_groups, False, num_devices, launch_id,
+                                 non_donatable, device, donated, _admit, results, done)
+
+    def _run_buffers(self, arguments, launch_id, non_donatable, device, donated):
+        """``_run_groups`` of ``arguments`` (a list: argument k's buffer on each device; the
+        executable's main parameters, tokens included), on DeviceHandle ``device`` or every
+        device: ``(outputs, events)``, output k's buffers on each device and the completion
+        events. For the ordered effects (``effects.OrderedEffects.launch``)."""
+        cdef ExecutableHandle handle = self._handle
+        if self.max_executions and in_host_callback():
+            self._check_nested(device)
+        return handle._run_tuples(
+            <list?>arguments, False, 1 if device is not None else len(handle.addressable_devices),
+            launch_id, tuple(non_donatable), device, frozenset(donated), _admit)
+
+    @cython.final
+    cdef int _check_nested(self, DeviceHandle device) except -1:
+        """:func:`nested_execute_refusal` on ``device`` (a portable executable's) or each
+        device, for an execute made inside a host callback where the platform's
+        executions per device are limited."""
+        cdef ExecutableHandle handle = self._handle
+        for item in ((device,) if device is not None else handle.addressable_devices):
+            error = nested_execute_refusal(handle.name, (<DeviceHandle>item).id,
+                                           callback_executions(<DeviceHandle>item),
+                                           self.max_executions)
+            if error is not None:
+                raise error
+        return 0
+
+    @cython.final
+    cdef Outputs _outputs(self, CheckedKinds kinds, PyObject** results):
+        """The output arrays of a launch, output ``k`` holding the buffer tuple
+        ``results[k]``: the one way every execute makes them."""
+        cdef Py_ssize_t num_outputs = len(kinds.outputs), k
+        cdef Outputs outputs = new_outputs()
+        cdef object array_type = self.array_type, client = self._client
+        cdef ArrayCore array
+        context = get_value(_active_user_context)
+        for k in range(num_outputs):
+            array = <ArrayCore>new_output(kinds, array_type, k, client, context)
+            array._buffers = <tuple>results[k]
+            array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
+            outputs.append(array)
+        return outputs
+
+
+# -- the rules of a launch ------------------------------------------------------------------
+
+cpdef object donation_refusal(Py_ssize_t argument, bint donate, Py_ssize_t pins,
+                              bint donating, bint read_only, Py_ssize_t exports):
+    """The error of handing the plugin a buffer of argument ``argument`` for an execute that
+    donates it (``donate``) or not, where ``pins`` executes hand it to the plugin now,
+    ``donating`` if one of them donates it, ``read_only`` if it views memory its DLPack
+    producer marked read-only, ``exports`` the DLPack exports and NumPy views alive; None
+    where it may be handed over. A multi-device execute whose buffer another execute
+    donates meanwhile would fail on some devices after others started, leaving their
+    outputs waiting forever; a donated buffer is written (or freed) under whoever reads it."""
+    if donating:
+        return _errors.InvalidArgumentError(
+            f"argument {argument} is being donated (by an execute on another thread, or by "
+            "another argument of this one)")
+    if not donate:
+        return None
+    if read_only:
+        return _errors.InvalidArgumentError(
+            f"argument {argument} views memory its DLPack producer marked read-only: it "
+            "cannot be donated (list it in the execute's non_donatable_input_indices)")
+    if pins:
+        return _errors.InvalidArgumentError(
+            f"argument {argument} cannot be donated: an execute on another thread (or another "
+            "argument of this one) is using it")
+    if exports:
+        return _errors.FailedPreconditionError(
+            f"argument {argument} is donated, but DLPack exports or NumPy views of it are "
+            "alive: drop them first, or list the argument in "
+            "ExecuteOptions.non_donatable_input_indices")
+    return None
+
+
+cdef int _admit(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
+    """:func:`donation_refusal` of ``buffer`` as ``_pjrt`` is about to pin it."""
+    if not (donate or buffer._donating):  # the rules refuse no other buffer
+        return 0
+    error = donation_refusal(argument, donate, buffer._pins, buffer._donating, buffer._read_only,
+                             atomic_load(&buffer.exports))
+    if error is not None:
+        raise error
+    return 0
+
+
+cpdef object nested_execute_refusal(str name, Py_ssize_t device_id, Py_ssize_t running,
+                                    Py_ssize_t limit):
+    """The error of an execute of ``name`` made inside a host callback while ``running``
+    executions of programs with host callbacks are in flight on device ``device_id``,
+    where the platform runs at most ``limit`` executions per device at once
+    (:mod:`.execute_limits`): the plugin would hold this one until one of them completes,
+    and they wait for it. ResourceExhaustedError at the limit; None below it."""
+    if running < limit:
+        return None
+    return _errors.ResourceExhaustedError(
+        f"execute of {name!r} inside a host callback refused: {running} executions of "
+        f"programs with host callbacks are in flight on device {device_id}, and this "
+        f"platform's plugin runs at most {limit} executions per device at once; this one "
+        "would wait for them to complete while they wait for it (executes nested "
+        f"{limit} deep through callbacks, or that many threads whose callbacks execute on "
+        "one device)")
 
 
 cdef bint _populate_supported = True

@@ -39,8 +39,8 @@ ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
 class PjrtArray(ArrayCore, StoredArray):
     """An array of a PjrtClient. Made by the client's operations, not by users.
 
-    Its fields, and ``block_until_ready``, live in the C-level ``ArrayCore`` (for the
-    execute fast path).
+    Its fields, ``is_deleted`` and ``block_until_ready`` live in the C-level ``ArrayCore``
+    (for the execute fast path).
     Thread-safe for reads; ``delete`` is idempotent.
     """
 
@@ -92,9 +92,6 @@ class PjrtArray(ArrayCore, StoredArray):
             for buffer in self._buffers:
                 buffer.delete()
         return Future.ready()
-
-    def is_deleted(self) -> bool:
-        return self._deleted or (bool(self._buffers) and self._buffers[0].is_deleted())
 
     def _data(self) -> tuple:
         return self._buffers if self._error is not None else self._live_buffers()

@@ -87,6 +87,22 @@ class OrderedEffects:
         """Caller's parameter indices as indices into main's parameters."""
         return [self.array_positions[i] for i in indices]
 
+    def launch(self, run: Callable[..., tuple[Any, Any]], arguments: list[Any], launch_id: int,
+               non_donatable: Sequence[int], device: Any, donated: Sequence[int],
+               devices: Sequence[Any]) -> tuple[list[Any], Any]:
+        """``(outputs, events)`` of a launch with ``arguments`` (one tuple of per-device
+        buffers each, without tokens) on ``devices`` (``device`` for a portable executable,
+        else None), the tokens put in and kept (:meth:`run`): ``run(main_arguments,
+        launch_id, non_donatable, device_handle, donated)`` runs the executable on main's
+        parameters (the executable's ``_run_buffers``); ``non_donatable`` and ``donated``
+        are the caller's parameter indices."""
+        main_non_donatable = self.main_indices(non_donatable)
+        main_donated = self.main_indices(sorted(donated))
+        device_handle = None if device is None else device._handle
+        return self.run(lambda main_arguments: run(main_arguments, launch_id, main_non_donatable,
+                                                   device_handle, main_donated),
+                        arguments, devices)
+
     def run(self, launch: Callable[[list[Any]], tuple[Any, Any]], arguments: list[Any],
             devices: Sequence[Any]) -> tuple[list[Any], Any]:
         """``launch(main_arguments)`` -> ``(outputs, events)`` with the token arguments put

@@ -1,44 +1,37 @@
 """PjrtCompiler and PjrtLoadedExecutable: StableHLO compiled and run by a PJRT plugin.
 
 The executable knows its program's global parameter and result types (from the
-StableHLO signature) and its compiled shardings (from the optimized HLO module the
-plugin returns), and checks every argument against them before dispatch: the plugin
-itself only compares byte sizes (it runs an s32 buffer as an f32 parameter).
+StableHLO signature) and, through its launch plan (:mod:`.launch_plan`), its compiled
+shardings and layouts (from the optimized HLO module the plugin returns); every argument
+is checked against them before dispatch: the plugin itself only compares byte sizes (it
+runs an s32 buffer as an f32 parameter).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Sequence
-
+from typing import Any
 
 from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
-from ifrtpy.array import Array
-from ifrtpy.array_plans import canonical_kind, default_shard_layout
+from ifrtpy.array_plans import canonical_kind
 from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt import ffi, seal
 from ifrtpy.backends.pjrt._fastpath import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
-from ifrtpy.backends.pjrt.effects import OrderedEffects
-from ifrtpy.backends.pjrt.events import future_of_events
-from ifrtpy.backends.pjrt.layouts import check_byte_size, packed
+from ifrtpy.backends.pjrt.launch_plan import LaunchPlan, optimized_module
+from ifrtpy.backends.pjrt.layouts import check_byte_size
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.future import Future
 from ifrtpy.errors import (
-    FailedPreconditionError, IfrtError, InternalError, InvalidArgumentError, UnimplementedError,
-    check_type,
+    FailedPreconditionError, IfrtError, InvalidArgumentError, UnimplementedError, check_type,
 )
-from ifrtpy.executable import (
-    CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract, ExecuteResult,
-    LoadedExecutable,
-)
-from ifrtpy.sharding import HloSharding
+from ifrtpy.execute_checks import ExecuteContract
+from ifrtpy.executable import CompiledMemoryStats, CompileOptions, LoadedExecutable
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram, stablehlo_version
 from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
-from ifrtpy.sharding import ConcreteEvenSharding, Sharding, SingleDeviceSharding
 from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-EXECUTABLE-1\n"
@@ -183,57 +176,13 @@ def _memo_key(program, options: CompileOptions | None) -> tuple | None:
             id(current_user_context()))
 
 
-def _optimized_module(handle):
-    """The compiled module the plugin returns (a jaxlib HloModule), or None for a format
-    other than HLO."""
-    HloModule = _jaxlib.hlo_module_class()
-
-    fmt, code = handle.optimized_program()
-    if fmt == "hlo_with_config":
-        code = _xla.proto_field(code, 1)  # HloModuleProtoWithConfig.hlo_module
-    elif fmt != "hlo":
-        return None
-    return HloModule.from_serialized_hlo_module_proto(code)
-
-
-def _hlo_module_shardings(module) -> tuple[list | None, list | None]:
-    """OpShardings of the parameters and outputs of the compiled (SPMD) ``module``, or
-    None, None where it is not partitioned (it has no output sharding then; a partitioned
-    module without parameters has no parameter shardings either)."""
-    output = None if module is None else module.spmd_output_sharding
-    if output is None:
-        return None, None
-    output = list(output.tuple_shardings) if output.type == output.type.TUPLE else [output]
-    return list(module.spmd_parameters_shardings or ()), output
-
-
-def _check_shard_shapes(name: str, module, program: HloProgram, params, outputs) -> None:
-    """Each sharding read from the compiled ``module`` gives the per-device shape the module
-    takes or returns. A sharding misread (a form of HloSharding ifrtpy does not know) would
-    size buffers wrongly, which the plugin does not check: refuse the program instead."""
-    shapes = _xla.entry_shapes(module)
-    for what, types, shardings, compiled, tokens in (
-            ("parameter", program.parameters, params, shapes[0], program.token_parameters),
-            ("output", program.results, outputs, shapes[1], program.token_results)):
-        compiled = [s for i, s in enumerate(compiled) if i not in tokens]
-        if len(compiled) != len(types):
-            continue  # another entry signature (tuples): no shape to compare with
-        for i, (t, sharding, shape) in enumerate(zip(types, shardings, compiled)):
-            expected = tuple(sharding.shard_shape(t.shape).dims)
-            if shape.is_array() and shape.is_static() and tuple(shape.dimensions()) != expected:
-                raise InternalError(
-                    f"{what} {i} of {name}: ifrtpy reads its compiled sharding as {sharding}, "
-                    f"shards of shape {list(expected)}, but the compiled program's are "
-                    f"{list(shape.dimensions())}; this jaxlib writes a sharding form ifrtpy "
-                    "does not read (please report it)")
-
-
 class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     """A compiled program loaded on a PjrtClient's devices.
 
-    Its fields, and the repeat of an accepted call in ``execute``, live in the C-level
-    ``ExecutableCore``; every other call is checked by the interface's ``execute`` and
-    launched here, in ``_launch``.
+    Its fields and its ``execute`` live in the C-level ``ExecutableCore``: each call is
+    checked (the interface's contract) and launched there, reading its launch plan
+    (:class:`~ifrtpy.backends.pjrt.launch_plan.LaunchPlan`), or repeated without checks
+    where its arguments are of the kinds of a checked call.
     """
 
     def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None,
@@ -244,65 +193,24 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         self._devices = devices
         self._addressable = [client.lookup_device(h.id) for h in handle.addressable_devices]
         self._deleted = False
-        self._parameter_shardings, self._output_shardings = self._shardings()
-        self._params = program.parameters
-        self._results = program.results
         self._array_type = PjrtArray
-        self._donated = frozenset(program.donated_inputs)
-        self._accepted = None  # (dtype, shape, sharding) of the last checked arguments
-        self._layout_plan: tuple | None = None  # see _read_layout_plan, read at the first call
-        self._outputs_spec = tuple(
-            (r.dtype, r.shape, sharding) for r, sharding in zip(self._results, self._output_shardings or ()))
+        self._plan = plan = LaunchPlan(client, handle, program, devices)
         self._execute_contract = ExecuteContract(
-            self.name, client, PjrtArray, program.parameters, self._parameter_shardings,
-            self._results, self._output_shardings, self._donated)
+            handle.name, client, PjrtArray, program.parameters, plan.parameter_shardings,
+            program.results, plan.output_shardings, plan.donated)
         self._user_context = current_user_context()
         # Host callbacks: every execute passes their callables (the handle's execute
-        # context, see ifrtpy.ffi); ordered effects: token arguments and results threaded
-        # between executes, on the checked path only (the C one has no tokens).
-        # The plugin crashes on an execute of a program with host callbacks without them.
+        # context, see ifrtpy.ffi). The plugin crashes on an execute of a program with host
+        # callbacks without them.
         handle.needs_context = bool(program.custom_call_targets & HOST_CALLBACK_TARGETS)
         if callbacks is not None:
             handle.execute_context = ffi.execute_context(client._handle, program, callbacks)
-        self._effects = (OrderedEffects(client, program)
-                         if program.token_parameters or program.token_results else None)
-
-    def _shardings(self) -> tuple[list[Sharding] | None, list[Sharding] | None]:
-        devices = self._devices
-        if devices is None:
-            return None, None  # portable: the sharding is the execute device
-        if len(devices) == 1:
-            single = SingleDeviceSharding(devices[0])
-            return ([single] * len(self._program.parameters), [single] * len(self._program.results))
-        module = _optimized_module(self._handle)
-        params, outputs = _hlo_module_shardings(module)
-        if params is not None and outputs is not None:  # without token parameters and results
-            params = [p for i, p in enumerate(params) if i not in self._program.token_parameters]
-            outputs = [o for i, o in enumerate(outputs) if i not in self._program.token_results]
-            if not self._program.results:  # the empty result tuple's sharding is no output's
-                outputs = []
-        if params is None or outputs is None:  # not partitioned: every device holds it whole
-            def whole(types):
-                return [ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)
-                        for t in types]
-            return whole(self._program.parameters), whole(self._program.results)
-        params = [HloSharding(devices, p) for p in params]
-        outputs = [HloSharding(devices, o) for o in outputs]
-        _check_shard_shapes(self.name, module, self._program, params, outputs)
-        return params, outputs
 
     # -- properties -----------------------------------------------------------------------
 
     @property
     def client(self):
         return self._client
-
-    @property
-    def name(self) -> str:
-        return self._handle.name
-
-    def devices(self) -> DeviceList | None:
-        return self._devices
 
     def addressable_devices(self):
         return list(self._addressable)
@@ -312,33 +220,38 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         return len(self._devices) if self._devices is not None else 1
 
     def parameter_shardings(self):
-        return None if self._parameter_shardings is None else list(self._parameter_shardings)
+        shardings = self._plan.parameter_shardings
+        return None if shardings is None else list(shardings)
 
     def output_shardings(self):
-        return None if self._output_shardings is None else list(self._output_shardings)
+        shardings = self._plan.output_shardings
+        return None if shardings is None else list(shardings)
 
     def output_dtypes(self):
-        return [r.dtype for r in self._results]
+        return [r.dtype for r in self._program.results]
 
     def output_shapes(self):
-        return [r.shape for r in self._results]
+        return [r.shape for r in self._program.results]
 
     def donatable_input_indices(self) -> frozenset[int]:
         return self._program.donated_inputs
 
     def parameter_layouts(self) -> list[Layout]:
-        """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        program = self._program
-        values = [p for i, p in enumerate(program.parameters) if i not in program.token_parameters]
-        return [packed(layout, v.dtype) for layout, v in
-                zip(_xla.module_layouts(self.hlo_modules()[0])[0], values)]
+        """From the entry computation layout of the optimized module (the launch plan's)."""
+        return self._plan_layouts(self._plan.parameter_layouts)
 
     def output_layouts(self) -> list[Layout]:
-        """From the entry computation layout of the optimized module (:meth:`hlo_modules`)."""
-        program = self._program
-        values = [r for i, r in enumerate(program.results) if i not in program.token_results]
-        return [packed(layout, v.dtype) for layout, v in
-                zip(_xla.module_layouts(self.hlo_modules()[0])[1], values)]
+        """From the entry computation layout of the optimized module (the launch plan's)."""
+        return self._plan_layouts(self._plan.output_layouts)
+
+    def _plan_layouts(self, layouts: list[Layout] | None) -> list[Layout]:
+        if layouts is None:
+            if self._plan.unread_module is not None:
+                raise UnimplementedError(str(self._plan.unread_module))
+            raise UnimplementedError(
+                f"{self.name!r}: the plugin returns no HLO module with an entry computation "
+                "of arrays (its optimized program), which the layouts are read from")
+        return list(layouts)
 
     @property
     def user_context(self):
@@ -383,7 +296,7 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         UnimplementedError where the plugin returns another format."""
         if self._deleted:
             raise FailedPreconditionError(f"executable {self.name!r} has been deleted")
-        module = _optimized_module(self._handle)
+        module = optimized_module(self._handle)
         if module is None:
             raise UnimplementedError(
                 f"the plugin returns its compiled program as {self._handle.optimized_program()[0]!r}, "
@@ -397,110 +310,13 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         try:
             return self._handle.output_memory_kinds()
         except UnimplementedError:
-            if self._output_shardings is None:
+            shardings = self._plan.output_shardings
+            if shardings is None:
                 raise
-            return [str(canonical_kind(s)) for s in self._output_shardings]
+            return [str(canonical_kind(s)) for s in shardings]
 
     def delete(self):
         if not self._deleted:
             self._deleted = True
             self._handle.delete()
         return Future.ready()
-
-    def is_deleted(self) -> bool:
-        return self._deleted
-
-    # -- execution ------------------------------------------------------------------------
-
-    def _launch(self, call: CheckedExecute) -> ExecuteResult:
-        args, options, execute_device = call.args, call.options, call.device
-        non_donatable = options.non_donatable_input_indices
-        non_donatable = sorted(non_donatable) if non_donatable else ()
-        self._check_layouts_or_accept(args, call.output_shardings)
-        self._check_donations(args, call.donated)
-        device_handle = None if execute_device is None else execute_device._handle
-        if self._effects is None:
-            outputs, events = self._handle.execute_by_argument(
-                [a._buffers for a in args], options.launch_id, non_donatable, device_handle,
-                self._donated)
-        else:
-            effects = self._effects
-
-            def launch(arguments):
-                return self._handle.execute_by_argument(
-                    arguments, options.launch_id, effects.main_indices(non_donatable),
-                    device_handle, effects.main_indices(sorted(self._donated)))
-
-            devices = [execute_device] if execute_device is not None else self._addressable
-            outputs, events = effects.run(launch, [a._buffers for a in args], devices)
-        for i in call.donated:  # their buffers are the outputs': they read as deleted
-            args[i]._deleted = True
-        client = self._client
-        layouts = self._layout_plan[2]
-        arrays = [PjrtArray(client, r.dtype, r.shape, sharding, buffers, layout=layout)
-                  for r, sharding, buffers, layout in
-                  zip(self._results, call.output_shardings, outputs, layouts)]
-        status = future_of_events(events) if options.fill_status else None
-        return ExecuteResult(status, arrays)
-
-    def _check_layouts_or_accept(self, args: Sequence[Array], output_shardings) -> None:
-        """Refuse an argument whose device layout is not its parameter's (PJRT compares
-        only byte sizes: it would be read wrongly); then, where every argument and output
-        is in the default layout of its memory (all are on the CPU plugin), let the C path
-        repeat calls with arguments of these kinds."""
-        plan = self._layout_plan
-        if plan is None:
-            plan = self._layout_plan = self._read_layout_plan(args, output_shardings)
-        params, default_params, _ = plan
-        host = self._client._host_platform  # the CPU plugin holds every array row-major
-        everything_default = host or default_params is not None
-        for i, arg in enumerate(args):
-            if host or (arg._layout is None and default_params is not None and default_params[i]):
-                continue
-            everything_default = False
-            expected = params[i] if params is not None else None
-            if expected is None:
-                continue  # nothing to compare with
-            try:
-                layout = arg.layout
-            except UnimplementedError:  # the plugin reports no readable layout: nothing to compare
-                continue
-            if layout is not None and (layout.minor_to_major, layout.tiles) != (
-                    expected.minor_to_major, expected.tiles):
-                raise InvalidArgumentError(
-                    f"argument {i} of {self.name} is in device layout {layout}, the program's "
-                    f"parameter {i} takes {expected}: put it in that layout, or compile with "
-                    "argument_layouts matching it")
-        if everything_default and self._devices is not None and self._effects is None:
-            self._execute_contract.named_outputs.accept(self, args)
-
-    def _read_layout_plan(self, args: Sequence[Array], output_shardings) -> tuple:
-        """(the parameters' layouts, whether each is the default layout of its argument's
-        memory, each output's layout where it is not its default), from the compiled
-        module and the first call's arguments; (None, None, [None...]) where the plugin
-        returns no HLO to read them from (nothing is compared then)."""
-        try:
-            params, outputs = self.parameter_layouts(), self.output_layouts()
-        except UnimplementedError:
-            params = outputs = None
-        if params is None or len(params) != len(args) or len(outputs) != len(self._results):
-            return None, None, [None] * len(self._results)  # another entry signature (tuples)
-        client = self._client
-        default_params = [layout == default_shard_layout(client, a.dtype, a.shape, a.sharding)
-                          for layout, a in zip(params, args)]
-        custom_outputs = [None if layout == default_shard_layout(client, r.dtype, r.shape, s) else layout
-                          for layout, r, s in zip(outputs, self._results, output_shardings)]
-        if any(layout is not None for layout in custom_outputs):
-            default_params = None  # the C path makes outputs in default layouts only
-        return params, default_params, custom_outputs
-
-    def _check_donations(self, args: Sequence[Array], donated: frozenset[int]) -> None:
-        """Refuse to donate a buffer that DLPack exports or NumPy views still read."""
-        for i in donated:
-            if any(b.exports for b in args[i]._buffers):
-                raise FailedPreconditionError(
-                    f"argument {i} of {self.name} is donated, but DLPack exports or NumPy views "
-                    "of it are alive: drop them first, or list the argument in "
-                    "ExecuteOptions.non_donatable_input_indices")
-
-

@@ -27,7 +27,7 @@ from ifrtpy.dtypes import DType, is_string_host_dtype
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError, check_enum
 from ifrtpy.layout import Layout
 from ifrtpy.shape import Shape, trusted_shape
-from ifrtpy.interop import jax_shardings
+from ifrtpy.backends import jax_shardings
 from ifrtpy.device import MemoryKind
 from ifrtpy.sharding import Sharding, SingleDeviceSharding
 from ifrtpy.user_context import ACTIVE

@@ -8,8 +8,13 @@ shard, in the sharding's device order. Programs are the StableHLO the PjRt backe
 they run in jaxlib's StableHLO interpreter (``stablehlo.eval_module``) on the *global*
 values: sharding annotations are identities, the inputs are gathered, and the outputs are
 split by the compiled output shardings (read from the program's ``mhlo.sharding`` /
-``sdy.sharding`` result attributes, else replicated). Manual SPMD (shard_map) and
-collectives raise UnimplementedError at compile time.
+``sdy.sharding`` result attributes, else replicated). Manual SPMD (shard_map) and the
+collectives of SPMD programs raise UnimplementedError at compile time. A program over
+replicas (``num_replicas``, one partition) runs on each replica's own values, its
+collectives computed between the interpreter's runs (:mod:`.replicas`).
+The interpreter runs in worker
+processes (:mod:`.pool`), so a running program holds neither the GIL nor any lock of this
+process, and cannot take it down.
 
 The backend is slow and simple on purpose: it is the executable specification the other
 backends are compared against, and a worked example of implementing the interfaces.

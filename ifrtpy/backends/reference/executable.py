@@ -3,8 +3,8 @@ reference interpreter (``jaxlib.mlir.dialects.stablehlo.eval_module``) on global
 (the program is prepared by :mod:`.rewrite`, run by :mod:`.interpreter`).
 
 "Compiling" parses the program, checks it has nothing the interpreter cannot run on
-global values (manual SPMD regions, collectives, custom calls other than sharding
-annotations: UnimplementedError), drops the sharding annotations (they are identities
+global values (manual SPMD regions, collectives of an SPMD program, custom calls other than
+sharding annotations: UnimplementedError), drops the sharding annotations (they are identities
 on global values) and reads the parameter and output shardings from the ``mhlo.sharding``
 or ``sdy.sharding`` attributes of ``main`` (replicated where there are none). Where
 ``main`` has element types the interpreter's Python bindings cannot pass (complex
@@ -12,8 +12,11 @@ parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts
 (bitcast, convert, real/imag) around a call of the original.
 
 Executing gathers each argument's global value from its shards, runs the interpreter
-(one run at a time: the MLIR context is shared), and splits each result by its output
-sharding. It is synchronous: the outputs are ready when ``execute`` returns.
+in a worker process (:mod:`.pool`: the GIL is not held meanwhile, and executes from
+several threads run at once), and splits each result by its output
+sharding. A program over replicas (:mod:`.replicas`) runs instead on each device's shard,
+its replica's value, and each result's shard on a device is that replica's value. It is
+synchronous: the outputs are ready when ``execute`` returns.
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ from ifrtpy.backends import serialized
 from ifrtpy.backends.host_arrays import check_layout, global_value, split
 from ifrtpy.backends.reference import rewrite
 from ifrtpy.backends.reference.array import ReferenceArray
+from ifrtpy.backends.reference.replicas import ReplicatedProgram
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import IfrtError, InvalidArgumentError, UnimplementedError
-from ifrtpy.executable import (
-    CheckedExecute, CompiledMemoryStats, CompileOptions, ExecuteContract, ExecuteResult,
-    LoadedExecutable, program_layouts,
-)
+from ifrtpy.execute_checks import CheckedExecute, ExecuteContract
+from ifrtpy.executable import CompiledMemoryStats, ExecuteResult, LoadedExecutable
+from ifrtpy.executable_options import CompileOptions, program_layouts
 from ifrtpy.future import Future
 from ifrtpy.layout import Layout
 from ifrtpy.program import HloProgram
+from ifrtpy.sharding import SingleDeviceSharding
 from ifrtpy.user_context import current_user_context
 
 _MAGIC = b"IFRTPY-REFERENCE-EXECUTABLE-1\n"
@@ -49,10 +53,6 @@ def compile_program(client, program: Any, options: CompileOptions | None
     options = options if options is not None else CompileOptions()
     if not isinstance(options, CompileOptions):
         raise InvalidArgumentError(f"expected CompileOptions, got {type(options).__name__}")
-    if options.num_replicas != 1:
-        raise UnimplementedError(
-            f"the reference backend runs SPMD programs only (num_replicas=1), got "
-            f"num_replicas={options.num_replicas}")
     devices = options.resolve_devices(client)
     for device in devices or ():
         if not device.is_addressable:
@@ -67,6 +67,7 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None
     text, device_ids, payload = serialized.unpack(_MAGIC, data, "reference-backend executable")
     program = HloProgram(text)
     layouts = _stored_layouts(payload)
+    replicas = _stored_replicas(payload, device_ids)
     if options is not None and (options.devices is not None or options.compile_portable_executable):
         if options.argument_layouts is None and options.result_layouts is None:
             options = dataclasses.replace(options, **layouts)
@@ -75,8 +76,19 @@ def deserialize_executable(client, data: bytes, options: CompileOptions | None
         options = CompileOptions(compile_portable_executable=True, **layouts)
     else:
         devices = DeviceList([client.lookup_device(i) for i in device_ids])
-        options = CompileOptions(devices=devices, num_partitions=len(devices), **layouts)
+        options = CompileOptions(devices=devices, num_replicas=replicas,
+                                 num_partitions=len(devices) // replicas, **layouts)
     return compile_program(client, program, options)
+
+
+def _stored_replicas(payload: bytes, device_ids) -> int:
+    """The number of replicas ``serialize`` stored (1 in bytes written before replicas)."""
+    replicas = json.loads(payload).get("num_replicas", 1) if payload else 1
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1 or (
+            device_ids is not None and len(device_ids) % replicas):
+        raise InvalidArgumentError(f"corrupt serialized executable: num_replicas {replicas!r} "
+                                   f"for {len(device_ids or [1])} devices")
+    return replicas
 
 
 def _stored_layouts(payload: bytes) -> dict[str, list[Layout]]:
@@ -132,7 +144,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         self._program = program
         self._devices = devices
         self._options = options
-        self._interpretable, self._params, self._outputs, self._op_count = rewrite.prepare(program, devices)
+        self._interpretable, self._params, self._outputs, self._op_count = rewrite.prepare(
+            program, devices, options.num_replicas, options.num_partitions)
         self._parameter_layouts, self._output_layouts = _layouts(options, program)
         self._deleted = False
         self._user_context = current_user_context()
@@ -189,13 +202,15 @@ class ReferenceLoadedExecutable(LoadedExecutable):
     @property
     def fingerprint(self) -> str:
         ids = None if self._devices is None else [d.id for d in self._devices]
-        return hashlib.sha256(json.dumps([self._program.text, ids]).encode()).hexdigest()
+        key = [self._program.text, ids, self._options.num_replicas]
+        return hashlib.sha256(json.dumps(key).encode()).hexdigest()
 
     def serialize(self) -> bytes:
         ids = None if self._devices is None else [d.id for d in self._devices]
         layouts = json.dumps({
             "argument_layouts": [layout.minor_to_major for layout in self._parameter_layouts],
-            "result_layouts": [layout.minor_to_major for layout in self._output_layouts]})
+            "result_layouts": [layout.minor_to_major for layout in self._output_layouts],
+            "num_replicas": self._options.num_replicas})
         return serialized.pack(_MAGIC, self._program.text, ids, layouts.encode())
 
     def compiled_memory_stats(self) -> CompiledMemoryStats:
@@ -225,18 +240,26 @@ class ReferenceLoadedExecutable(LoadedExecutable):
 
     def _launch(self, call: CheckedExecute) -> ExecuteResult:
         args, options, outputs = call.args, call.options, call.output_shardings
-        values = [global_value(a) for a in args]
+        runner = self._interpretable
+        over_replicas = isinstance(runner, ReplicatedProgram)  # each device its replica's values
+        values = [a.shards if over_replicas else global_value(a) for a in args]
         for i in sorted(call.donated):
             args[i].delete()
         client, results = self._client, self._program.results
         try:
-            out_values = self._interpretable.run(values)
+            out_values = runner.run(values)
         except IfrtError as e:
             arrays = [ReferenceArray(client, r.dtype, r.shape, s, (), e)
                       for r, s in zip(results, outputs)]
             return ExecuteResult(Future.failed(e) if options.fill_status else None, arrays)
-        arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout),
-                                 layout=layout)
-                  for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
+        if over_replicas:  # one value per replica, each on its device
+            arrays = [ReferenceArray(client, r.dtype, r.shape, s, tuple(
+                split(v, SingleDeviceSharding(d), r.shape, layout)[0]
+                for v, d in zip(vs, s.devices)), layout=layout)
+                for r, s, vs, layout in zip(results, outputs, out_values, self._output_layouts)]
+        else:
+            arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout),
+                                     layout=layout)
+                      for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 

@@ -1,8 +1,9 @@
 """A StableHLO program made ready for the reference interpreter.
 
 The interpreter runs programs on global values, so: what cannot run on them (manual SPMD
-regions, collectives, custom calls other than sharding annotations, ops the interpreter
-aborts on) is refused with UnimplementedError; sharding annotations are dropped (they are
+regions, collectives of an SPMD program, custom calls other than sharding annotations, ops
+the interpreter aborts on) is refused with UnimplementedError (a program over replicas is
+cut at its collectives instead, see :mod:`.replicas`); sharding annotations are dropped (they are
 identities on global values); integer division and remainder get XLA's results where the
 interpreter's would kill the process (a zero divisor, INT_MIN / -1); composites are calls
 of their decompositions; the parameter and output shardings are read from the
@@ -19,12 +20,13 @@ import re
 
 import numpy as np
 
+from ifrtpy.backends.reference import replicas
 from ifrtpy.backends.reference.interpreter import MLIR_LOCK, Interpretable, element_name
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.program import HloProgram, mlir
 from ifrtpy.program.hlo import HOST_CALLBACK_TARGETS
-from ifrtpy.sharding import HloSharding, Sharding, SingleDeviceSharding
+from ifrtpy.sharding import ConcreteEvenSharding, HloSharding, Sharding, SingleDeviceSharding
 
 __all__ = ["prepare"]
 
@@ -97,13 +99,16 @@ def _meshes(module) -> dict:
             for op in module.body.operations if op.operation.name == "sdy.mesh"}
 
 
-def _check_and_strip(module, name: str) -> int:
-    """Raise UnimplementedError for what cannot run on global values; erase sharding
-    annotations (uses of their result take their operand). Returns the op count."""
+def _check_and_strip(module, name: str, over_replicas: bool) -> int:
+    """Raise UnimplementedError for what cannot run on global values (or, in a program
+    run over replicas, in :mod:`.replicas`); erase sharding annotations (uses of their
+    result take their operand). Returns the op count."""
     ops = _walk(module.operation, [])
     strip = []
     for op in ops:
         op_name = op.operation.name
+        if over_replicas and op_name in replicas.OPS | replicas.IDS:
+            continue
         if op_name in _COLLECTIVES:
             raise UnimplementedError(
                 f"{name}: the reference backend runs programs on global values and does not "
@@ -354,9 +359,33 @@ def _wrap_main(module, main) -> tuple[str, list, list]:
     return text[:-1] + wrapper + "}\n", encoders, decoders
 
 
-def prepare(program: HloProgram, devices: DeviceList | None
-            ) -> tuple[Interpretable, list[Sharding] | None, list[Sharding] | None, int]:
-    """(interpretable, parameter shardings, output shardings, op count)."""
+def _interpretable(text: str) -> Interpretable:
+    """The program ``text`` wrapped for the interpreter."""
+    from jaxlib.mlir import ir
+    module = ir.Module.parse(text)
+    wrapped, encoders, decoders = _wrap_main(module, _functions(module)["main"])
+    return Interpretable(wrapped, encoders, decoders, HloProgram(text))
+
+
+def _over_replicas(module, num_replicas: int, num_partitions: int) -> bool:
+    """Whether the program runs over replicas (:mod:`.replicas`): compiled for several, or
+    for one device with collectives or replica and partition ids."""
+    if num_replicas > 1 and num_partitions > 1:
+        raise UnimplementedError(
+            f"the reference backend runs programs over replicas (num_replicas="
+            f"{num_replicas}) with num_partitions=1 only, got num_partitions={num_partitions}")
+    if num_partitions > 1:
+        return False
+    return num_replicas > 1 or any(op.operation.name in replicas.OPS | replicas.IDS
+                                   for op in _walk(module.operation, []))
+
+
+def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int = 1,
+            num_partitions: int = 1
+            ) -> tuple[Interpretable | replicas.ReplicatedProgram, list[Sharding] | None,
+                       list[Sharding] | None, int]:
+    """(interpretable, parameter shardings, output shardings, op count): a
+    ReplicatedProgram for a program over replicas, run with each replica's values."""
     from jaxlib.mlir import ir
     if program.token_parameters or program.token_results:
         raise UnimplementedError(
@@ -365,14 +394,29 @@ def prepare(program: HloProgram, devices: DeviceList | None
     with MLIR_LOCK, mlir.context(), ir.Location.unknown():
         module = ir.Module.parse(program.text)
         main = _functions(module)["main"]
+        over_replicas = _over_replicas(module, num_replicas, num_partitions)
         if devices is None:
             params = outputs = None
+        elif num_replicas > 1:  # each replica's own value, whole, on its device
+            params, outputs = ([ConcreteEvenSharding(devices, t.shape, t.shape, is_fully_replicated=True)
+                                for t in types] for types in (program.parameters, program.results))
         else:
             meshes = _meshes(module)
             params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
             outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
         _inline_composites(module)
-        op_count = _check_and_strip(module, program.name)
+        op_count = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)
-        text, encoders, decoders = _wrap_main(module, main)
-    return Interpretable(text, encoders, decoders, program), params, outputs, op_count
+        if over_replicas:
+            try:
+                plan = replicas.plan(module, program.name, num_replicas)
+                runner: Interpretable | replicas.ReplicatedProgram = replicas.ReplicatedProgram(
+                    num_replicas, [_interpretable(text) for text in plan.stages],
+                    [_interpretable(text) for text in plan.combiners], plan.collectives)
+            except ir.MLIRError as e:
+                raise UnimplementedError(f"{program.name}: the reference backend cannot cut "
+                                         f"this program at its collectives: {e}") from None
+        else:
+            text, encoders, decoders = _wrap_main(module, main)
+            runner = Interpretable(text, encoders, decoders, program)
+    return runner, params, outputs, op_count

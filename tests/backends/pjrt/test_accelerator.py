@@ -88,7 +88,7 @@ def test_default_layouts_take_the_c_path_and_custom_ones_are_checked(client, dev
     assert exe.parameter_layouts() == exe.output_layouts() == [default]
     a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(device))
     (out,) = exe(a)
-    assert exe._accepted is not None  # later calls repeat without the Python checks
+    assert exe._checked_kinds is not None  # later calls repeat without the Python checks
     (again,) = exe(out)
     np.testing.assert_array_equal(np.asarray(again), x + 2)
     column_major = client.make_array_from_host_buffer(

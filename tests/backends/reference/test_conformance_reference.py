@@ -66,15 +66,15 @@ def test_every_dtype_passes_through_the_interpreter(client, dtype):
     assert_array_matches(second, x, sharding=sharding)
 
 
-def test_custom_calls_and_replicas_are_unimplemented(client):
+def test_custom_calls_and_replicas_of_partitions_are_unimplemented(client):
     program = """module @cc { func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {
       %0 = stablehlo.custom_call @my_kernel(%a) : (tensor<2xf32>) -> tensor<2xf32>
       return %0 : tensor<2xf32> } }"""
     with pytest.raises(ifrt.errors.UnimplementedError, match="my_kernel"):
         client.compile(program)
-    with pytest.raises(ifrt.errors.UnimplementedError, match="num_replicas"):
+    with pytest.raises(ifrt.errors.UnimplementedError, match="num_partitions=1 only"):
         client.compile("module { func.func @main() { return } }",
-                       ifrt.CompileOptions(num_replicas=2))
+                       ifrt.CompileOptions(num_replicas=2, num_partitions=2))
 
 
 @pytest.mark.parametrize("body", [

@@ -5,9 +5,9 @@ jax's device ``i`` of a client's platform is ifrtpy's device ``i``. jax ``NamedS
 ``SingleDeviceSharding`` <-> :class:`SingleDeviceSharding`, any other jax sharding
 (``GSPMDSharding``) -> :class:`HloSharding`, and ifrtpy ``HloSharding`` -> jax
 ``GSPMDSharding``; memory kinds are kept. A sharding that uses a device the other side lacks
-raises InvalidArgumentError naming it. jax is imported only inside these functions. Used
-by the jax bridge (:mod:`ifrtpy.interop.jax`) and by the backends that take jax shardings
-(so it sits below the backends, with the services: it imports only value types).
+raises InvalidArgumentError naming it. jax is imported only inside these functions. Shared
+by the backends that take jax shardings (pjrt's put, the jax backend) and, above them, the
+jax bridge (:mod:`ifrtpy.interop.jax`); it imports only value types.
 """
 
 from __future__ import annotations
