@@ -8,18 +8,25 @@ case on both, the loops taking turns:
 1. synchronous ``jit(x + 1)`` on f32[8]: call and wait, per call;
 2. 50 chained ``jit(x + 1)`` calls, then one wait: per call (the client pipelines);
 3. a 64 MiB f32 ``device_put`` and wait: GB/s;
-4. a 64 MiB get (``np.array(x)``, a fresh device array each time): GB/s.
+4. a 64 MiB get (``np.array(x)`` of an array put just before, as a user's first read of
+   a result): GB/s.
 
 Targets (the IFRT Proxy issues): synchronous <= 30x and chained <= 10x jax direct's time
 per call; put >= 0.5x jax direct's bandwidth; get >= 0.5x what a plain socket of the
 server's kind moves; a synchronous call <= 1.3x two echo round trips.
 
-Floors, measured in the same run from the same jax process, on a unix socket and on
-loopback TCP (the one the server listens on is the floor of its figures): one round trip of
-an empty message on a grpc.aio stream served like the proxy's (grpc.aio at both ends; a
-synchronous call is two round trips, execute and the readiness check, and a third one-way
-message that frees the previous output), and 64 MiB over a plain socket each way (the bytes
-of a put or a get cross one; gRPC adds its framing and copies on top).
+Floors, measured from the same jax process in the same repeats as the cases they bound
+(taking turns with them, so that a slow stretch of the machine falls on both), on a unix
+socket and on loopback TCP (the one the server listens on is the floor of its figures):
+one round trip of an empty message on a grpc.aio stream served like the proxy's (grpc.aio
+at both ends; a synchronous call is two round trips, execute and the readiness check, and
+a third one-way message that frees the previous output); 64 MiB over a plain socket each
+way (the bytes of a put or a get cross one); and 64 MiB streamed by a grpc.aio server in
+the pieces the server's HostBufferLookup sends, read by a grpcio client that keeps none of
+it (what gRPC itself moves for a get, before any client copies the bytes).
+
+It also prints the CPU time per operation through the server, of the server's process and
+of the jax process (jaxlib's client), measured over the same loops.
 
     python benchmarks/bench_proxy.py [--backend pjrt] [--address unix:PATH|HOST:PORT] [--n 300] [--repeats 7]
 """
@@ -50,51 +57,159 @@ def _connect(address):
     return socket.create_connection((host, int(port)))
 
 
-def floors(echo, sink, repeats, n):
-    """In the jax process: per kind of socket, the echo round trip (us) and the socket
-    GB/s each way."""
-    import asyncio
+class Echo:
+    """A grpc.aio echo stream at ``address``, driven from this thread: ``echo(n)`` makes n
+    round trips and returns the seconds they took."""
 
+    def __init__(self, address):
+        import asyncio
+
+        import grpc
+
+        self._loop = asyncio.new_event_loop()
+
+        async def open_call():
+            self._channel = grpc.aio.insecure_channel(address)
+            return self._channel.stream_stream("/bench.Echo/Stream")()
+
+        self._call = self._loop.run_until_complete(open_call())
+
+    def __call__(self, n):
+        async def round_trips():
+            start = time.perf_counter()
+            for _ in range(n):
+                await self._call.write(b"x")
+                await self._call.read()
+            return time.perf_counter() - start
+
+        return self._loop.run_until_complete(round_trips())
+
+
+def socket_seconds(address, data):
+    """Seconds to send 64 MiB over a plain socket to the sink at ``address`` and to
+    receive 64 MiB back: (up, down)."""
+    with _connect(address) as conn:
+        start = time.perf_counter()
+        conn.sendall(data)
+        conn.recv(1)
+        up = time.perf_counter() - start
+        start = time.perf_counter()
+        view, got = memoryview(data), 0
+        while got < MIB64:
+            got += conn.recv_into(view[got:])
+        return up, time.perf_counter() - start
+
+
+def stream_seconds(call):
+    """Seconds to read the 64 MiB the floor's grpc.aio server streams."""
+    start = time.perf_counter()
+    got = sum(len(piece) for piece in call(b""))
+    seconds = time.perf_counter() - start
+    assert got == MIB64, got
+    return seconds
+
+
+class CpuClock:
+    """CPU seconds spent by this process and by the server's (``server_pid``)."""
+
+    def __init__(self, server_pid):
+        self._stat = f"/proc/{server_pid}/stat"
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def now(self):
+        times = os.times()
+        with open(self._stat) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return times.user + times.system, (int(fields[11]) + int(fields[12])) / self._tick
+
+
+def worker(n, repeats, grpc_at, sink_at, kind, server_pid):
+    """In the jax process: the figures of every case on ``cpu`` and ``proxy``, the floors,
+    and the CPU per operation through the server, as JSON."""
     import grpc
+    import jax
+    import numpy as np
 
-    async def round_trips(address):
-        async with grpc.aio.insecure_channel(address) as channel:
-            call = channel.stream_stream("/bench.Echo/Stream")()
-            samples = []
-            for _ in range(repeats + 1):  # the first is a warm-up
-                start = time.perf_counter()
-                for _ in range(n):
-                    await call.write(b"x")
-                    await call.read()
-                samples.append((time.perf_counter() - start) / n * 1e6)
-            await call.done_writing()
-            return statistics.median(samples[1:])
+    devices = {"jax direct": jax.devices("cpu")[0], "proxy": jax.devices("proxy")[0]}
+    add_one = jax.jit(lambda v: v + 1)
+    small = {k: jax.device_put(np.arange(8, dtype=np.float32), d) for k, d in devices.items()}
+    clock = CpuClock(server_pid)
+    cpu = {}  # case -> [jax process seconds, server seconds, operations]
 
-    result = {}
-    for kind in KINDS:
-        rtt = asyncio.run(round_trips(echo[kind]))
-        data = bytearray(MIB64)
-        up, down = [], []
-        for _ in range(repeats):
-            with _connect(sink[kind]) as conn:
-                start = time.perf_counter()
-                conn.sendall(data)
-                conn.recv(1)
-                up.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                view, got = memoryview(data), 0
-                while got < MIB64:
-                    got += conn.recv_into(view[got:])
-                down.append(time.perf_counter() - start)
-        result[kind] = {"rtt_us": rtt, "up_gbs": MIB64 / statistics.median(up) / 1e9,
-                        "down_gbs": MIB64 / statistics.median(down) / 1e9}
-    return result
+    def counted(case, fn, per_call=1):
+        """``fn``, its CPU (and the server's) added to ``cpu[case]`` per operation."""
+        def run(count):
+            before = clock.now()
+            seconds = fn(count)
+            after = clock.now()
+            totals = cpu.setdefault(case, [0.0, 0.0, 0])
+            totals[0] += after[0] - before[0]
+            totals[1] += after[1] - before[1]
+            totals[2] += count * per_call
+            return seconds
+        return run
+
+    def chained(x):
+        for _ in range(CHAIN):
+            x = add_one(x)
+        x.block_until_ready()
+
+    echoes = {k: Echo(address) for k, address in grpc_at.items()}
+    sync = {k: timed(lambda x=x: add_one(x).block_until_ready()) for k, x in small.items()}
+    sync["proxy"] = counted("sync", sync["proxy"])
+    sync.update({f"echo {k}": echo for k, echo in echoes.items()})
+    sync_us = interleaved_median_us(sync, n, repeats)
+    chain = {k: timed(lambda x=x: chained(x)) for k, x in small.items()}
+    chain["proxy"] = counted("chained", chain["proxy"], CHAIN)
+    chain_us = interleaved_median_us(chain, max(1, n // CHAIN), repeats)
+
+    host = np.random.default_rng(0).random(MIB64 // 4, dtype=np.float32)
+    data = bytearray(MIB64)
+    streams = {k: grpc.insecure_channel(a, options=[("grpc.max_receive_message_length", -1)])
+               for k, a in grpc_at.items()}
+    calls = {k: ch.unary_stream("/bench.Echo/Bytes") for k, ch in streams.items()}
+    seconds = {name: [] for name in ("put jax direct", "put proxy", "get jax direct", "get proxy",
+                                     *(f"{w} {k}" for w in ("up", "down", "stream") for k in KINDS))}
+    stream_seconds(calls[kind])  # a warm-up: the channel connects
+    for _ in range(repeats):
+        for k, d in devices.items():
+            before = clock.now()
+            start = time.perf_counter()
+            x = jax.device_put(host, d).block_until_ready()
+            seconds[f"put {k}"].append(time.perf_counter() - start)
+            middle = clock.now()
+            start = time.perf_counter()
+            np.array(x)
+            seconds[f"get {k}"].append(time.perf_counter() - start)
+            after = clock.now()
+            if k == "proxy":
+                for case, (a, b) in (("put", (before, middle)), ("get", (middle, after))):
+                    totals = cpu.setdefault(case, [0.0, 0.0, 0])
+                    totals[0] += b[0] - a[0]
+                    totals[1] += b[1] - a[1]
+                    totals[2] += 1
+            del x
+        for k in KINDS:
+            up, down = socket_seconds(sink_at[k], data)
+            seconds[f"up {k}"].append(up)
+            seconds[f"down {k}"].append(down)
+            seconds[f"stream {k}"].append(stream_seconds(calls[k]))
+    gbs = {name: MIB64 / statistics.median(s) / 1e9 for name, s in seconds.items()}
+    figures = {k: {"sync_us": sync_us[k], "chained_us": chain_us[k] / CHAIN,
+                   "put_gbs": gbs[f"put {k}"], "get_gbs": gbs[f"get {k}"]} for k in devices}
+    figures["floor"] = {k: {"rtt_us": sync_us[f"echo {k}"], "up_gbs": gbs[f"up {k}"],
+                            "down_gbs": gbs[f"down {k}"], "stream_gbs": gbs[f"stream {k}"]}
+                        for k in KINDS}
+    figures["cpu_ms"] = {case: {"jax": t[0] / t[2] * 1e3, "server": t[1] / t[2] * 1e3}
+                         for case, t in cpu.items()}
+    print(json.dumps(figures))
 
 
-def serve_floors():
-    """An echo stream on a grpc.aio server and a socket server that takes 64 MiB,
-    acknowledges it and sends 64 MiB back, each on a unix socket and on loopback TCP, in
-    threads of this process; their addresses by kind."""
+def serve_floors(piece):
+    """An echo stream and a 64 MiB stream (in pieces of ``piece`` bytes) on a grpc.aio
+    server, and a socket server that takes 64 MiB, acknowledges it and sends 64 MiB back,
+    each on a unix socket and on loopback TCP, in threads of this process; their
+    addresses by kind: (echo and stream, socket)."""
     import asyncio
     import threading
 
@@ -104,15 +219,24 @@ def serve_floors():
         async for message in requests:
             yield message
 
+    pieces = [bytes(min(piece, MIB64 - start)) for start in range(0, MIB64, piece)]
+
+    async def stream(request, context):
+        for chunk in pieces:
+            yield chunk
+
     directory = tempfile.mkdtemp(prefix="bench-proxy-")
     ready = threading.Event()
-    echo_at = {"unix": f"unix:{directory}/echo.sock"}
+    grpc_at = {"unix": f"unix:{directory}/echo.sock"}
 
     async def run_echo():
-        server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)})])
-        server.add_insecure_port(echo_at["unix"])
-        echo_at["tcp"] = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        server = grpc.aio.server(
+            handlers=[grpc.method_handlers_generic_handler("bench.Echo", {
+                "Stream": grpc.stream_stream_rpc_method_handler(echo),
+                "Bytes": grpc.unary_stream_rpc_method_handler(stream)})],
+            options=[("grpc.max_send_message_length", -1)])
+        server.add_insecure_port(grpc_at["unix"])
+        grpc_at["tcp"] = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
         await server.start()
         ready.set()
         await server.wait_for_termination()
@@ -139,46 +263,7 @@ def serve_floors():
     ready.wait()
     sink_at = {"unix": f"unix:{directory}/sink.sock",
                "tcp": "127.0.0.1:%d" % listeners["tcp"].getsockname()[1]}
-    return echo_at, sink_at
-
-
-def worker(n, repeats, echo, sink):
-    """In the jax process: the figures of every case on ``cpu`` and ``proxy``, and the
-    floors, as JSON."""
-    import jax
-    import numpy as np
-
-    devices = {"jax direct": jax.devices("cpu")[0], "proxy": jax.devices("proxy")[0]}
-    add_one = jax.jit(lambda v: v + 1)
-    small = {k: jax.device_put(np.arange(8, dtype=np.float32), d) for k, d in devices.items()}
-
-    def chained(x):
-        for _ in range(CHAIN):
-            x = add_one(x)
-        x.block_until_ready()
-
-    sync = interleaved_median_us(
-        {k: timed(lambda x=x: add_one(x).block_until_ready()) for k, x in small.items()},
-        n, repeats)
-    chain = interleaved_median_us(
-        {k: timed(lambda x=x: chained(x)) for k, x in small.items()}, max(1, n // CHAIN), repeats)
-    host = np.random.default_rng(0).random(MIB64 // 4, dtype=np.float32)
-    put = {k: [] for k in devices}
-    get = {k: [] for k in devices}
-    for _ in range(repeats):
-        for k, d in devices.items():
-            start = time.perf_counter()
-            x = jax.device_put(host, d).block_until_ready()
-            put[k].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            np.array(x)
-            get[k].append(time.perf_counter() - start)
-            del x
-    figures = {k: {"sync_us": sync[k], "chained_us": chain[k] / CHAIN,
-                   "put_gbs": MIB64 / statistics.median(put[k]) / 1e9,
-                   "get_gbs": MIB64 / statistics.median(get[k]) / 1e9} for k in devices}
-    figures["floor"] = floors(echo, sink, repeats, n)
-    print(json.dumps(figures))
+    return grpc_at, sink_at
 
 
 def measure(backend, device_count, address, n, repeats):
@@ -187,18 +272,19 @@ def measure(backend, device_count, address, n, repeats):
     import ifrtpy as ifrt
     from ifrtpy import proxy
     from ifrtpy.proxy.jax_client import jax_target
+    from ifrtpy.proxy.server import _CHUNK as LOOKUP_PIECE
 
     client = ifrt.get_client(backend, device_count=device_count)
-    echo, sink = serve_floors()
+    grpc_at, sink_at = serve_floors(LOOKUP_PIECE)
     with proxy.serve(client, address) as server:
+        kind = "unix" if server.address.startswith("unix:") else "tcp"
         env = dict(os.environ, JAX_PLATFORMS="cpu,proxy",
                    JAX_BACKEND_TARGET=jax_target(server.address))
         here = os.path.dirname(os.path.abspath(__file__))
         proc = subprocess.run([sys.executable, __file__, "--worker", "--n", str(n),
-                               "--repeats", str(repeats), "--echo", json.dumps(echo),
-                               "--sink", json.dumps(sink)],
+                               "--repeats", str(repeats), "--floors",
+                               json.dumps([grpc_at, sink_at, kind, os.getpid()])],
                               env=env, cwd=here, capture_output=True, text=True, timeout=1800)
-        kind = "unix" if server.address.startswith("unix:") else "tcp"
     if proc.returncode:
         raise SystemExit(f"the jax process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.splitlines()[-1]), kind
@@ -227,11 +313,17 @@ def report(backend, figures, kind):
     echo = through["sync_us"] / (2 * floor["rtt_us"])
     print(f"sync call / two echo round trips on the server's socket: {echo:.2f}x  <= 1.3x "
           f"{'meets' if echo <= 1.3 else 'MISSES'}")
+    print(f"get / gRPC's own 64 MiB stream on the server's socket: "
+          f"{through['get_gbs'] / floor['stream_gbs']:.2f}x")
     for name in KINDS:
         f = figures["floor"][name]
         print(f"floor, {name} socket{' (the server' + chr(39) + 's)' if name == kind else ''}: "
               f"grpc.aio echo round trip {f['rtt_us']:.1f} us; 64 MiB {f['up_gbs']:.2f} GB/s up, "
-              f"{f['down_gbs']:.2f} GB/s down")
+              f"{f['down_gbs']:.2f} GB/s down; gRPC stream of 64 MiB {f['stream_gbs']:.2f} GB/s")
+    cpu = figures["cpu_ms"]
+    print("CPU per operation through the server, ms (jax process / server process): " + "; ".join(
+        f"{case} {cpu[case]['jax']:.3f} / {cpu[case]['server']:.3f}"
+        for case in ("sync", "chained", "put", "get")))
 
 
 def main():
@@ -243,11 +335,10 @@ def main():
     parser.add_argument("--n", type=int, default=300, help="calls per timed batch")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--echo", help=argparse.SUPPRESS)
-    parser.add_argument("--sink", help=argparse.SUPPRESS)
+    parser.add_argument("--floors", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.n, args.repeats, json.loads(args.echo), json.loads(args.sink))
+        worker(args.n, args.repeats, *json.loads(args.floors))
     else:
         report(args.backend, *measure(args.backend, args.device_count, args.address, args.n,
                                       args.repeats))

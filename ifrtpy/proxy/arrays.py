@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ifrtpy.array import ArrayCopySemantics, ArraySpec
+from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError, ResourceExhaustedError
@@ -100,6 +100,18 @@ def _host_bytes(values: np.ndarray, dtype: DType) -> bytes:
 
 # -- puts --------------------------------------------------------------------------------
 
+def _semantics(taken: list[Any], devices_per_buffer: int) -> HostBufferSemantics:
+    """How a put may use the host buffers it took, the session's alone now: buffers the
+    server allocated (NumPy memory, 64-byte aligned: a put file read, a copy out), each
+    bound for one device, become the arrays' own memory where the backend can alias them;
+    others are copied: bytes that arrived over gRPC (a bytearray, unaligned) copy best in
+    the backend, and a buffer several devices' buffers aliased could be changed under all
+    of them by a run that donates one."""
+    if devices_per_buffer == 1 and all(isinstance(data, np.ndarray) for data in taken):
+        return HostBufferSemantics.IMMUTABLE_ZERO_COPY
+    return HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+
+
 def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     dtype = wire.dtype_from_proto(request.dtype)
     dims = wire.array_shape(dtype, request.shape)
@@ -109,14 +121,15 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     handle = session.result_handle(request.array_handle if request.HasField("array_handle") else 0)
     data = session.take_host_buffer(request.host_buffer_handle)
     values = _host_array(data, dtype, dims, strides)
-    array = session.client.make_array_from_host_buffer(values, sharding, layout=layout)
+    semantics = _semantics([data], len(sharding.devices.addressable_device_list()))
+    array = session.client.make_array_from_host_buffer(values, sharding, semantics, layout=layout)
     session.put_arrays([handle], [array])
     return messages().MakeArrayFromHostBufferResponse(array_handle=handle)
 
 
 def make_arrays_from_host_buffer_shards(session: Any, request: Any) -> Any:
     handles = session.result_handles(request.array_handles, len(request.specs))
-    specs = []
+    specs, taken, devices_per_buffer = [], [], 1
     for spec in request.specs:
         array_spec = wire.array_spec_from_proto(session.client, spec.array_spec)
         if len(spec.addressable_shard_indices) != len(spec.host_buffers):
@@ -128,11 +141,12 @@ def make_arrays_from_host_buffer_shards(session: Any, request: Any) -> Any:
             strides = buffer.byte_strides.strides if buffer.HasField("byte_strides") else None
             dtype = wire.dtype_from_proto(buffer.dtype)
             dims = wire.array_shape(dtype, buffer.shape, "a host buffer's shape")
-            values = _host_array(session.take_host_buffer(buffer.host_buffer_handle), dtype,
-                                 dims, strides)
-            buffers.append((list(indices.indices), values))
+            taken.append(session.take_host_buffer(buffer.host_buffer_handle))
+            devices_per_buffer = max(devices_per_buffer, len(indices.indices))
+            buffers.append((list(indices.indices), _host_array(taken[-1], dtype, dims, strides)))
         specs.append(HostBufferShards(buffers, array_spec))
-    arrays = session.client.make_arrays_from_host_buffer_shards(specs)
+    arrays = session.client.make_arrays_from_host_buffer_shards(
+        specs, _semantics(taken, devices_per_buffer))
     session.put_arrays(handles, arrays)
     return messages().MakeArraysFromHostBufferShardsResponse(array_handles=handles)
 

@@ -22,6 +22,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
+import queue
 import secrets
 import threading
 from typing import Any, AsyncIterator, NoReturn
@@ -108,8 +109,8 @@ class _Stream:
         self._max_pending = limits.max_pending_requests
         self._max_queued = limits.max_message_bytes
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._inbox: collections.deque = collections.deque()
+        #: (request, its size) for the worker; None ends it
+        self._inbox: queue.SimpleQueue[tuple[Any, int] | None] = queue.SimpleQueue()
         self._queued = 0            # bytes of the requests in the inbox (under the lock)
         self._outbox: collections.deque[bytes] = collections.deque()
         self._signalled = False     # the writer was told of answers (under the lock)
@@ -135,9 +136,8 @@ class _Stream:
         self.pending += 1
         self._drained.clear()
         with self._lock:
-            self._inbox.append((request, size))
             self._queued += size
-            self._work.notify()
+        self._inbox.put((request, size))
 
     def full(self) -> bool:
         """Whether the reader must wait for :meth:`room` before reading on."""
@@ -185,9 +185,8 @@ class _Stream:
         handling."""
         with self._lock:
             self._closed = True
-            self._inbox.clear()
             self._outbox.clear()
-            self._work.notify()
+        self._inbox.put(None)
 
     # -- any thread --------------------------------------------------------------------------
 
@@ -210,16 +209,17 @@ class _Stream:
     def _work_loop(self) -> None:
         assert self.session is not None
         while True:
+            item = self._inbox.get()
+            if item is None or self._closed:
+                break
+            request, size = item
             with self._lock:
-                while not self._inbox and not self._closed:
-                    self._work.wait()
-                if self._closed:
-                    return
-                request, size = self._inbox.popleft()
                 self._queued -= size
             if self._reader_waiting:
                 _on_loop(self.loop, self._room.set)
             self.session.handle(request)
+        while not self._inbox.empty():  # the stream closed: what it queued goes now
+            self._inbox.get_nowait()
 
 
 def _host(peer: str) -> str:

@@ -1,7 +1,8 @@
 """Host buffers are their session's own, bounded and safe to read: another session cannot
 name them (unguessable session ids); a session's put files are read from the directory it
 named only, into memory (a file shrunk afterwards cannot fault the server), and what is not
-a regular file is refused without blocking; a store grows as its bytes arrive, counted
+a regular file is refused without blocking, and the buffer it is read into becomes the
+array's memory; a store grows as its bytes arrive, counted
 against the session's limit and the server's; malformed host-buffer RPCs get
 INVALID_ARGUMENT; two unmodified jax clients putting large arrays at once each get their
 own data back."""
@@ -25,9 +26,11 @@ import ifrtpy as ifrt  # noqa: E402
 import ifrtpy_jax_plugin  # noqa: E402
 from ifrtpy import proxy  # noqa: E402
 
-from proxy_helpers import (SERVICE, STORE_HEADER, WAIT_S, M, RawSession,  # noqa: E402
-                           client_directory, delete, lookup, put_request, raises_code,
-                           read_from_disk, status_of, store)
+from ifrtpy.proxy import local  # noqa: E402
+
+from proxy_helpers import (SERVICE, STORE_HEADER, WAIT_S, Delegating, M,  # noqa: E402
+                           RawSession, client_directory, delete, lookup, put_request,
+                           raises_code, read_from_disk, status_of, store)
 
 StatusCode = grpc.StatusCode
 #: Generous bound on a hang, not a timing assertion (a process starts in seconds).
@@ -168,6 +171,39 @@ def test_a_put_file_shrunk_after_it_was_read_cannot_fault_the_server(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0
+
+
+def test_a_put_files_buffer_becomes_the_arrays_memory_and_lives_as_long(pjrt, monkeypatch):
+    # the aligned buffer the server read the file into is handed to the array, which the
+    # CPU plugin aliases (no copy); the array keeps it alive, and the session's host-buffer
+    # bytes go back to 0
+    read, made = [], []
+    original = local.read_put_file
+    monkeypatch.setattr(local, "read_put_file",
+                        lambda path, size: read.append(original(path, size)) or read[-1])
+
+    class Recording(Delegating):
+        def make_array_from_host_buffer(self, *args, **kwargs):
+            made.append(self._inner.make_array_from_host_buffer(*args, **kwargs))
+            return made[-1]
+
+    values = np.random.default_rng(2).random(1 << 16, dtype=np.float32)
+    with proxy.serve(Recording(pjrt)) as server, grpc.insecure_channel(server.address) as ch:
+        directory, name = client_directory(server.address)
+        raw = RawSession(ch, transfer_directory=name)
+        with open(os.path.join(directory, "lt_3"), "wb") as f:
+            f.write(values.tobytes())
+        read_from_disk(ch, raw.id, 3, values.nbytes)
+        assert status_of(raw.call("make_array_from_host_buffer_request",
+                                  put_request(3, [values.size], 10))) == (0, "")
+        assert made[0].unsafe_buffer_pointer() == read[0].ctypes.data
+        assert server.host_buffer_bytes == 0
+        del read[:], made[:]
+        gc.collect()
+        assert status_of(raw.call("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
+            array_handle=10, host_buffer_handle=11))) == (0, "")
+        assert lookup(ch, raw.id, 11) == values.tobytes()
+        raw.close()
 
 
 # -- stores and limits ----------------------------------------------------------------------
