@@ -150,8 +150,11 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
         expected = batches[0]
         for weight in weights:
             expected = np.tanh(expected @ weight)
+        # A TPU multiplies f32 in one bfloat16 pass at the default precision (jax's too):
+        # its products differ from NumPy's by about 1e-2 here.
+        rtol, atol = (1e-4, 1e-5) if client.platform_name == "cpu" else (2e-2, 2e-2)
         np.testing.assert_allclose(np.asarray(exe(ifrt.device_put(batches[0], devices[0]), *on_device)[0]),
-                                   expected, rtol=1e-4, atol=1e-5)
+                                   expected, rtol=rtol, atol=atol)
         turn = iter(range(1 << 62))
         ours = _timed(lambda: np.asarray(
             exe(client.make_array_from_host_buffer(batches[next(turn) % 8], one), *on_device)[0]))
