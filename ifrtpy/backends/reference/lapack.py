@@ -103,8 +103,8 @@ def _evd(f, attrs, a):
 
 def _geev(f, attrs, a, *, query):
     left, right = int(attrs["compute_left"] == "V"), int(attrs["compute_right"] == "V")
-    if not np.all(np.isfinite(a)):
-        return (None,) * (4 if np.iscomplexobj(a) else 5) + (-4,)
+    if not np.all(np.isfinite(a)):  # (w, vl, vr) or (wr, wi, vl, vr) unset, then info
+        return (None,) * (3 if np.iscomplexobj(a) else 4) + (-4,)
     work, _ = query(a.shape[0], compute_vl=left, compute_vr=right)
     out = f(a, compute_vl=left, compute_vr=right, lwork=_lwork(work))
     if np.iscomplexobj(a):

@@ -155,7 +155,7 @@ class StagedProgram:
         self.main = main
 
     def run(self, values: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.ascontiguousarray(v) for v in self.main.run(list(values), {})]
+        return self.main.run(list(values), {})
 
 
 def plan(module, name: str, interpretable: Callable[[str], Interpretable]) -> StagedProgram:

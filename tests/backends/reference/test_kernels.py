@@ -1,7 +1,9 @@
 """The ops jaxlib's StableHLO interpreter lacks, computed by the reference backend between
 its stages: FFT, Cholesky, triangular solves, XLA's stateful RNG (tests/builder's random
-tests) and jaxlib's LAPACK custom calls as jax emits them. Each against NumPy/SciPy and
-against the PjRt backend running the same program; such ops inside while, case and if, in
+tests) and jaxlib's LAPACK custom calls as jax emits them. Each against NumPy/SciPy, and
+against the PjRt backend running the same program (the StableHLO ops) or jax's CPU client
+running the same function (the LAPACK calls: jaxlib's kernels, which newer jaxlibs build
+for an XLA FFI the PjRt CPU plugin may not run); such ops inside while, case and if, in
 called functions and in a program over replicas; what cannot be cut refused at compile
 time."""
 
@@ -38,15 +40,27 @@ def run(client, program, *inputs, options=None):
     return [np.asarray(o) for o in exe(*[ifrt.device_put(np.asarray(x), device) for x in inputs])]
 
 
-def both(reference, pjrt, program, *inputs):
-    """The outputs on the reference backend, checked against the PjRt backend's (jaxlib's
-    LAPACK kernels run there: the same routines, so they agree closely)."""
-    got = run(reference, program, *inputs)
-    want = run(pjrt, program, *inputs)
+def agree(got, want):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
+        w = np.asarray(w)
         assert g.dtype == w.dtype and g.shape == w.shape, i
         np.testing.assert_allclose(g, w, **tolerance(w), err_msg=f"output {i}")
+
+
+def both(reference, pjrt, program, *inputs):
+    """The outputs on the reference backend, checked against the PjRt backend's."""
+    got = run(reference, program, *inputs)
+    agree(got, run(pjrt, program, *inputs))
+    return got
+
+
+def as_jax(reference, fn, *inputs):
+    """The outputs of jax's program for ``fn`` on the reference backend, checked against
+    jax's CPU client's (the same LAPACK routines: they agree closely)."""
+    got = run(reference, lowered(fn, *inputs), *inputs)
+    with jax.enable_x64(True):
+        agree(got, jax.tree.leaves(jax.jit(fn)(*inputs)))
     return got
 
 
@@ -208,6 +222,8 @@ LAPACK_CASES = {
     "getrf solve": (jnp.linalg.solve, [sample((4, 4), np.float64), sample((4, 2), np.float64)],
                     lambda a, b, x: np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10)),
     "getrf lu": (jax.scipy.linalg.lu, [sample((5, 5), np.complex64)], _check_lu),
+    "getrf det": (jnp.linalg.det, [sample((4, 4), np.float64)],  # a scalar result
+                  lambda a, d: np.testing.assert_allclose(d, np.linalg.det(a), rtol=1e-10)),
     "geqrf orgqr": (jnp.linalg.qr, [sample((5, 3), np.float32)], _check_qr),
     "geqrf ungqr complete": (lambda a: jnp.linalg.qr(a, mode="complete"), [sample((2, 3, 4), np.complex128)],
                              _check_qr),
@@ -224,6 +240,10 @@ LAPACK_CASES = {
               lambda a, w, v: np.testing.assert_allclose(w, np.linalg.eigvalsh(a), **tolerance(a))),
     "geev": (jnp.linalg.eig, [sample((5, 5), np.float64)], _check_eig),
     "geev complex": (jnp.linalg.eig, [sample((4, 4), np.complex64)], _check_eig),
+    "geev of inf": (jnp.linalg.eigvals, [np.array([[np.inf]], np.float32)],
+                    lambda a, w: np.isnan(w).all()),
+    "geev complex of nan": (jnp.linalg.eig, [np.full((2, 2), np.nan, np.complex128)],
+                            lambda a, w, v: np.isnan(w).all() and np.isnan(v).all()),
     "gees": (jax.scipy.linalg.schur, [sample((4, 4), np.float64)], _check_schur),
     "gehrd": (lambda a: jax.scipy.linalg.hessenberg(a, calc_q=True), [sample((5, 5), np.float64)],
               _check_hessenberg),
@@ -250,15 +270,15 @@ LAPACK_CASES = {
 
 
 @pytest.mark.parametrize("case", list(LAPACK_CASES))
-def test_lapack_custom_calls_as_jax_emits_them(reference, pjrt, case):
+def test_lapack_custom_calls_as_jax_emits_them(reference, case):
     fn, inputs, check = LAPACK_CASES[case]
-    outputs = both(reference, pjrt, lowered(fn, *inputs), *inputs)
+    outputs = as_jax(reference, fn, *inputs)
     assert check(*inputs, *outputs) is not False
 
 
 # -- control flow, calls, replicas ---------------------------------------------------------------
 
-def test_fft_and_lapack_inside_while_case_and_if(reference, pjrt):
+def test_fft_and_lapack_inside_while_case_and_if(reference):
     """An FFT in a fori_loop's body (reading a value from outside the loop), a Cholesky in
     one branch of a cond and an eigh in one of a switch, against jax's CPU client."""
     def fn(x, spd, n, which):
@@ -274,12 +294,8 @@ def test_fft_and_lapack_inside_while_case_and_if(reference, pjrt):
         return looped, chosen, switched
 
     x, spd = sample((8,), np.float32), hermitian_pd(3, np.float32)
-    program = lowered(fn, x, spd, np.int32(0), np.int32(0))
     for n, which in ((3, 1), (0, 0), (2, 7)):  # an index out of range takes the last branch
-        inputs = (x, spd, np.int32(n), np.int32(which))
-        got = both(reference, pjrt, program, *inputs)
-        for g, w in zip(got, jax.jit(fn)(*inputs)):
-            np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+        as_jax(reference, fn, x, spd, np.int32(n), np.int32(which))
 
 
 def test_kernels_in_a_program_over_replicas(reference, pjrt):
