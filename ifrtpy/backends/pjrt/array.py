@@ -23,7 +23,7 @@ from ifrtpy.backends.pjrt._fastpath import ArrayCore, populate_while_pending
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy._pjrt import _dlpack
-from ifrtpy.backends.pjrt.events import future_of_events
+from ifrtpy.backends.pjrt.events import await_events, future_of_events
 from ifrtpy.backends.pjrt.layouts import buffer_layout
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import FailedPreconditionError
@@ -123,25 +123,34 @@ class PjrtArray(ArrayCore, StoredArray):
     # -- host -----------------------------------------------------------------------------
 
     def copy_to_host_buffer(self, out=None, byte_strides=None) -> Future[np.ndarray]:
+        return self._copy_to_host(out, byte_strides, wait=False)
+
+    def _copy_to_host(self, out, byte_strides, wait: bool) -> Future[np.ndarray]:
+        """copy_to_host_buffer; ``wait``: block (GIL released) until the shards are ready
+        where NumPy then copies them from views (for a caller that waits anyway)."""
         if self._error is not None:
             return Future.failed(self._error)
         buffers = self._live_buffers()
         fresh = out is None and byte_strides is None  # a new dense array, still unmapped
         out = self._host_buffer(out, byte_strides)
-        # Ready data in host memory: NumPy copies it from a view, no plugin copy to wait for.
-        # Not into a large fresh array, whose page faults _populate takes on a second core.
-        buffer = self._host_readable()
-        if (buffer is not None and not (fresh and out.nbytes >= _FRESH_BYTES)
-                and buffer.ready_event().is_ready()):
-            view = _dlpack.host_view(buffer)  # ready: no wait
-            if view is not None:
-                np.copyto(out, view)
-                return Future.ready(out)
-        if buffers and self._sharding.is_fully_replicated:
-            copies = [(buffers[0], out)]
-        else:
-            copies = [(buffer, out[(*domain.slices(), ...)])
-                      for domain, buffer in distinct_shards(self, buffers).items()]
+        copies = [(buffers[i], out[index]) for i, index in self._read_plan(buffers)]
+        # Data in host memory, ready: NumPy copies each shard from a view, no plugin copy
+        # (each a task on a plugin thread, and a wake-up) to wait for. Not into a large
+        # fresh array, whose page faults the plugin's copies (on several threads) or
+        # _populate (on a second core) take.
+        if self._host_readable() and not (fresh and out.nbytes >= _FRESH_BYTES):
+            events = [buffer.ready_event() for buffer, _ in copies]
+            if wait:
+                await_events(events)
+            if all(e.is_ready() for e in events):
+                try:
+                    views = [_dlpack.host_view(buffer) for buffer, _ in copies]  # no wait
+                except Exception as exc:  # noqa: BLE001 - a failed shard: the read fails
+                    return Future.failed(exc)
+                if all(view is not None for view in views):
+                    for view, (_, target) in zip(views, copies):
+                        np.copyto(target, view)
+                    return Future.ready(out)
         staged, events = [], []
         for buffer, target in copies:
             if target.flags.c_contiguous:  # straight into ``out``
@@ -153,14 +162,31 @@ class PjrtArray(ArrayCore, StoredArray):
         direct = future_of_events(events, out)  # one future for every direct copy
         return then_value(join_futures(staged + [direct]), out) if staged else direct
 
-    def _host_readable(self):
-        """The one buffer of a live single-device array in memory the host reads (and the
-        plugin can view), or None."""
-        buffers = self._buffers
-        if (len(buffers) == 1 and self._error is None and not self._deleted and self._client._host_views
-                and (self._client._host_platform or buffers[0].memory.kind in dlpack.HOST_MEMORY_KINDS)):
-            return buffers[0]
-        return None
+    def _read_plan(self, buffers: tuple) -> tuple:
+        """``(i, index)`` for each distinct shard of a read of the whole array: ``buffers[i]``
+        holds ``out[index]``. Cached by the client per sharding and shape (the same for
+        every array of those); raises as :func:`ifrtpy.array.distinct_shards` does."""
+        key = (self._sharding, self._shape)
+        plans = self._client._read_plans
+        plan = plans.get(key)
+        if plan is None:
+            if buffers and self._sharding.is_fully_replicated:
+                plan = ((0, (...,)),)
+            else:
+                plan = tuple((i, (*domain.slices(), ...))
+                             for domain, i in distinct_shards(self, range(len(buffers))).items())
+            if len(plans) >= 4096:
+                plans.clear()
+            plans[key] = plan
+        return plan
+
+    def _host_readable(self) -> bool:
+        """Whether every buffer of this live array is in memory the host reads (and the
+        plugin can view)."""
+        client = self._client
+        return (self._error is None and not self._deleted and client._host_views
+                and (client._host_platform
+                     or all(b.memory.kind in dlpack.HOST_MEMORY_KINDS for b in self._buffers)))
 
     # -- zero-copy exchange (DLPack, NumPy views) -----------------------------------------
 
@@ -202,8 +228,8 @@ class PjrtArray(ArrayCore, StoredArray):
         viewed without a copy (read-only, pinning the buffer), or with ``copy=True`` copied
         from that view (writeable); other arrays are gathered into a new array, and
         ``copy=False`` raises ValueError for them."""
-        buffer = self._host_readable()
-        if buffer is not None:
+        if len(self._buffers) == 1 and self._host_readable():
+            buffer = self._buffers[0]
             try:
                 view = _dlpack.host_view(buffer)
             except FailedPreconditionError:  # donated: the plugin deleted the buffer
@@ -214,7 +240,7 @@ class PjrtArray(ArrayCore, StoredArray):
             raise ValueError(
                 f"np.array(copy=False) of {self.debug_string()} needs a copy: only single-device "
                 "arrays of whole-byte elements in host-readable memory are viewed without one")
-        out = self.copy_to_host_buffer().result()
+        out = self._copy_to_host(None, None, wait=True).result()
         return out if dtype is None else out.astype(dtype, copy=False)
 
 

@@ -218,6 +218,7 @@ class PjrtClient(Client):
         self._device_of_handle = {d.id: d for d in self._devices}
         self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
         self._memory_cache: dict = {}  # id(SingleDeviceSharding) -> (it, MemoryHandle), for fast puts
+        self._read_plans: dict = {}  # (Sharding, Shape) -> PjrtArray._read_plan's plan
         self._host_platform = handle.platform_name == "cpu"  # every memory is host RAM
         self._host_views = _copies.host_views(handle.plugin)  # NumPy views, DLPack exports
         self._dlpack_devices: dict = {}  # memory id -> (DLDeviceType, device id)

@@ -20,6 +20,19 @@ def future_of_events(events: Sequence[Any], value: Any = None) -> Future:
     return _EventsFuture(events, value)
 
 
+def await_events(events: Sequence[Any]) -> bool:
+    """Block (GIL released) until every EventHandle in ``events`` fired, errors left for
+    the caller to read; False if one cannot be awaited (it raised and has not fired: a
+    zero-copy buffer's done-with-host-buffer event)."""
+    for e in events:
+        try:
+            e.await_()
+        except Exception:  # noqa: BLE001 - the event's own error is the caller's to read
+            if not e.is_ready():
+                return False
+    return True
+
+
 class _EventsFuture(Future):
     """A future of pending PJRT events that asks the plugin for no callback until one is
     needed: ``done()`` asks whether the events fired; ``result()`` without a timeout blocks
@@ -49,23 +62,11 @@ class _EventsFuture(Future):
         if self.done():
             return
         events = self._events
-        if timeout is None and events is not None and self._await_all(events):
+        if timeout is None and events is not None and await_events(events):
             self._settle(events)
             return
         self._arm()
         super()._wait(timeout)
-
-    @staticmethod
-    def _await_all(events: list[Any]) -> bool:
-        """Block until every event fired; False if one cannot be awaited (it raised and
-        has not fired: a zero-copy buffer's done-with-host-buffer event)."""
-        for e in events:
-            try:
-                e.await_()
-            except Exception:  # noqa: BLE001 - the event's own error is read by _settle
-                if not e.is_ready():
-                    return False
-        return True
 
     def add_done_callback(self, fn: Callable[[Future[Any]], Any]) -> None:
         if not self.done():

@@ -18,6 +18,7 @@ from ifrtpy.backends.pjrt._fastpath import PopulateBehind, populate_while_pendin
 from ifrtpy.array import HostBufferSemantics
 from ifrtpy.backends.pjrt import array as pjrt_array
 from ifrtpy.backends.pjrt import put as pjrt_put
+from ifrtpy.cli.demo import DEMO_PROGRAM
 from ifrtpy.errors import InvalidArgumentError
 from pjrt_helpers import aligned_empty, compile_options, lower
 
@@ -303,6 +304,69 @@ def test_a_ready_array_is_copied_from_its_view_at_once(client, kind):
     np.testing.assert_array_equal(strided, data)
     array.delete()
     np.testing.assert_array_equal(out, data)
+
+
+SHARDED_READS = {  # mesh shape, PartitionSpec
+    "rows": ((8,), ("a",)),
+    "columns": ((8,), (None, "a")),
+    "2-D mesh": ((4, 2), ("a", "b")),
+    "rows, replicated over b": ((4, 2), ("a",)),
+    "replicated": ((8,), ()),
+}
+
+
+@pytest.mark.parametrize("kind", ["device", "pinned_host"])
+@pytest.mark.parametrize("case", SHARDED_READS)
+def test_a_ready_sharded_array_is_copied_from_its_views_at_once(client, case, kind):
+    """Each distinct shard of a ready sharded array in host memory is copied by NumPy
+    from its view straight into its place in the destination (any strides): the future
+    is done when returned, and the copy is the caller's."""
+    mesh_shape, spec = SHARDED_READS[case]
+    mesh = ifrt.Mesh(np.array(client.devices()).reshape(mesh_shape), ("a", "b")[:len(mesh_shape)])
+    data = np.random.default_rng(0).random((16, 24), dtype=np.float32)
+    array = client.make_array_from_host_buffer(
+        data, ifrt.NamedSharding(mesh, ifrt.PartitionSpec(*spec), memory_kind=kind))
+    array.block_until_ready()
+    for out, strides in [(None, None), (np.full((16, 24), -1, np.float32, order="F"), None),
+                         (None, (4, 64))]:
+        future = array.copy_to_host_buffer(out, strides)
+        assert future.done()
+        result = future.result()
+        assert out is None or result is out
+        assert strides is None or result.strides == strides
+        np.testing.assert_array_equal(result, data)
+    result = np.asarray(array)
+    assert result.flags.writeable and result.flags.owndata
+    array.delete()
+    np.testing.assert_array_equal(result, data)
+
+
+def test_np_asarray_of_a_sharded_output_waits_and_reads_every_shard(client):
+    """``np.asarray`` of a sharded output whose program may still run waits for it (the
+    GIL released), then reads every shard; the output's next read completes at once."""
+    exe = client.compile(ifrt.HloProgram(DEMO_PROGRAM.format(rows=64, n=8)),
+                         ifrt.CompileOptions(devices=client.devices(), num_partitions=8))
+    data = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
+    array = client.make_array_from_host_buffer(data, _sharded(client))
+    for _ in range(20):
+        out, = exe(array)
+        np.testing.assert_array_equal(np.asarray(out), data * 2 + 1)
+        assert out.copy_to_host_buffer().done()
+
+
+def test_the_read_plan_is_made_once_per_sharding_and_shape(client, monkeypatch):
+    calls = []
+    real = pjrt_array.distinct_shards
+    monkeypatch.setattr(pjrt_array, "distinct_shards", lambda *a: calls.append(1) or real(*a))
+    client._read_plans.clear()
+    data = np.arange(64, dtype=np.float32).reshape(16, 4)
+    for sharding in (_sharded(client), _sharded(client)):  # equal shardings: one plan
+        for _ in range(2):
+            np.testing.assert_array_equal(np.asarray(client.make_array_from_host_buffer(data, sharding)), data)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(
+        np.asarray(client.make_array_from_host_buffer(data[:8], _sharded(client))), data[:8])
+    assert len(calls) == 2
 
 
 # -- the Cython helpers ----------------------------------------------------------------
