@@ -99,7 +99,20 @@ def _compile_options(session: Any, serialized: Any) -> CompileOptions:
         devices=None if portable else devices, num_replicas=replicas,
         num_partitions=partitions, use_spmd_partitioning=build.use_spmd_partitioning,
         use_shardy_partitioner=build.use_shardy_partitioner,
-        compile_portable_executable=portable)
+        compile_portable_executable=portable,
+        env_option_overrides=_option_overrides(proto.env_option_overrides))
+
+
+def _option_overrides(overrides: Any) -> dict[str, Any]:
+    """The ``compiler_options`` jax sends (``env_option_overrides``: XLA flags and debug
+    options by name), for the backend's compiler to apply or refuse."""
+    values = {}
+    for name, value in overrides.items():
+        kind = value.WhichOneof("value")
+        if kind is None:
+            raise InvalidArgumentError(f"Compile: compile option {name!r} has no value")
+        values[name] = getattr(value, kind)
+    return values
 
 
 def _assigned_devices(session: Any, assignment: Any, replicas: int, partitions: int) -> DeviceList:

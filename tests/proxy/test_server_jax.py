@@ -301,6 +301,32 @@ def test_tokens_are_served_as_jax_cpu_client_serves_them(server):
     assert result["doubled"][0] == [2.0 * i for i in range(8)]
 
 
+def test_compiler_options_reach_the_backends_compiler(server):
+    """``jit(..., compiler_options=...)`` reaches the backend's compiler, which refuses an
+    option it does not know as jax's CPU client does."""
+    result = run_jax(server.address, """
+        def outcome(f):
+            try:
+                return np.asarray(f()).tolist()
+            except Exception as e:
+                return type(e).__name__ + ": " + str(e).split("\\n")[0]
+
+        def compiled(d, options):
+            x = jax.device_put(jnp.arange(3.0), d[0])
+            return outcome(lambda: jax.jit(lambda v: jnp.sqrt(v ** 2) + 1.0,
+                                           compiler_options=options)(x))
+
+        emit(valid=both(lambda d: compiled(d, {"xla_embed_ir_in_executable": True})),
+             effort=both(lambda d: compiled(d, {"exec_time_optimization_effort": 0.0})),
+             invalid=both(lambda d: compiled(d, {"invalid_key": "invalid_value"})))
+    """)
+    assert result["valid"][0] == result["effort"][0] == [1.0, 2.0, 3.0]
+    assert "No such compile option: 'invalid_key'" in result["invalid"][0], result["invalid"]
+    assert "No such compile option: 'invalid_key'" in result["invalid"][1], result["invalid"]
+    del result["invalid"]
+    assert_pairs_equal(result)
+
+
 def test_example_backend_serves_arrays_and_refuses_hlo_programs_by_name():
     # The example backend's programs are Python functions, not HLO: jax's puts, copies
     # and reads work through it; a jit is refused with the backend's own reason.

@@ -438,6 +438,20 @@ def test_token_parameters_and_results_are_counted_as_jax_counts_them(channel, se
         array_handle=token.array_handle)), "is_array_deleted_response").deleted
 
 
+def test_compile_options_reach_the_compiler(session):
+    """jax's ``compiler_options`` (``env_option_overrides``) are applied by the backend's
+    compiler, which refuses one it does not know by name, as jax's own client does."""
+    request = compile_request(ADD_ONE)
+    options = M.XlaCompileOptionsProto.FromString(request.compile_options.data)
+    options.compile_options.env_option_overrides["xla_embed_ir_in_executable"].bool_field = True
+    request.compile_options.data = options.SerializeToString()
+    ok(session.call("compile_request", request), "compile_response")
+    options.compile_options.env_option_overrides["invalid_key"].string_field = "invalid_value"
+    request.compile_options.data = options.SerializeToString()
+    code, message = status_of(session.call("compile_request", request))
+    assert code == INVALID and "No such compile option: 'invalid_key'" in message, message
+
+
 def test_string_arrays_round_trip(channel, session):
     words = [b"ifrt", b"", b"proxy \xe2\x9c\x93"]
     store(channel, session.id, 77, M.StringArrayContents(strings=words).SerializeToString())
