@@ -17,20 +17,32 @@ from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
 from ifrtpy.proxy.tokens import Signature, Token
 
-__all__ = ["HANDLERS", "XLA_CUSTOM_CALLS"]
+__all__ = ["HANDLERS", "XLA_CUSTOM_CALLS", "PLATFORM_CUSTOM_CALLS", "JAX_CUSTOM_CALLS"]
 
 _XLA_PROGRAM = "xla::ifrt::XlaProgram"
 _XLA_OPTIONS = "xla::ifrt::XlaCompileOptions"
 
-#: Custom-call targets XLA itself implements (partitioner and placement annotations):
-#: every backend compiles them without a registered handler.
+#: Custom-call targets XLA itself implements (partitioner, placement and layout
+#: annotations, ops it translates): every backend compiles them without a registered handler.
 XLA_CUSTOM_CALLS = frozenset({
     "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
     "MoveToHost", "MoveToDevice", "LayoutConstraint", "X64Combine", "X64SplitLow",
     "X64SplitHigh", "TopK", "ApproxTopK", "PartialReduce", "ShardBarrierFrom",
     "ShardBarrierTo", "local_sharding", "xla.sdy.GlobalToLocalShape",
     "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding", "Cholesky",
+    "ragged_all_to_all",
 })
+
+#: Targets the compiler of one platform implements, which jax lowers to there: on a TPU,
+#: Pallas kernels, linear algebra (``eigh``, ``qr``, ``svd``, ``lu``) and ``lax.empty``.
+PLATFORM_CUSTOM_CALLS = {
+    "tpu": frozenset({"tpu_custom_call", "Eigh", "Qr", "ProductOfElementaryHouseholderReflectors",
+                      "LuDecomposition", "AllocateBuffer"}),
+}
+
+#: jax's own runtime targets that ifrtpy's backends serve themselves (``lax.dce_sink``:
+#: the PjRt backend with a handler of its own, the jax backend with jax's runtime).
+JAX_CUSTOM_CALLS = frozenset({"dce_sink"})
 
 
 @dataclasses.dataclass
@@ -144,10 +156,15 @@ def _check_host_transfers(program: HloProgram) -> None:
 
 
 def _check_custom_calls(session: Any, program: HloProgram) -> None:
-    targets = program.custom_call_targets - XLA_CUSTOM_CALLS
+    """UnimplementedError naming the custom-call targets of ``program`` that nothing in
+    this server provides for its platform: a client may call only what the compilers, jax's
+    runtime targets, jaxlib's kernels and the targets registered in this process
+    (``ifrt.ffi.register_ffi_target``) provide. The backend runs or refuses the others."""
+    platform = session.client.platform_name
+    targets = (program.custom_call_targets - XLA_CUSTOM_CALLS - JAX_CUSTOM_CALLS
+               - PLATFORM_CUSTOM_CALLS.get(platform, frozenset()))
     if not targets:
         return
-    platform = session.client.platform_name
     known: set[str] = set(ffi.registered_targets(platform)) if platform in ffi.PLATFORMS else set()
     if platform in ffi.PLATFORMS:
         known |= set(ffi.jaxlib_kernels(platform))

@@ -301,9 +301,9 @@ def test_tokens_are_served_as_jax_cpu_client_serves_them(server):
     assert result["doubled"][0] == [2.0 * i for i in range(8)]
 
 
-def test_compiler_options_reach_the_backends_compiler(server):
+def test_compiler_options_and_jax_runtime_custom_calls(server):
     """``jit(..., compiler_options=...)`` reaches the backend's compiler, which refuses an
-    option it does not know as jax's CPU client does."""
+    option it does not know as jax's CPU client does; ``lax.dce_sink`` runs."""
     result = run_jax(server.address, """
         def outcome(f):
             try:
@@ -316,11 +316,19 @@ def test_compiler_options_reach_the_backends_compiler(server):
             return outcome(lambda: jax.jit(lambda v: jnp.sqrt(v ** 2) + 1.0,
                                            compiler_options=options)(x))
 
+        def sink(d):
+            def f(v):
+                jax.lax.dce_sink(v * 2, prevent_mlir_dce=True)
+                return v + 1
+            return outcome(lambda: jax.jit(f)(jax.device_put(jnp.arange(3.0), d[0])))
+
         emit(valid=both(lambda d: compiled(d, {"xla_embed_ir_in_executable": True})),
              effort=both(lambda d: compiled(d, {"exec_time_optimization_effort": 0.0})),
-             invalid=both(lambda d: compiled(d, {"invalid_key": "invalid_value"})))
+             invalid=both(lambda d: compiled(d, {"invalid_key": "invalid_value"})),
+             sink=both(sink))
     """)
     assert result["valid"][0] == result["effort"][0] == [1.0, 2.0, 3.0]
+    assert result["sink"][0] == [1.0, 2.0, 3.0]
     assert "No such compile option: 'invalid_key'" in result["invalid"][0], result["invalid"]
     assert "No such compile option: 'invalid_key'" in result["invalid"][1], result["invalid"]
     del result["invalid"]

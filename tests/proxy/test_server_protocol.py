@@ -186,6 +186,20 @@ def test_unregistered_custom_call_targets_are_refused_at_compile(session):
     assert code == UNIMPLEMENTED and "no_such_target" in message and "not registered" in message
 
 
+def test_jax_runtime_targets_compile_and_run(channel, session):
+    # lax.dce_sink(..., prevent_mlir_dce=True): a custom call the backend serves itself
+    text = ADD_ONE.replace("return %0", """stablehlo.custom_call @dce_sink(%0) {
+        has_side_effect = true, api_version = 4 : i32} : (tensor<4xf32>) -> ()
+    return %0""")
+    exe = ok(session.call("compile_request", compile_request(text)),
+             "compile_response").loaded_executable_handle
+    host = Host(channel, session)
+    a = host.put(np.arange(4, dtype=np.float32), single_device_sharding())
+    run = ok(session.call("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+        loaded_executable_handle=exe, args_handles=[a])), "loaded_executable_execute_response")
+    np.testing.assert_array_equal(host.get(run.outputs[0].array_handle, (4,)), np.arange(1, 5))
+
+
 def test_sessions_are_listed_and_closed(server, channel):
     before = {s.id for s in server.sessions()}
     raw = RawSession(channel)
