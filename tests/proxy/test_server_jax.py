@@ -327,12 +327,13 @@ def test_compiler_options_and_jax_runtime_custom_calls(server):
              invalid=both(lambda d: compiled(d, {"invalid_key": "invalid_value"})),
              sink=both(sink))
     """)
-    assert result["valid"][0] == result["effort"][0] == [1.0, 2.0, 3.0]
-    assert result["sink"][0] == [1.0, 2.0, 3.0]
+    assert result["valid"][0] == result["sink"][0] == [1.0, 2.0, 3.0]
+    # jax 0.10 sends this one as a build option; jax 0.12 as an override, which jax's CPU
+    # client and the plugin both refuse
+    assert result["effort"][0] == result["effort"][1], result["effort"]
     assert "No such compile option: 'invalid_key'" in result["invalid"][0], result["invalid"]
     assert "No such compile option: 'invalid_key'" in result["invalid"][1], result["invalid"]
-    del result["invalid"]
-    assert_pairs_equal(result)
+    assert_pairs_equal({k: result[k] for k in ("valid", "sink")})
 
 
 def test_example_backend_serves_arrays_and_refuses_hlo_programs_by_name():
