@@ -73,7 +73,8 @@ def _compiled(executable: Any, program: HloProgram) -> Compiled:
     return Compiled(executable, program, signature, donated, marked - donated)
 
 
-def _aliased_inputs(executable: Any, signature: Signature, marked: frozenset[int]) -> frozenset[int]:
+def _aliased_inputs(executable: Any, signature: Signature,
+                    marked: frozenset[int]) -> frozenset[int]:
     """The inputs of ``marked`` the compiler aliased to an output (``jax.buffer_donor``
     leaves that choice to it), as the optimized module's ``input_output_alias`` says (its
     parameter numbers count ``main``'s tokens): only those are donated. A backend without
@@ -240,14 +241,14 @@ def metadata(session: Any, request: Any) -> Any:
 
     parameters = exe.parameter_shardings()
     if parameters is not None:
-        response.parameter_shardings.shardings.extend(signature.parameters(
-            [wire.op_sharding_bytes(s, p.shape.dims) for s, p in zip(parameters, program.parameters)],
-            replicated))
+        shardings = [wire.op_sharding_bytes(s, p.shape.dims)
+                     for s, p in zip(parameters, program.parameters)]
+        response.parameter_shardings.shardings.extend(signature.parameters(shardings, replicated))
     outputs = exe.output_shardings()
     if outputs is not None:
-        response.output_shardings.shardings.extend(signature.results(
-            [wire.op_sharding_bytes(s, shape.dims) for s, shape in zip(outputs, exe.output_shapes())],
-            replicated))
+        shardings = [wire.op_sharding_bytes(s, shape.dims)
+                     for s, shape in zip(outputs, exe.output_shapes())]
+        response.output_shardings.shardings.extend(signature.results(shardings, replicated))
     layouts, error = _layouts("parameters", signature.token_parameters, exe.parameter_layouts)
     if error is None:
         response.parameter_layouts_list.layouts.extend(
@@ -388,7 +389,8 @@ def execute(session: Any, request: Any) -> Any:
         session.put_future(status, result.status)
         if not request.result_status_handle:
             response.status_handle = status
-    for handle, (dtype, shape, sharding) in zip(handles, _output_protos(compiled, outputs, devices)):
+    protos = _output_protos(compiled, outputs, devices)
+    for handle, (dtype, shape, sharding) in zip(handles, protos):
         response.outputs.add(dtype=dtype, shape=shape, sharding=sharding, array_handle=handle)
     return response
 
