@@ -15,8 +15,8 @@ time), and prints its result lines; a summary closes the run:
   With ``--jax-tests`` (the ``tests/`` folder of a jax checkout at the installed jax's
   tag; nothing of jax's is copied here) jax's ``lax_numpy_operators_test.py`` runs
   directly on the chip and through the server (``jax_tests_through_proxy.py``); without
-  it, a few jax programs (a jit'd matmul, grad, device_put, reductions) through the
-  server are compared with NumPy;
+  it, a few jax programs (a jit'd matmul, grad, device_put, reductions, the custom calls
+  jax lowers to on the chip, tokens) through the server are compared with NumPy;
 * ``speed``: the same steps timed with jax and with ifrtpy in turn on the same chip:
   a synchronous ``x + 1`` on f32[8], 100 chained calls, puts of 4 KiB and 64 MiB, a
   64 MiB get, and a bf16 matmul (8192³; 2048³ with ``--quick``);
@@ -423,7 +423,59 @@ def jax_programs():
     for name, got, want, tol in checks:
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
         print(f"{name}: ok", flush=True)
+    jax_custom_calls_and_tokens()
     print(f"programs ok on {jax.devices()[0].device_kind} through {jax.devices()[0].client.runtime_type}")
+
+
+def jax_custom_calls_and_tokens():
+    """The custom calls jax lowers to on the chip (linear algebra, a Pallas kernel,
+    ``dce_sink``) and tokens, through the proxy client, against NumPy; each one reported."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax._src import core
+    from jax.experimental import pallas as pl
+
+    a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    s = a @ a.T + 64 * np.eye(64, dtype=np.float32)
+
+    def sink(v):
+        jax.lax.dce_sink(v * 2, prevent_mlir_dce=True)
+        return v + 1
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1
+
+    def eigh():
+        w, v = jnp.linalg.eigh(s)
+        return (v * w) @ v.T, s
+
+    def svd():
+        u, sv, vt = jnp.linalg.svd(a, full_matrices=False)
+        return (u * sv) @ vt, a
+
+    checks = {
+        "qr": lambda: (jnp.matmul(*jnp.linalg.qr(a)), a),
+        "eigh": eigh,
+        "svd": svd,
+        "lu": lambda: (jnp.linalg.multi_dot(jax.scipy.linalg.lu(a)), a),
+        "pallas": lambda: (pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype))(a),
+                           a + 1),
+        "dce_sink": lambda: (jax.jit(sink)(a), a + 1),
+        "token": lambda: (isinstance(jax.jit(jax.lax.create_token)(1.0), core.Token), True),
+    }
+    failed = []
+    with jax.default_matmul_precision("highest"):
+        for name, check in checks.items():
+            try:
+                got, want = check()
+                np.testing.assert_allclose(np.asarray(got), want, rtol=1e-3,
+                                           atol=1e-3 * np.abs(want).max())
+                print(f"{name}: ok", flush=True)
+            except Exception as e:  # noqa: BLE001 - every check is reported
+                failed.append(name)
+                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    assert not failed, f"failed through the proxy: {failed}"
 
 
 def main():
