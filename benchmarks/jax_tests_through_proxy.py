@@ -7,18 +7,22 @@ is part of this project), e.g.::
     pip install absl-py
     python benchmarks/jax_tests_through_proxy.py /tmp/jax/tests lax_numpy_operators_test.py \\
         [lax_test.py ...] [--backend pjrt] [--device-count 8] [-k EXPR] [--timeout 1800]
+    # the reference backend (the StableHLO interpreter), jax's CPU client beside the proxy
+    python benchmarks/jax_tests_through_proxy.py /tmp/jax/tests fft_test.py linalg_test.py \\
+        --backend reference --proxy-platforms proxy,cpu
     # on a TPU (one process holds the chip: jax's direct runs come first, then the server)
     python benchmarks/jax_tests_through_proxy.py /tmp/jax/tests lax_numpy_operators_test.py \\
         --backend tpu --platform tpu --address unix:/tmp/ifrtpy-proxy.sock
 
-Runs each file with pytest twice: directly on jax's ``--platform`` client
-(``JAX_PLATFORMS=cpu`` with ``--device-count`` devices by default), then, once
-``python -m ifrtpy serve --backend BACKEND`` has started, with
-``JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://...`` (jax's proxy client, the server's
-devices). Prints a table: per file and run, the tests passed, failed (errors included) and
-skipped, and the tests that pass on jax's CPU client but not through the server (their ids
-follow the table). A run cut short by ``--timeout`` counts the tests it finished and is
-marked ``(timeout)``.
+Runs each file with pytest twice: directly on jax's ``--platform`` clients
+(``JAX_PLATFORMS=cpu`` with ``--device-count`` devices by default; a list such as
+``tpu,cpu`` goes to jax as it is), then, once ``python -m ifrtpy serve --backend BACKEND``
+has started, with ``JAX_PLATFORMS=proxy JAX_BACKEND_TARGET=grpc://...`` (jax's proxy
+client, the server's devices; ``--proxy-platforms`` gives another list, e.g. ``proxy,cpu``
+for tests that need jax's CPU client beside it). Prints a table: per file and run, the
+tests passed, failed (errors included) and skipped, and the tests that pass directly but
+not through the server (their ids follow the table). A run cut short by ``--timeout``
+counts the tests it finished and is marked ``(timeout)``.
 """
 
 from __future__ import annotations
@@ -97,7 +101,9 @@ def main():
                         help="devices of the server and of jax's CPU client (default 8; "
                              "not given to other platforms)")
     parser.add_argument("--platform", default="cpu",
-                        help="jax's platform for the direct runs (default cpu)")
+                        help="jax's platforms for the direct runs (JAX_PLATFORMS; default cpu)")
+    parser.add_argument("--proxy-platforms", default="proxy",
+                        help="JAX_PLATFORMS for the runs through the server (default proxy)")
     parser.add_argument("--address",
                         help="the server's address (default: serve's own, a private unix socket)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression for every file")
@@ -105,18 +111,22 @@ def main():
     args = parser.parse_args()
     tests_dir = os.path.abspath(args.tests_dir)
 
-    cpu = args.platform == "cpu"
+    cpu = args.platform.split(",")[0] == "cpu"
+    cpu_flags = f"--xla_force_host_platform_device_count={args.device_count}"
     direct_env = dict(os.environ, JAX_PLATFORMS=args.platform)
     if cpu:
-        direct_env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.device_count}"
+        direct_env["XLA_FLAGS"] = cpu_flags
     direct = {}
     for name in args.files:  # first: an accelerator is held by one process at a time
         start = time.perf_counter()
         outcomes, timed_out = run_file(tests_dir, name, direct_env, args.keyword, args.timeout)
         direct[name] = outcomes, cell(outcomes, timed_out, time.perf_counter() - start)
         print(f"done directly: {name} {direct[name][1]}", file=sys.stderr, flush=True)
-    server, target = start_server(args.backend, args.device_count if cpu else None, args.address)
-    proxy_env = dict(os.environ, JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=target)
+    virtual = cpu or args.backend == "reference"  # devices made to the count asked
+    server, target = start_server(args.backend, args.device_count if virtual else None, args.address)
+    proxy_env = dict(os.environ, JAX_PLATFORMS=args.proxy_platforms, JAX_BACKEND_TARGET=target)
+    if "cpu" in args.proxy_platforms.split(","):
+        proxy_env["XLA_FLAGS"] = cpu_flags
     rows, regressions = [], {}
     try:
         for name in args.files:
@@ -133,10 +143,10 @@ def main():
         server.terminate()
         server.wait(timeout=60)
 
-    devices = f"{args.device_count} devices" if cpu else args.platform
-    print(f"jax's tests, passed/failed/skipped: jax's {args.platform} client vs through `ifrtpy "
-          f"serve --backend {args.backend}` ({devices})" + (f", -k {args.keyword!r}"
-                                                           if args.keyword else ""))
+    devices = f"{args.device_count} devices" if virtual else args.platform
+    print(f"jax's tests, passed/failed/skipped: JAX_PLATFORMS={args.platform} vs "
+          f"{args.proxy_platforms} through `ifrtpy serve --backend {args.backend}` ({devices})"
+          + (f", -k {args.keyword!r}" if args.keyword else ""))
     header = ["file", f"jax {args.platform}", f"proxy ({args.backend})",
               "pass directly, not through proxy"]
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]

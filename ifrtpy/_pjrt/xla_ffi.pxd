@@ -2,8 +2,9 @@
 # (pjrt_c_api_ffi_extension.h) that ifrtpy uses, declared here from their published
 # layouts: the xla-cpu-pjrt package ships neither header. Every struct below starts with
 # its own size, so a newer framework reads what an older caller wrote; the layouts are
-# those of XLA FFI 0.1 to 0.4 (no field used here moved in those versions) and of the
-# PJRT FFI extension from PJRT 0.81 (measured the same on the 0.81, 0.106 and 0.115 CPU
+# those of XLA FFI 0.1 to 0.5 (no field used here moved in those versions; 0.5 renamed a
+# few: every C name here carries ifrtpy's prefix, so the header compiles beside it) and of
+# the PJRT FFI extension from PJRT 0.81 (measured the same on the 0.81, 0.106 and 0.115 CPU
 # plugins: 48-byte extension, Register_Handler args without an api_version field).
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
@@ -22,8 +23,8 @@ cdef extern from *:
       int type;                                   /* 1: metadata */
       struct ifrtpy_XLA_FFI_Extension_Base* next;
     } ifrtpy_XLA_FFI_Extension_Base;
-    typedef struct XLA_FFI_Error XLA_FFI_Error;
-    typedef struct XLA_FFI_ExecutionContext XLA_FFI_ExecutionContext;
+    typedef struct ifrtpy_XLA_FFI_Error ifrtpy_XLA_FFI_Error;  /* opaque */
+    typedef struct ifrtpy_XLA_FFI_ExecutionContext ifrtpy_XLA_FFI_ExecutionContext;  /* opaque */
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
       int major_version; int minor_version;
@@ -34,29 +35,29 @@ cdef extern from *:
     } ifrtpy_XLA_FFI_Error_Create_Args;
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
-      XLA_FFI_Error* error; const char* message;
+      ifrtpy_XLA_FFI_Error* error; const char* message;
     } ifrtpy_XLA_FFI_Error_GetMessage_Args;
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
-      XLA_FFI_Error* error;
+      ifrtpy_XLA_FFI_Error* error;
     } ifrtpy_XLA_FFI_Error_Destroy_Args;
     typedef struct { int64_t type_id; } ifrtpy_XLA_FFI_TypeId;
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
-      XLA_FFI_ExecutionContext* ctx; ifrtpy_XLA_FFI_TypeId* type_id; void* data;
+      ifrtpy_XLA_FFI_ExecutionContext* ctx; ifrtpy_XLA_FFI_TypeId* type_id; void* data;
     } ifrtpy_XLA_FFI_ExecutionContext_Get_Args;
     /* The function table: the fields up to those used here. */
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
       ifrtpy_XLA_FFI_Api_Version api_version;
       const void* internal_api;
-      XLA_FFI_Error* (*XLA_FFI_Error_Create)(ifrtpy_XLA_FFI_Error_Create_Args*);
+      ifrtpy_XLA_FFI_Error* (*XLA_FFI_Error_Create)(ifrtpy_XLA_FFI_Error_Create_Args*);
       void (*XLA_FFI_Error_GetMessage)(ifrtpy_XLA_FFI_Error_GetMessage_Args*);
       void (*XLA_FFI_Error_Destroy)(ifrtpy_XLA_FFI_Error_Destroy_Args*);
       void* XLA_FFI_Handler_Register;
       void* XLA_FFI_Stream_Get;
       void* XLA_FFI_Type_Register;
-      XLA_FFI_Error* (*XLA_FFI_ExecutionContext_Get)(ifrtpy_XLA_FFI_ExecutionContext_Get_Args*);
+      ifrtpy_XLA_FFI_Error* (*XLA_FFI_ExecutionContext_Get)(ifrtpy_XLA_FFI_ExecutionContext_Get_Args*);
     } ifrtpy_XLA_FFI_Api;
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
@@ -78,7 +79,7 @@ cdef extern from *:
     } ifrtpy_XLA_FFI_Attrs;
     typedef struct {
       size_t struct_size; ifrtpy_XLA_FFI_Extension_Base* extension_start;
-      const ifrtpy_XLA_FFI_Api* api; XLA_FFI_ExecutionContext* ctx; int stage;
+      const ifrtpy_XLA_FFI_Api* api; ifrtpy_XLA_FFI_ExecutionContext* ctx; int stage;
       ifrtpy_XLA_FFI_Args args; ifrtpy_XLA_FFI_Rets rets; ifrtpy_XLA_FFI_Attrs attrs;
       void* future;
     } ifrtpy_XLA_FFI_CallFrame;
@@ -89,7 +90,7 @@ cdef extern from *:
     typedef struct {
       ifrtpy_XLA_FFI_Extension_Base extension_base; ifrtpy_XLA_FFI_Metadata* metadata;
     } ifrtpy_XLA_FFI_Metadata_Extension;
-    typedef XLA_FFI_Error* (*ifrtpy_XLA_FFI_Handler)(ifrtpy_XLA_FFI_CallFrame*);
+    typedef ifrtpy_XLA_FFI_Error* (*ifrtpy_XLA_FFI_Handler)(ifrtpy_XLA_FFI_CallFrame*);
     enum {
       ifrtpy_XLA_FFI_Api_Version_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_XLA_FFI_Api_Version, minor_version),
       ifrtpy_XLA_FFI_Error_Create_Args_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_XLA_FFI_Error_Create_Args, errc),
@@ -157,8 +158,8 @@ cdef extern from *:
       ifrtpy_XLA_FFI_Error_Code_UNAVAILABLE = 14,
     };
     """
-    ctypedef struct XLA_FFI_Error
-    ctypedef struct XLA_FFI_ExecutionContext
+    ctypedef struct XLA_FFI_Error "ifrtpy_XLA_FFI_Error"
+    ctypedef struct XLA_FFI_ExecutionContext "ifrtpy_XLA_FFI_ExecutionContext"
     ctypedef struct XLA_FFI_Extension_Base "ifrtpy_XLA_FFI_Extension_Base":
         size_t struct_size
         int type

@@ -658,16 +658,14 @@ class OpsMixin(_Base):
         """XLA's RngUniform: values uniform in [a, b) from the backend's own generator
         (stateful: every run gives new values). ``a`` and ``b`` are scalars (or numbers,
         of ``dtype``) of s32, s64, u32 or u64 (b must exceed a: XLA leaves the rest
-        undefined), or f16, bf16, f32 or f64 (f16 and bf16 may round up to b). The
-        reference backend does not run it; for values that a key determines see
-        :meth:`random_uniform`."""
+        undefined), or f16, bf16, f32 or f64 (on the PjRt backend f16 and bf16 may round
+        up to b). For values that a key determines see :meth:`random_uniform`."""
         return self._rng("rng_uniform", "UNIFORM", a, b, shape, dtype)
 
     def rng_normal(self, mu: Any, sigma: Any, shape: Sequence[int], dtype: Any = None) -> Value:
         """XLA's RngNormal: normal values of mean ``mu`` and standard deviation ``sigma``
         (f16, bf16, f32 or f64 scalars, or numbers of ``dtype``) from the backend's own
-        generator (stateful). The reference backend does not run it; see also
-        :meth:`random_normal`."""
+        generator (stateful). See also :meth:`random_normal`."""
         return self._rng("rng_normal", "NORMAL", mu, sigma, shape, dtype)
 
     def random_uniform(self, key: Any, shape: Sequence[int], dtype: Any = "f32",

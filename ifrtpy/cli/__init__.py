@@ -1,6 +1,7 @@
 """The command line: ``python -m ifrtpy [--version] [--debug] info|demo|bench|launch|serve [options]``.
 
-``info`` prints versions, the plugin, its attributes, devices and memories. ``demo`` does
+``info`` prints versions, the plugin, its attributes, devices and memories (where no CPU
+plugin is installed: every plugin found, each described). ``demo`` does
 the same, then puts a sharded array on the devices, draws which device holds which rows
 (:func:`ifrtpy.visualize_sharding`), and runs a StableHLO program over it (SPMD), checking
 every result against NumPy. ``bench`` prints one table of headline figures next to jax
@@ -9,7 +10,8 @@ chart, needs matplotlib). ``launch -n N -- CMD ...`` runs a job of N processes o
 this machine (:mod:`ifrtpy.cli.launch`). ``serve`` runs an IFRT Proxy server that jax
 uses as its backend (:mod:`ifrtpy.cli.serve`, docs/proxy.md). An error prints one line,
 its message's first line (what is wrong and the fix); ``--debug`` shows the whole message
-and the traceback.
+and the traceback. Where no CPU plugin is installed, ``demo`` and ``bench`` without
+``--plugin`` run on the first plugin found, or say what to install.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from types import ModuleType
 
 import ifrtpy as ifrt
 from ifrtpy.cli import bench, demo, info, launch, serve
+from ifrtpy.errors import NotFoundError
+from ifrtpy.plugins.discovery import PACKAGES
 
 __all__ = ["main"]
 
@@ -52,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     client_options = _Parser(add_help=False)
     client_options.add_argument("--plugin", help="a PJRT plugin by name ('tpu', 'cuda', ...) or path of its .so "
-                                "(default: the CPU plugin docs/plugins.md names)")
+                                "(default: the CPU plugin docs/plugins.md names; where none "
+                                "is installed, the first plugin found)")
     client_options.add_argument("--devices", type=int, default=None,
                                 help="the number of CPU devices, the plugin's cpu_device_count "
                                      "(default 4, or what XLA_FLAGS gives jax; bench: 8)")
@@ -79,6 +84,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _first_plugin(command: str) -> str:
+    """The plugin ``command`` runs on where no CPU plugin is installed: the first found
+    (said on stderr); NotFoundError saying what to install where none is."""
+    names = info.plugin_names()
+    if not names:
+        accelerators = ", ".join(f"{packages[0]} for {name!r}"
+                                 for name, packages in PACKAGES.items() if name != "cpu")
+        raise NotFoundError(f"no PJRT plugin is installed: pip install xla-cpu-pjrt for the "
+                            f"CPU, or an accelerator's ({accelerators})")
+    print(f"{command}: no CPU plugin is installed; running on the plugin {names[0]!r} "
+          f"(--plugin NAME picks another; found: {', '.join(names)})", file=sys.stderr)
+    return names[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "launch":
@@ -86,10 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve.serve(args)
+        plugin = args.plugin
+        if plugin is None and info.no_cpu_plugin():
+            if args.command == "info":
+                info.describe_machine()
+                return 0
+            plugin = _first_plugin(args.command)
         devices = args.devices
-        if args.command == "bench" and devices is None and args.plugin is None:
+        if args.command == "bench" and devices is None and plugin is None:
             devices = 8
-        client = ifrt.get_client("pjrt", plugin=args.plugin, device_count=devices)
+        client = ifrt.get_client("pjrt", plugin=plugin, device_count=devices)
         if args.command == "bench":
             bench.bench(client, quick=args.quick, plot_file=args.plot)
         else:

@@ -6,7 +6,8 @@
   libraries of ``nvidia-*`` wheels;
 * :mod:`.builds`: the XLA CPU plugin builds ifrtpy knows, and which is the default
   (``"cpu"``);
-* :mod:`.options`: the create options each known plugin reads, checked before it sees them.
+* :mod:`.options`: the create options each known plugin reads, checked before it sees them;
+* :mod:`.held_tpu`: a TPU another process holds: who holds it, and the error saying so.
 """
 
 from ifrtpy.plugins.discovery import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP

@@ -363,14 +363,14 @@ def _index_domains(array: Any) -> list[Any] | None:
 # -- lifetime and readiness ----------------------------------------------------------------
 
 def delete_array(session: Any, request: Any) -> Any:
-    futures = [session.array(h).delete() for h in request.array_handle]
+    futures = [session.value(h).delete() for h in request.array_handle]
     handle = session.put_future(0, join_futures(futures))
     return messages().DeleteArrayResponse(deletion_future_handle=handle)
 
 
 def is_array_deleted(session: Any, request: Any) -> Any:
     return messages().IsArrayDeletedResponse(
-        deleted=session.array(request.array_handle).is_deleted())
+        deleted=session.value(request.array_handle).is_deleted())
 
 
 def destruct_array(session: Any, request: Any) -> Any:
@@ -380,7 +380,7 @@ def destruct_array(session: Any, request: Any) -> Any:
 
 
 def check_value_ready(session: Any, request: Any) -> None:
-    values = session.arrays_of(request.value_handles)
+    values = session.values_of(request.value_handles)
     session.answer_later(join_futures([v.ready_future() for v in values]),
                          messages().CheckValueReadyResponse)
 

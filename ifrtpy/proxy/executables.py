@@ -11,35 +11,51 @@ from ifrtpy import ffi
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import CompileOptions, ExecuteOptions
-from ifrtpy.future import Future
+from ifrtpy.future import Future, join_futures
 from ifrtpy.program import HloProgram
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
+from ifrtpy.proxy.tokens import Signature, Token
 
-__all__ = ["HANDLERS", "XLA_CUSTOM_CALLS"]
+__all__ = ["HANDLERS", "XLA_CUSTOM_CALLS", "PLATFORM_CUSTOM_CALLS", "JAX_CUSTOM_CALLS"]
 
 _XLA_PROGRAM = "xla::ifrt::XlaProgram"
 _XLA_OPTIONS = "xla::ifrt::XlaCompileOptions"
 
-#: Custom-call targets XLA itself implements (partitioner and placement annotations):
-#: every backend compiles them without a registered handler.
+#: Custom-call targets XLA itself implements (partitioner, placement and layout
+#: annotations, ops it translates): every backend compiles them without a registered handler.
 XLA_CUSTOM_CALLS = frozenset({
     "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
     "MoveToHost", "MoveToDevice", "LayoutConstraint", "X64Combine", "X64SplitLow",
     "X64SplitHigh", "TopK", "ApproxTopK", "PartialReduce", "ShardBarrierFrom",
     "ShardBarrierTo", "local_sharding", "xla.sdy.GlobalToLocalShape",
     "xla.sdy.LocalToGlobalShape", "xla.sdy.FuncResultSharding", "Cholesky",
+    "ragged_all_to_all",
 })
+
+#: Targets the compiler of one platform implements, which jax lowers to there: on a TPU,
+#: Pallas kernels, linear algebra (``eigh``, ``qr``, ``svd``, ``lu``) and ``lax.empty``.
+PLATFORM_CUSTOM_CALLS = {
+    "tpu": frozenset({"tpu_custom_call", "Eigh", "Qr", "ProductOfElementaryHouseholderReflectors",
+                      "LuDecomposition", "AllocateBuffer"}),
+}
+
+#: jax's own runtime targets that ifrtpy's backends serve themselves (``lax.dce_sink``:
+#: the PjRt backend with a handler of its own, the jax backend with jax's runtime).
+JAX_CUSTOM_CALLS = frozenset({"dce_sink"})
 
 
 @dataclasses.dataclass
 class Compiled:
-    """An executable of a session with the program it was compiled from; of the inputs
-    the backend would donate, those the compiled code takes (``donated``) and the others
-    (``kept``: each execute keeps them from the backend's donation)."""
+    """An executable of a session with the program it was compiled from and where its
+    ``main`` has tokens (``signature``: the client counts them, the executable does not);
+    of the inputs the backend would donate, those the compiled code takes (``donated``)
+    and the others (``kept``: each execute keeps them from the backend's donation), by the
+    executable's indices."""
 
     executable: Any
     program: HloProgram
+    signature: Signature
     donated: frozenset[int]
     kept: frozenset[int]
     #: what executes reuse: their outputs' (dtype, shape, sharding) protos per device list
@@ -52,14 +68,17 @@ def _compiled(executable: Any, program: HloProgram) -> Compiled:
         marked = frozenset(executable.donatable_input_indices())
     except UnimplementedError:
         marked = program.donated_inputs
-    donated = _aliased_inputs(executable, marked)
-    return Compiled(executable, program, donated, marked - donated)
+    signature = Signature.of(program)
+    donated = _aliased_inputs(executable, signature, marked)
+    return Compiled(executable, program, signature, donated, marked - donated)
 
 
-def _aliased_inputs(executable: Any, marked: frozenset[int]) -> frozenset[int]:
+def _aliased_inputs(executable: Any, signature: Signature,
+                    marked: frozenset[int]) -> frozenset[int]:
     """The inputs of ``marked`` the compiler aliased to an output (``jax.buffer_donor``
-    leaves that choice to it), as the optimized module's ``input_output_alias`` says: only
-    those are donated. A backend without optimized modules donates every marked input."""
+    leaves that choice to it), as the optimized module's ``input_output_alias`` says (its
+    parameter numbers count ``main``'s tokens): only those are donated. A backend without
+    optimized modules donates every marked input."""
     if not marked:
         return marked
     try:
@@ -68,7 +87,8 @@ def _aliased_inputs(executable: Any, marked: frozenset[int]) -> frozenset[int]:
         return marked
     proto = message_class("xla.HloModuleProto").FromString(
         module.as_serialized_hlo_module_proto())
-    aliased = {entry.parameter_number for entry in proto.input_output_alias.entries}
+    aliased = {signature.array_index(entry.parameter_number)
+               for entry in proto.input_output_alias.entries}
     return marked & aliased
 
 
@@ -92,7 +112,20 @@ def _compile_options(session: Any, serialized: Any) -> CompileOptions:
         devices=None if portable else devices, num_replicas=replicas,
         num_partitions=partitions, use_spmd_partitioning=build.use_spmd_partitioning,
         use_shardy_partitioner=build.use_shardy_partitioner,
-        compile_portable_executable=portable)
+        compile_portable_executable=portable,
+        env_option_overrides=_option_overrides(proto.env_option_overrides))
+
+
+def _option_overrides(overrides: Any) -> dict[str, Any]:
+    """The ``compiler_options`` jax sends (``env_option_overrides``: XLA flags and debug
+    options by name), for the backend's compiler to apply or refuse."""
+    values = {}
+    for name, value in overrides.items():
+        kind = value.WhichOneof("value")
+        if kind is None:
+            raise InvalidArgumentError(f"Compile: compile option {name!r} has no value")
+        values[name] = getattr(value, kind)
+    return values
 
 
 def _assigned_devices(session: Any, assignment: Any, replicas: int, partitions: int) -> DeviceList:
@@ -124,10 +157,15 @@ def _check_host_transfers(program: HloProgram) -> None:
 
 
 def _check_custom_calls(session: Any, program: HloProgram) -> None:
-    targets = program.custom_call_targets - XLA_CUSTOM_CALLS
+    """UnimplementedError naming the custom-call targets of ``program`` that nothing in
+    this server provides for its platform: a client may call only what the compilers, jax's
+    runtime targets, jaxlib's kernels and the targets registered in this process
+    (``ifrt.ffi.register_ffi_target``) provide. The backend runs or refuses the others."""
+    platform = session.client.platform_name
+    targets = (program.custom_call_targets - XLA_CUSTOM_CALLS - JAX_CUSTOM_CALLS
+               - PLATFORM_CUSTOM_CALLS.get(platform, frozenset()))
     if not targets:
         return
-    platform = session.client.platform_name
     known: set[str] = set(ffi.registered_targets(platform)) if platform in ffi.PLATFORMS else set()
     if platform in ffi.PLATFORMS:
         known |= set(ffi.jaxlib_kernels(platform))
@@ -149,11 +187,6 @@ def compile_program(session: Any, request: Any) -> Any:
             f"(served: {_XLA_PROGRAM})")
     options = _compile_options(session, request.compile_options)
     program = HloProgram(bytes(request.program.data))
-    if program.token_parameters or program.token_results:
-        raise UnimplementedError(
-            f"Compile: the program's main takes {len(program.token_parameters)} and returns "
-            f"{len(program.token_results)} !stablehlo.token values; the ifrtpy proxy serves "
-            "array parameters and results only (jax.lax.create_token outside jit)")
     _check_host_transfers(program)
     _check_custom_calls(session, program)
     executable = session.client.compile(program, options)
@@ -184,34 +217,58 @@ def _call(what: Any) -> tuple[Any, BaseException | None]:
         return None, error
 
 
+def _layouts(what: str, tokens: frozenset[int], query: Any) -> tuple[Any, BaseException | None]:
+    """The executable's layouts of its parameters or outputs, or the error answering for
+    them: as PjRt, none where ``main`` has tokens there (a token has no layout)."""
+    if tokens:
+        return None, UnimplementedError(
+            f"the program's main has !stablehlo.token {what} (at {sorted(tokens)}), which have "
+            "no layout")
+    return _call(query)
+
+
 def metadata(session: Any, request: Any) -> Any:
+    """The executable's shardings, layouts, memory kinds and donated inputs, one per
+    parameter or result of ``main`` (a token: replicated, in the device's default memory,
+    no layout, as jax's PjRt client reports it)."""
     compiled = session.executable(request.loaded_executable_handle)
-    exe, program = compiled.executable, compiled.program
+    exe, program, signature = compiled.executable, compiled.program, compiled.signature
     m = messages()
     response = m.LoadedExecutableMetadataResponse()
+
+    def replicated() -> Any:
+        return m.OpSharding(type=m.OpSharding.Type.Value("REPLICATED"))
+
     parameters = exe.parameter_shardings()
     if parameters is not None:
-        response.parameter_shardings.shardings.extend(
-            wire.op_sharding_bytes(s, p.shape.dims) for s, p in zip(parameters, program.parameters))
+        shardings = [wire.op_sharding_bytes(s, p.shape.dims)
+                     for s, p in zip(parameters, program.parameters)]
+        response.parameter_shardings.shardings.extend(signature.parameters(shardings, replicated))
     outputs = exe.output_shardings()
     if outputs is not None:
-        response.output_shardings.shardings.extend(
-            wire.op_sharding_bytes(s, shape.dims) for s, shape in zip(outputs, exe.output_shapes()))
-    layouts, error = _call(exe.parameter_layouts)
+        shardings = [wire.op_sharding_bytes(s, shape.dims)
+                     for s, shape in zip(outputs, exe.output_shapes())]
+        response.output_shardings.shardings.extend(signature.results(shardings, replicated))
+    layouts, error = _layouts("parameters", signature.token_parameters, exe.parameter_layouts)
     if error is None:
         response.parameter_layouts_list.layouts.extend(
             wire.xla_layout_proto(l, len(p.shape.dims)) for l, p in zip(layouts, program.parameters))
     else:
         response.parameter_layouts_error.CopyFrom(wire.status_proto(error))
-    layouts, error = _call(exe.output_layouts)
+    layouts, error = _layouts("results", signature.token_results, exe.output_layouts)
     if error is None:
         response.output_layouts_list.layouts.extend(
             wire.xla_layout_proto(l, len(s.dims)) for l, s in zip(layouts, exe.output_shapes()))
     else:
         response.output_layouts_error.CopyFrom(wire.status_proto(error))
-    response.output_memory_kinds.memory_kind_lists.add(
-        memory_kinds=[str(k) for k in exe.output_memory_kinds()])
-    response.donated_input_indices.donated_input_indices.extend(sorted(compiled.donated))
+    def default_kind() -> str:
+        devices = exe.addressable_devices() or session.client.addressable_devices()
+        return str(devices[0].default_memory().kind)
+
+    response.output_memory_kinds.memory_kind_lists.add(memory_kinds=signature.results(
+        [str(k) for k in exe.output_memory_kinds()], default_kind))
+    response.donated_input_indices.donated_input_indices.extend(
+        signature.main_parameters(compiled.donated))
     stats, error = _call(exe.compiled_memory_stats)
     if error is None:
         cls = message_class("xla.CompiledMemoryStatsProto")
@@ -271,10 +328,20 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 
 def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
     """The request's options, keeping the inputs the compiled code does not take (made
-    per call: jax sends a new ``launch_id`` with each)."""
-    kept = frozenset(proto.non_donatable_input_indices) | compiled.kept
-    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=kept,
-                          fill_status=proto.fill_status,
+    per call: jax sends a new ``launch_id`` with each). A program returning tokens always
+    fills its status: the tokens are ready when it is."""
+    signature = compiled.signature
+    kept = set(compiled.kept)
+    for i in proto.non_donatable_input_indices:
+        if not 0 <= i < signature.num_parameters:
+            raise InvalidArgumentError(
+                f"Execute: non_donatable_input_indices names argument {i}; the program's main "
+                f"takes {signature.num_parameters}")
+        index = signature.array_index(i)
+        if index is not None:  # not a token
+            kept.add(index)
+    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=frozenset(kept),
+                          fill_status=proto.fill_status or bool(signature.token_results),
                           execution_stream_id=proto.execution_stream_id)
 
 
@@ -296,27 +363,34 @@ def execute(session: Any, request: Any) -> Any:
     the handles the client minted, or under new ones reported with their specs (the
     client's first execute of an executable)."""
     compiled = session.executable(request.loaded_executable_handle)
-    exe = compiled.executable
-    args = session.arrays_of(request.args_handles)
+    exe, signature = compiled.executable, compiled.signature
+    args = signature.arguments(session.values_of(request.args_handles))
     devices = None  # the request's devices run a portable executable; others have their own
     if request.device_ids:
         named = wire.devices_of(session.client, request.device_ids, "Execute's device_ids")
         devices = named if exe.devices() is None else None
     options = _execute_options(request.execute_options, compiled)
+    filled = request.execute_options.fill_status
     # every handle is checked (and room made sure of) before the run donates anything
-    handles = session.result_handles(request.result_array_handle, len(exe.output_shapes()))
-    status = session.result_handle(request.result_status_handle) if options.fill_status else 0
+    handles = session.result_handles(request.result_array_handle, signature.num_results)
+    status = session.result_handle(request.result_status_handle) if filled else 0
     session.check_room(len(handles) + 1)
     result = exe.execute(args, options, devices)
-    session.put_arrays(handles, result.outputs)
+    outputs = result.outputs
+    if signature.token_results:
+        ran_on = devices or exe.devices() or DeviceList(exe.addressable_devices()[:1])
+        ran = (result.status if result.status is not None
+               else join_futures([o.ready_future() for o in outputs]))
+        outputs = signature.results(outputs, lambda: Token(ran_on, ran))
+    session.put_arrays(handles, outputs)
     m = messages()
     response = m.LoadedExecutableExecuteResponse()
-    if options.fill_status:
+    if filled:
         session.put_future(status, result.status)
         if not request.result_status_handle:
             response.status_handle = status
-    for handle, (dtype, shape, sharding) in zip(
-            handles, _output_protos(compiled, result.outputs, devices)):
+    protos = _output_protos(compiled, outputs, devices)
+    for handle, (dtype, shape, sharding) in zip(handles, protos):
         response.outputs.add(dtype=dtype, shape=shape, sharding=sharding, array_handle=handle)
     return response
 

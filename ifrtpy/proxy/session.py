@@ -24,6 +24,7 @@ from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFou
                            ResourceExhaustedError, UnimplementedError)
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
+from ifrtpy.proxy.tokens import Token
 
 __all__ = ["Limits", "Budget", "Session", "Handler", "RESULT_FIELDS"]
 
@@ -214,10 +215,24 @@ class Session:
         self.executables[handle] = executable
         return handle
 
-    def array(self, handle: int) -> Any:
+    def value(self, handle: int) -> Any:
+        """The array or :class:`~ifrtpy.proxy.tokens.Token` under ``handle``."""
         found = self.arrays.get(handle)
         if found is None:
             raise self._missing("array", handle)
+        return found
+
+    def values_of(self, handles: Any) -> list[Any]:
+        return [self.value(h) for h in handles]
+
+    def array(self, handle: int) -> Any:
+        """The array under ``handle``; InvalidArgumentError for a token, which holds no
+        data (it can be waited on, deleted and passed where a program takes a token)."""
+        found = self.value(handle)
+        if isinstance(found, Token):
+            raise InvalidArgumentError(
+                f"handle {handle} is a token a program returned, not an array: it can be "
+                "waited on, deleted, or passed where a program takes a token")
         return found
 
     def arrays_of(self, handles: Any) -> list[Any]:

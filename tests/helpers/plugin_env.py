@@ -15,6 +15,14 @@ CPU_SO = os.path.realpath(builds.default_cpu_library())
 CPU_PACKAGES = {b.package.split(".")[0] for b in builds.CPU_BUILDS}
 
 
+def without_cpu_builds(package_dirs):
+    """``package_dirs`` (:func:`ifrtpy.plugins.builds.package_dirs`) finding none of the
+    CPU builds' packages."""
+    def hiding(package):
+        return [] if package.split(".")[0] in CPU_PACKAGES else package_dirs(package)
+    return hiding
+
+
 @pytest.fixture
 def clean_env(monkeypatch):
     monkeypatch.delenv(plugins.ENV_VAR, raising=False)
@@ -25,11 +33,7 @@ def clean_env(monkeypatch):
 @pytest.fixture
 def no_cpu_build(clean_env):
     """As on a machine without any CPU build: package lookups find none of them."""
-    real = builds.package_dirs
-
-    def package_dirs(package):
-        return [] if package.split(".")[0] in CPU_PACKAGES else real(package)
-
+    package_dirs = without_cpu_builds(builds.package_dirs)
     clean_env.setattr(builds, "package_dirs", package_dirs)
     clean_env.setattr(plugins, "package_dirs", package_dirs)
     clean_env.setattr(plugins, "_last_search", None)  # the cache key does not see the patch

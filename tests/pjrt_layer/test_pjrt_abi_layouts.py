@@ -24,6 +24,11 @@ PXD = Path(__file__).resolve().parents[2] / "ifrtpy" / "_pjrt" / "xla_ffi.pxd"
 STRUCT = re.compile(r'^    ctypedef struct (\w+) "ifrtpy_(\w+)":\n((?:        .*\n)+)', re.M)
 FIELD = re.compile(r"\(\*(\w+)\)|(\w+)\s*$")
 ENUM = re.compile(r'^        (XLA_FFI_\w+) "ifrtpy_\1"$', re.M)
+#: Names the header of XLA FFI 0.5 (jaxlib 0.12) gives to what ifrtpy names as 0.1-0.4
+#: did: renamed, the layouts unchanged (``GetDetails`` adds a field after ``message``).
+RENAMED = {"XLA_FFI_Extension_Base": "XLA_FFI_InternalExtension",
+           "XLA_FFI_Error_GetMessage": "XLA_FFI_Error_GetDetails",
+           "XLA_FFI_ExecutionContext_Get": "XLA_FFI_InvokeContext_Get"}
 
 
 def _verbatim(text: str) -> str:
@@ -40,18 +45,25 @@ def _fields(body: str) -> list[str]:
     return names
 
 
-def checks(text: str) -> tuple[list[str], list[str]]:
+def checks(text: str, header: str) -> tuple[list[str], list[str]]:
     """C expressions (ours, the header's) for every field and enum constant of the
-    XLA FFI declarations in pxd ``text``."""
+    XLA FFI declarations in pxd ``text``, the header's in the names of ``header`` (its
+    text)."""
+    renamed = RENAMED if "XLA_FFI_InternalExtension" in header else {}
+    rename = re.compile(r"\b(" + "|".join(renamed) + r")(?=\b|_Args)") if renamed else None
+
+    def header_name(expression: str) -> str:
+        return rename.sub(lambda m: renamed[m.group(1)], expression) if rename else expression
+
     ours, theirs = [], []
     for name, c_name, body in STRUCT.findall(text):
         if not c_name.startswith("XLA_FFI_"):
             continue  # the PJRT FFI extension's structs: no header ships
         for field in _fields(body):
             ours.append(f"offsetof(ifrtpy_{c_name}, {field})")
-            theirs.append(f"offsetof({c_name}, {field})")
+            theirs.append(header_name(f"offsetof({c_name}, {field})"))
             ours.append(f"sizeof(((ifrtpy_{c_name}*)0)->{field})")
-            theirs.append(f"sizeof((({c_name}*)0)->{field})")
+            theirs.append(header_name(f"sizeof((({c_name}*)0)->{field})"))
     for constant in ENUM.findall(text):
         if not constant.endswith(("_STRUCT_SIZE", "_USED_SIZE")):  # sizes of ifrtpy's choosing
             ours.append(f"ifrtpy_{constant}")
@@ -65,7 +77,8 @@ def measure(text: str, folder: Path) -> list[tuple[str, int, int]]:
     compiler = shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler (gcc)")
-    ours, theirs = checks(text)
+    include = jax.ffi.include_dir()
+    ours, theirs = checks(text, (Path(include) / "xla" / "ffi" / "api" / "c_api.h").read_text())
     lines = [f'  printf("%zu %zu\\n", (size_t)({a}), (size_t)({b}));' for a, b in zip(ours, theirs)]
     source = folder / "layouts.c"
     source.write_text("\n".join([
@@ -73,7 +86,7 @@ def measure(text: str, folder: Path) -> list[tuple[str, int, int]]:
         '#include "pjrt_c_api.h"', '#include "xla/ffi/api/c_api.h"',
         _verbatim(text), "int main(void) {", *lines, "  return 0;", "}", ""]))
     program = folder / "layouts"
-    subprocess.run([compiler, "-I", pjrt_include_dir(), "-I", jax.ffi.include_dir(),
+    subprocess.run([compiler, "-I", pjrt_include_dir(), "-I", include,
                     str(source), "-o", str(program)], check=True, timeout=120)
     out = subprocess.run([str(program)], check=True, capture_output=True, text=True,
                          timeout=60).stdout.split("\n")

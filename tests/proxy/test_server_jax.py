@@ -266,23 +266,74 @@ def test_reference_backend():
     assert_pairs_equal(result)
 
 
-def test_a_token_result_is_refused_at_compile_and_the_session_goes_on(server):
-    # jax's eager create_token compiles a main returning a !stablehlo.token, which the
-    # server's executables do not output: refused by name (the server once aborted
-    # asking jaxlib for the token's layout).
+def test_tokens_are_served_as_jax_cpu_client_serves_them(server):
+    """jax's eager create_token, a jit returning, capturing or taking a token (on one
+    device and sharded over four, donating), a token's buffer read: as on jax's CPU client."""
     result = run_jax(server.address, """
-        with jax.default_device(PROXY[0]):
-            try:
-                jax.lax.create_token()
-                error = ""
-            except Exception as e:
-                error = str(e)
-            y = jax.jit(lambda v: v + 1)(jax.device_put(jnp.arange(3.0), PROXY[0]))
-        emit(error=[error, error], y=[y, y])
+        from jax._src import core
+
+        def tokens(d):
+            with jax.default_device(d[0]):
+                token = jax.lax.create_token()
+                made = jax.jit(jax.lax.create_token)(1.0)
+                y, captured = jax.jit(lambda v: (v + 2, token))(7)
+                x, passed = jax.jit(lambda v, t: (v, t))(jax.device_put(jnp.arange(8), d[0]), token)
+                sharded = jax.device_put(jnp.arange(8.0), NamedSharding(Mesh(np.array(d[:4]), ("x",)), P("x")))
+                doubled, kept = jax.jit(lambda v, t: (v * 2, t), donate_argnums=0)(sharded, token)
+                kept.block_until_ready()
+                try:
+                    token._buf._value
+                    read = "read"
+                except Exception as e:
+                    read = str(e)
+            return dict(tokens=[isinstance(t, core.Token) for t in (token, made, captured, passed, kept)],
+                        y=int(y), x=np.asarray(x), doubled=np.asarray(doubled),
+                        donated=sharded.is_deleted(), read=read)
+
+        through, direct = tokens(PROXY), tokens(CPU)
+        emit(**{k: (through[k], direct[k]) for k in through})
     """)
-    error = result["error"][0]
-    assert "UNIMPLEMENTED" in error and "!stablehlo.token" in error, error
-    assert result["y"][0] == [1.0, 2.0, 3.0]
+    assert result["read"][0] == result["read"][1], result["read"]
+    assert "Cannot convert a token-shape buffer" in result["read"][0]
+    del result["read"]
+    assert_pairs_equal(result)
+    assert result["tokens"][0] == [True] * 5 and result["donated"][0] is True
+    assert result["doubled"][0] == [2.0 * i for i in range(8)]
+
+
+def test_compiler_options_and_jax_runtime_custom_calls(server):
+    """``jit(..., compiler_options=...)`` reaches the backend's compiler, which refuses an
+    option it does not know as jax's CPU client does; ``lax.dce_sink`` runs."""
+    result = run_jax(server.address, """
+        def outcome(f):
+            try:
+                return np.asarray(f()).tolist()
+            except Exception as e:
+                return type(e).__name__ + ": " + str(e).split("\\n")[0]
+
+        def compiled(d, options):
+            x = jax.device_put(jnp.arange(3.0), d[0])
+            return outcome(lambda: jax.jit(lambda v: jnp.sqrt(v ** 2) + 1.0,
+                                           compiler_options=options)(x))
+
+        def sink(d):
+            def f(v):
+                jax.lax.dce_sink(v * 2, prevent_mlir_dce=True)
+                return v + 1
+            return outcome(lambda: jax.jit(f)(jax.device_put(jnp.arange(3.0), d[0])))
+
+        emit(valid=both(lambda d: compiled(d, {"xla_embed_ir_in_executable": True})),
+             effort=both(lambda d: compiled(d, {"exec_time_optimization_effort": 0.0})),
+             invalid=both(lambda d: compiled(d, {"invalid_key": "invalid_value"})),
+             sink=both(sink))
+    """)
+    assert result["valid"][0] == result["sink"][0] == [1.0, 2.0, 3.0]
+    # jax 0.10 sends this one as a build option; jax 0.12 as an override, which jax's CPU
+    # client and the plugin both refuse
+    assert result["effort"][0] == result["effort"][1], result["effort"]
+    assert "No such compile option: 'invalid_key'" in result["invalid"][0], result["invalid"]
+    assert "No such compile option: 'invalid_key'" in result["invalid"][1], result["invalid"]
+    assert_pairs_equal({k: result[k] for k in ("valid", "sink")})
 
 
 def test_example_backend_serves_arrays_and_refuses_hlo_programs_by_name():

@@ -186,6 +186,20 @@ def test_unregistered_custom_call_targets_are_refused_at_compile(session):
     assert code == UNIMPLEMENTED and "no_such_target" in message and "not registered" in message
 
 
+def test_jax_runtime_targets_compile_and_run(channel, session):
+    # lax.dce_sink(..., prevent_mlir_dce=True): a custom call the backend serves itself
+    text = ADD_ONE.replace("return %0", """stablehlo.custom_call @dce_sink(%0) {
+        has_side_effect = true, api_version = 4 : i32} : (tensor<4xf32>) -> ()
+    return %0""")
+    exe = ok(session.call("compile_request", compile_request(text)),
+             "compile_response").loaded_executable_handle
+    host = Host(channel, session)
+    a = host.put(np.arange(4, dtype=np.float32), single_device_sharding())
+    run = ok(session.call("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+        loaded_executable_handle=exe, args_handles=[a])), "loaded_executable_execute_response")
+    np.testing.assert_array_equal(host.get(run.outputs[0].array_handle, (4,)), np.arange(1, 5))
+
+
 def test_sessions_are_listed_and_closed(server, channel):
     before = {s.id for s in server.sessions()}
     raw = RawSession(channel)
@@ -383,6 +397,73 @@ def test_compile_metadata_execute_and_queries(channel, session):
     code, _ = status_of(session.call("loaded_executable_is_deleted_request",
                                      M.LoadedExecutableIsDeletedRequest(loaded_executable_handle=exe)))
     assert code == NOT_FOUND
+
+
+TOKENS = """module @tokens { func.func public @main(%t: !stablehlo.token,
+        %a: tensor<4xf32> {jax.buffer_donor = true}) -> (tensor<4xf32>, !stablehlo.token) {
+    %0 = stablehlo.add %a, %a : tensor<4xf32>
+    return %0, %t : tensor<4xf32>, !stablehlo.token } }"""
+
+
+def test_token_parameters_and_results_are_counted_as_jax_counts_them(channel, session):
+    """main's tokens take positions of their own, as jax's PjRt client counts them: any
+    array at a token parameter (jax passes a bool[0]), a token-typed result that is ready
+    once its run is and holds nothing to read; the metadata has an entry per position."""
+    host = Host(channel, session)
+    exe = ok(session.call("compile_request", compile_request(TOKENS)),
+             "compile_response").loaded_executable_handle
+    meta = ok(session.call("loaded_executable_metadata_request", M.LoadedExecutableMetadataRequest(
+        loaded_executable_handle=exe)), "loaded_executable_metadata_response")
+    assert list(meta.donated_input_indices.donated_input_indices) == [1]
+    assert len(meta.parameter_shardings.shardings) == 2
+    assert len(meta.output_shardings.shardings) == 2
+    assert list(meta.output_memory_kinds.memory_kind_lists[0].memory_kinds) == ["device"] * 2
+    assert "token" in meta.parameter_layouts_error.message
+    assert "token" in meta.output_layouts_error.message
+    x = np.arange(4, dtype=np.float32)
+    a, placeholder = host.put(x, single_device_sharding()), host.put(x[:0], single_device_sharding())
+    run = ok(session.call("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+        loaded_executable_handle=exe, args_handles=[placeholder, a])),
+        "loaded_executable_execute_response")
+    out, token = run.outputs
+    assert token.dtype.kind == M.DTypeProto.Kind.Value("KIND_TOKEN") and list(token.shape.dims) == []
+    np.testing.assert_array_equal(host.get(out.array_handle, (4,)), 2 * x)
+    assert ok(session.call("is_array_deleted_request", M.IsArrayDeletedRequest(array_handle=a)),
+              "is_array_deleted_response").deleted  # donated
+    ok(session.call("check_value_ready_request", M.CheckValueReadyRequest(
+        value_handles=[token.array_handle])), "check_value_ready_response")
+    for kind, request in (
+            ("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
+                array_handle=token.array_handle, host_buffer_handle=99)),
+            ("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+                loaded_executable_handle=exe, args_handles=[token.array_handle, token.array_handle])),
+            ("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+                loaded_executable_handle=exe, args_handles=[out.array_handle]))):
+        code, message = status_of(session.call(kind, request))
+        assert code == INVALID and ("token" in message or "takes 2 arguments" in message), message
+    # the token passed back where main takes one runs the program again; then it is deleted
+    again = ok(session.call("loaded_executable_execute_request", M.LoadedExecutableExecuteRequest(
+        loaded_executable_handle=exe, args_handles=[token.array_handle, out.array_handle])),
+        "loaded_executable_execute_response")
+    np.testing.assert_array_equal(host.get(again.outputs[0].array_handle, (4,)), 4 * x)
+    ok(session.call("delete_array_request", M.DeleteArrayRequest(array_handle=[token.array_handle])),
+       "delete_array_response")
+    assert ok(session.call("is_array_deleted_request", M.IsArrayDeletedRequest(
+        array_handle=token.array_handle)), "is_array_deleted_response").deleted
+
+
+def test_compile_options_reach_the_compiler(session):
+    """jax's ``compiler_options`` (``env_option_overrides``) are applied by the backend's
+    compiler, which refuses one it does not know by name, as jax's own client does."""
+    request = compile_request(ADD_ONE)
+    options = M.XlaCompileOptionsProto.FromString(request.compile_options.data)
+    options.compile_options.env_option_overrides["xla_embed_ir_in_executable"].bool_field = True
+    request.compile_options.data = options.SerializeToString()
+    ok(session.call("compile_request", request), "compile_response")
+    options.compile_options.env_option_overrides["invalid_key"].string_field = "invalid_value"
+    request.compile_options.data = options.SerializeToString()
+    code, message = status_of(session.call("compile_request", request))
+    assert code == INVALID and "No such compile option: 'invalid_key'" in message, message
 
 
 def test_string_arrays_round_trip(channel, session):

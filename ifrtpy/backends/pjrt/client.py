@@ -21,10 +21,12 @@ from ifrtpy.backends.pjrt import reshard as _reshard
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
-from ifrtpy.errors import InvalidArgumentError, NotFoundError, UnimplementedError, check_int
+from ifrtpy.errors import (IfrtError, InvalidArgumentError, NotFoundError, UnimplementedError,
+                           check_int)
 from ifrtpy.plugins import check_options, find_plugin, known_options, preload_nvidia_libraries
 from ifrtpy.plugins.options import check_cpu_device_count
 from ifrtpy.plugins.builds import build_at, default_cpu_library
+from ifrtpy.plugins.held_tpu import tpu_in_use_error
 from ifrtpy.sharding import SingleDeviceShardSemantics
 
 
@@ -79,7 +81,14 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
     check_cpu_device_count(opts)  # creating a client costs time quadratic in the count
     if name in ("cuda", "gpu"):
         preload_nvidia_libraries()
-    return PjrtClient(_pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks))
+    try:
+        handle = _pjrt.create_client(_pjrt.load_plugin(path), opts, kv_callbacks)
+    except IfrtError as error:
+        held = tpu_in_use_error(error)  # libtpu's refusal of a chip another process holds
+        if held is None:
+            raise
+        raise held from None  # its message holds libtpu's
+    return PjrtClient(handle)
 
 
 def host_device_count() -> int | None:

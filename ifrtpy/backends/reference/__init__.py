@@ -11,10 +11,13 @@ split by the compiled output shardings (read from the program's ``mhlo.sharding`
 ``sdy.sharding`` result attributes, else replicated). Manual SPMD (shard_map) and the
 collectives of SPMD programs raise UnimplementedError at compile time. A program over
 replicas (``num_replicas``, one partition) runs on each replica's own values, its
-collectives computed between the interpreter's runs (:mod:`.replicas`).
-The interpreter runs in worker
-processes (:mod:`.pool`), so a running program holds neither the GIL nor any lock of this
-process, and cannot take it down.
+collectives computed between the interpreter's runs (:mod:`.replicas`). What the
+interpreter lacks (FFT, Cholesky, triangular solves, XLA's stateful RNG and jaxlib's
+LAPACK custom calls) is computed with NumPy and SciPy between its runs (:mod:`.kernels`,
+:mod:`.stages`). The platform is ``cpu``, so jax lowers for the CPU through the IFRT Proxy.
+The interpreter runs in worker processes (:mod:`.pool`), so a running program holds neither
+the GIL nor any lock of this process (but while a LAPACK kernel computes), and cannot take
+it down.
 
 The backend is slow and simple on purpose: it is the executable specification the other
 backends are compared against, and a worked example of implementing the interfaces.

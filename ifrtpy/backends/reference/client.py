@@ -113,7 +113,10 @@ class ReferenceClient(Client):
 
     @property
     def platform_name(self) -> str:
-        return "reference"
+        """``cpu``: the devices are CPU devices (so jax, through the IFRT Proxy, lowers
+        its programs for the CPU, LAPACK custom calls and all); ``runtime_type`` tells
+        this backend apart."""
+        return "cpu"
 
     @property
     def platform_version(self) -> str:

@@ -4,7 +4,8 @@ reference interpreter (``jaxlib.mlir.dialects.stablehlo.eval_module``) on global
 
 "Compiling" parses the program, checks it has nothing the interpreter cannot run on
 global values (manual SPMD regions, collectives of an SPMD program, custom calls other than
-sharding annotations: UnimplementedError), drops the sharding annotations (they are identities
+sharding annotations and jaxlib's LAPACK kernels: UnimplementedError), cuts it around the
+ops :mod:`.kernels` computes (:mod:`.stages`), drops the sharding annotations (they are identities
 on global values) and reads the parameter and output shardings from the ``mhlo.sharding``
 or ``sdy.sharding`` attributes of ``main`` (replicated where there are none). Where
 ``main`` has element types the interpreter's Python bindings cannot pass (complex

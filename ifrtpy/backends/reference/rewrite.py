@@ -1,9 +1,10 @@
 """A StableHLO program made ready for the reference interpreter.
 
 The interpreter runs programs on global values, so: what cannot run on them (manual SPMD
-regions, collectives of an SPMD program, custom calls other than sharding annotations, ops
-the interpreter aborts on) is refused with UnimplementedError (a program over replicas is
-cut at its collectives instead, see :mod:`.replicas`); sharding annotations are dropped (they are
+regions, collectives of an SPMD program, custom calls other than sharding annotations and
+jaxlib's LAPACK kernels, ops the interpreter aborts on) is refused with UnimplementedError
+(a program over replicas is cut at its collectives instead, see :mod:`.replicas`; one with
+ops of :mod:`.kernels` at those, see :mod:`.stages`); sharding annotations are dropped (they are
 identities on global values); integer division and remainder get XLA's results where the
 interpreter's would kill the process (a zero divisor, INT_MIN / -1); composites are calls
 of their decompositions; the parameter and output shardings are read from the
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Union
 
 import numpy as np
 
-from ifrtpy.backends.reference import replicas
+from ifrtpy.backends.reference import kernels, lapack, replicas, stages
 from ifrtpy.backends.reference.interpreter import MLIR_LOCK, Interpretable, element_name
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
@@ -31,6 +33,9 @@ from ifrtpy.sharding import ConcreteEvenSharding, HloSharding, Sharding, SingleD
 __all__ = ["prepare"]
 
 _ORIGINAL_MAIN = "__ifrtpy_original_main"
+
+#: What runs a prepared program: each has ``run(values) -> results``.
+Runner = Union[Interpretable, "stages.StagedProgram", replicas.ReplicatedProgram]
 
 #: Ops that need several devices' data at once (or a device's own id): not runnable on
 #: global values.
@@ -53,12 +58,12 @@ _MANUAL_TARGETS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape",
 #: func (chlo, mhlo, ...) are refused too.
 _NOT_INTERPRETED = frozenset("stablehlo." + name for name in (
     "batch_norm_grad", "batch_norm_inference", "batch_norm_training", "broadcast",
-    "cholesky", "composite", "compute_reshape_shape", "create_token", "cross-replica-sum",
+    "composite", "compute_reshape_shape", "create_token", "cross-replica-sum",
     "cstr_reshapable", "dot", "dynamic_broadcast_in_dim", "dynamic_conv", "dynamic_gather",
-    "dynamic_iota", "dynamic_pad", "dynamic_reshape", "einsum", "fft",
-    "get_dimension_size", "infeed", "outfeed", "real_dynamic_slice", "recv", "rng",
+    "dynamic_iota", "dynamic_pad", "dynamic_reshape", "einsum",
+    "get_dimension_size", "infeed", "outfeed", "real_dynamic_slice", "recv",
     "rng_bit_generator", "send", "set_dimension_size", "torch_index_select", "trace",
-    "triangular_solve", "unary_einsum", "uniform_dequantize", "uniform_quantize",
+    "unary_einsum", "uniform_dequantize", "uniform_quantize",
 ))
 _INTERPRETED_DIALECTS = ("stablehlo.", "func.")
 
@@ -107,7 +112,7 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> int:
     strip = []
     for op in ops:
         op_name = op.operation.name
-        if over_replicas and op_name in replicas.OPS | replicas.IDS:
+        if over_replicas and op_name in replicas.OPS | replicas.IDS or kernels.is_kernel_op(op):
             continue
         if op_name in _COLLECTIVES:
             raise UnimplementedError(
@@ -208,8 +213,10 @@ def _why_not(target: str) -> str:
     if target in HOST_CALLBACK_TARGETS:
         return " (a host callback: the PjRt and jax backends run them)"
     if target.startswith("lapack_"):
-        return (" (a LAPACK kernel of jaxlib, as jnp.linalg and the builder's qr, eigh, svd "
-                "and lu call: the PjRt and jax backends run them)")
+        routines = sorted({t[len("lapack_s"):-len("_ffi")] for t in lapack.TARGETS
+                           if t.startswith("lapack_")})
+        return (f" (a LAPACK kernel of jaxlib this backend lacks: it runs {', '.join(routines)}; "
+                "the PjRt and jax backends run them all)")
     return " (custom calls run on the PjRt and jax backends, see ifrtpy.ffi)"
 
 
@@ -360,11 +367,21 @@ def _wrap_main(module, main) -> tuple[str, list, list]:
 
 
 def _interpretable(text: str) -> Interpretable:
-    """The program ``text`` wrapped for the interpreter."""
+    """The program ``text`` (no kernel ops) wrapped for the interpreter."""
     from jaxlib.mlir import ir
     module = ir.Module.parse(text)
     wrapped, encoders, decoders = _wrap_main(module, _functions(module)["main"])
     return Interpretable(wrapped, encoders, decoders, HloProgram(text))
+
+
+def _runner(module, program: HloProgram) -> Interpretable | stages.StagedProgram:
+    """``module`` (prepared: annotations stripped, composites inlined; ``program`` its
+    parameters and results) made ready to run: by the interpreter, or cut into stages
+    around the ops of :mod:`.kernels` (:mod:`.stages`)."""
+    if stages.has_kernel_ops(module):
+        return stages.plan(module, program.name, _interpretable)
+    text, encoders, decoders = _wrap_main(module, _functions(module)["main"])
+    return Interpretable(text, encoders, decoders, program)
 
 
 def _over_replicas(module, num_replicas: int, num_partitions: int) -> bool:
@@ -382,8 +399,7 @@ def _over_replicas(module, num_replicas: int, num_partitions: int) -> bool:
 
 def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int = 1,
             num_partitions: int = 1
-            ) -> tuple[Interpretable | replicas.ReplicatedProgram, list[Sharding] | None,
-                       list[Sharding] | None, int]:
+            ) -> tuple[Runner, list[Sharding] | None, list[Sharding] | None, int]:
     """(interpretable, parameter shardings, output shardings, op count): a
     ReplicatedProgram for a program over replicas, run with each replica's values."""
     from jaxlib.mlir import ir
@@ -410,13 +426,13 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
         if over_replicas:
             try:
                 plan = replicas.plan(module, program.name, num_replicas)
-                runner: Interpretable | replicas.ReplicatedProgram = replicas.ReplicatedProgram(
-                    num_replicas, [_interpretable(text) for text in plan.stages],
+                runner: Runner = replicas.ReplicatedProgram(
+                    num_replicas, [_runner(ir.Module.parse(text), HloProgram(text))
+                                   for text in plan.stages],
                     [_interpretable(text) for text in plan.combiners], plan.collectives)
             except ir.MLIRError as e:
                 raise UnimplementedError(f"{program.name}: the reference backend cannot cut "
                                          f"this program at its collectives: {e}") from None
         else:
-            text, encoders, decoders = _wrap_main(module, main)
-            runner = Interpretable(text, encoders, decoders, program)
+            runner = _runner(module, program)
     return runner, params, outputs, op_count

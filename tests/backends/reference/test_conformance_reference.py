@@ -80,8 +80,9 @@ def test_custom_calls_and_replicas_of_partitions_are_unimplemented(client):
 @pytest.mark.parametrize("body", [
     '%0 = "stablehlo.dot"(%a, %a) : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>',
     "%0 = chlo.erf %a : tensor<2x2xf32> -> tensor<2x2xf32>",
-    "%0 = stablehlo.cholesky %a : tensor<2x2xf32>",
-], ids=["dot", "chlo", "cholesky"])
+    '%0 = "stablehlo.einsum"(%a, %a) {einsum_config = "ab,bc->ac"} : '
+    "(tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>",
+], ids=["dot", "chlo", "einsum"])
 def test_ops_the_interpreter_would_abort_on_are_refused_at_compile_time(client, body):
     program = (f"module @m {{ func.func @main(%a: tensor<2x2xf32>) -> tensor<2x2xf32> {{\n"
                f"{body}\n return %0 : tensor<2x2xf32> }} }}")
