@@ -105,14 +105,18 @@ def test_ctrl_c_in_an_inline_callback_reaches_the_caller_as_keyboard_interrupt(c
 
 def test_ctrl_c_from_the_signal_during_a_nested_callback():
     out = _run_child("""
-        import os, signal, numpy as np, ifrtpy as ifrt
+        import signal, threading, numpy as np, ifrtpy as ifrt
         c = ifrt.get_client("pjrt", device_count=1)
         d = c.devices()[0]
         def inner_host(t):
-            # Ctrl-C during this callback: SIGINT to the process, as a terminal sends it
-            # (signal.raise_signal would send it to this thread, a plugin thread when the
-            # plugin runs the program on one, and Python may never take it up there)
-            os.kill(os.getpid(), signal.SIGINT)
+            # Ctrl-C during this callback: SIGINT to the main thread, which takes a
+            # terminal's whenever it can. Not os.kill: a signal sent to the process may be
+            # taken by any thread that does not block it (a plugin thread that unblocks
+            # signals meanwhile), and Python then raises it only when the main thread
+            # next takes the GIL or checks, which may be after the call (at exit, where
+            # it is ignored). Nor signal.raise_signal: it signals this thread, a plugin
+            # thread when the plugin runs the program on one.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             return t
         def program(f):
             b = ifrt.builder.Builder("p"); v = b.parameter((4,), np.float32)
