@@ -19,6 +19,7 @@ which maps pages without writing them); elsewhere they do nothing.
 
 cimport cython
 cimport numpy as cnp
+import os
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport (
@@ -569,6 +570,15 @@ def populate_supported():
     from 5.14; not in gVisor sandboxes): :func:`populate_while_pending` and
     :class:`PopulateBehind` work only where it does."""
     return bool(_populate_supported)
+
+
+def prefault_threads():
+    """How many threads :func:`prefault` should use for a fresh destination here: none
+    where the kernel maps pages without writing them (a second core does it while a copy
+    runs: :func:`populate_while_pending`), else up to eight, one per CPU."""
+    if _populate_supported:
+        return 0
+    return min(8, os.cpu_count() or 1)
 
 
 def prefault(cnp.ndarray out not None, threads):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 import time
 from typing import Any
 
@@ -21,7 +20,7 @@ from ifrtpy.array import (
 )
 from ifrtpy.array_plans import plan_disassemble
 from ifrtpy.backends.pjrt._fastpath import (
-    ArrayCore, populate_supported, populate_while_pending, prefault)
+    ArrayCore, populate_while_pending, prefault, prefault_threads)
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy._pjrt import _dlpack
@@ -260,7 +259,7 @@ _FRESH_BYTES = 32 << 20
 # Where the kernel cannot map pages without writing them (gVisor, as on the TPU machine),
 # a fresh destination's page faults are taken by this many threads before the copies:
 # 64 MiB took 70 ms on one thread there, 31 ms on eight, and the copy itself 11 ms.
-_PREFAULT_THREADS = 0 if populate_supported() else min(8, os.cpu_count() or 1)
+_PREFAULT_THREADS = prefault_threads()
 def _populate(out: np.ndarray, events: list) -> None:
     """Map the pages of ``out``, a fresh destination, while the plugin's copy into it
     (``events``, issued on a plugin thread) is pending: a fresh destination's page faults
