@@ -428,11 +428,11 @@ def test_a_large_put_file_is_read_into_prefaulted_memory_where_pages_cannot_be_m
     """Where the kernel cannot map pages without writing them (``prefault_threads()`` > 1),
     a put file of 32 MiB or more is read into memory whose page faults were taken first
     on that many threads; the bytes are the file's either way, and small files are not."""
-    from ifrtpy.backends.pjrt import _fastpath
+    from ifrtpy.backends.pjrt import _fastpath, array as pjrt_array
 
     calls = []
-    monkeypatch.setattr(local, "_PREFAULT_THREADS", threads)
-    monkeypatch.setattr(local, "prefault",
+    monkeypatch.setattr(pjrt_array, "_PREFAULT_THREADS", threads)
+    monkeypatch.setattr(pjrt_array, "prefault",
                         lambda out, n: calls.append((out.nbytes, n)) or _fastpath.prefault(out, n))
     data = np.random.default_rng(0).integers(0, 256, 32 << 20, dtype=np.uint8)
     for size in (32 << 20, 1 << 20):

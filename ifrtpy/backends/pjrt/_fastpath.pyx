@@ -565,13 +565,6 @@ cpdef object nested_execute_refusal(str name, Py_ssize_t device_id, Py_ssize_t r
 cdef bint _populate_supported = ifrtpy_populate_probe()
 
 
-def populate_supported():
-    """Whether this kernel maps pages without writing them (Linux's MADV_POPULATE_WRITE,
-    from 5.14; not in gVisor sandboxes): :func:`populate_while_pending` and
-    :class:`PopulateBehind` work only where it does."""
-    return bool(_populate_supported)
-
-
 def prefault_threads():
     """How many threads :func:`prefault` should use for a fresh destination here: none
     where the kernel maps pages without writing them (a second core does it while a copy
@@ -583,9 +576,9 @@ def prefault_threads():
 
 def prefault(cnp.ndarray out not None, threads):
     """Take the page faults of fresh ``out`` (C-contiguous) on ``threads`` threads (1 to
-    16) at once, each zeroing the first byte of its slice and of each page after it: for a destination no copy
-    writes yet, where the kernel cannot map pages otherwise and faults are dear (a
-    sandbox: 64 MiB took 70 ms on one thread, 31 ms on eight). Blocks until done, the GIL
+    16) at once, each zeroing the first byte of its slice and of each page after it: for
+    a destination no copy writes yet, where the kernel cannot map pages otherwise and
+    faults are dear (a sandbox: 64 MiB took 70 ms on one thread, 31 ms on eight). Blocks until done, the GIL
     released; a thread that cannot be started leaves its slice to this one."""
     cdef int count = _errors.check_int(threads, "threads", 1, 16)
     if not cnp.PyArray_IS_C_CONTIGUOUS(out):

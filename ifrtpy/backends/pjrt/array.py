@@ -152,8 +152,8 @@ class PjrtArray(ArrayCore, StoredArray):
                     for view, (_, target) in zip(views, copies):
                         np.copyto(target, view)
                     return Future.ready(out)
-        if fresh and out.nbytes >= _FRESH_BYTES and _PREFAULT_THREADS > 1:
-            prefault(out, _PREFAULT_THREADS)  # before any copy writes it
+        if fresh:
+            prefault_fresh(out)  # before any copy writes it
         staged, events = [], []
         for buffer, target in copies:
             if target.flags.c_contiguous:  # straight into ``out``
@@ -260,6 +260,16 @@ _FRESH_BYTES = 32 << 20
 # a fresh destination's page faults are taken by this many threads before the copies:
 # 64 MiB took 70 ms on one thread there, 31 ms on eight, and the copy itself 11 ms.
 _PREFAULT_THREADS = prefault_threads()
+
+
+def prefault_fresh(out: np.ndarray) -> None:
+    """Take the page faults of ``out``, fresh memory that nothing writes yet, on
+    :data:`_PREFAULT_THREADS` threads where that pays (32 MiB or more, on a kernel that
+    cannot map pages without writing them); elsewhere do nothing."""
+    if out.nbytes >= _FRESH_BYTES and _PREFAULT_THREADS > 1:
+        prefault(out, _PREFAULT_THREADS)
+
+
 def _populate(out: np.ndarray, events: list) -> None:
     """Map the pages of ``out``, a fresh destination, while the plugin's copy into it
     (``events``, issued on a plugin thread) is pending: a fresh destination's page faults
