@@ -179,8 +179,9 @@ def _check_custom_calls(session: Any, program: HloProgram) -> None:
 def compile_program(session: Any, request: Any) -> Any:
     if request.host_callbacks:
         raise UnimplementedError(
-            f"Compile: the program has {len(request.host_callbacks)} host callbacks; the "
-            "ifrtpy proxy does not serve host callbacks")
+            f"Compile: the program has {len(request.host_callbacks)} host callbacks "
+            "(jax.debug.print, pure_callback, io_callback); the ifrtpy proxy refuses them: "
+            f"{CLIENT_RUNS_NO_CALLBACKS}")
     if request.program.type_name != _XLA_PROGRAM:
         raise UnimplementedError(
             f"Compile: programs of type {request.program.type_name!r} are not served "
@@ -417,6 +418,14 @@ def is_executable_deleted(session: Any, request: Any) -> Any:
 def destruct_executable(session: Any, request: Any) -> Any:
     session.executables.pop(request.loaded_executable_handle, None)
     return messages().LoadedExecutableDestructResponse()
+
+
+#: Why programs with host callbacks are refused: the server would hand each call to the
+#: client, and jaxlib's proxy client (jaxlib 0.10 to 0.12, as published) runs none.
+CLIENT_RUNS_NO_CALLBACKS = (
+    "jaxlib's proxy client answers every call of one with 'UNIMPLEMENTED: "
+    "ExecuteLoadedHostCallback is unsupported.' (its published builds leave the callback "
+    "runner out), so the program could not finish")
 
 
 def host_callback(session: Any, request: Any) -> Any:
