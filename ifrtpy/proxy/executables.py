@@ -176,6 +176,14 @@ def _check_custom_calls(session: Any, program: HloProgram) -> None:
             f"not registered for platform {platform!r}")
 
 
+#: Why programs with host callbacks are refused: the server would hand each call to the
+#: client, and jaxlib's proxy client (jaxlib 0.10 to 0.12, as published) runs none.
+CLIENT_RUNS_NO_CALLBACKS = (
+    "jaxlib's proxy client answers every call of one with 'UNIMPLEMENTED: "
+    "ExecuteLoadedHostCallback is unsupported.' (its published builds leave the callback "
+    "runner out), so the program could not finish")
+
+
 def compile_program(session: Any, request: Any) -> Any:
     if request.host_callbacks:
         raise UnimplementedError(
@@ -418,14 +426,6 @@ def is_executable_deleted(session: Any, request: Any) -> Any:
 def destruct_executable(session: Any, request: Any) -> Any:
     session.executables.pop(request.loaded_executable_handle, None)
     return messages().LoadedExecutableDestructResponse()
-
-
-#: Why programs with host callbacks are refused: the server would hand each call to the
-#: client, and jaxlib's proxy client (jaxlib 0.10 to 0.12, as published) runs none.
-CLIENT_RUNS_NO_CALLBACKS = (
-    "jaxlib's proxy client answers every call of one with 'UNIMPLEMENTED: "
-    "ExecuteLoadedHostCallback is unsupported.' (its published builds leave the callback "
-    "runner out), so the program could not finish")
 
 
 def host_callback(session: Any, request: Any) -> Any:
