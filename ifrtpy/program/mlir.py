@@ -13,7 +13,7 @@ from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 
 __all__ = ["ELEMENT_TYPES", "context", "parse", "stablehlo_version", "legalize_chlo",
-           "portable_artifact"]
+           "portable_artifact", "ops_inside", "functions"]
 
 K = DType.Kind
 #: StableHLO's element type names and the DType kind of each.
@@ -51,6 +51,29 @@ def context() -> Any:
     sdy.register_dialect(ctx)
     mhlo.register_mhlo_dialect(ctx)
     return ctx
+
+
+def ops_inside(op: Any) -> list:
+    """Every op inside ``op``'s regions, at any depth, in program order (each op before
+    the ops inside it)."""
+    found: list = []
+
+    def visit(outer: Any) -> None:
+        for region in outer.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    found.append(inner)
+                    visit(inner.operation)
+    visit(op)
+    return found
+
+
+def functions(module: Any) -> dict:
+    """The ``func.func`` ops of ``module`` by symbol name."""
+    from jaxlib.mlir import ir
+
+    return {ir.StringAttr(op.attributes["sym_name"]).value: op
+            for op in module.body.operations if op.operation.name == "func.func"}
 
 
 def parse(text: str) -> Any:

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.program import mlir
 
 __all__ = ["OPS", "IDS", "Collective", "Plan", "plan", "ReplicatedProgram"]
 
@@ -157,18 +158,6 @@ def _resolve(op, replicas: int, name: str) -> Collective:
     return Collective(kind, tuple(tuple(g) for g in groups), {}, dims, None)
 
 
-def _inside(op) -> list:
-    """Every op inside ``op`` (its regions' ops, at any depth)."""
-    from jaxlib.mlir import ir
-    found: list = []
-
-    def visit(inner):
-        found.append(inner)
-        return ir.WalkResult.ADVANCE
-    op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found[1:]
-
-
 def _main_block(module):
     from jaxlib.mlir import ir
     for op in module.body.operations:
@@ -196,7 +185,7 @@ def _with_ids(module) -> None:
     main, block = _main_block(module)
     scalar = ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))
     replica = block.add_argument(scalar, main.location)
-    for op in _inside(main):
+    for op in mlir.ops_inside(main):
         kind = op.operation.name
         if kind == "stablehlo.replica_id":
             op.results[0].replace_all_uses_with(replica)
@@ -263,7 +252,7 @@ def plan(module, name: str, replicas: int) -> Plan:
     annotations stripped) run over ``replicas`` replicas. UnimplementedError for a
     collective inside a region or another function, or one that reduces several operands."""
     main, block = _main_block(module)
-    for op in _inside(module.operation):
+    for op in mlir.ops_inside(module.operation):
         kind = op.operation.name
         parent = op.operation.parent
         if kind in OPS and parent != main.operation:
@@ -298,7 +287,7 @@ def plan(module, name: str, replicas: int) -> Plan:
 def _isolated(op) -> bool:
     """Whether the ops in the regions of ``op`` use only values made in those regions."""
     from jaxlib.mlir import ir
-    inner = _inside(op)
+    inner = mlir.ops_inside(op)
     blocks = [block for o in [op, *inner] for region in o.operation.regions for block in region.blocks]
     for o in inner:
         for value in o.operands:

@@ -77,24 +77,9 @@ _COMPLEX_PARTS = {"complex<f32>": "f32", "complex<f64>": "f64"}
 
 
 
-def _walk(op, out: list) -> list:
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                out.append(inner)
-                _walk(inner.operation, out)
-    return out
-
-
 def _string(attr) -> str:
     from jaxlib.mlir import ir
     return ir.StringAttr(attr).value
-
-
-def _functions(module) -> dict:
-    from jaxlib.mlir import ir
-    return {ir.StringAttr(op.attributes["sym_name"]).value: op
-            for op in module.body.operations if op.operation.name == "func.func"}
 
 
 def _meshes(module) -> dict:
@@ -108,7 +93,7 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> int:
     """Raise UnimplementedError for what cannot run on global values (or, in a program
     run over replicas, in :mod:`.replicas`); erase sharding annotations (uses of their
     result take their operand). Returns the op count."""
-    ops = _walk(module.operation, [])
+    ops = mlir.ops_inside(module.operation)
     strip = []
     for op in ops:
         op_name = op.operation.name
@@ -152,7 +137,7 @@ def _inline_composites(module) -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import func
 
-    for op in _walk(module.operation, []):
+    for op in mlir.ops_inside(module.operation):
         if op.operation.name != "stablehlo.composite":
             continue
         callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"])
@@ -172,7 +157,7 @@ def _guard_integer_division(module) -> None:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo as hlo
 
-    for op in _walk(module.operation, []):
+    for op in mlir.ops_inside(module.operation):
         kind = op.operation.name
         if kind not in ("stablehlo.divide", "stablehlo.remainder"):
             continue
@@ -370,7 +355,7 @@ def _interpretable(text: str) -> Interpretable:
     """The program ``text`` (no kernel ops) wrapped for the interpreter."""
     from jaxlib.mlir import ir
     module = ir.Module.parse(text)
-    wrapped, encoders, decoders = _wrap_main(module, _functions(module)["main"])
+    wrapped, encoders, decoders = _wrap_main(module, mlir.functions(module)["main"])
     return Interpretable(wrapped, encoders, decoders, HloProgram(text))
 
 
@@ -380,7 +365,7 @@ def _runner(module, program: HloProgram) -> Interpretable | stages.StagedProgram
     around the ops of :mod:`.kernels` (:mod:`.stages`)."""
     if stages.has_kernel_ops(module):
         return stages.plan(module, program.name, _interpretable)
-    text, encoders, decoders = _wrap_main(module, _functions(module)["main"])
+    text, encoders, decoders = _wrap_main(module, mlir.functions(module)["main"])
     return Interpretable(text, encoders, decoders, program)
 
 
@@ -394,7 +379,7 @@ def _over_replicas(module, num_replicas: int, num_partitions: int) -> bool:
     if num_partitions > 1:
         return False
     return num_replicas > 1 or any(op.operation.name in replicas.OPS | replicas.IDS
-                                   for op in _walk(module.operation, []))
+                                   for op in mlir.ops_inside(module.operation))
 
 
 def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int = 1,
@@ -409,7 +394,7 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
             "(!stablehlo.token parameters or results)")
     with MLIR_LOCK, mlir.context(), ir.Location.unknown():
         module = ir.Module.parse(program.text)
-        main = _functions(module)["main"]
+        main = mlir.functions(module)["main"]
         over_replicas = _over_replicas(module, num_replicas, num_partitions)
         if devices is None:
             params = outputs = None

@@ -36,20 +36,9 @@ __all__ = ["has_kernel_ops", "plan", "StagedProgram"]
 _CONTROL = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
 
 
-def _walk(op) -> list:
-    """Every op inside ``op``'s regions, at any depth."""
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner)
-                found.extend(_walk(inner.operation))
-    return found
-
-
 def has_kernel_ops(module) -> bool:
     """Whether any op of ``module`` is computed by a kernel."""
-    return any(kernels.is_kernel_op(op) for op in _walk(module.operation))
+    return any(kernels.is_kernel_op(op) for op in mlir.ops_inside(module.operation))
 
 
 # -- the plan ------------------------------------------------------------------------------
@@ -168,12 +157,6 @@ def plan(module, name: str, interpretable: Callable[[str], Interpretable]) -> St
 
 # -- inlining ------------------------------------------------------------------------------
 
-def _functions(module) -> dict:
-    from jaxlib.mlir import ir
-    return {ir.StringAttr(op.attributes["sym_name"]).value: op
-            for op in module.body.operations if op.operation.name == "func.func"}
-
-
 def _callee(op) -> str:
     from jaxlib.mlir import ir
     return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
@@ -211,11 +194,11 @@ def _inline_calls(module, name: str) -> None:
     (directly or not), then erases those functions. UnimplementedError where one of them
     calls itself."""
     from jaxlib.mlir import ir
-    functions = _functions(module)
-    calls = {f: {_callee(op) for op in _walk(function.operation) if op.operation.name == "func.call"}
+    functions = mlir.functions(module)
+    calls = {f: {_callee(op) for op in mlir.ops_inside(function.operation) if op.operation.name == "func.call"}
              for f, function in functions.items()}
     staged = {f for f, function in functions.items()
-              if f != "main" and any(kernels.is_kernel_op(op) for op in _walk(function.operation))}
+              if f != "main" and any(kernels.is_kernel_op(op) for op in mlir.ops_inside(function.operation))}
     staged |= {f for f in functions if f != "main" and _reachable(calls, f) & staged}
     for f in staged:
         if f in _reachable(calls, f):
@@ -223,7 +206,7 @@ def _inline_calls(module, name: str) -> None:
                 f"{name}: the reference backend cannot inline function @{f}, which calls "
                 "itself, to reach its FFT and linear-algebra ops")
     while True:
-        inlined = [op for op in _walk(functions["main"].operation)
+        inlined = [op for op in mlir.ops_inside(functions["main"].operation)
                    if op.operation.name == "func.call" and _callee(op) in staged]
         if not inlined:
             break
@@ -252,7 +235,7 @@ class _Planner:
         self.name = name
         self.interpretable = interpretable
         self.generator = kernels.Generator()
-        self.functions = _functions(module)
+        self.functions = mlir.functions(module)
         self.ids: dict[Any, int] = {}
         self.types: dict[int, Any] = {}
         self.owner: dict[Any, Any] = {}  # op -> the step (or block, for its return) it is in
@@ -297,7 +280,7 @@ class _Planner:
         one inside (UnimplementedError for one inside any other op)."""
         if kernels.is_kernel_op(op):
             return True
-        inside = [o for o in _walk(op.operation) if kernels.is_kernel_op(o)]
+        inside = [o for o in mlir.ops_inside(op.operation) if kernels.is_kernel_op(o)]
         if not inside:
             return False
         kind = op.operation.name
@@ -310,7 +293,7 @@ class _Planner:
     def stage(self, ops: list) -> Stage:
         stage = Stage(ops)
         for op in ops:
-            for inner in [op, *_walk(op.operation)]:
+            for inner in [op, *mlir.ops_inside(op.operation)]:
                 self.owner[inner.operation] = stage
             for value in op.results:
                 self.defined[self.id(value)] = stage
@@ -352,7 +335,7 @@ class _Planner:
     def link(self) -> None:
         """Each stage's inputs (values it uses from elsewhere) and outputs (values it
         makes that are used elsewhere), in the order of first use."""
-        for op in _walk(self.functions["main"].operation):
+        for op in mlir.ops_inside(self.functions["main"].operation):
             user = self.owner[op.operation]
             for value in op.operands:
                 i = self.id(value)
