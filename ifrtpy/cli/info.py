@@ -91,4 +91,4 @@ def describe_machine() -> None:
         print_plugin(client)
         print_devices(client)
     print()
-    print(plugins_report())
+    print_plugins(None)

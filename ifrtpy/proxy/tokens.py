@@ -73,10 +73,6 @@ class Signature:
                    len(program.results) + len(program.token_results),
                    frozenset(program.token_results))
 
-    @property
-    def has_tokens(self) -> bool:
-        return bool(self.token_parameters or self.token_results)
-
     def _arrays(self, count: int, tokens: frozenset[int]) -> list[int]:
         return [i for i in range(count) if i not in tokens]
 
