@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "ifrtpy"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("errors", "config", "_log", "_jaxlib")),
     ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
-                "_execute_result")),
+                "cancellation", "_execute_result")),
     # The C layer mirrors the PJRT C API: it takes errors and the dtype tables, nothing
     # that decides (plugins, option checks, sealing and FFI registration live in the PjRt
     # backend or below it: backends.pjrt.seal, backends.pjrt.ffi; test below).

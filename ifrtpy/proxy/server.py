@@ -25,6 +25,7 @@ import os
 import queue
 import secrets
 import threading
+import time
 from typing import Any, AsyncIterator, NoReturn
 
 import ifrtpy_jax_plugin
@@ -64,8 +65,10 @@ _FILE_READS = 2
 
 @dataclasses.dataclass(frozen=True)
 class SessionInfo:
-    """A live session: its id, the client's address, how many handles and host-buffer
-    bytes it holds, how many of its requests wait for their answers to be written."""
+    """A session the server counts: its id, the client's address, how many handles and
+    host-buffer bytes it holds, how many of its requests wait for their answers to be
+    written, and whether it is closing (its client has gone; its worker has not yet
+    finished the request it runs)."""
 
     id: int
     peer: str
@@ -74,6 +77,7 @@ class SessionInfo:
     host_buffer_bytes: int
     #: requests read and not yet answered, or answered and not yet written to the client
     pending_requests: int
+    closing: bool = False
 
 
 def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) -> int:
@@ -101,11 +105,17 @@ class _Stream:
     The loop stops reading the client's stream while ``max_pending_requests`` requests are
     unanswered or answered but not yet written (a client that does not read its answers
     holds at most that many), or while the queued requests hold ``max_message_bytes``.
+
+    The stream's end (:meth:`close`, when the client has gone) stops the session; the
+    worker finishes the request it runs, drops those queued, releases the session and
+    calls ``ended(session)`` as its last item (XLA's in-order processor shuts down so).
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, name: str):
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, name: str,
+                 ended: Any):
         self.loop = loop
         self.session: Session | None = None
+        self._ended = ended
         self._max_pending = limits.max_pending_requests
         self._max_queued = limits.max_message_bytes
         self._lock = threading.Lock()
@@ -181,12 +191,25 @@ class _Stream:
                     self._room.set()
 
     def close(self) -> None:
-        """Drop the queued requests and answers; the worker ends after the request it is
-        handling."""
+        """Drop the queued requests and answers and stop the session (idempotent); the
+        worker ends after the request it is handling, releasing the session."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             self._outbox.clear()
         self._inbox.put(None)
+        if self.session is not None:
+            self.session.stop()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the worker to end; whether it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # -- any thread --------------------------------------------------------------------------
 
@@ -207,19 +230,26 @@ class _Stream:
     # -- the worker --------------------------------------------------------------------------
 
     def _work_loop(self) -> None:
-        assert self.session is not None
-        while True:
-            item = self._inbox.get()
-            if item is None or self._closed:
-                break
-            request, size = item
-            with self._lock:
-                self._queued -= size
-            if self._reader_waiting:
-                _on_loop(self.loop, self._room.set)
-            self.session.handle(request)
-        while not self._inbox.empty():  # the stream closed: what it queued goes now
-            self._inbox.get_nowait()
+        session = self.session
+        assert session is not None
+        try:
+            while True:
+                item = self._inbox.get()
+                if item is None or self._closed:
+                    break
+                request, size = item
+                with self._lock:
+                    self._queued -= size
+                if self._reader_waiting:
+                    _on_loop(self.loop, self._room.set)
+                session.handle(request)
+        finally:  # the session's end, its worker's last item
+            while not self._inbox.empty():  # what the stream queued goes unrun
+                self._inbox.get_nowait()
+            try:
+                session.release()
+            finally:
+                self._ended(session)
 
 
 def _host(peer: str) -> str:
@@ -295,9 +325,8 @@ class _Service:
             else:  # the client half-closed: answer what it sent
                 await stream.drained()
         finally:
-            stream.close()
+            stream.close()  # the session counts until its worker has released it
             writer.cancel()
-            self._close(session)
         if broken is not None:
             _log.debug("session %d: %s", session.id, broken)
             await _abort(context, broken)
@@ -321,7 +350,7 @@ class _Service:
                 session_id = secrets.randbits(63)  # unguessable: other RPCs name it
             self._count += 1
             stream = _Stream(asyncio.get_running_loop(), limits,
-                             f"ifrtpy-proxy-session-{self._count}")
+                             f"ifrtpy-proxy-session-{self._count}", self._ended)
             session = Session(session_id, peer, self.client, limits, version, stream.send,
                               self.total, self._transfer_directory(metadata))
             self.sessions[session_id] = session
@@ -343,11 +372,12 @@ class _Service:
             return None
         return self.transfers.bind(name)
 
-    def _close(self, session: Session) -> None:
+    def _ended(self, session: Session) -> None:
+        """The session's worker has ended (its last item, on its thread): the session no
+        longer counts, and its put files go."""
         with self.lock:
             self.sessions.pop(session.id, None)
             self.streams.pop(session.id, None)
-        session.close()
         if session.transfer_directory is not None and self.transfers is not None:
             self.transfers.unbind(session.transfer_directory)
 
@@ -355,7 +385,7 @@ class _Service:
         """The live session ``session_id``, for a host-buffer RPC of ``context``'s peer."""
         with self.lock:
             found = self.sessions.get(session_id)
-        if found is None or _host(found.peer) != _host(context.peer()):
+        if found is None or found.closed or _host(found.peer) != _host(context.peer()):
             raise NotFoundError(f"no live session {session_id}")
         return found
 
@@ -658,11 +688,12 @@ class ProxyServer:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     def sessions(self) -> list[SessionInfo]:
-        """The live sessions, oldest first."""
+        """The sessions the server counts, oldest first: the live ones, and those whose
+        client has gone while their worker finishes the request it runs."""
         with self._service.lock:
             live = [(s, self._service.streams[i]) for i, s in self._service.sessions.items()]
         return [SessionInfo(s.id, s.peer, s.protocol_version, s.handle_counts(), s.host_bytes(),
-                            stream.pending) for s, stream in live]
+                            stream.pending, stream.closed) for s, stream in live]
 
     @property
     def host_buffer_bytes(self) -> int:
@@ -678,9 +709,12 @@ class ProxyServer:
         self._service.stopping.set()
         self._call(self._server.stop(grace))
         with self._service.lock:
-            live = list(self._service.sessions.values())
-        for session in live:
-            self._service._close(session)
+            streams = list(self._service.streams.values())
+        for stream in streams:
+            stream.close()
+        deadline = time.monotonic() + _END_WAIT_S
+        for stream in streams:  # a worker in a program that cannot be stopped runs on
+            stream.join(max(0.0, deadline - time.monotonic()))
         self._end_loop()
         if self._service.transfers is not None:
             self._service.transfers.remove()

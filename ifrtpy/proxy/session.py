@@ -5,7 +5,14 @@ A session owns every array, executable, future and host buffer its client made. 
 requests are handled one at a time in arrival order (by the session's own worker thread,
 see :mod:`ifrtpy.proxy.server`). A request that fails answers its error and binds it to
 the result handles the client minted for it, so a later request naming one of them fails
-with that error. :meth:`Session.close` drops everything the session holds.
+with that error.
+
+A session's end has one owner, its worker (:mod:`ifrtpy.proxy.server`): when its client
+has gone, :meth:`Session.stop` (any thread) refuses new host-buffer work, wakes the
+requests that wait for a host buffer and cancels the running request's program where the
+backend can stop it; the worker then finishes the request it is running, drops the queued
+ones and calls :meth:`Session.release` as its last item, which drops everything the
+session holds.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from ifrtpy._xla import varint_bytes
+from ifrtpy.cancellation import Cancellation, cancellation_scope
 from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
                            ResourceExhaustedError, UnimplementedError)
 from ifrtpy.proxy import wire
@@ -159,7 +167,12 @@ class Session:
         self._stored = threading.Condition(self._lock)
         self._handles = itertools.count(_SERVER_HANDLES)
         self._seq = itertools.count(1)
-        self.closed = False
+        #: numbers the OK answers in the order they are sent (two threads answer: the
+        #: worker, and those completing the futures an answer waits on)
+        self._answering = threading.Lock()
+        #: cancelled when the session stops: the backend may stop the running program
+        self.cancellation = Cancellation(f"a request of session {session_id}")
+        self.closed = False  # stopped: the client is gone (see stop)
         self._current: tuple[int, str] = (0, "")
 
     # -- handles -------------------------------------------------------------------------
@@ -408,7 +421,8 @@ class Session:
             if handler is None:
                 raise UnimplementedError(f"{kind} is not served by the ifrtpy proxy")
             self._current = (op_id, kind)
-            inner = handler(self, getattr(request, kind))
+            with cancellation_scope(self.cancellation):
+                inner = handler(self, getattr(request, kind))
         except Exception as error:  # noqa: BLE001 - every failure becomes the answer
             self.answer_error(op_id, error)
             self._bind_failure(kind, request, _bare(error))
@@ -431,9 +445,11 @@ class Session:
         """Send the OK answer ``inner`` (a message or its serialized bytes) to the request
         ``op_id`` of ``kind``: the response is written around it, not copied into one."""
         body = inner if isinstance(inner, bytes) else inner.SerializeToString()
-        metadata = b"\x09" + _U64.pack(op_id) + b"\x18" + _varint(next(self._seq))
-        self._send(b"".join((b"\x0a", _varint(len(metadata)), metadata,
-                             _response_tag(kind), _varint(len(body)), body)))
+        head = b"\x09" + _U64.pack(op_id) + b"\x18"
+        tail = b"".join((_response_tag(kind), _varint(len(body)), body))
+        with self._answering:  # the numbers go out in the order they are taken
+            metadata = head + _varint(next(self._seq))
+            self._send(b"".join((b"\x0a", _varint(len(metadata)), metadata, tail)))
 
     def answer_error(self, op_id: int, error: BaseException) -> None:
         metadata = messages().ResponseMetadata(op_id=op_id, status=wire.status_proto(error))
@@ -461,24 +477,36 @@ class Session:
 
     # -- end --------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Drop every handle of the session (its client is gone) and uncount its host
-        bytes; requests still waiting on a host buffer fail."""
+    def stop(self) -> None:
+        """The client is gone (any thread; idempotent): host-buffer work is refused from
+        now on, requests waiting for a host buffer fail, and the running request's program
+        is cancelled where the backend can stop it. What the session holds stays, and
+        stays counted, until :meth:`release`."""
         with self._lock:
-            if not self.closed:
-                self._total.release(self._host_bytes)
             self.closed = True
-            self._host_buffers.clear()
-            self._host_bytes = 0
             waiters = [wake for ws in self._waiters.values() for wake in ws]
             self._waiters.clear()
             self._stored.notify_all()
         for wake in waiters:
             wake()
+        self.cancellation.cancel()
+
+    def release(self) -> None:
+        """Drop every handle of the session and uncount its host bytes: the last item of
+        its worker, once no request of it runs."""
+        self.stop()
+        with self._lock:
+            self._total.release(self._host_bytes)
+            self._host_buffers.clear()
+            self._host_bytes = 0
         self.arrays.clear()
         self.executables.clear()
         self.futures.clear()
         self.failed.clear()
+
+    def close(self) -> None:
+        """:meth:`stop` and :meth:`release` at once, for a session that no worker runs."""
+        self.release()
 
 
 def _bare(error: BaseException) -> BaseException:

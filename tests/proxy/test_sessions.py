@@ -15,8 +15,9 @@ grpc = pytest.importorskip("grpc")
 import ifrtpy as ifrt  # noqa: E402
 from ifrtpy import proxy  # noqa: E402
 
-from proxy_helpers import (EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S, M,  # noqa: E402
-                           RawSession, SyncClient, compile_request, execute_request, lookup,
+from proxy_helpers import (EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S,  # noqa: E402
+                           Delegating, M, RawSession, SyncClient,
+                           compile_request, execute_request, lookup,
                            put_request, put_values, raises_code, refused_session,
                            session_header, single_device_sharding, status_of, store)
 from slow_program import SLOW, slow_call  # noqa: E402
@@ -253,3 +254,123 @@ def test_undecodable_session_bytes_end_the_stream_with_invalid_argument(pjrt):
         details = raises_code(grpc.StatusCode.INVALID_ARGUMENT, lambda: list(stream(
             iter([]), metadata=[(SESSION_HEADER, b"\xff\xff garbage")], timeout=WAIT_S)))
         assert "GrpcIfrtSessionMetadata" in details
+
+
+class TracingClient(Delegating):
+    """A Client whose executes say when they start (``entered``), wait for ``gate`` if
+    one is given, and keep the error each failed with (``errors``)."""
+
+    def __init__(self, inner, gate=None):
+        super().__init__(inner)
+        self.entered, self.gate = threading.Event(), gate
+        self.errors = []
+
+    def compile(self, *args, **kwargs):
+        return TracingExecutable(self._inner.compile(*args, **kwargs), self)
+
+
+class TracingExecutable(Delegating):
+    def __init__(self, inner, client):
+        super().__init__(inner)
+        self._client = client
+
+    def execute(self, *args, **kwargs):
+        self._client.entered.set()
+        if self._client.gate is not None:
+            assert self._client.gate.wait(WAIT_S)
+        result = self._inner.execute(*args, **kwargs)  # blocks until the outputs are ready
+        error = result.status.exception(WAIT_S) if result.status is not None else None
+        if error is not None:
+            self._client.errors.append(error)
+        return result
+
+
+def test_a_departed_clients_running_execute_counts_until_it_ends(pjrt):
+    """The session of a client that has gone stays counted (and holds what it held)
+    until its worker has finished the request it runs: the limits bound what runs."""
+    client = TracingClient(SyncClient(pjrt), gate=threading.Event())
+    with proxy.serve(client, max_sessions=1) as server, grpc.insecure_channel(server.address) as ch:
+        raw = RawSession(ch)
+        assert put_values(ch, raw, np.arange(4, dtype=np.float32), 1) == (0, "")
+        add_one = ok(raw.call("compile_request", compile_request(ADD_ONE)),
+                     "compile_response").loaded_executable_handle
+        raw.send("loaded_executable_execute_request", execute_request(add_one, [1]))
+        raw.send("compile_request", compile_request(ADD_ONE))  # queued: never runs
+        assert client.entered.wait(WAIT_S)
+        compiled = client.compiles
+        raw.cancel()  # the client goes, its execute running
+        wait_for(lambda: [s.closing for s in server.sessions()] == [True], "the session to close")
+        info, = server.sessions()
+        assert info.handles["arrays"] == 1 and info.handles["executables"] == 1
+        (code, message), details = refused_session(ch)  # still counted
+        assert code == EXHAUSTED and "limit of 1 sessions" in details
+        client.gate.set()
+        wait_for(lambda: not server.sessions(), "the session to end with its execute")
+        wait_for(lambda: not session_threads(), "the session's worker to end")
+        assert client.compiles == compiled
+        other = RawSession(ch)  # a slot is free again
+        assert [s.id for s in server.sessions()] == [other.id]
+        other.close()
+
+
+def test_a_departed_clients_program_is_stopped_on_the_reference_backend():
+    """The reference backend runs programs in worker processes: the program of a session
+    whose client has gone is stopped (its worker killed), and the session ends."""
+    from ifrtpy.backends.reference import pool
+    from ifrtpy.errors import CancelledError
+
+    reference = ifrt.get_client("reference", device_count=2)
+    _, steps = slow_call(reference, 30 * WAIT_S)  # far longer than the test waits
+    client = TracingClient(reference)
+    with proxy.serve(client, max_sessions=1) as server, grpc.insecure_channel(server.address) as ch:
+        raw = RawSession(ch)
+        slow = ok(raw.call("compile_request", compile_request(SLOW)),
+                  "compile_response").loaded_executable_handle
+        assert put_values(ch, raw, np.eye(32, dtype=np.float32), 1) == (0, "")
+        assert put_values(ch, raw, np.array(steps, np.int32), 2) == (0, "")
+        workers = set(pool.worker_pids())
+        raw.send("loaded_executable_execute_request", execute_request(slow, [1, 2]))
+        assert client.entered.wait(WAIT_S)
+        raw.cancel()
+        wait_for(lambda: client.errors, "the program to be stopped")
+        wait_for(lambda: not server.sessions(), "the session to end")
+        RawSession(ch).close()  # served
+    error, = client.errors
+    assert isinstance(error, CancelledError), error
+    assert "its program was stopped" in str(error)
+    killed = workers - set(pool.worker_pids())
+    assert len(killed) == 1, (workers, pool.worker_pids())
+
+
+def test_ok_answers_are_numbered_in_the_order_they_are_sent(pjrt):
+    """Two threads answer a session's requests (its worker; a thread completing a future
+    an answer waits on): the numbers (seq_num) go out in the order the answers do, even
+    when the first answer's send is slow."""
+    from ifrtpy.proxy.session import Budget, Limits, Session
+
+    sent, in_send, second_sent = [], threading.Event(), threading.Event()
+
+    def send(answer):
+        if threading.current_thread().name == "first":
+            in_send.set()
+            second_sent.wait(1.0)  # a bound: the second answer may overtake this one
+        sent.append(M.IfrtResponse.FromString(answer).response_metadata.seq_num)
+        if threading.current_thread().name == "second":
+            second_sent.set()
+
+    session = Session(1, "test", pjrt, Limits(), 25, send, Budget(1 << 30, "the server"))
+    reply = M.CheckFutureResponse()
+
+    def second():
+        assert in_send.wait(WAIT_S)
+        session.answer(2, "check_future_request", reply)
+
+    threads = [threading.Thread(target=session.answer, name="first",
+                                args=(1, "check_future_request", reply)),
+               threading.Thread(target=second, name="second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert sent == [1, 2]
+

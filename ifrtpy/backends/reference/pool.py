@@ -12,7 +12,9 @@ Past that, an execute waits for a worker to be free.
 A worker that dies (a signal, an abort) fails the execute it was running with an
 InternalError naming how it ended (and its last line on stderr), and is replaced; so is a
 worker whose execute is interrupted (Ctrl-C while waiting for its answer, raised at once):
-it is killed, still running the program. Workers end with this process (killed at exit;
+it is killed, still running the program. So is a worker whose program is cancelled
+(:mod:`ifrtpy.cancellation`: the proxy server cancels a session's work when its client has
+gone), and the execute raises CancelledError. Workers end with this process (killed at exit;
 after an abrupt end they notice their closed pipe, see :mod:`.worker`); a forked child
 starts its own.
 """
@@ -30,7 +32,8 @@ import threading
 
 from ifrtpy import _jaxlib
 from ifrtpy.backends.reference import worker as _worker
-from ifrtpy.errors import InternalError
+from ifrtpy.cancellation import current_cancellation
+from ifrtpy.errors import CancelledError, InternalError
 
 __all__ = ["SIZE", "run", "warm", "worker_pids"]
 
@@ -113,6 +116,12 @@ class _Worker:
                 + (": " + last[0][:300] if last else "")
                 + ") running the program; the next execute starts another")
 
+    def stop(self) -> None:
+        """Kills the worker from another thread, while it runs a program that nobody
+        waits for any more (its exchange then fails; the pool drops it)."""
+        if self.owner == os.getpid() and self.process.returncode is None:
+            self.process.kill()
+
     def close(self) -> None:
         """Kills the worker (it holds nothing worth a clean end) and reaps it."""
         self.abandon()
@@ -150,11 +159,22 @@ class _Pool:
                 self._idle.insert(0, worker)
 
     def run(self, request: list[bytes], limit: int) -> list[memoryview]:
+        cancellation = current_cancellation()
+        if cancellation is not None:
+            cancellation.check()
         worker = self._take()
         try:
-            answer = worker.exchange(request, limit)
+            if cancellation is None:
+                answer = worker.exchange(request, limit)
+            else:
+                with cancellation.stopping(worker.stop):
+                    answer = worker.exchange(request, limit)
         except BaseException:  # it died, or an interrupt left it running the program
             self._drop(worker)
+            if cancellation is not None and cancellation.cancelled:
+                raise CancelledError(
+                    f"{cancellation.what} was cancelled: its program was stopped (its "
+                    f"interpreter worker process {worker.process.pid} was killed)") from None
             raise
         with self._ready:
             self._idle.append(worker)
