@@ -13,6 +13,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 from typing import Any
 
 import ifrtpy_jax_plugin
@@ -152,11 +153,19 @@ def _alive(pid: int) -> bool:
 class TransferRoot:
     """The server's shared directory (:func:`ifrtpy_jax_plugin.shared_directory`): a
     client process on this machine makes a subdirectory there, and its session names it;
-    the server reads a session's put files from that subdirectory only."""
+    the server reads a session's put files from that subdirectory only.
 
-    def __init__(self, path: str):
+    Directories are used through descriptors opened without following a link, checked
+    when opened: a link put in place of a directory later is never followed, neither to
+    read a session's files nor to empty its directory at its end.
+    """
+
+    def __init__(self, path: str, fd: int):
         self.path = path
-        self._bound: set[str] = set()
+        self._fd = fd  # the shared directory, as checked when made
+        self._lock = threading.Lock()  # bind on the loop, unbind on a session's worker
+        #: the directory of each bound session: its name, its descriptor
+        self._bound: dict[str, tuple[str, int]] = {}
 
     @classmethod
     def make(cls, address: str) -> TransferRoot | None:
@@ -166,57 +175,118 @@ class TransferRoot:
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:  # a server before this one on the same address left it
-            if not ifrtpy_jax_plugin.is_private_directory(path):
-                _log.warning("%s is not this user's private directory: puts go over gRPC", path)
-                return None
-            _empty(path)
+            pass
         except OSError as error:
             _log.warning("cannot make %s (%s): puts go over gRPC", path, error)
             return None
+        fd = _open_private_directory(path)
+        if fd is None:
+            _log.warning("%s is not this user's private directory: puts go over gRPC", path)
+            return None
+        _empty(fd)
         _write_pid(path)
-        return cls(path)
+        return cls(path, fd)
 
     def bind(self, name: str) -> str | None:
-        """The path of the subdirectory ``name`` for the session that names it, if it is a
-        client's private subdirectory that no live session has named; else None."""
-        if not _CLIENT_NAME.fullmatch(name) or name in self._bound:
+        """The path through which the session that names ``name`` reads its files, if
+        ``name`` is a client's private subdirectory that no live session has named; else
+        None. The path names the directory's descriptor (``/proc/self/fd/N``) where the
+        system has one: what it names cannot be swapped under the session."""
+        if not _CLIENT_NAME.fullmatch(name):
             return None
-        path = os.path.join(self.path, name)
-        if not ifrtpy_jax_plugin.is_private_directory(path):
-            return None
-        self._bound.add(name)
+        with self._lock:
+            if name in (bound for bound, _ in self._bound.values()) or self._fd < 0:
+                return None
+            fd = _open_private_directory(name, self._fd)
+            if fd is None:
+                return None
+            path = f"/proc/self/fd/{fd}"
+            if not os.path.isdir(path):  # no /proc: the path, checked just now
+                path = os.path.join(self.path, name)
+            self._bound[path] = (name, fd)
         return path
 
     def unbind(self, path: str) -> None:
-        """The session of ``path`` ended: its files go, and so do the directories of
-        client processes that are gone."""
-        self._bound.discard(os.path.basename(path))
-        _empty(path)
+        """The session of ``path`` ended: its files go (through the descriptor opened at
+        :meth:`bind`), and so do the directories of client processes that are gone."""
+        with self._lock:
+            _, fd = self._bound.pop(path, ("", -1))
+            bound = {name for name, _ in self._bound.values()}
+            root = self._fd
+        if fd >= 0:
+            _empty(fd)
+            os.close(fd)
+        if root < 0:
+            return
         try:
-            names = os.listdir(self.path)
+            names = os.listdir(root)
         except OSError:
             return
         for name in names:  # the directories of client processes that are gone
             match = _CLIENT_NAME.fullmatch(name)
-            if match and name not in self._bound and not _alive(int(match.group(1))):
-                shutil.rmtree(os.path.join(self.path, name), ignore_errors=True)
+            if match and name not in bound and not _alive(int(match.group(1))):
+                _remove(name, root)
 
     def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        with self._lock:
+            fds = [fd for _, fd in self._bound.values()] + [self._fd]
+            self._bound.clear()
+            self._fd = -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+        shutil.rmtree(self.path, ignore_errors=True)  # its fd-based walk follows no link
 
 
-def _empty(directory: str) -> None:
-    """Remove what ``directory`` holds (put files, client subdirectories, the pid file)."""
+def _open_private_directory(path: str, dir_fd: int | None = None) -> int | None:
+    """A descriptor of the directory ``path`` (relative to ``dir_fd``), opened without
+    following a link, if it is this user's and no one else may enter it; else None."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    found = os.fstat(fd)
+    if found.st_uid != os.getuid() or found.st_mode & 0o077:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _empty(directory: int) -> None:
+    """Remove what the directory open as ``directory`` holds (put files, client
+    subdirectories, the pid file), through descriptors: a link is removed, not followed."""
     try:
         names = os.listdir(directory)
     except OSError:
         return
     for name in names:
-        path = os.path.join(directory, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            _unlink(path)
+        _remove(name, directory)
+
+
+def _remove(name: str, dir_fd: int) -> None:
+    """Remove ``name`` in the directory open as ``dir_fd``: a directory with what it
+    holds, anything else (a link included) itself."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    except IsADirectoryError:
+        pass
+    except OSError:
+        return
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        _empty(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 def read_put_file(path: str, size: int) -> Any:

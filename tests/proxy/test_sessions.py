@@ -374,3 +374,30 @@ def test_ok_answers_are_numbered_in_the_order_they_are_sent(pjrt):
         thread.join(WAIT_S)
     assert sent == [1, 2]
 
+
+def test_a_link_in_place_of_a_sessions_directory_is_not_followed(pjrt, tmp_path):
+    """A session's put-file directory is used through a descriptor opened when the session
+    named it: a link put in its place later is followed neither to read puts nor to
+    empty the directory at the session's end."""
+    import os
+
+    from proxy_helpers import client_directory, read_from_disk
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "lt_5").write_bytes(b"not the server's")
+    with proxy.serve(pjrt) as server, grpc.insecure_channel(server.address) as ch:
+        directory, name = client_directory(server.address)
+        raw = RawSession(ch, transfer_directory=name)
+        with open(os.path.join(directory, "lt_6"), "wb") as f:
+            f.write(b"left behind")
+        os.rename(directory, directory + "-moved")
+        os.symlink(victim, directory)
+        raises_code(grpc.StatusCode.NOT_FOUND, read_from_disk, ch, raw.id, 5, 16)
+        raw.close()
+        wait_for(lambda: not server.sessions(), "the session to end")
+        assert sorted(os.listdir(victim)) == ["lt_5"]
+        assert os.listdir(directory + "-moved") == []  # the directory named was emptied
+        assert os.path.islink(directory)
+        os.unlink(directory)
+        os.rmdir(directory + "-moved")
