@@ -111,6 +111,11 @@ class _Progress:
             return
         self.said = True
         detail = update.split("failed:", 1)[-1].strip()
+        if "RESOURCE_EXHAUSTED" in detail:  # jaxlib retries every status alike
+            print(f"ifrtpy_jax_plugin: the IFRT Proxy server at {self.target} refused a "
+                  f"session ({detail}); jaxlib tries again every second for up to "
+                  f"{self.timeout_s} s", file=sys.stderr, flush=True)
+            return
         print(f"ifrtpy_jax_plugin: cannot connect to an IFRT Proxy server at {self.target} "
               f"({detail}); trying for up to {self.timeout_s} s (is one serving there? "
               "`python -m ifrtpy serve` prints the address to set as JAX_BACKEND_TARGET)",

@@ -32,8 +32,8 @@ import ifrtpy_jax_plugin
 from ifrtpy._xla import varint, varint_bytes
 from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentError,
                            NotFoundError, PermissionDeniedError, ResourceExhaustedError,
-                           UnimplementedError)
-from ifrtpy.proxy import local, wire
+                           UnavailableError, UnimplementedError)
+from ifrtpy.proxy import local, peers, wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Limits, Session
 
@@ -269,6 +269,8 @@ class _Service:
         self.total = Budget(limits.max_total_host_buffer_bytes, "the server")
         self.sessions: dict[int, Session] = {}
         self.streams: dict[int, _Stream] = {}
+        #: the peer process (or user) of each session, where the socket tells it
+        self.owners: dict[int, str | None] = {}
         self.lock = threading.Lock()
         self._count = 0
         self.stopping = threading.Event()
@@ -302,18 +304,27 @@ class _Service:
                                f"the {_SESSION_HEADER} header")
             version = _pick(metadata.version.protocol_version, metadata.version.protocol_version,
                             PROTOCOL_VERSIONS, "protocol")
-            session, stream = self._open(context.peer(), version, metadata)
+            peer = context.peer()
+            loop = asyncio.get_running_loop()
+            owner = await loop.run_in_executor(None, peers.peer_owner, peer)
+            session, stream = self._open(peer, owner, version, metadata)
         except ResourceExhaustedError as error:
+            _log.info("refused a session of %s: %s", context.peer(), error)
             await _refuse(requests, context, error)
         except IfrtError as error:
             await _abort(context, error)
-        loop = asyncio.get_running_loop()
         writer = loop.create_task(stream.write(context))
-        broken = None
+        broken: IfrtError | None = None
+        iterator = requests.__aiter__()
         try:
-            async for raw in requests:
+            while True:
+                if self.limits.idle_timeout_s is None:
+                    raw = await iterator.__anext__()
+                else:
+                    raw = await self._next_or_idle(iterator, session, stream)
                 if self.stopping.is_set():
                     break
+                session.last_active = time.monotonic()
                 try:
                     request = wire.parse(m.IfrtRequest, raw, "a request of the session stream")
                 except InvalidArgumentError as error:
@@ -322,8 +333,10 @@ class _Service:
                 stream.put(request, len(raw))
                 if stream.full():
                     await stream.room()
-            else:  # the client half-closed: answer what it sent
-                await stream.drained()
+        except StopAsyncIteration:  # the client half-closed: answer what it sent
+            await stream.drained()
+        except UnavailableError as error:  # idle past idle_timeout_s
+            broken = error
         finally:
             stream.close()  # the session counts until its worker has released it
             writer.cancel()
@@ -331,15 +344,46 @@ class _Service:
             _log.debug("session %d: %s", session.id, broken)
             await _abort(context, broken)
 
-    def _open(self, peer: str, version: int, metadata: Any) -> tuple[Session, _Stream]:
-        """A new session of ``peer``, its stream started; ResourceExhaustedError past the
-        session limits."""
+    async def _next_or_idle(self, iterator: Any, session: Session, stream: _Stream) -> bytes:
+        """The next request of the stream; UnavailableError once the session has been
+        idle (no request, no host-buffer RPC, nothing running) for ``idle_timeout_s``."""
+        timeout = self.limits.idle_timeout_s
+        assert timeout is not None
+        reading = asyncio.ensure_future(iterator.__anext__())
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading}, timeout=timeout)
+                if done:
+                    return reading.result()
+                since = session.idle_since()
+                if stream.pending or since is None or time.monotonic() - since < timeout:
+                    continue
+                raise UnavailableError(
+                    f"session {session.id} was idle for {timeout:g} s, the server's "
+                    "idle_timeout_s: the server ended it and dropped its arrays")
+        finally:
+            if not reading.done():
+                reading.cancel()
+            elif not reading.cancelled():
+                reading.exception()  # retrieved: the stream may end as the handler does
+
+    def _open(self, peer: str, owner: str | None, version: int,
+              metadata: Any) -> tuple[Session, _Stream]:
+        """A new session of ``peer`` (a connection of ``owner``, see
+        :func:`~ifrtpy.proxy.peers.peer_owner`), its stream started; ResourceExhaustedError
+        past the session limits."""
         limits = self.limits
         with self.lock:
             if len(self.sessions) >= limits.max_sessions:
                 raise ResourceExhaustedError(
                     f"the server is at its limit of {limits.max_sessions} sessions "
                     "(max_sessions); try again when a client has disconnected")
+            if owner is not None:
+                held = sum(1 for o in self.owners.values() if o == owner)
+                if held >= limits.max_sessions_per_process:
+                    raise ResourceExhaustedError(
+                        f"{owner} holds {held} sessions, the limit of one peer process "
+                        "(max_sessions_per_process)")
             same = sum(1 for s in self.sessions.values() if s.peer == peer)
             if not peer.startswith("unix") and same >= limits.max_sessions_per_connection:
                 raise ResourceExhaustedError(
@@ -355,6 +399,7 @@ class _Service:
                               self.total, self._transfer_directory(metadata))
             self.sessions[session_id] = session
             self.streams[session_id] = stream
+            self.owners[session_id] = owner
         stream.start(session)
         return session, stream
 
@@ -378,6 +423,7 @@ class _Service:
         with self.lock:
             self.sessions.pop(session.id, None)
             self.streams.pop(session.id, None)
+            self.owners.pop(session.id, None)
         if session.transfer_directory is not None and self.transfers is not None:
             self.transfers.unbind(session.transfer_directory)
 
@@ -387,6 +433,7 @@ class _Service:
             found = self.sessions.get(session_id)
         if found is None or found.closed or _host(found.peer) != _host(context.peer()):
             raise NotFoundError(f"no live session {session_id}")
+        found.last_active = time.monotonic()
         return found
 
     # -- host buffers ---------------------------------------------------------------------

@@ -76,11 +76,16 @@ class Limits:
     """What clients may make the server hold. A request over a limit is answered
     RESOURCE_EXHAUSTED, naming the limit; nothing is half done.
 
-    For the whole server: ``max_sessions`` (live sessions; the next IfrtSession is
-    refused), ``max_sessions_per_connection`` (live sessions of one TCP connection; a unix
-    socket tells its connections apart to no one), ``max_total_host_buffer_bytes`` (host
-    buffers of every session together, counted as their bytes arrive) and
-    ``max_message_bytes`` (one gRPC message, a request or a chunk).
+    For the whole server: ``max_sessions`` (sessions counted: live ones, and those whose
+    client has gone while their worker finishes the request it runs; the next IfrtSession
+    is refused), ``max_sessions_per_process`` (those of one peer process, where the socket
+    can tell it: loopback TCP, see :mod:`ifrtpy.proxy.peers`; a process of another user
+    that cannot be found counts as its user), ``max_sessions_per_connection`` (those of
+    one TCP connection; a unix socket tells its connections apart to no one),
+    ``max_total_host_buffer_bytes`` (host buffers of every session together, counted as
+    their bytes arrive) and ``max_message_bytes`` (one gRPC message, a request or a
+    chunk). ``idle_timeout_s`` (None, the default: never) ends a session that has had no
+    request, no host-buffer RPC and nothing running for that many seconds.
 
     Per session: ``max_host_buffer_bytes`` (host buffers held at once: stored by the
     client and not yet consumed, arriving, or copied out and not yet deleted),
@@ -92,6 +97,7 @@ class Limits:
     """
 
     max_sessions: int = 32
+    max_sessions_per_process: int = 8
     max_sessions_per_connection: int = 8
     max_total_host_buffer_bytes: int = 32 << 30
     max_message_bytes: int = 1 << 30
@@ -99,9 +105,18 @@ class Limits:
     max_handles: int = 1 << 20
     max_pending_requests: int = 1024
     max_host_buffer_rpcs: int = 256
+    idle_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        idle = self.idle_timeout_s
+        if idle is not None and (not isinstance(idle, (int, float)) or isinstance(idle, bool)
+                                 or not 0 < idle < float("inf")):
+            raise InvalidArgumentError(
+                f"proxy limit idle_timeout_s must be a number of seconds > 0 or None, got "
+                f"{idle!r}")
         for field in dataclasses.fields(self):
+            if field.name == "idle_timeout_s":
+                continue
             value = getattr(self, field.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidArgumentError(
@@ -173,6 +188,8 @@ class Session:
         #: cancelled when the session stops: the backend may stop the running program
         self.cancellation = Cancellation(f"a request of session {session_id}")
         self.closed = False  # stopped: the client is gone (see stop)
+        #: when the client last sent a request or a host-buffer RPC (time.monotonic())
+        self.last_active = time.monotonic()
         self._current: tuple[int, str] = (0, "")
 
     # -- handles -------------------------------------------------------------------------
@@ -490,6 +507,12 @@ class Session:
         for wake in waiters:
             wake()
         self.cancellation.cancel()
+
+    def idle_since(self) -> float | None:
+        """When the session last had something to do (see :attr:`last_active`), or None
+        while a host-buffer RPC of it is in flight."""
+        with self._lock:
+            return None if self._rpcs else self.last_active
 
     def release(self) -> None:
         """Drop every handle of the session and uncount its host bytes: the last item of

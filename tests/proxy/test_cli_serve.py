@@ -127,3 +127,38 @@ def test_an_unknown_backend_is_one_error_line(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: NotFoundError: ") and "no-such-backend" in err
     assert len(err.splitlines()) == 1
+
+
+def test_the_limits_are_options():
+    import dataclasses
+
+    import grpc
+    from proxy_helpers import EXHAUSTED, RawSession, refused_session
+
+    from ifrtpy.cli.serve import _LIMITS
+    from ifrtpy.proxy import Limits
+
+    # every limit has its option
+    assert {f.name for f in dataclasses.fields(Limits)} == {*_LIMITS, "idle_timeout_s"}
+    proc, line = start("--device-count", "1", "--address", "127.0.0.1:0", "--max-sessions", "1",
+                       "--max-host-buffer-bytes", "64M", "--idle-timeout", "3600")
+    try:
+        address = re.fullmatch(r"ifrtpy proxy: serving <.*> at grpc://(\S+)\n", line).group(1)
+        with grpc.insecure_channel(address) as channel:
+            held = RawSession(channel)
+            (code, _), details = refused_session(channel)
+            assert code == EXHAUSTED and "limit of 1 sessions (max_sessions)" in details
+            held.close()
+    finally:
+        code, _, err = stop(proc)
+    assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize("option, value", [("--max-sessions", "0"), ("--max-handles", "x"),
+                                           ("--max-message-bytes", "1Q"),
+                                           ("--idle-timeout", "-1"), ("--idle-timeout", "nan")])
+def test_a_bad_limit_is_refused_by_name(option, value, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", option, value])
+    assert exited.value.code == 2
+    assert f"argument {option}: {value!r} is not " in capsys.readouterr().err

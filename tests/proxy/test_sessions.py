@@ -150,7 +150,8 @@ def test_idle_streams_of_one_connection_do_not_lock_others_out(pjrt):
     # were 4 * max_sessions + 16 = 144): one connection holds at most 8 sessions
     import asyncio
 
-    with proxy.serve(pjrt, "127.0.0.1:0") as server:
+    # (this process opens every connection: its own limit is not what is tested here)
+    with proxy.serve(pjrt, "127.0.0.1:0", max_sessions_per_process=32) as server:
         started, release = threading.Event(), threading.Event()
         codes = []
 
@@ -181,6 +182,50 @@ def test_idle_streams_of_one_connection_do_not_lock_others_out(pjrt):
             release.set()
             flooder.join(WAIT_S)
     assert codes and set(codes) == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+SESSION_OF_ANOTHER_PROCESS = """
+import sys
+import grpc
+from proxy_helpers import RawSession
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    session = RawSession(channel)
+    print("served", session.id)
+    session.close()
+"""
+
+
+def test_one_peer_process_cannot_take_every_session(pjrt):
+    """Over loopback TCP the server finds the process at the other end of a connection:
+    one process holds at most max_sessions_per_process sessions, whatever number of
+    connections it opens, and another process is still served."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    with proxy.serve(pjrt, "127.0.0.1:0", max_sessions=4, max_sessions_per_process=2) as server:
+        channels = [grpc.insecure_channel(server.address,
+                                          options=[("grpc.use_local_subchannel_pool", 1)])
+                    for _ in range(3)]  # a connection each
+        try:
+            held = [RawSession(ch) for ch in channels[:2]]
+            (code, _), details = refused_session(channels[2])
+            assert code == EXHAUSTED, details
+            assert f"process {os.getpid()} holds 2 sessions" in details
+            assert "max_sessions_per_process" in details
+            helpers = pathlib.Path(__file__).resolve().parents[1] / "helpers"
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(helpers), os.environ.get("PYTHONPATH", "")]))
+            done = subprocess.run([sys.executable, "-c", SESSION_OF_ANOTHER_PROCESS,
+                                   server.address], env=env, capture_output=True, text=True,
+                                  timeout=WAIT_S * 2)
+            assert done.returncode == 0 and done.stdout.startswith("served "), done.stderr
+            for session in held:
+                session.close()
+        finally:
+            for ch in channels:
+                ch.close()
 
 
 def test_session_ids_are_unguessable(pjrt):
@@ -285,18 +330,25 @@ class TracingExecutable(Delegating):
         return result
 
 
+def start_execute(channel, session, client, then=None):
+    """Send an execute of ADD_ONE (and ``then``, a compile, behind it) and return once
+    ``client`` (a TracingClient) has started it."""
+    assert put_values(channel, session, np.arange(4, dtype=np.float32), 1) == (0, "")
+    add_one = ok(session.call("compile_request", compile_request(ADD_ONE)),
+                 "compile_response").loaded_executable_handle
+    session.send("loaded_executable_execute_request", execute_request(add_one, [1]))
+    if then is not None:
+        session.send("compile_request", then)
+    assert client.entered.wait(WAIT_S)
+
+
 def test_a_departed_clients_running_execute_counts_until_it_ends(pjrt):
     """The session of a client that has gone stays counted (and holds what it held)
     until its worker has finished the request it runs: the limits bound what runs."""
     client = TracingClient(SyncClient(pjrt), gate=threading.Event())
     with proxy.serve(client, max_sessions=1) as server, grpc.insecure_channel(server.address) as ch:
         raw = RawSession(ch)
-        assert put_values(ch, raw, np.arange(4, dtype=np.float32), 1) == (0, "")
-        add_one = ok(raw.call("compile_request", compile_request(ADD_ONE)),
-                     "compile_response").loaded_executable_handle
-        raw.send("loaded_executable_execute_request", execute_request(add_one, [1]))
-        raw.send("compile_request", compile_request(ADD_ONE))  # queued: never runs
-        assert client.entered.wait(WAIT_S)
+        start_execute(ch, raw, client, then=compile_request(ADD_ONE))  # it never runs
         compiled = client.compiles
         raw.cancel()  # the client goes, its execute running
         wait_for(lambda: [s.closing for s in server.sessions()] == [True], "the session to close")
@@ -401,3 +453,54 @@ def test_a_link_in_place_of_a_sessions_directory_is_not_followed(pjrt, tmp_path)
         assert os.path.islink(directory)
         os.unlink(directory)
         os.rmdir(directory + "-moved")
+
+
+def test_idle_timeout_ends_an_idle_session_and_no_busy_one(pjrt):
+    """With idle_timeout_s, a session that has had nothing to do that long ends (its
+    client is told why); one whose request runs past it goes on."""
+    client = TracingClient(SyncClient(pjrt), gate=threading.Event())
+    with proxy.serve(client, idle_timeout_s=1.0) as server, \
+            grpc.insecure_channel(server.address) as ch:
+        busy = RawSession(ch)
+        start_execute(ch, busy, client)
+        idle = RawSession(ch)
+        store(ch, idle.id, 7, b"dropped with the session")
+        wait_for(lambda: idle.id not in {s.id for s in server.sessions()}, "the idle session to end")
+        details = raises_code(grpc.StatusCode.UNAVAILABLE, idle.receive)
+        assert f"session {idle.id} was idle for 1 s" in details and "idle_timeout_s" in details
+        assert [(s.id, s.closing) for s in server.sessions()] == [(busy.id, False)]
+        client.gate.set()
+        assert status_of(busy.receive()) == (0, "")
+        wait_for(lambda: not server.sessions(), "the other session to end once idle")
+
+
+def test_a_jax_client_waiting_for_a_departed_clients_slot_is_served_once_it_ends(pjrt, caplog):
+    """A departed client's running execute holds its slot; a jax client refused meanwhile
+    says so at once and is served at its next attempt after the execute ends (jaxlib
+    tries again every second, whatever status refused it)."""
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    caplog.set_level(logging.INFO, logger="ifrtpy.proxy")
+    client = TracingClient(SyncClient(pjrt), gate=threading.Event())
+    with proxy.serve(client, max_sessions=1) as server, grpc.insecure_channel(server.address) as ch:
+        raw = RawSession(ch)
+        start_execute(ch, raw, client)
+        raw.cancel()
+        wait_for(lambda: [s.closing for s in server.sessions()] == [True], "the session to close")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("IFRT_PROXY_")}
+        env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://{server.address}",
+                   IFRTPY_PROXY_CONNECT_TIMEOUT_S=str(WAIT_S * 2))
+        jax = subprocess.Popen([sys.executable, "-c", "import jax; print(jax.device_count())"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: any("refused a session" in r.getMessage() for r in caplog.records),
+                     "the jax client to be refused")
+            client.gate.set()  # the departed client's execute ends: its slot frees
+            out, err = jax.communicate(timeout=WAIT_S * 4)
+        finally:
+            jax.kill()
+    assert jax.returncode == 0 and out.strip() == "2", err
+    assert "refused a session (RESOURCE_EXHAUSTED" in err and "max_sessions" in err
