@@ -42,6 +42,7 @@ platform has the same name (``tpu``; ``cpu`` for any CPU build).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import mmap
 import os
@@ -519,7 +520,8 @@ class _ServerSteps:
                          time.perf_counter() - start, metadata.buffer_size)
 
         server._store = store
-        make = arrays.HANDLERS["make_array_from_host_buffer_request"]
+        kinds = arrays.KINDS
+        make = kinds["make_array_from_host_buffer_request"].handler
 
         def make_array(session_, request):
             start = time.perf_counter()
@@ -532,15 +534,17 @@ class _ServerSteps:
                 self.add("put: MakeArrayFromHostBuffer (the device put)",
                          time.perf_counter() - start, 4 * elements)
 
-        arrays.HANDLERS["make_array_from_host_buffer_request"] = make_array
-        copy = arrays.HANDLERS["copy_to_host_buffer_request"]
+        kinds["make_array_from_host_buffer_request"] = dataclasses.replace(
+            kinds["make_array_from_host_buffer_request"], handler=make_array)
+        copy = kinds["copy_to_host_buffer_request"].handler
         copies = self._copies
 
         def copy_started(session_, request):
             copies[request.host_buffer_handle] = time.perf_counter()
             return copy(session_, request)
 
-        arrays.HANDLERS["copy_to_host_buffer_request"] = copy_started
+        kinds["copy_to_host_buffer_request"] = dataclasses.replace(
+            kinds["copy_to_host_buffer_request"], handler=copy_started)
         keep = session.Session.store_host_buffer
         steps = self
 

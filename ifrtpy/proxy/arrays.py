@@ -22,8 +22,9 @@ from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
+from ifrtpy.proxy.kind import Kind
 
-__all__ = ["HANDLERS"]
+__all__ = ["KINDS"]
 
 _COPY = {0: ArrayCopySemantics.ALWAYS_COPY, 1: ArrayCopySemantics.ALWAYS_COPY,
          2: ArrayCopySemantics.REUSE_INPUT, 3: ArrayCopySemantics.DONATE_INPUT}
@@ -390,21 +391,23 @@ def check_future(session: Any, request: Any) -> None:
                          messages().CheckFutureResponse)
 
 
-HANDLERS = {
-    "make_array_from_host_buffer_request": make_array_from_host_buffer,
-    "make_arrays_from_host_buffer_shards_request": make_arrays_from_host_buffer_shards,
-    "make_error_arrays_request": make_error_arrays,
-    "copy_to_host_buffer_request": copy_to_host_buffer,
-    "disassemble_into_single_device_arrays_request": disassemble,
-    "fully_replicated_shard_request": fully_replicated_shard,
-    "assemble_array_from_single_device_arrays_request": assemble,
-    "copy_arrays_request": copy_arrays,
-    "reshard_arrays_request": reshard_arrays,
-    "bitcast_arrays_request": bitcast_arrays,
-    "remap_arrays_request": remap_arrays,
-    "delete_array_request": delete_array,
-    "is_array_deleted_request": is_array_deleted,
-    "destruct_array_request": destruct_array,
-    "check_value_ready_request": check_value_ready,
-    "check_future_request": check_future,
+#: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
+KINDS = {
+    "make_array_from_host_buffer_request": Kind(make_array_from_host_buffer, 4, ("array_handle",)),
+    "make_arrays_from_host_buffer_shards_request":
+        Kind(make_arrays_from_host_buffer_shards, 25, ("array_handles",)),
+    "make_error_arrays_request": Kind(make_error_arrays, 26, ("array_handles",)),
+    "copy_to_host_buffer_request": Kind(copy_to_host_buffer, 6),
+    "disassemble_into_single_device_arrays_request": Kind(disassemble, 7, ("result_handles",)),
+    "fully_replicated_shard_request": Kind(fully_replicated_shard, 20, ("result_handle",)),
+    "assemble_array_from_single_device_arrays_request": Kind(assemble, 5, ("result_handle",)),
+    "copy_arrays_request": Kind(copy_arrays, 24, ("result_handles",)),
+    "reshard_arrays_request": Kind(reshard_arrays, 33, ("result_handles",)),
+    "bitcast_arrays_request": Kind(bitcast_arrays, 34, ("result_handles",)),
+    "remap_arrays_request": Kind(remap_arrays, 23, ("result_handles",)),
+    "delete_array_request": Kind(delete_array, 9),
+    "is_array_deleted_request": Kind(is_array_deleted, 11),
+    "destruct_array_request": Kind(destruct_array, 12),
+    "check_value_ready_request": Kind(check_value_ready, 8),
+    "check_future_request": Kind(check_future, 3),
 }

@@ -15,9 +15,10 @@ from ifrtpy.future import Future, join_futures
 from ifrtpy.program import HloProgram
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
+from ifrtpy.proxy.kind import Kind
 from ifrtpy.proxy.tokens import Signature, Token
 
-__all__ = ["HANDLERS", "XLA_CUSTOM_CALLS", "PLATFORM_CUSTOM_CALLS", "JAX_CUSTOM_CALLS"]
+__all__ = ["KINDS", "XLA_CUSTOM_CALLS", "PLATFORM_CUSTOM_CALLS", "JAX_CUSTOM_CALLS"]
 
 _XLA_PROGRAM = "xla::ifrt::XlaProgram"
 _XLA_OPTIONS = "xla::ifrt::XlaCompileOptions"
@@ -455,20 +456,22 @@ def default_layout(session: Any, request: Any) -> Any:
     return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout))
 
 
-HANDLERS = {
-    "compile_request": compile_program,
-    "loaded_executable_metadata_request": metadata,
-    "loaded_executable_cost_analysis_request": cost_analysis,
-    "loaded_executable_human_readable_program_text_request": program_text,
-    "loaded_executable_mpmd_metadata_request": mpmd_metadata,
-    "loaded_executable_mpmd_cost_analysis_request": mpmd_cost_analysis,
-    "loaded_executable_execute_request": execute,
-    "loaded_executable_fetch_execute_result_request": fetch_execute_result,
-    "loaded_executable_delete_request": delete_executable,
-    "loaded_executable_is_deleted_request": is_executable_deleted,
-    "loaded_executable_destruct_request": destruct_executable,
-    "loaded_host_callback_poll_request": host_callback,
-    "loaded_host_callback_return_request": host_callback,
-    "get_default_device_assignment_request": default_device_assignment,
-    "get_default_layout_request": default_layout,
+#: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
+KINDS = {
+    "compile_request": Kind(compile_program, 13),
+    "loaded_executable_metadata_request": Kind(metadata, 14),
+    "loaded_executable_cost_analysis_request": Kind(cost_analysis, 28),
+    "loaded_executable_human_readable_program_text_request": Kind(program_text, 29),
+    "loaded_executable_mpmd_metadata_request": Kind(mpmd_metadata, 30),
+    "loaded_executable_mpmd_cost_analysis_request": Kind(mpmd_cost_analysis, 31),
+    "loaded_executable_execute_request":
+        Kind(execute, 15, ("result_array_handle", "result_status_handle")),
+    "loaded_executable_fetch_execute_result_request": Kind(fetch_execute_result, 32),
+    "loaded_executable_delete_request": Kind(delete_executable, 16),
+    "loaded_executable_is_deleted_request": Kind(is_executable_deleted, 17),
+    "loaded_executable_destruct_request": Kind(destruct_executable, 18),
+    "loaded_host_callback_poll_request": Kind(host_callback, 21),
+    "loaded_host_callback_return_request": Kind(host_callback, 22),
+    "get_default_device_assignment_request": Kind(default_device_assignment, 19),
+    "get_default_layout_request": Kind(default_layout, 27),
 }

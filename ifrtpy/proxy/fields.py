@@ -2,8 +2,10 @@
 and types them in jaxlib 0.10.2, the oldest client served (``name=number:type``;
 continuation lines are indented).
 
-The server reads its message classes from the installed jaxlib (:mod:`._protocol`);
-:func:`mismatches` compares this table with them, so a jaxlib whose protocol drifted from
+The fields of ``IfrtRequest``'s oneof are not written here but read from the request kinds
+the server serves (:func:`ifrtpy.proxy.session.kinds`: one record per kind). The server
+reads its message classes from the installed jaxlib (:mod:`._protocol`); :func:`mismatches`
+compares this table with them, so a jaxlib whose protocol drifted from
 what the handlers were written against is found by a test, field by field.
 """
 
@@ -87,30 +89,7 @@ xla.ifrt.proxy.GrpcHostBufferStoreMetadata session_id=1:fixed64 handle=2:fixed64
 xla.ifrt.proxy.GrpcHostBufferStoreRequest data=1:bytes
 xla.ifrt.proxy.GrpcIfrtSessionMetadata version=1:message initialization_data=2:message
 xla.ifrt.proxy.IfrtProxyVersion protocol_version=1:int32 ifrt_serdes_version_number=2:int32
-xla.ifrt.proxy.IfrtRequest request_metadata=1:message init_request=2:message
-    check_future_request=3:message check_value_ready_request=8:message
-    make_array_from_host_buffer_request=4:message
-    make_arrays_from_host_buffer_shards_request=25:message
-    make_error_arrays_request=26:message
-    assemble_array_from_single_device_arrays_request=5:message
-    remap_arrays_request=23:message bitcast_arrays_request=34:message
-    reshard_arrays_request=33:message copy_to_host_buffer_request=6:message
-    disassemble_into_single_device_arrays_request=7:message delete_array_request=9:message
-    copy_arrays_request=24:message fully_replicated_shard_request=20:message
-    is_array_deleted_request=11:message destruct_array_request=12:message
-    compile_request=13:message loaded_executable_metadata_request=14:message
-    loaded_executable_execute_request=15:message
-    loaded_executable_fetch_execute_result_request=32:message
-    loaded_executable_cost_analysis_request=28:message
-    loaded_executable_human_readable_program_text_request=29:message
-    loaded_executable_delete_request=16:message
-    loaded_executable_is_deleted_request=17:message
-    loaded_executable_destruct_request=18:message
-    loaded_executable_mpmd_metadata_request=30:message
-    loaded_executable_mpmd_cost_analysis_request=31:message
-    loaded_host_callback_poll_request=21:message
-    loaded_host_callback_return_request=22:message
-    get_default_device_assignment_request=19:message get_default_layout_request=27:message
+xla.ifrt.proxy.IfrtRequest request_metadata=1:message
 xla.ifrt.proxy.IfrtResponse response_metadata=1:message
 xla.ifrt.proxy.InitResponse session_id=8:uint64 platform_name=1:string
     platform_version=2:string platform_id=3:uint64 process_index=4:uint64
@@ -191,6 +170,10 @@ def expected() -> dict[str, dict[str, tuple[int, str]]]:
             name, _, rest = word.partition("=")
             number, _, kind = rest.partition(":")
             table[message][name] = (int(number), kind)
+    from ifrtpy.proxy.session import kinds
+
+    for name, found in kinds().items():
+        table["xla.ifrt.proxy.IfrtRequest"][name] = (found.number, "message")
     return table
 
 

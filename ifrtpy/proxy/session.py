@@ -32,29 +32,10 @@ from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFou
                            ResourceExhaustedError, UnimplementedError)
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
+from ifrtpy.proxy.kind import Handler, Kind
 from ifrtpy.proxy.tokens import Token
 
-__all__ = ["Limits", "Budget", "Session", "Handler", "RESULT_FIELDS"]
-
-#: A request handler: (session, inner request) -> the inner response (a message or its
-#: serialized bytes), or None when the handler answers later itself through
-#: :meth:`Session.answer_later`.
-Handler = Callable[["Session", Any], Any]
-
-#: Per request kind, the fields holding the result handles the client minted.
-RESULT_FIELDS: dict[str, tuple[str, ...]] = {
-    "make_array_from_host_buffer_request": ("array_handle",),
-    "make_arrays_from_host_buffer_shards_request": ("array_handles",),
-    "make_error_arrays_request": ("array_handles",),
-    "assemble_array_from_single_device_arrays_request": ("result_handle",),
-    "remap_arrays_request": ("result_handles",),
-    "bitcast_arrays_request": ("result_handles",),
-    "reshard_arrays_request": ("result_handles",),
-    "copy_arrays_request": ("result_handles",),
-    "disassemble_into_single_device_arrays_request": ("result_handles",),
-    "fully_replicated_shard_request": ("result_handle",),
-    "loaded_executable_execute_request": ("result_array_handle", "result_status_handle"),
-}
+__all__ = ["Limits", "Budget", "Session", "Handler", "Kind", "kinds"]
 
 #: A host buffer's bytes: ``bytes``, or any object whose buffer holds them and whose
 #: ``len`` is their count (a bytearray, a flat uint8 NumPy array).
@@ -434,12 +415,12 @@ class Session:
         try:
             if kind is None:
                 raise InvalidArgumentError("the request sets none of IfrtRequest's requests")
-            handler = _handlers().get(kind)
-            if handler is None:
+            found = kinds().get(kind)
+            if found is None:
                 raise UnimplementedError(f"{kind} is not served by the ifrtpy proxy")
             self._current = (op_id, kind)
             with cancellation_scope(self.cancellation):
-                inner = handler(self, getattr(request, kind))
+                inner = found.handler(self, getattr(request, kind))
         except Exception as error:  # noqa: BLE001 - every failure becomes the answer
             self.answer_error(op_id, error)
             self._bind_failure(kind, request, _bare(error))
@@ -450,8 +431,9 @@ class Session:
     def _bind_failure(self, kind: str | None, request: Any, error: BaseException) -> None:
         if kind is None:
             return
+        found = kinds().get(kind)
         inner = getattr(request, kind)
-        for name in RESULT_FIELDS.get(kind, ()):
+        for name in found.results if found is not None else ():
             value = getattr(inner, name)
             for handle in [value] if isinstance(value, int) else list(value):
                 fresh = handle not in self.arrays and handle not in self.futures
@@ -558,14 +540,15 @@ def _response_tag(kind: str) -> bytes:
     return _varint(messages().IfrtResponse.DESCRIPTOR.fields_by_name[name].number << 3 | 2)
 
 
-_HANDLERS: dict[str, Handler] = {}
+_KINDS: dict[str, Kind] = {}
 
 
-def _handlers() -> dict[str, Handler]:
-    if not _HANDLERS:
+def kinds() -> dict[str, Kind]:
+    """Every kind of request a session serves, by its field name in ``IfrtRequest``."""
+    if not _KINDS:
         from ifrtpy.proxy import arrays, executables, topology
 
-        _HANDLERS.update(topology.HANDLERS)
-        _HANDLERS.update(arrays.HANDLERS)
-        _HANDLERS.update(executables.HANDLERS)
-    return _HANDLERS
+        _KINDS.update(topology.KINDS)
+        _KINDS.update(arrays.KINDS)
+        _KINDS.update(executables.KINDS)
+    return _KINDS

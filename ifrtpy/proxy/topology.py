@@ -11,8 +11,9 @@ from typing import Any
 
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
+from ifrtpy.proxy.kind import Kind
 
-__all__ = ["init"]
+__all__ = ["init", "KINDS"]
 
 
 def _key(memory: Any) -> tuple:
@@ -65,4 +66,5 @@ def init(session: Any, request: Any) -> Any:
     return response
 
 
-HANDLERS = {"init_request": init}
+#: The request kind of this module (see :class:`~ifrtpy.proxy.session.Kind`).
+KINDS = {"init_request": Kind(init, 2)}

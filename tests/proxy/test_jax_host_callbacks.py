@@ -10,6 +10,7 @@ program and hands the client one call gets ``UNIMPLEMENTED: ExecuteLoadedHostCal
 unsupported.`` back. When a jaxlib runs the calls, the second test fails: serve them then.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -59,19 +60,24 @@ def run_jax(address, linger_s=0.0):
     return lines[0]
 
 
+def handling(kinds, kind, handler):
+    """The record of ``kind`` with another handler."""
+    return dataclasses.replace(kinds[kind], handler=handler)
+
+
 @pytest.fixture
 def tpu_server(monkeypatch):
     """A server over the CPU plugin whose devices call themselves a TPU, and its handler
     table (patched by the test as it needs)."""
-    handlers = session._handlers()
-    real_init = handlers["init_request"]
+    handlers = session.kinds()
+    real_init = handlers["init_request"].handler
 
     def init(s, request):
         response = real_init(s, request)
         response.platform_name = "tpu"
         return response
 
-    monkeypatch.setitem(handlers, "init_request", init)
+    monkeypatch.setitem(handlers, "init_request", handling(handlers, "init_request", init))
     with proxy.serve(ifrt.get_client("pjrt", device_count=1)) as running:
         yield running, handlers
 
@@ -87,7 +93,7 @@ def test_a_program_with_host_callbacks_is_refused_at_compile_with_the_reason(tpu
 
 def test_jaxlibs_proxy_client_answers_every_host_callback_call_unimplemented(tpu_server, monkeypatch):
     server, handlers = tpu_server
-    real_compile = handlers["compile_request"]
+    real_compile = handlers["compile_request"].handler
     returned, polls = [], []
     answered = threading.Event()
 
@@ -112,9 +118,10 @@ def test_jaxlibs_proxy_client_answers_every_host_callback_call_unimplemented(tpu
         answered.set()
         return messages().LoadedHostCallbackReturnResponse()
 
-    monkeypatch.setitem(handlers, "compile_request", compile_accepting_callbacks)
-    monkeypatch.setitem(handlers, "loaded_host_callback_poll_request", poll)
-    monkeypatch.setitem(handlers, "loaded_host_callback_return_request", take_return)
+    for kind, handler in [("compile_request", compile_accepting_callbacks),
+                          ("loaded_host_callback_poll_request", poll),
+                          ("loaded_host_callback_return_request", take_return)]:
+        monkeypatch.setitem(handlers, kind, handling(handlers, kind, handler))
     assert run_jax(server.address, linger_s=5.0) == "COMPILED"
     assert answered.wait(HANG_S)
     assert polls[0] == 1000

@@ -504,3 +504,35 @@ def test_a_jax_client_waiting_for_a_departed_clients_slot_is_served_once_it_ends
             jax.kill()
     assert jax.returncode == 0 and out.strip() == "2", err
     assert "refused a session (RESOURCE_EXHAUSTED" in err and "max_sessions" in err
+
+
+def test_a_request_kind_is_one_record(pjrt, monkeypatch):
+    """What the server knows of a request kind is one record (handler, field number,
+    result fields): a failure of a kind is bound to the result handles its record names."""
+    import dataclasses
+
+    from ifrtpy.errors import InvalidArgumentError
+    from ifrtpy.proxy import session as session_module
+    from ifrtpy.proxy.fields import expected
+
+    kinds = session_module.kinds()
+    record = kinds["make_error_arrays_request"]
+    assert (record.number, record.results) == (26, ("array_handles",))
+    assert expected()["xla.ifrt.proxy.IfrtRequest"]["make_error_arrays_request"] == (26, "message")
+
+    def refuse(session, request):
+        raise InvalidArgumentError("refused by the test's record")
+
+    monkeypatch.setitem(kinds, "make_error_arrays_request",
+                        dataclasses.replace(record, handler=refuse))
+    sent = []
+    session = session_module.Session(1, "test", pjrt, proxy.Limits(), 25, sent.append,
+                                     session_module.Budget(1 << 30, "the server"))
+    request = M.IfrtRequest(make_error_arrays_request=M.MakeErrorArraysRequest(
+        array_handles=[41, 42]))
+    request.request_metadata.op_id = 7
+    session.handle(request)
+    assert status_of(M.IfrtResponse.FromString(sent[0]))[1] == "refused by the test's record"
+    for handle in (41, 42):
+        with pytest.raises(InvalidArgumentError, match="refused by the test's record"):
+            session.value(handle)
