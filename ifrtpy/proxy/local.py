@@ -224,7 +224,7 @@ class TransferRoot:
             return
         for name in names:  # the directories of client processes that are gone
             match = _CLIENT_NAME.fullmatch(name)
-            if match and name not in bound and not _alive(int(match.group(1))):
+            if match and name not in bound and _client_gone(int(match.group(1))):
                 _remove(name, root)
 
     def remove(self) -> None:
@@ -236,6 +236,19 @@ class TransferRoot:
             if fd >= 0:
                 os.close(fd)
         shutil.rmtree(self.path, ignore_errors=True)  # its fd-based walk follows no link
+
+
+def _client_gone(pid: int) -> bool:
+    """Whether client process ``pid`` has ended: gone, or a zombie (killed, and not yet
+    reaped by its parent: it will never put again)."""
+    if not _alive(pid):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"Z", b"X")
 
 
 def _open_private_directory(path: str, dir_fd: int | None = None) -> int | None:

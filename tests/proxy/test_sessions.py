@@ -536,3 +536,31 @@ def test_a_request_kind_is_one_record(pjrt, monkeypatch):
     for handle in (41, 42):
         with pytest.raises(InvalidArgumentError, match="refused by the test's record"):
             session.value(handle)
+
+
+def test_the_directory_of_a_killed_client_goes_with_its_session(pjrt):
+    """A client process killed and not yet reaped (a zombie) puts no more: its put-file
+    directory goes when its session ends."""
+    import os
+    import signal
+    import subprocess
+
+    from proxy_helpers import client_directory
+
+    with proxy.serve(pjrt) as server, grpc.insecure_channel(server.address) as ch:
+        child = subprocess.Popen(["sleep", "600"])
+        try:
+            directory, name = client_directory(server.address)
+            named = name.replace(f"client-{os.getpid()}-", f"client-{child.pid}-")
+            os.rename(directory, directory.replace(name, named))
+            directory = directory.replace(name, named)
+            raw = RawSession(ch, transfer_directory=named)
+            os.kill(child.pid, signal.SIGKILL)
+            wait_for(lambda: open(f"/proc/{child.pid}/stat").read().split(")")[-1].split()[0]
+                     == "Z", "the child to be a zombie")
+            raw.cancel()
+            wait_for(lambda: not server.sessions(), "the session to end")
+            assert not os.path.exists(directory)
+        finally:
+            child.kill()
+            child.wait()
