@@ -26,7 +26,7 @@ import queue
 import secrets
 import threading
 import time
-from typing import Any, AsyncIterator, NoReturn
+from typing import Any, AsyncIterator, Callable, NoReturn
 
 import ifrtpy_jax_plugin
 from ifrtpy._xla import varint, varint_bytes
@@ -112,7 +112,7 @@ class _Stream:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, name: str,
-                 ended: Any):
+                 ended: Callable[[Session], None]):
         self.loop = loop
         self.session: Session | None = None
         self._ended = ended
@@ -306,7 +306,8 @@ class _Service:
                             PROTOCOL_VERSIONS, "protocol")
             peer = context.peer()
             loop = asyncio.get_running_loop()
-            owner = await loop.run_in_executor(None, peers.peer_owner, peer)
+            owner = (await loop.run_in_executor(None, peers.peer_owner, peer)
+                     if peer.startswith("ipv") else None)  # a unix socket tells nothing
             session, stream = self._open(peer, owner, version, metadata)
         except ResourceExhaustedError as error:
             _log.info("refused a session of %s: %s", context.peer(), error)
