@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "ifrtpy"
 
 #: Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("errors", "config", "_log", "_jaxlib")),
+    ("ground", ("errors", "config", "_log", "_jaxlib", "_host_memory")),
     ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
                 "_execute_result")),
     # The C layer mirrors the PJRT C API: it takes errors and the dtype tables, nothing
@@ -239,6 +239,16 @@ def test_no_private_names_across_packages():
                 if not (name + ".").startswith(tuple(p + "." for p in OPEN_PRIVATES))
                 and _package(m) != package]
     assert not crossing, "private names across packages:\n" + "\n".join(sorted(set(crossing)))
+
+
+def test_the_proxy_server_imports_no_backend():
+    """The server sits on the public ``Client`` interface only (DESIGN decision 15): no
+    module of ``ifrtpy.proxy`` imports a backend's modules or the C layer (the default
+    client is made through ``ifrtpy.backends.get_client``, by name)."""
+    taken = sorted(f"{m} imports {t}" for m, targets in EDGES.items()
+                   if m == "ifrtpy.proxy" or m.startswith("ifrtpy.proxy.")
+                   for t in targets if _backend(t) or t.startswith("ifrtpy._pjrt"))
+    assert not taken, "the proxy server takes a backend's internals:\n" + "\n".join(taken)
 
 
 #: All the C layer imports of ifrtpy outside itself.

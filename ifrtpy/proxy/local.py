@@ -18,7 +18,7 @@ from typing import Any
 import ifrtpy_jax_plugin
 import numpy as np
 
-from ifrtpy.backends.pjrt.array import prefault_fresh
+from ifrtpy._host_memory import prefault_fresh
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 
 __all__ = ["check_address", "default_socket", "claim_unix_path", "sweep_stale",

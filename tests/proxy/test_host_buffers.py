@@ -428,12 +428,12 @@ def test_a_large_put_file_is_read_into_prefaulted_memory_where_pages_cannot_be_m
     """Where the kernel cannot map pages without writing them (``prefault_threads()`` > 1),
     a put file of 32 MiB or more is read into memory whose page faults were taken first
     on that many threads; the bytes are the file's either way, and small files are not."""
-    from ifrtpy.backends.pjrt import _fastpath, array as pjrt_array
+    from ifrtpy import _host_memory
 
-    calls = []
-    monkeypatch.setattr(pjrt_array, "_PREFAULT_THREADS", threads)
-    monkeypatch.setattr(pjrt_array, "prefault",
-                        lambda out, n: calls.append((out.nbytes, n)) or _fastpath.prefault(out, n))
+    calls, real = [], _host_memory.prefault
+    monkeypatch.setattr(_host_memory, "PREFAULT_THREADS", threads)
+    monkeypatch.setattr(_host_memory, "prefault",
+                        lambda out, n: calls.append((out.nbytes, n)) or real(out, n))
     data = np.random.default_rng(0).integers(0, 256, 32 << 20, dtype=np.uint8)
     for size in (32 << 20, 1 << 20):
         path = tmp_path / f"lt_{size}"
@@ -441,3 +441,27 @@ def test_a_large_put_file_is_read_into_prefaulted_memory_where_pages_cannot_be_m
         read = local.read_put_file(str(path), size)
         assert np.array_equal(read, data[:size]) and not path.exists()
     assert calls == ([(32 << 20, threads)] if threads else [])
+
+
+def test_serving_the_reference_backend_loads_nothing_of_the_pjrt_backend(tmp_path):
+    """The server sits on the public Client interface (DESIGN decision 15): serving the
+    reference backend, with every module of ifrtpy.proxy imported and a put file read,
+    loads neither the PjRt backend nor the C layer under it."""
+    program = f"""
+import importlib, pkgutil, sys
+import numpy as np
+import ifrtpy, ifrtpy.proxy
+from ifrtpy import proxy
+for found in pkgutil.iter_modules(ifrtpy.proxy.__path__):
+    importlib.import_module("ifrtpy.proxy." + found.name)
+path = {str(tmp_path / "lt_1")!r}
+np.arange(64, dtype=np.uint8).tofile(path)
+assert proxy.local.read_put_file(path, 64).tolist() == list(range(64))
+with proxy.serve(ifrtpy.get_client("reference", device_count=1)):
+    pass
+print(sorted(m for m in sys.modules if m.startswith(("ifrtpy._pjrt", "ifrtpy.backends.pjrt"))))
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=HANG_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
