@@ -52,6 +52,9 @@ SERDES_VERSIONS = (0, 3)
 #: HostBufferLookup answers in pieces of this size (the client joins messages of any size;
 #: of pieces from 1/16 to 64 MiB none made a 64 MiB get faster: docs/proxy.md)
 _CHUNK = 4 << 20
+#: A lookup's pieces are made smaller, down to this, where less of the session's host-buffer
+#: budget is left (each piece in flight is counted against it).
+_LEAST_PIECE = 64 << 10
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
 _REFUSAL_WAIT_S = 2.0
@@ -390,8 +393,24 @@ class _Service:
             view = memoryview(data).cast("B")
             if not view:
                 yield b""
-            for start in range(0, len(view), _CHUNK):
-                yield _chunk_message(view[start:start + _CHUNK])
+            start = 0
+            while start < len(view):
+                # the piece in flight (its message and gRPC's copy of it) is counted
+                # against the limits until gRPC has taken it: a piece smaller than
+                # _CHUNK where less room is left, none (RESOURCE_EXHAUSTED) where not even
+                # _LEAST_PIECE fits (unread lookups cannot pin memory outside the limits)
+                left = len(view) - start
+                try:
+                    held = session.reserve_host_bytes_up_to(
+                        2 * min(_CHUNK, left), 2 * min(_LEAST_PIECE, left))
+                except IfrtError as error:
+                    await _abort(context, error)
+                try:
+                    piece = held // 2
+                    yield _chunk_message(view[start:start + piece])
+                    start += piece
+                finally:
+                    session.release_host_bytes(held)
         finally:
             session.close_rpc()
 

@@ -75,8 +75,8 @@ class Limits:
     ``max_message_bytes`` (one gRPC message, a request or a chunk).
 
     Per session: ``max_host_buffer_bytes`` (host buffers held at once: stored by the
-    client and not yet consumed, arriving, or copied out and not yet deleted),
-    ``max_handles`` (live arrays, executables, futures and host buffers together),
+    client and not yet consumed, arriving, copied out and not yet deleted, and the pieces
+    of lookups in flight, which gRPC has not taken yet), ``max_handles`` (live arrays, executables, futures and host buffers together),
     ``max_pending_requests`` (requests received and not yet answered, or answered and not
     yet read by the client: past it the server stops reading the session's stream until
     the client reads its answers) and ``max_host_buffer_rpcs`` (host-buffer RPCs of the
@@ -114,12 +114,19 @@ class Budget:
         self._lock = threading.Lock()
 
     def reserve(self, size: int) -> None:
+        self.reserve_up_to(size, size)
+
+    def reserve_up_to(self, want: int, least: int) -> int:
+        """Reserve as many bytes of ``want`` as fit, at least ``least``; that count, or
+        ResourceExhaustedError (nothing reserved) where not even ``least`` fits."""
         with self._lock:
-            if self.used + size > self.limit:
+            size = min(want, self.limit - self.used)
+            if size < least:
                 raise ResourceExhaustedError(
-                    f"{self.what} would hold {self.used + size} bytes of host buffers, over "
+                    f"{self.what} would hold {self.used + least} bytes of host buffers, over "
                     f"its limit of {self.limit}")
             self.used += size
+            return size
 
     def release(self, size: int) -> None:
         with self._lock:
@@ -289,15 +296,23 @@ class Session:
     def reserve_host_bytes(self, size: int) -> None:
         """Count ``size`` more bytes against the session's limit and the server's (bytes
         about to arrive); ResourceExhaustedError, and nothing counted, if either is full."""
+        self.reserve_host_bytes_up_to(size, size)
+
+    def reserve_host_bytes_up_to(self, want: int, least: int) -> int:
+        """Count as many bytes of ``want`` as fit both limits, at least ``least`` (bytes
+        the server holds while it sends them: a lookup's piece in flight); that count, or
+        ResourceExhaustedError and nothing counted."""
         with self._lock:
             if self.closed:
                 raise FailedPreconditionError(f"session {self.id} is closed")
-            if self._host_bytes + size > self.limits.max_host_buffer_bytes:
+            room = self.limits.max_host_buffer_bytes - self._host_bytes
+            if room < least:
                 raise ResourceExhaustedError(
-                    f"session {self.id} would hold {self._host_bytes + size} bytes of host "
+                    f"session {self.id} would hold {self._host_bytes + least} bytes of host "
                     f"buffers, over its limit of {self.limits.max_host_buffer_bytes}")
-            self._total.reserve(size)
+            size = self._total.reserve_up_to(min(want, room), least)
             self._host_bytes += size
+            return size
 
     def release_host_bytes(self, size: int) -> None:
         """Uncount bytes :meth:`reserve_host_bytes` counted (bytes that did not arrive)."""

@@ -465,3 +465,43 @@ print(sorted(m for m in sys.modules if m.startswith(("ifrtpy._pjrt", "ifrtpy.bac
                           timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_unread_lookups_are_counted_and_refused_past_the_budget(pjrt):
+    """Each lookup's piece in flight (the server's message and gRPC's copy of it) is
+    counted against the session's host-buffer budget while the client has not read it:
+    lookups nobody reads are refused past the budget, and the server's memory stays
+    bounded by it; the lookups it took still read the buffer whole."""
+    budget, size, count = 24 << 20, 16 << 20, 48
+    data = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8).tobytes()
+    with proxy.serve(pjrt, max_host_buffer_bytes=budget) as small, \
+            grpc.insecure_channel(small.address, [("grpc.max_receive_message_length", -1)]) as ch:
+        raw = RawSession(ch)
+        store(ch, raw.id, 1, data, piece=1 << 20)
+        call = ch.unary_stream(SERVICE + "HostBufferLookup",
+                               request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                               response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+        gc.collect()
+        before = _rss_bytes()
+        calls = [call(M.GrpcHostBufferLookupRequest(session_id=raw.id, handle=1), timeout=WAIT_S)
+                 for _ in range(count)]  # started, never read
+        wait_for(lambda: sum(c.done() for c in calls) >= count // 2, "lookups refused")
+        time.sleep(0.5)  # let the others reach the client's flow-control window
+        held = small.sessions()[0].host_buffer_bytes
+        grown = _rss_bytes() - before
+        refused = [c for c in calls if c.done()]
+        assert held <= budget
+        assert all(c.code() == StatusCode.RESOURCE_EXHAUSTED for c in refused)
+        assert "over its limit of" in refused[0].details()
+        # without the count each lookup pinned a 4 MiB piece and gRPC's copy: 384 MiB here
+        assert grown < 4 * budget, f"the server grew by {grown >> 20} MiB"
+        for c in calls:
+            if c not in refused:
+                assert b"".join(r.data for r in c) == data
+        wait_for(lambda: small.sessions()[0].host_buffer_bytes == size, "pieces uncounted")
+        raw.close()
