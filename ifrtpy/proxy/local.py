@@ -222,7 +222,9 @@ def _empty(directory: str) -> None:
 def read_put_file(path: str, size: int) -> Any:
     """The ``size`` bytes of the put file at ``path``, read into memory (a file mapped
     instead could be shrunk under the server: SIGBUS), as a 64-byte aligned flat uint8
-    array; the file is removed. Opening never blocks (a FIFO there is refused)."""
+    array; the file is removed. Opening never blocks (a FIFO there is refused); a file
+    with a hole (sparse: its writer paid nothing for those bytes) is refused before it
+    is read, and one that shrinks while it is read too; bytes it grows by are not read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
@@ -240,13 +242,18 @@ def read_put_file(path: str, size: int) -> Any:
             raise InvalidArgumentError(
                 f"HostBufferReadFromDisk: {path} holds {found.st_size} bytes; the request "
                 f"says {size}")
+        hole = _first_hole(fd, size)
+        if hole < size:  # a hole costs its writer nothing, and the server its size
+            raise InvalidArgumentError(
+                f"HostBufferReadFromDisk: {path} has a hole at byte {hole} of {size} (a "
+                "sparse file): a put file must hold every byte it claims")
         data = aligned_bytes(size)
         # a large file into fresh memory whose page faults are taken first (the TPU
         # machine's sandbox: 64 MiB read into fresh memory in 72 ms, into mapped in 26 ms)
         prefault_fresh(data)
         view, got = memoryview(data), 0
         while got < size:
-            read = os.readv(fd, [view[got:got + _READ_PIECE]])
+            read = os.preadv(fd, [view[got:got + _READ_PIECE]], got)
             if not read:
                 raise InvalidArgumentError(
                     f"HostBufferReadFromDisk: {path} shrank to {got} bytes while it was read; "
@@ -255,6 +262,15 @@ def read_put_file(path: str, size: int) -> Any:
         return data
     finally:
         os.close(fd)
+
+
+def _first_hole(fd: int, size: int) -> int:
+    """Where the file ``fd`` (``size`` bytes) has its first hole, ``size`` if none: every
+    file system answers SEEK_HOLE, those without holes with the file's end."""
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE)
+    except OSError:  # a system without SEEK_HOLE: no hole it could tell
+        return size
 
 
 def aligned_bytes(size: int) -> Any:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import os
 import struct
 import threading
 import time
@@ -26,7 +27,7 @@ from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.tokens import Token
 
-__all__ = ["Limits", "Budget", "Session", "Handler", "RESULT_FIELDS"]
+__all__ = ["Limits", "Budget", "Session", "Handler", "RESULT_FIELDS", "machine_memory"]
 
 #: A request handler: (session, inner request) -> the inner response (a message or its
 #: serialized bytes), or None when the handler answers later itself through
@@ -63,6 +64,26 @@ _SERVER_HANDLES = 1 << 62
 _MAX_GRPC_MESSAGE = (1 << 31) - 1
 
 
+def machine_memory() -> int:
+    """The memory this process may use: the machine's, or its cgroup's limit where lower
+    (the default host-buffer budgets are its half for the server and its quarter for a
+    session)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 16 << 30
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                memory = min(memory, int(f.read().strip()))
+        except (OSError, ValueError):  # none, or "max"
+            pass
+    return memory
+
+
+_MEMORY = machine_memory()
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What clients may make the server hold. A request over a limit is answered
@@ -71,12 +92,15 @@ class Limits:
     For the whole server: ``max_sessions`` (live sessions; the next IfrtSession is
     refused), ``max_sessions_per_connection`` (live sessions of one TCP connection; a unix
     socket tells its connections apart to no one), ``max_total_host_buffer_bytes`` (host
-    buffers of every session together, counted as their bytes arrive) and
+    buffers of every session together, counted as their bytes arrive; by default half
+    of :func:`machine_memory`) and
     ``max_message_bytes`` (one gRPC message, a request or a chunk).
 
     Per session: ``max_host_buffer_bytes`` (host buffers held at once: stored by the
     client and not yet consumed, arriving, copied out and not yet deleted, and the pieces
-    of lookups in flight, which gRPC has not taken yet), ``max_handles`` (live arrays, executables, futures and host buffers together),
+    of lookups in flight, which gRPC has not taken yet; by default a quarter of
+    :func:`machine_memory`), ``max_handles`` (live arrays, executables, futures and host
+    buffers together),
     ``max_pending_requests`` (requests received and not yet answered, or answered and not
     yet read by the client: past it the server stops reading the session's stream until
     the client reads its answers) and ``max_host_buffer_rpcs`` (host-buffer RPCs of the
@@ -85,9 +109,9 @@ class Limits:
 
     max_sessions: int = 32
     max_sessions_per_connection: int = 8
-    max_total_host_buffer_bytes: int = 32 << 30
+    max_total_host_buffer_bytes: int = _MEMORY // 2
     max_message_bytes: int = 1 << 30
-    max_host_buffer_bytes: int = 16 << 30
+    max_host_buffer_bytes: int = _MEMORY // 4
     max_handles: int = 1 << 20
     max_pending_requests: int = 1024
     max_host_buffer_rpcs: int = 256

@@ -505,3 +505,46 @@ def test_unread_lookups_are_counted_and_refused_past_the_budget(pjrt):
                 assert b"".join(r.data for r in c) == data
         wait_for(lambda: small.sessions()[0].host_buffer_bytes == size, "pieces uncounted")
         raw.close()
+
+
+def _physical_memory():
+    with open("/proc/meminfo") as f:
+        return int(f.readline().split()[1]) << 10  # MemTotal, in kiB
+
+
+def test_the_default_budgets_fit_the_machines_memory():
+    limits = proxy.Limits()
+    assert limits.max_total_host_buffer_bytes <= _physical_memory() // 2
+    assert limits.max_host_buffer_bytes <= limits.max_total_host_buffer_bytes // 2
+    assert limits.max_host_buffer_bytes >= 64 << 20  # room for a large put still
+
+
+@pytest.mark.parametrize("layout", ["all hole", "hole at the end", "hole in the middle"])
+def test_a_sparse_put_file_is_refused_before_it_costs_the_server_memory(pjrt, layout):
+    """A file of holes costs its writer nothing: the server refuses it without reading
+    it (nothing counted, nothing allocated), and still serves the session."""
+    size = 256 << 20
+    with proxy.serve(pjrt, max_host_buffer_bytes=1 << 30) as big, \
+            grpc.insecure_channel(big.address) as ch:
+        directory, name = client_directory(big.address)
+        raw = RawSession(ch, transfer_directory=name)
+        path = os.path.join(directory, "lt_4")
+        with open(path, "wb") as f:
+            if layout == "hole in the middle":
+                f.write(b"x" * 4096)
+                f.seek(size - 4096)
+                f.write(b"y" * 4096)
+            else:
+                f.write(b"x" * (4096 if layout == "hole at the end" else 0))
+                f.truncate(size)
+        gc.collect()
+        before = _rss_bytes()
+        details = raises_code(StatusCode.INVALID_ARGUMENT, read_from_disk, ch, raw.id, 4, size)
+        assert "has a hole at byte" in details and "sparse" in details
+        assert _rss_bytes() - before < size // 4
+        assert big.host_buffer_bytes == 0 and not os.path.exists(path)
+        with open(path, "wb") as f:  # a file written whole is read
+            f.write(b"z" * 4096)
+        read_from_disk(ch, raw.id, 4, 4096)
+        assert lookup(ch, raw.id, 4) == b"z" * 4096
+        raw.close()
