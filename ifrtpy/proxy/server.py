@@ -32,7 +32,7 @@ from ifrtpy._xla import varint, varint_bytes
 from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentError,
                            NotFoundError, PermissionDeniedError, ResourceExhaustedError,
                            UnimplementedError)
-from ifrtpy.proxy import local, wire
+from ifrtpy.proxy import local, steps, wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Limits, Session
 
@@ -384,6 +384,7 @@ class _Service:
         except IfrtError as error:
             await _abort(context, error)
         try:
+            steps.LOG.mark(session.id, request.handle, "lookup arrived")
             try:
                 data = session.stored_host_buffer(request.handle)
                 if data is None:  # its copy out is still running
@@ -411,6 +412,9 @@ class _Service:
                     start += piece
                 finally:
                     session.release_host_bytes(held)
+                if start == piece:
+                    steps.LOG.mark(session.id, request.handle, "first piece written", len(view))
+            steps.LOG.mark(session.id, request.handle, "last piece written", len(view))
         finally:
             session.close_rpc()
 
@@ -442,6 +446,7 @@ class _Service:
             if stream is None:
                 raise FailedPreconditionError(f"session {session.id} is closed")
             with session.rpc():
+                steps.LOG.mark(session.id, metadata.handle, "file arrived", metadata.buffer_size)
                 session.reserve_host_bytes(metadata.buffer_size)
                 try:
                     async with stream.file_reads:
@@ -452,6 +457,7 @@ class _Service:
                 except BaseException:
                     session.release_host_bytes(metadata.buffer_size)
                     raise
+                steps.LOG.mark(session.id, metadata.handle, "file read", metadata.buffer_size)
                 session.store_host_buffer(metadata.handle, data, reserved=True)
         except IfrtError as error:
             await _abort(context, error)
@@ -462,6 +468,7 @@ async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) 
     """Receive a HostBufferStore's chunks into a buffer grown as they arrive, each counted
     against the limits before it is kept; store it once whole."""
     size, reserved = metadata.buffer_size, 0
+    steps.LOG.mark(session.id, metadata.handle, "store arrived", size)
     data = bytearray()
     try:
         async for raw in chunks:
@@ -479,30 +486,36 @@ async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) 
     except BaseException:
         session.release_host_bytes(reserved)
         raise
+    steps.LOG.mark(session.id, metadata.handle, "store received", size)
     session.store_host_buffer(metadata.handle, data, reserved=True)
 
 
 async def _stored(session: Session, handle: int) -> Any:
-    """The host buffer ``handle`` once stored (waited for on the loop, without a thread)."""
+    """The host buffer ``handle`` once stored (waited for on the loop, without a thread):
+    as long as its copy out runs, else at most HOST_BUFFER_WAIT_S."""
     loop = asyncio.get_running_loop()
-    stored = asyncio.Event()
+    while True:
+        stored = asyncio.Event()
 
-    def wake() -> None:
-        _on_loop(loop, stored.set)
+        def wake() -> None:
+            _on_loop(loop, stored.set)
 
-    session.notify_when_stored(handle, wake)
-    try:
-        await asyncio.wait_for(stored.wait(), HOST_BUFFER_WAIT_S)
-    except asyncio.TimeoutError:
-        raise NotFoundError(
-            f"session {session.id} has no host buffer with handle {handle} (waited "
-            f"{HOST_BUFFER_WAIT_S:g} s)") from None
-    finally:
-        session.forget_waiter(handle, wake)
-    data = session.stored_host_buffer(handle)
-    if data is None:
-        raise FailedPreconditionError(f"session {session.id} is closed")
-    return data
+        session.notify_when_stored(handle, wake)
+        try:
+            pending = session.host_buffer_pending(handle)
+            await asyncio.wait_for(stored.wait(), None if pending else HOST_BUFFER_WAIT_S)
+        except asyncio.TimeoutError:
+            raise NotFoundError(
+                f"session {session.id} has no host buffer with handle {handle} (waited "
+                f"{HOST_BUFFER_WAIT_S:g} s)") from None
+        finally:
+            session.forget_waiter(handle, wake)
+        data = session.stored_host_buffer(handle)  # the copy's error, if it failed
+        if data is not None:
+            return data
+        if session.closed:
+            raise FailedPreconditionError(f"session {session.id} is closed")
+        # woken for another reason (the handle deleted while its copy ran): look again
 
 
 async def _refuse(requests: AsyncIterator[bytes], context: Any, error: IfrtError) -> NoReturn:
