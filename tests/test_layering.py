@@ -10,8 +10,8 @@ never run). The rules:
 * no backend imports another backend (code two backends share lives in ``ifrtpy.backends``
   itself, or lower);
 * no private name (``_x``) is taken from a module of another package, but from the C
-  layer ``ifrtpy._pjrt`` and the jaxlib version switch ``ifrtpy._jaxlib``, which exist to
-  be used by the layers above them.
+  layer ``ifrtpy._pjrt``, the jaxlib version switch ``ifrtpy._jaxlib`` and the host-memory
+  helpers ``ifrtpy._host_memory``, which exist to be used by the layers above them.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 #: Packages whose private names the layers above may use.
-OPEN_PRIVATES = ("ifrtpy._pjrt", "ifrtpy._jaxlib", "ifrtpy._xla")
+OPEN_PRIVATES = ("ifrtpy._pjrt", "ifrtpy._jaxlib", "ifrtpy._xla", "ifrtpy._host_memory")
 
 
 def _module_name(path: pathlib.Path) -> str:

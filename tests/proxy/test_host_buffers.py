@@ -423,24 +423,37 @@ def put_at_once(address):
 
 
 @pytest.mark.parametrize("threads", [0, 4])
-def test_a_large_put_file_is_read_into_prefaulted_memory_where_pages_cannot_be_mapped(
+def test_a_large_put_file_is_read_on_several_threads_where_pages_cannot_be_mapped(
         tmp_path, monkeypatch, threads):
-    """Where the kernel cannot map pages without writing them (``prefault_threads()`` > 1),
-    a put file of 32 MiB or more is read into memory whose page faults were taken first
-    on that many threads; the bytes are the file's either way, and small files are not."""
+    """Where the kernel cannot map pages without writing them (``PREFAULT_THREADS`` > 1),
+    a put file of 32 MiB or more is read in that many slices at once, each thread taking
+    its page faults; the bytes are the file's either way, small files are read whole, and
+    a file that shrinks under any slice is refused."""
     from ifrtpy import _host_memory
 
-    calls, real = [], _host_memory.prefault
+    calls, real = [], local._read_range
     monkeypatch.setattr(_host_memory, "PREFAULT_THREADS", threads)
-    monkeypatch.setattr(_host_memory, "prefault",
-                        lambda out, n: calls.append((out.nbytes, n)) or real(out, n))
-    data = np.random.default_rng(0).integers(0, 256, 32 << 20, dtype=np.uint8)
-    for size in (32 << 20, 1 << 20):
+    monkeypatch.setattr(local, "_read_range",
+                        lambda fd, view, start, stop: calls.append(stop - start) or real(
+                            fd, view, start, stop))
+    data = np.random.default_rng(0).integers(0, 256, (32 << 20) + 5, dtype=np.uint8)
+    for size in ((32 << 20) + 5, 1 << 20):
         path = tmp_path / f"lt_{size}"
         data[:size].tofile(path)
         read = local.read_put_file(str(path), size)
         assert np.array_equal(read, data[:size]) and not path.exists()
-    assert calls == ([(32 << 20, threads)] if threads else [])
+    big = [(32 << 20) // 4 + 4096] * 3 + [(32 << 20) + 5 - 3 * ((32 << 20) // 4 + 4096)]
+    assert calls == (big if threads else [(32 << 20) + 5]) + [1 << 20]
+    path = tmp_path / "lt_short"
+    data.tofile(path)
+    writer = os.open(path, os.O_RDWR)  # the client's: it shrinks the file once read starts
+    monkeypatch.setattr(local, "_read_range", lambda fd, view, start, stop: (
+        os.ftruncate(writer, 1 << 20) if start == 0 else None) or real(fd, view, start, stop))
+    try:
+        with pytest.raises(ifrt.errors.InvalidArgumentError, match="shrank"):
+            local.read_put_file(str(path), data.size)
+    finally:
+        os.close(writer)
 
 
 def test_serving_the_reference_backend_loads_nothing_of_the_pjrt_backend(tmp_path):
