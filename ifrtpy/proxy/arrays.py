@@ -127,10 +127,17 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     semantics = _semantics([data], len(sharding.devices.addressable_device_list()))
     array = session.client.make_array_from_host_buffer(values, sharding, semantics, layout=layout)
     session.put_arrays([handle], [array])
-    if steps.LOG.on:
-        steps.LOG.mark(session.id, buffer, "put made", len(data))
-        array.ready_future().add_done_callback(
-            lambda _: steps.LOG.mark(session.id, buffer, "put ready", len(data)))
+    nbytes, held = len(data), [data]
+    del data, values
+
+    def ready(_: Any) -> None:
+        steps.LOG.mark(session.id, buffer, "put ready", nbytes)
+        # the memory of a put the backend copied (a device's own memory) is the next put
+        # file's; one the array aliases stays the array's (the pool sees it referred to)
+        POOL.give(held)
+
+    steps.LOG.mark(session.id, buffer, "put made", nbytes)
+    array.ready_future().add_done_callback(ready)
     return messages().MakeArrayFromHostBufferResponse(array_handle=handle)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ifrtpy import _host_memory
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from ifrtpy.proxy.pool import POOL
 
 __all__ = ["check_address", "default_socket", "claim_unix_path", "sweep_stale",
            "TransferRoot", "read_put_file", "SOCKET_NAME"]
@@ -248,7 +249,7 @@ def read_put_file(path: str, size: int) -> Any:
             raise InvalidArgumentError(
                 f"HostBufferReadFromDisk: {path} has a hole at byte {hole} of {size} (a "
                 "sparse file): a put file must hold every byte it claims")
-        data = aligned_bytes(size)
+        data = _put_memory(size)
         view = memoryview(data)
         threads = _host_memory.PREFAULT_THREADS if size >= _host_memory.FRESH_BYTES else 0
         if threads > 1:
@@ -296,6 +297,17 @@ def _first_hole(fd: int, size: int) -> int:
         return os.lseek(fd, 0, os.SEEK_HOLE)
     except OSError:  # a system without SEEK_HOLE: no hole it could tell
         return size
+
+
+def _put_memory(size: int) -> Any:
+    """64-byte aligned memory for a put file of ``size`` bytes: an earlier put's that the
+    backend copied and let go (:mod:`ifrtpy.proxy.pool`: its pages mapped, the read at the
+    floor of a read into mapped memory), else fresh memory."""
+    block = POOL.take(size + 64)  # what aligned_bytes(size) allocates
+    if block is None:
+        return aligned_bytes(size)
+    start = -block.ctypes.data % 64
+    return block[start:start + size]
 
 
 def aligned_bytes(size: int) -> Any:

@@ -180,3 +180,48 @@ def test_the_server_records_each_step_of_a_get():
                           "first piece written", "last piece written"}
     assert marks["copy arrived"] <= marks["copy answered"] <= marks["lookup arrived"]
     assert marks["copy done"] <= marks["first piece written"] <= marks["last piece written"]
+
+
+class CopyingClient(Delegating):
+    """A backend that copies every put and lets the host memory go before it returns (as a
+    device with memory of its own does once the transfer is done)."""
+
+    def make_array_from_host_buffer(self, data, sharding, semantics=None, **kwargs):
+        return self._inner.make_array_from_host_buffer(np.array(data), sharding, **kwargs)
+
+
+def _put_file(ch, raw, directory, values, buffer, array):
+    from proxy_helpers import put_request, read_from_disk
+
+    values.tofile(f"{directory}/lt_{buffer}")
+    read_from_disk(ch, raw.id, buffer, values.nbytes)
+    assert status_of(raw.call("make_array_from_host_buffer_request",
+                              put_request(buffer, [values.size], array))) == (0, "")
+
+
+@pytest.mark.parametrize("copies", [True, False])
+def test_a_copied_puts_memory_is_the_next_put_files_and_an_aliased_ones_is_not(pjrt, copies):
+    from proxy_helpers import client_directory
+
+    pool.POOL.clear()
+    first, second = (np.random.default_rng(i).random(1 << 20, dtype=np.float32)
+                     for i in (1, 2))
+    with proxy.serve(CopyingClient(pjrt) if copies else pjrt) as server, grpc.insecure_channel(
+            server.address, [("grpc.max_receive_message_length", -1)]) as ch:
+        directory, name = client_directory(server.address)
+        raw = RawSession(ch, transfer_directory=name)
+        _put_file(ch, raw, directory, first, 1, 10)
+        assert raw.call("check_value_ready_request", M.CheckValueReadyRequest(
+            value_handles=[10])).response_metadata.status.code == 0
+        # the backend copied the first put: its memory is kept for the next put file; an
+        # array that aliases it (the CPU plugin's zero copy) keeps it its own
+        kept = first.nbytes + 64 if copies else 0
+        assert pool.POOL.kept == kept
+        _put_file(ch, raw, directory, second, 2, 20)
+        for array, values in ((10, first), (20, second)):
+            copy = M.CopyToHostBufferRequest(array_handle=array, host_buffer_handle=array + 1)
+            assert status_of(raw.call("copy_to_host_buffer_request", copy)) == (0, "")
+            assert lookup(ch, raw.id, array + 1) == values.tobytes()
+        assert pool.POOL.kept == kept  # the second put file was read into the first's memory
+        raw.close()
+    pool.POOL.clear()
