@@ -225,3 +225,32 @@ def test_a_copied_puts_memory_is_the_next_put_files_and_an_aliased_ones_is_not(p
         assert pool.POOL.kept == kept  # the second put file was read into the first's memory
         raw.close()
     pool.POOL.clear()
+
+
+def test_a_buffer_deleted_while_its_lookup_streams_is_not_reused_under_it(pjrt):
+    """A client that deletes a host buffer while its lookup still streams it: its memory
+    is not kept for another copy (another session's bytes would reach this lookup)."""
+    pool.POOL.clear()
+    values = np.random.default_rng(5).random(4 << 20, dtype=np.float32)  # 16 MiB
+    other = np.random.default_rng(6).random(4 << 20, dtype=np.float32)
+    with proxy.serve(pjrt) as server, grpc.insecure_channel(
+            server.address, [("grpc.max_receive_message_length", -1)]) as ch:
+        raw, thief = RawSession(ch), RawSession(ch)
+        assert put_values(ch, raw, values, 10) == (0, "")
+        assert put_values(ch, thief, other, 10) == (0, "")
+        copy = M.CopyToHostBufferRequest(array_handle=10, host_buffer_handle=11)
+        assert status_of(raw.call("copy_to_host_buffer_request", copy)) == (0, "")
+        call = ch.unary_stream("/xla.ifrt.proxy.GrpcIfrtService/HostBufferLookup",
+                               request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                               response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+        pieces = call(M.GrpcHostBufferLookupRequest(session_id=raw.id, handle=11),
+                      timeout=WAIT_S)
+        first = next(pieces).data  # the lookup has started streaming, and holds the buffer
+        delete(ch, raw.id, 11)
+        assert pool.POOL.kept == 0
+        assert status_of(thief.call("copy_to_host_buffer_request", copy)) == (0, "")
+        assert lookup(ch, thief.id, 11) == other.tobytes()
+        assert first + b"".join(r.data for r in pieces) == values.tobytes()
+        raw.close()
+        thief.close()
+    pool.POOL.clear()
