@@ -14,7 +14,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 MODULES = [f"ifrtpy._pjrt.{name}" for name in ("_base", "_kv", "_client", "_event", "_buffer", "_ffi", "_host_callback", "_executable", "_dlpack")]
-MODULES += ["ifrtpy._execute_result", "ifrtpy.backends._repeat", "ifrtpy.backends.pjrt._fastpath",
+MODULES += ["ifrtpy._execute_result", "ifrtpy._host_memory", "ifrtpy.backends._repeat", "ifrtpy.backends.pjrt._fastpath",
             "ifrtpy.backends.jax._fastpath"]
 
 

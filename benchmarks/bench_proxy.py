@@ -28,6 +28,16 @@ it (what gRPC itself moves for a get, before any client copies the bytes).
 It also prints the CPU time per operation through the server, of the server's process and
 of the jax process (jaxlib's client), measured over the same loops.
 
+The server's own share of each transfer comes from its step timestamps
+(``ifrtpy.proxy.steps``): a get from ``CopyToHostBuffer`` arriving to the last piece of
+its lookup handed to gRPC, a put from its file (or store) arriving to the array being
+ready. They are held against floors measured in the same run: the backend's own put of
+the same 64 MiB (from fresh 64-byte aligned memory, as the server's file read leaves it)
+and its copy out, each in a process of its own (before and after the jax process); a
+64 MiB file read from the put files' directory into fresh memory, as the server reads
+one; and gRPC's own stream of the same bytes (above). The process's first get is held
+against its steady gets.
+
     python benchmarks/bench_proxy.py [--backend pjrt] [--address unix:PATH|HOST:PORT] [--n 300] [--repeats 7]
 """
 
@@ -171,7 +181,7 @@ def worker(n, repeats, grpc_at, sink_at, kind, server_pid):
     seconds = {name: [] for name in ("put jax direct", "put proxy", "get jax direct", "get proxy",
                                      *(f"{w} {k}" for w in ("up", "down", "stream") for k in KINDS))}
     stream_seconds(calls[kind])  # a warm-up: the channel connects
-    for _ in range(repeats):
+    for _ in range(repeats + 1):  # the first round: the process's first put and get
         for k, d in devices.items():
             before = clock.now()
             start = time.perf_counter()
@@ -194,9 +204,19 @@ def worker(n, repeats, grpc_at, sink_at, kind, server_pid):
             seconds[f"up {k}"].append(up)
             seconds[f"down {k}"].append(down)
             seconds[f"stream {k}"].append(stream_seconds(calls[k]))
+    first_get = {k: seconds[f"get {k}"].pop(0) for k in devices}
+    first_put = {k: seconds[f"put {k}"].pop(0) for k in devices}
+    for k in KINDS:  # the floors' first round went with the first transfers
+        for w in ("up", "down", "stream"):
+            seconds[f"{w} {k}"].pop(0)
     gbs = {name: MIB64 / statistics.median(s) / 1e9 for name, s in seconds.items()}
     figures = {k: {"sync_us": sync_us[k], "chained_us": chain_us[k] / CHAIN,
-                   "put_gbs": gbs[f"put {k}"], "get_gbs": gbs[f"get {k}"]} for k in devices}
+                   "put_gbs": gbs[f"put {k}"], "get_gbs": gbs[f"get {k}"],
+                   "get_ms": statistics.median(seconds[f"get {k}"]) * 1e3,
+                   "put_ms": statistics.median(seconds[f"put {k}"]) * 1e3,
+                   "first_get_ms": first_get[k] * 1e3, "first_put_ms": first_put[k] * 1e3,
+                   "stream_ms": statistics.median(seconds[f"stream {kind}"]) * 1e3}
+               for k in devices}
     figures["floor"] = {k: {"rtt_us": sync_us[f"echo {k}"], "up_gbs": gbs[f"up {k}"],
                             "down_gbs": gbs[f"down {k}"], "stream_gbs": gbs[f"stream {k}"]}
                         for k in KINDS}
@@ -266,6 +286,92 @@ def serve_floors(piece):
     return grpc_at, sink_at
 
 
+def backend_floors(backend, device_count, repeats, folder):
+    """In this process (one of its own): the backend's put of 64 MiB from fresh 64-byte
+    aligned memory, made the array's own where the backend can (as the server's put of a
+    file it read), and its copy of 64 MiB out to a new host buffer (as the server's get);
+    a 64 MiB file in ``folder`` read into fresh memory as the server reads a put file, and
+    into memory read before. Medians in ms, as JSON."""
+    import numpy as np
+
+    import ifrtpy as ifrt
+    from ifrtpy.array import HostBufferSemantics
+    from ifrtpy.proxy import local
+
+    client = ifrt.get_client(backend, device_count=device_count)
+    sharding = ifrt.SingleDeviceSharding(client.devices()[0])
+    values = np.random.default_rng(0).random(MIB64 // 4, dtype=np.float32)
+    path = os.path.join(tempfile.mkdtemp(dir=folder), "floor")
+    warm = local.aligned_bytes(MIB64)
+    warm.fill(1)
+    samples = {"put": [], "copy": [], "file read": [], "file read, mapped memory": []}
+
+    def read_into(out):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            view, got = memoryview(out), 0
+            while got < MIB64:
+                got += os.preadv(fd, [view[got:got + (16 << 20)]], got)
+        finally:
+            os.close(fd)
+
+    for _ in range(repeats + 1):
+        fresh = local.aligned_bytes(MIB64).view(np.float32)
+        np.copyto(fresh, values)
+        start = time.perf_counter()
+        x = client.make_array_from_host_buffer(fresh, sharding,
+                                               HostBufferSemantics.IMMUTABLE_ZERO_COPY)
+        x.block_until_ready()
+        samples["put"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        x.copy_to_host_buffer().result()
+        samples["copy"].append(time.perf_counter() - start)
+        del x, fresh
+        values.tofile(path)
+        start = time.perf_counter()
+        local.read_put_file(path, MIB64)
+        samples["file read"].append(time.perf_counter() - start)
+        values.tofile(path)
+        start = time.perf_counter()
+        read_into(warm)
+        samples["file read, mapped memory"].append(time.perf_counter() - start)
+    os.unlink(path)
+    print(json.dumps({k: statistics.median(v[1:]) * 1e3 for k, v in samples.items()}))
+
+
+def _backend_floors(backend, device_count, repeats, folder):
+    proc = subprocess.run([sys.executable, __file__, "--backend-floors", folder, "--backend",
+                           backend, "--device-count", str(device_count), "--repeats",
+                           str(repeats)], cwd=os.path.dirname(os.path.abspath(__file__)),
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        raise SystemExit(f"the floors' process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def server_steps(taken):
+    """The server's share of each 64 MiB get and put, from its step timestamps: medians
+    in ms of the whole share and of each step after its first, the first get apart."""
+    from ifrtpy.proxy.steps import spans
+
+    found = {}
+    for what, first, last in (("get", "copy arrived", "last piece written"),
+                              ("put", "file arrived", "put ready"),
+                              ("put over gRPC", "store arrived", "put ready")):
+        runs = [(seconds, marks) for nbytes, seconds, marks in spans(taken, first, last)
+                if nbytes >= MIB64]
+        if not runs:
+            continue
+        entry = {"first_ms": runs[0][0] * 1e3, "ms": statistics.median(s for s, _ in runs[1:] or runs) * 1e3,
+                 "count": len(runs)}
+        steady = [marks for _, marks in runs[1:]] or [runs[0][1]]
+        entry["steps_ms"] = {step: statistics.median(m[step] for m in steady if step in m) * 1e3
+                             for step in steady[0]}
+        entry["first_steps_ms"] = {step: at * 1e3 for step, at in runs[0][1].items()}
+        found[what] = entry
+    return found
+
+
 def measure(backend, device_count, address, n, repeats):
     """Serve ``backend`` here, run the jax process against it; its figures, and the kind
     of socket the server listens on."""
@@ -273,9 +379,15 @@ def measure(backend, device_count, address, n, repeats):
     from ifrtpy import proxy
     from ifrtpy.proxy.jax_client import jax_target
     from ifrtpy.proxy.server import _CHUNK as LOOKUP_PIECE
+    from ifrtpy.proxy.steps import LOG
 
+    import ifrtpy_jax_plugin
+
+    folder = os.path.dirname(ifrtpy_jax_plugin.shared_directory("unix:/x"))  # /dev/shm
+    alone = [_backend_floors(backend, device_count, repeats, folder)]
     client = ifrt.get_client(backend, device_count=device_count)
     grpc_at, sink_at = serve_floors(LOOKUP_PIECE)
+    LOG.start()
     with proxy.serve(client, address) as server:
         kind = "unix" if server.address.startswith("unix:") else "tcp"
         env = dict(os.environ, JAX_PLATFORMS="cpu,proxy",
@@ -285,9 +397,15 @@ def measure(backend, device_count, address, n, repeats):
                                "--repeats", str(repeats), "--floors",
                                json.dumps([grpc_at, sink_at, kind, os.getpid()])],
                               env=env, cwd=here, capture_output=True, text=True, timeout=1800)
+    LOG.stop()
     if proc.returncode:
         raise SystemExit(f"the jax process failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.splitlines()[-1]), kind
+    figures = json.loads(proc.stdout.splitlines()[-1])
+    figures["server"] = server_steps(LOG.take())
+    alone.append(_backend_floors(backend, device_count, repeats, folder))
+    figures["alone"] = {k: statistics.median(a[k] for a in alone) for k in alone[0]}
+    return figures, kind
+
 
 
 def report(backend, figures, kind):
@@ -324,6 +442,34 @@ def report(backend, figures, kind):
     print("CPU per operation through the server, ms (jax process / server process): " + "; ".join(
         f"{case} {cpu[case]['jax']:.3f} / {cpu[case]['server']:.3f}"
         for case in ("sync", "chained", "put", "get")))
+    alone, server = figures["alone"], figures["server"]
+    print(f"floors, the backend alone in a process of its own (ms, 64 MiB): put {alone['put']:.1f}, "
+          f"copy out {alone['copy']:.1f}; a put file read as the server reads one "
+          f"{alone['file read']:.1f}, into mapped memory {alone['file read, mapped memory']:.1f}; "
+          f"gRPC's own stream {through['stream_ms']:.1f}")
+    ratio = through["first_get_ms"] / through["get_ms"]
+    print(f"first get of the process {through['first_get_ms']:.1f} ms / a steady get "
+          f"{through['get_ms']:.1f} ms: {ratio:.2f}x  <= 1.5x {'meets' if ratio <= 1.5 else 'MISSES'}"
+          f" (jax direct: first {jax_direct['first_get_ms']:.1f}, steady {jax_direct['get_ms']:.1f})")
+    for what, floor, target, names in (
+            ("get", alone["copy"] + through["stream_ms"], 1.2, "copy out + gRPC stream"),
+            ("put", alone["file read, mapped memory"] + alone["put"], 1.3,
+             "file read into mapped memory + put"),
+            ("put over gRPC", None, None, "")):
+        if what not in server:
+            continue
+        entry = server[what]
+        marks = ", ".join(f"{step} +{ms:.1f}" for step, ms in entry["steps_ms"].items())
+        first = ", ".join(f"{step} +{ms:.1f}" for step, ms in entry["first_steps_ms"].items())
+        line = (f"server's share of a {what}: {entry['ms']:.1f} ms (the first {entry['first_ms']:.1f}; "
+                f"{entry['count']} seen)")
+        if floor is not None:
+            r = entry["ms"] / floor
+            line += (f" / floor {floor:.1f} ms ({names}): {r:.2f}x  <= {target}x "
+                     f"{'meets' if r <= target else 'MISSES'}")
+        print(line)
+        print(f"  steps, ms after the first (median): {marks}")
+        print(f"  the process's first: {first}")
 
 
 def main():
@@ -336,8 +482,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--floors", help=argparse.SUPPRESS)
+    parser.add_argument("--backend-floors", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
+    if args.backend_floors:
+        backend_floors(args.backend, args.device_count, args.repeats, args.backend_floors)
+    elif args.worker:
         worker(args.n, args.repeats, *json.loads(args.floors))
     else:
         report(args.backend, *measure(args.backend, args.device_count, args.address, args.n,

@@ -15,7 +15,8 @@ of an array it has read once.
   the page faults of fresh memory alone (a write per 4 KiB page; one ``mmap`` with
   ``MAP_POPULATE``); 64 MiB through a unix socket pair; a file of 64 MiB written and read
   back where the proxy's put files go (and in /dev/shm); 64 MiB over gRPC on a unix
-  socket in 4 MiB messages each way (the proxy's get answers in such pieces).
+  socket in 4 MiB messages each way (the proxy's get answers in such pieces); round trips
+  of an empty message on a grpc.aio stream (a synchronous call is two).
 * ``jax``: ``jax.device_put`` from a default, a page-aligned and an unaligned host array;
   ``np.asarray`` of a device array; the get through ``pinned_host`` memory (the copy
   there, then NumPy's read of it); the process's first put and get.
@@ -25,12 +26,19 @@ of an array it has read once.
   maps while the plugin copies; and one ifrtpy does not help), into a pre-faulted one,
   into a fresh 2 MiB-aligned one, the bare ``to_host_buffer``, and through ``pinned_host``.
 * ``serve``: jax (``JAX_PLATFORMS=proxy``) through :func:`ifrtpy.proxy.serve` on a unix
-  socket, the server in the part's process timing its own steps (reading the put file,
-  the device put, the copy out of the device, the streamed answer): the first put and get,
-  then steady-state puts and gets; once with puts through files (the default on a unix
-  socket), once with puts streamed over gRPC.
+  socket, the server in the part's process recording its own steps
+  (``ifrtpy.proxy.steps``: a get from CopyToHostBuffer arriving to the last piece handed
+  to gRPC, a put from its file arriving to the array being ready, and the steps between):
+  the first put and get, then steady-state puts and gets; once with puts through files
+  (the default on a unix socket), once with puts streamed over gRPC.
 * ``serve-cli``: jax's figures through ``python -m ifrtpy serve --backend PLUGIN`` in a
   process of its own, as a user runs it.
+
+The summary ends with the ratios the proxy is held to, each against floors of the same
+run: the first get of a process against a steady get; the server's share of a get
+against the plugin's copy into mapped memory alone (``ifrtpy``) plus gRPC's own stream of
+the same bytes; the server's share of a put against the file read into mapped memory plus
+the plugin's put alone; a synchronous call against two echo round trips and jax direct.
 
 Every part's log and figures go to ``--out`` (``PART.log``, ``PART.json``); the summary
 prints one table and writes ``transfers.md`` and ``transfers.json``. ``--budget`` bounds
@@ -42,7 +50,6 @@ platform has the same name (``tpu``; ``cpu`` for any CPU build).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import mmap
 import os
@@ -199,6 +206,12 @@ def part_floors(cases, args):
         cases.add(f"file in {label}: read 64 MiB into fresh memory",
                   lambda d, path=path: _read_file(path, d),
                   lambda path=path: (_ensure(path, src), np.empty(MIB64, np.uint8))[1])
+    from ifrtpy.proxy import local
+
+    put_file = os.path.join(tempfile.mkdtemp(dir=folders["the put files' folder"]), "lt_1")
+    cases.add("file in the put files' folder: read as the server reads a put file",
+              lambda _: local.read_put_file(put_file, MIB64),
+              lambda: _write_file(put_file, src))
     try:
         _grpc_floors(cases, src)
     except ImportError as e:
@@ -206,11 +219,11 @@ def part_floors(cases, args):
 
 
 def _put_file_root():
-    """Where the proxy's clients write their put files (the server's shared directory)."""
-    for root in (os.environ.get("XDG_RUNTIME_DIR", ""), tempfile.gettempdir(), "/tmp"):
-        if root and os.path.isdir(root) and os.access(root, os.W_OK):
-            return os.path.realpath(root)
-    return tempfile.gettempdir()
+    """Where the proxy's clients write their put files (the folder of the server's shared
+    directory: /dev/shm where there is one)."""
+    import ifrtpy_jax_plugin
+
+    return os.path.realpath(os.path.dirname(ifrtpy_jax_plugin.shared_directory("unix:/x")))
 
 
 def _write_file(path, data):
@@ -278,6 +291,48 @@ def _grpc_floors(cases, src):
     cases.add("gRPC on a unix socket: 64 MiB down in 4 MiB messages", receive)
     cases.add("gRPC on a unix socket: 64 MiB up in 4 MiB messages", send)
     _KEEP.extend([server, channel])
+    cases.add("grpc.aio echo on a unix socket: 20 round trips of an empty message",
+              _aio_echo(f"unix:{tempfile.mkdtemp()}/echo.sock"))
+
+
+def _aio_echo(address):
+    """20 round trips on a grpc.aio stream served as the proxy serves its sessions (a
+    grpc.aio server in a thread of its own): a synchronous call is two of them."""
+    import asyncio
+
+    import grpc
+
+    async def echo(requests, context):
+        async for message in requests:
+            yield message
+
+    ready = threading.Event()
+
+    async def serve():
+        server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
+            "floor.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)})])
+        server.add_insecure_port(address)
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    threading.Thread(target=asyncio.run, args=(serve(),), daemon=True).start()
+    ready.wait(60)
+    loop = asyncio.new_event_loop()
+
+    async def open_call():
+        channel = grpc.aio.insecure_channel(address)
+        _KEEP.append(channel)
+        return channel.stream_stream("/floor.Echo/Stream")()
+
+    call = loop.run_until_complete(open_call())
+
+    async def round_trips():
+        for _ in range(20):
+            await call.write(b"x")
+            await call.read()
+
+    return lambda _: loop.run_until_complete(round_trips())
 
 
 _KEEP: list = []  # objects the cases use until the part ends
@@ -305,6 +360,9 @@ def part_jax(cases, args):
     cases.add("put, page-aligned host array", put(_like(values, PAGE)))
     cases.add("put, host array 16 bytes past a 64-byte boundary", put(_like(values, 64, 16)))
     cases.add("get, np.asarray", lambda x: np.asarray(x), fresh)
+    add_one = jax.jit(lambda v: v + 1)
+    small = jax.device_put(np.arange(8, dtype=np.float32), device)
+    cases.add("synchronous x + 1 on f32[8]", lambda _: add_one(small).block_until_ready())
     cases.add("get via pinned_host: the copy into pinned_host",
               lambda x: jax.device_put(x, pinned).block_until_ready(), fresh)
     cases.add("get via pinned_host: np.asarray of the pinned_host array",
@@ -346,6 +404,9 @@ def part_ifrtpy(cases, args):
         buffer.ready_event().await_()
 
     cases.add("put, bare _pjrt.buffer_from_host_buffer", bare_put)
+    aligned = _like(values, 64)
+    cases.add("put, IMMUTABLE_ZERO_COPY of 64-byte aligned memory (as the server's put of a file)",
+              put_with(aligned, S.IMMUTABLE_ZERO_COPY))
     warm = np.ones_like(values)
     cases.add("get, np.asarray (fresh destination, pages mapped on a second thread)",
               lambda x: np.asarray(x), fresh)
@@ -385,20 +446,19 @@ def part_serve(cases, args):
     from ifrtpy import proxy
     from ifrtpy.proxy.jax_client import jax_target
 
+    from ifrtpy.proxy.steps import LOG
+
     client = ifrt.get_client(args.plugin)
-    steps = _ServerSteps()
-    steps.install()
     folder = tempfile.mkdtemp()
     with proxy.serve(client, f"unix:{folder}/proxy.sock") as server:
         target = jax_target(server.address)
         for i, mode in enumerate(("files", "gRPC")):
-            steps.mode = mode
             env = {ifrtpy_jax_plugin.TRANSFER_THRESHOLD: str(1 << 62)} if mode == "gRPC" else {}
             share = (cases.deadline - time.monotonic()) / (2 - i)
+            LOG.start()
             _record_jax_through(cases, mode, target, args, env, time.monotonic() + share)
-    for name, samples in steps.samples.items():  # the first of each is the cold one
-        cases.samples[f"server step, {name}, the first"] = samples[:1]
-        cases.samples[f"server step, {name}, the others"] = samples[1:]
+            LOG.stop()
+            _server_steps(cases, mode, LOG.take())
 
 
 def part_serve_cli(cases, args):
@@ -482,93 +542,35 @@ def part_proxy_jax(cases, args):
     cases.add("synchronous x + 1 on f32[8]", lambda _: add_one(small).block_until_ready())
 
 
-class _ServerSteps:
-    """Times the server's own steps of a put and a get of 1 MiB or more, by ``mode``."""
+#: The server's steps of a transfer (ifrtpy.proxy.steps): (name, first step, last step);
+#: "the server's share" runs from the request's arrival to the last piece handed to gRPC
+#: (a get) or to the array being ready (a put).
+SERVER_SPANS = (
+    ("get: the server's share (CopyToHostBuffer arriving to the last piece handed to gRPC)",
+     "copy arrived", "last piece written"),
+    ("get: CopyToHostBuffer arriving to the copy done", "copy arrived", "copy done"),
+    ("get: the lookup arriving to the last piece handed to gRPC", "lookup arrived",
+     "last piece written"),
+    ("put: the server's share (the put file arriving to the array ready)", "file arrived",
+     "put ready"),
+    ("put: the put file read", "file arrived", "file read"),
+    ("put: the server's share (HostBufferStore arriving to the array ready)", "store arrived",
+     "put ready"),
+    ("put: HostBufferStore received", "store arrived", "store received"),
+    ("put: MakeArrayFromHostBuffer arriving to the array ready", "put arrived", "put ready"),
+)
 
-    def __init__(self):
-        self.mode = ""
-        self.samples: dict = {}
-        self._copies: dict = {}
 
-    def add(self, name, seconds, nbytes):
-        if nbytes >= 1 << 20:  # not the small puts of the x + 1 case
-            self.samples.setdefault(f"{name} (puts through {self.mode})", []).append(seconds)
+def _server_steps(cases, mode, taken):
+    """The server's steps of every transfer of 1 MiB or more, from its timestamps: each
+    span's first (the process's cold path) and the others."""
+    from ifrtpy.proxy.steps import spans
 
-    def install(self):
-        """Wrap: reading a put file, a HostBufferStore's receipt, the put request, the
-        copy-out request until its host buffer is stored, and the HostBufferLookup answer."""
-        from ifrtpy.proxy import arrays, local, server, session
-
-        read = local.read_put_file
-
-        def read_put_file(path, size):
-            start = time.perf_counter()
-            try:
-                return read(path, size)
-            finally:
-                self.add("put: read the put file into memory", time.perf_counter() - start, size)
-
-        local.read_put_file = read_put_file
-        receive = server._store
-
-        async def store(session_, metadata, chunks):
-            start = time.perf_counter()
-            try:
-                return await receive(session_, metadata, chunks)
-            finally:
-                self.add("put: HostBufferStore, receiving the stream",
-                         time.perf_counter() - start, metadata.buffer_size)
-
-        server._store = store
-        kinds = arrays.KINDS
-        make = kinds["make_array_from_host_buffer_request"].handler
-
-        def make_array(session_, request):
-            start = time.perf_counter()
-            try:
-                return make(session_, request)
-            finally:
-                elements = 1
-                for d in request.shape.dims:
-                    elements *= d
-                self.add("put: MakeArrayFromHostBuffer (the device put)",
-                         time.perf_counter() - start, 4 * elements)
-
-        kinds["make_array_from_host_buffer_request"] = dataclasses.replace(
-            kinds["make_array_from_host_buffer_request"], handler=make_array)
-        copy = kinds["copy_to_host_buffer_request"].handler
-        copies = self._copies
-
-        def copy_started(session_, request):
-            copies[request.host_buffer_handle] = time.perf_counter()
-            return copy(session_, request)
-
-        kinds["copy_to_host_buffer_request"] = dataclasses.replace(
-            kinds["copy_to_host_buffer_request"], handler=copy_started)
-        keep = session.Session.store_host_buffer
-        steps = self
-
-        def store_host_buffer(self_, handle, data, reserved=False):
-            start = copies.pop(handle, None)
-            if start is not None:
-                steps.add("get: CopyToHostBuffer, the copy out of the device",
-                          time.perf_counter() - start, len(data))
-            return keep(self_, handle, data, reserved)
-
-        session.Session.store_host_buffer = store_host_buffer
-        lookup = server._Service.host_buffer_lookup
-
-        async def host_buffer_lookup(self_, raw, context):
-            start, sent = time.perf_counter(), 0
-            try:
-                async for message in lookup(self_, raw, context):
-                    sent += len(message)
-                    yield message
-            finally:
-                self.add("get: HostBufferLookup, the answer streamed", time.perf_counter() - start,
-                         sent)
-
-        server._Service.host_buffer_lookup = host_buffer_lookup
+    for name, first, last in SERVER_SPANS:
+        found = [seconds for nbytes, seconds, _ in spans(taken, first, last) if nbytes >= 1 << 20]
+        if found:
+            cases.samples[f"server step, {name} (puts through {mode}), the first"] = found[:1]
+            cases.samples[f"server step, {name} (puts through {mode}), the others"] = found[1:]
 
 
 PARTS = {"floors": part_floors, "jax": part_jax, "ifrtpy": part_ifrtpy, "serve": part_serve,
@@ -656,6 +658,38 @@ HEADLINES = [
      ("serve-cli", "jax, puts through files: get 64 MiB")),
     ("jax through python -m ifrtpy serve, put bandwidth / a file written and read back",
      ("floors", "file in the put files' folder: write+read"), ("serve-cli", "jax, puts through files: put 64 MiB")),
+    # issue 50's targets, each against floors measured in the same run
+    ("first get of a process / a steady get, in-process server (target <= 1.5)",
+     ("serve", "jax, puts through files: first get of the process"),
+     ("serve", "jax, puts through files: get 64 MiB")),
+    ("first get of a process / a steady get, python -m ifrtpy serve (target <= 1.5)",
+     ("serve-cli", "jax, puts through files: first get of the process"),
+     ("serve-cli", "jax, puts through files: get 64 MiB")),
+    ("the server's share of a get / (the plugin's copy into mapped memory alone + gRPC's own "
+     "stream) (target <= 1.2)",
+     ("serve", "server step, get: the server's share (CopyToHostBuffer arriving to the last "
+               "piece handed to gRPC) (puts through files), the others"),
+     ("floors", "copy alone + gRPC down")),
+    ("the server's share of a put through a file / (the file read into mapped memory + the "
+     "plugin's put alone) (target <= 1.3)",
+     ("serve", "server step, put: the server's share (the put file arriving to the array ready) "
+               "(puts through files), the others"),
+     ("floors", "file read + put alone")),
+    ("the server's read of a put file / the file read into mapped memory",
+     ("serve", "server step, put: the put file read (puts through files), the others"),
+     ("floors", "file in the put files' folder: read 64 MiB in 16 MiB pieces into pre-faulted "
+                "memory")),
+    ("a put file read as the server reads one, alone / the file read into mapped memory",
+     ("floors", "file in the put files' folder: read as the server reads a put file"),
+     ("floors", "file in the put files' folder: read 64 MiB in 16 MiB pieces into pre-faulted "
+                "memory")),
+    ("a synchronous x + 1 through python -m ifrtpy serve / two grpc.aio echo round trips "
+     "(target <= 1.3 on a CPU)",
+     ("serve-cli", "jax, puts through files: synchronous x + 1 on f32[8]"),
+     ("floors", "two echo round trips")),
+    ("a synchronous x + 1 through python -m ifrtpy serve / jax direct's (target <= 2 on a TPU)",
+     ("serve-cli", "jax, puts through files: synchronous x + 1 on f32[8]"),
+     ("jax", "synchronous x + 1 on f32[8]")),
 ]
 
 
@@ -715,6 +749,19 @@ def main():
                                       "into pre-faulted memory"))]
     if None not in write_read:
         p50s["floors", "file in the put files' folder: write+read"] = sum(write_read)
+    for name, parts in (
+            ("copy alone + gRPC down", [("ifrtpy", "get, into a pre-faulted destination"),
+                                        ("floors", "gRPC on a unix socket: 64 MiB down in 4 MiB "
+                                                   "messages")]),
+            ("file read + put alone", [write_read[1], (
+                "ifrtpy", "put, IMMUTABLE_ZERO_COPY of 64-byte aligned memory (as the server's "
+                          "put of a file)")])):
+        found = [p50s.get(k) if isinstance(k, tuple) else k for k in parts]
+        if None not in found:
+            p50s["floors", name] = sum(found)
+    echo = p50s.get(("floors", "grpc.aio echo on a unix socket: 20 round trips of an empty message"))
+    if echo is not None:
+        p50s["floors", "two echo round trips"] = echo / 10
     header = ("part", "case", "p50 ms", "min..max ms", "GB/s at p50", "samples", "errors")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

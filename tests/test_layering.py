@@ -10,8 +10,8 @@ never run). The rules:
 * no backend imports another backend (code two backends share lives in ``ifrtpy.backends``
   itself, or lower);
 * no private name (``_x``) is taken from a module of another package, but from the C
-  layer ``ifrtpy._pjrt`` and the jaxlib version switch ``ifrtpy._jaxlib``, which exist to
-  be used by the layers above them.
+  layer ``ifrtpy._pjrt``, the jaxlib version switch ``ifrtpy._jaxlib`` and the host-memory
+  helpers ``ifrtpy._host_memory``, which exist to be used by the layers above them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "ifrtpy"
 
 #: Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("errors", "config", "_log", "_jaxlib")),
+    ("ground", ("errors", "config", "_log", "_jaxlib", "_host_memory")),
     ("values", ("dtypes", "shape", "device", "layout", "future", "sharding", "user_context",
                 "cancellation", "_execute_result")),
     # The C layer mirrors the PJRT C API: it takes errors and the dtype tables, nothing
@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 #: Packages whose private names the layers above may use.
-OPEN_PRIVATES = ("ifrtpy._pjrt", "ifrtpy._jaxlib", "ifrtpy._xla")
+OPEN_PRIVATES = ("ifrtpy._pjrt", "ifrtpy._jaxlib", "ifrtpy._xla", "ifrtpy._host_memory")
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -239,6 +239,16 @@ def test_no_private_names_across_packages():
                 if not (name + ".").startswith(tuple(p + "." for p in OPEN_PRIVATES))
                 and _package(m) != package]
     assert not crossing, "private names across packages:\n" + "\n".join(sorted(set(crossing)))
+
+
+def test_the_proxy_server_imports_no_backend():
+    """The server sits on the public ``Client`` interface only (DESIGN decision 15): no
+    module of ``ifrtpy.proxy`` imports a backend's modules or the C layer (the default
+    client is made through ``ifrtpy.backends.get_client``, by name)."""
+    taken = sorted(f"{m} imports {t}" for m, targets in EDGES.items()
+                   if m == "ifrtpy.proxy" or m.startswith("ifrtpy.proxy.")
+                   for t in targets if _backend(t) or t.startswith("ifrtpy._pjrt"))
+    assert not taken, "the proxy server takes a backend's internals:\n" + "\n".join(taken)
 
 
 #: All the C layer imports of ifrtpy outside itself.

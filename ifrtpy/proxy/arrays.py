@@ -20,9 +20,10 @@ from ifrtpy.future import join_futures
 from ifrtpy.remap import Interval, Mapping, RemapPlan
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
-from ifrtpy.proxy import wire
+from ifrtpy.proxy import steps, wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.kind import Kind
+from ifrtpy.proxy.pool import POOL
 
 __all__ = ["KINDS"]
 
@@ -120,11 +121,24 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     strides = request.byte_strides.strides if request.HasField("byte_strides") else None
     layout = wire.layout_from_proto(request.layout) if request.HasField("layout") else None
     handle = session.result_handle(request.array_handle if request.HasField("array_handle") else 0)
-    data = session.take_host_buffer(request.host_buffer_handle)
+    buffer = request.host_buffer_handle
+    steps.LOG.mark(session.id, buffer, "put arrived")
+    data = session.take_host_buffer(buffer)
     values = _host_array(data, dtype, dims, strides)
     semantics = _semantics([data], len(sharding.devices.addressable_device_list()))
     array = session.client.make_array_from_host_buffer(values, sharding, semantics, layout=layout)
     session.put_arrays([handle], [array])
+    nbytes, held = len(data), [data]
+    del data, values
+
+    def ready(_: Any) -> None:
+        steps.LOG.mark(session.id, buffer, "put ready", nbytes)
+        # the memory of a put the backend copied (a device's own memory) is the next put
+        # file's; one the array aliases stays the array's (the pool sees it referred to)
+        POOL.give(held)
+
+    steps.LOG.mark(session.id, buffer, "put made", nbytes)
+    array.ready_future().add_done_callback(ready)
     return messages().MakeArrayFromHostBufferResponse(array_handle=handle)
 
 
@@ -163,7 +177,12 @@ def make_error_arrays(session: Any, request: Any) -> Any:
 
 # -- reads -------------------------------------------------------------------------------
 
-def copy_to_host_buffer(session: Any, request: Any) -> None:
+def copy_to_host_buffer(session: Any, request: Any) -> Any:
+    """Start the copy out and answer at once: the client's lookup of the host buffer then
+    waits for the bytes, and the copy overlaps the answer's round trip. A copy that fails
+    before it starts is this request's error; one that fails later, its lookups'."""
+    handle = request.host_buffer_handle
+    steps.LOG.mark(session.id, handle, "copy arrived")
     array = session.array(request.array_handle)
     strides = list(request.byte_strides.strides) if request.HasField("byte_strides") else None
     size = _host_buffer_size(array, strides)
@@ -174,32 +193,58 @@ def copy_to_host_buffer(session: Any, request: Any) -> None:
             f"CopyToHostBuffer: {array.dtype}{list(array.shape)} with byte_strides {strides} "
             f"takes a host buffer of {size} bytes: {error}") from None
     try:
-        future = array.copy_to_host_buffer(byte_strides=strides)
+        session.expect_host_buffer(handle)
     except BaseException:
         session.release_host_bytes(size)
         raise
-    handle = request.host_buffer_handle
+    try:
+        future = array.copy_to_host_buffer(_kept_memory(array, size, strides),
+                                           byte_strides=strides)
+    except BaseException:
+        session.delete_host_buffer(handle)
+        session.release_host_bytes(size)
+        raise
     dtype = array.dtype
 
-    def stored() -> Any:
-        try:
-            data = _strided_bytes(future.result(), dtype)
-        except BaseException:
-            session.release_host_bytes(size)
-            raise
-        if len(data) != size:  # the backend laid it out otherwise: count what it holds
-            session.release_host_bytes(size)
-            session.store_host_buffer(handle, data)
+    def copied(f: Any) -> None:
+        error, data, held = f.exception(), None, size
+        if error is None:
+            try:
+                data = _strided_bytes(f.result(), dtype)
+                if len(data) != size:  # the backend laid it out otherwise: count what it holds
+                    session.release_host_bytes(size)
+                    held = 0
+                    session.reserve_host_bytes(len(data))
+                    held = len(data)
+            except BaseException as failure:  # noqa: BLE001 - the lookups get it
+                error, data = failure, None
+        steps.LOG.mark(session.id, handle, "copy done", size)
+        if data is None:
+            assert error is not None
+            session.release_host_bytes(held)
+            session.copied_host_buffer(handle, None, error)
         else:
-            session.store_host_buffer(handle, data, reserved=True)
-        return messages().CopyToHostBufferResponse()
+            session.copied_host_buffer(handle, data)
 
-    def uncount_if_failed(f: Any) -> None:
-        if f.exception() is not None:
-            session.release_host_bytes(size)
+    failed = future.exception() if future.done() else None
+    if failed is not None:  # failed at once: answer it
+        session.delete_host_buffer(handle)
+        session.release_host_bytes(size)
+        raise failed
+    future.add_done_callback(copied)
+    steps.LOG.mark(session.id, handle, "copy answered")
+    return messages().CopyToHostBufferResponse()
 
-    future.add_done_callback(uncount_if_failed)
-    session.answer_later(future, stored)
+
+def _kept_memory(array: Any, size: int, strides: list[int] | None) -> np.ndarray | None:
+    """Memory a deleted host buffer of ``size`` bytes left (:mod:`ifrtpy.proxy.pool`: its
+    pages mapped) as the destination of a dense copy of ``array``; None for a new one."""
+    if strides is not None or array.dtype.kind == DType.Kind.STRING:
+        return None
+    block = POOL.take(size)
+    if block is None:
+        return None
+    return block.view(array.dtype.to_numpy()).reshape(tuple(array.shape))
 
 
 def _host_buffer_size(array: Any, strides: list[int] | None) -> int:

@@ -6,6 +6,7 @@ session names), and the clean-up of what a killed server left behind.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import re
@@ -19,8 +20,9 @@ from typing import Any
 import ifrtpy_jax_plugin
 import numpy as np
 
-from ifrtpy.backends.pjrt.array import prefault_fresh
+from ifrtpy import _host_memory
 from ifrtpy.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from ifrtpy.proxy.pool import POOL
 
 __all__ = ["check_address", "default_socket", "claim_unix_path", "sweep_stale",
            "TransferRoot", "read_put_file", "SOCKET_NAME"]
@@ -305,7 +307,9 @@ def _remove(name: str, dir_fd: int) -> None:
 def read_put_file(path: str, size: int) -> Any:
     """The ``size`` bytes of the put file at ``path``, read into memory (a file mapped
     instead could be shrunk under the server: SIGBUS), as a 64-byte aligned flat uint8
-    array; the file is removed. Opening never blocks (a FIFO there is refused)."""
+    array; the file is removed. Opening never blocks (a FIFO there is refused); a file
+    with a hole (sparse: its writer paid nothing for those bytes) is refused before it
+    is read, and one that shrinks while it is read too; bytes it grows by are not read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
@@ -323,21 +327,70 @@ def read_put_file(path: str, size: int) -> Any:
             raise InvalidArgumentError(
                 f"HostBufferReadFromDisk: {path} holds {found.st_size} bytes; the request "
                 f"says {size}")
-        data = aligned_bytes(size)
-        # a large file into fresh memory whose page faults are taken first (the TPU
-        # machine's sandbox: 64 MiB read into fresh memory in 72 ms, into mapped in 26 ms)
-        prefault_fresh(data)
-        view, got = memoryview(data), 0
-        while got < size:
-            read = os.readv(fd, [view[got:got + _READ_PIECE]])
-            if not read:
+        hole = _first_hole(fd, size)
+        if hole < size:  # a hole costs its writer nothing, and the server its size
+            raise InvalidArgumentError(
+                f"HostBufferReadFromDisk: {path} has a hole at byte {hole} of {size} (a "
+                "sparse file): a put file must hold every byte it claims")
+        data = _put_memory(size)
+        view = memoryview(data)
+        threads = _host_memory.PREFAULT_THREADS if size >= _host_memory.FRESH_BYTES else 0
+        if threads > 1:
+            # where the kernel cannot map pages without writing them (the TPU machine's
+            # sandbox: 64 MiB read into fresh memory in 72 ms, into mapped in 26 ms), the
+            # slices of a large file are read on several threads, each taking its page faults
+            slices = _slices(size, threads)
+            with concurrent.futures.ThreadPoolExecutor(len(slices)) as pool:
+                ends = list(pool.map(lambda s: _read_range(fd, view, *s), slices))
+        else:
+            ends = [_read_range(fd, view, 0, size)]
+        for start, got in ends:
+            if got is not None:
                 raise InvalidArgumentError(
-                    f"HostBufferReadFromDisk: {path} shrank to {got} bytes while it was read; "
-                    f"the request says {size}")
-            got += read
+                    f"HostBufferReadFromDisk: {path} shrank to {start + got} bytes while it "
+                    f"was read; the request says {size}")
         return data
     finally:
         os.close(fd)
+
+
+def _slices(size: int, count: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of ``count`` page-aligned slices of ``size`` bytes (fewer if small)."""
+    per = -(-size // count)
+    step = -(-per // 4096) * 4096
+    return [(start, min(start + step, size)) for start in range(0, size, step)]
+
+
+def _read_range(fd: int, view: Any, start: int, stop: int) -> tuple[int, int | None]:
+    """Read bytes ``start:stop`` of ``fd`` into ``view``: ``(start, None)``, or ``(start,
+    bytes read)`` where the file ended first (it shrank)."""
+    got = start
+    while got < stop:
+        read = os.preadv(fd, [view[got:min(got + _READ_PIECE, stop)]], got)
+        if not read:
+            return start, got - start
+        got += read
+    return start, None
+
+
+def _first_hole(fd: int, size: int) -> int:
+    """Where the file ``fd`` (``size`` bytes) has its first hole, ``size`` if none: every
+    file system answers SEEK_HOLE, those without holes with the file's end."""
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE)
+    except OSError:  # a system without SEEK_HOLE: no hole it could tell
+        return size
+
+
+def _put_memory(size: int) -> Any:
+    """64-byte aligned memory for a put file of ``size`` bytes: an earlier put's that the
+    backend copied and let go (:mod:`ifrtpy.proxy.pool`: its pages mapped, the read at the
+    floor of a read into mapped memory), else fresh memory."""
+    block = POOL.take(size + 64)  # what aligned_bytes(size) allocates
+    if block is None:
+        return aligned_bytes(size)
+    start = -block.ctypes.data % 64
+    return block[start:start + size]
 
 
 def aligned_bytes(size: int) -> Any:

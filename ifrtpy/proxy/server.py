@@ -33,7 +33,7 @@ from ifrtpy._xla import varint, varint_bytes
 from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentError,
                            NotFoundError, PermissionDeniedError, ResourceExhaustedError,
                            UnavailableError, UnimplementedError)
-from ifrtpy.proxy import local, peers, wire
+from ifrtpy.proxy import local, peers, steps, wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Limits, Session
 
@@ -53,6 +53,9 @@ SERDES_VERSIONS = (0, 3)
 #: HostBufferLookup answers in pieces of this size (the client joins messages of any size;
 #: of pieces from 1/16 to 64 MiB none made a 64 MiB get faster: docs/proxy.md)
 _CHUNK = 4 << 20
+#: A lookup's pieces are made smaller, down to this, where less of the session's host-buffer
+#: budget is left (each piece in flight is counted against it).
+_LEAST_PIECE = 64 << 10
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
 _REFUSAL_WAIT_S = 2.0
@@ -459,6 +462,7 @@ class _Service:
         except IfrtError as error:
             await _abort(context, error)
         try:
+            steps.LOG.mark(session.id, request.handle, "lookup arrived")
             try:
                 data = session.stored_host_buffer(request.handle)
                 if data is None:  # its copy out is still running
@@ -468,8 +472,27 @@ class _Service:
             view = memoryview(data).cast("B")
             if not view:
                 yield b""
-            for start in range(0, len(view), _CHUNK):
-                yield _chunk_message(view[start:start + _CHUNK])
+            start = 0
+            while start < len(view):
+                # the piece in flight (its message and gRPC's copy of it) is counted
+                # against the limits until gRPC has taken it: a piece smaller than
+                # _CHUNK where less room is left, none (RESOURCE_EXHAUSTED) where not even
+                # _LEAST_PIECE fits (unread lookups cannot pin memory outside the limits)
+                left = len(view) - start
+                try:
+                    held = session.reserve_host_bytes_up_to(
+                        2 * min(_CHUNK, left), 2 * min(_LEAST_PIECE, left))
+                except IfrtError as error:
+                    await _abort(context, error)
+                try:
+                    piece = held // 2
+                    yield _chunk_message(view[start:start + piece])
+                    start += piece
+                finally:
+                    session.release_host_bytes(held)
+                if start == piece:
+                    steps.LOG.mark(session.id, request.handle, "first piece written", len(view))
+            steps.LOG.mark(session.id, request.handle, "last piece written", len(view))
         finally:
             session.close_rpc()
 
@@ -501,6 +524,7 @@ class _Service:
             if stream is None:
                 raise FailedPreconditionError(f"session {session.id} is closed")
             with session.rpc():
+                steps.LOG.mark(session.id, metadata.handle, "file arrived", metadata.buffer_size)
                 session.reserve_host_bytes(metadata.buffer_size)
                 try:
                     async with stream.file_reads:
@@ -511,6 +535,7 @@ class _Service:
                 except BaseException:
                     session.release_host_bytes(metadata.buffer_size)
                     raise
+                steps.LOG.mark(session.id, metadata.handle, "file read", metadata.buffer_size)
                 session.store_host_buffer(metadata.handle, data, reserved=True)
         except IfrtError as error:
             await _abort(context, error)
@@ -521,6 +546,7 @@ async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) 
     """Receive a HostBufferStore's chunks into a buffer grown as they arrive, each counted
     against the limits before it is kept; store it once whole."""
     size, reserved = metadata.buffer_size, 0
+    steps.LOG.mark(session.id, metadata.handle, "store arrived", size)
     data = bytearray()
     try:
         async for raw in chunks:
@@ -538,30 +564,36 @@ async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) 
     except BaseException:
         session.release_host_bytes(reserved)
         raise
+    steps.LOG.mark(session.id, metadata.handle, "store received", size)
     session.store_host_buffer(metadata.handle, data, reserved=True)
 
 
 async def _stored(session: Session, handle: int) -> Any:
-    """The host buffer ``handle`` once stored (waited for on the loop, without a thread)."""
+    """The host buffer ``handle`` once stored (waited for on the loop, without a thread):
+    as long as its copy out runs, else at most HOST_BUFFER_WAIT_S."""
     loop = asyncio.get_running_loop()
-    stored = asyncio.Event()
+    while True:
+        stored = asyncio.Event()
 
-    def wake() -> None:
-        _on_loop(loop, stored.set)
+        def wake() -> None:
+            _on_loop(loop, stored.set)
 
-    session.notify_when_stored(handle, wake)
-    try:
-        await asyncio.wait_for(stored.wait(), HOST_BUFFER_WAIT_S)
-    except asyncio.TimeoutError:
-        raise NotFoundError(
-            f"session {session.id} has no host buffer with handle {handle} (waited "
-            f"{HOST_BUFFER_WAIT_S:g} s)") from None
-    finally:
-        session.forget_waiter(handle, wake)
-    data = session.stored_host_buffer(handle)
-    if data is None:
-        raise FailedPreconditionError(f"session {session.id} is closed")
-    return data
+        session.notify_when_stored(handle, wake)
+        try:
+            pending = session.host_buffer_pending(handle)
+            await asyncio.wait_for(stored.wait(), None if pending else HOST_BUFFER_WAIT_S)
+        except asyncio.TimeoutError:
+            raise NotFoundError(
+                f"session {session.id} has no host buffer with handle {handle} (waited "
+                f"{HOST_BUFFER_WAIT_S:g} s)") from None
+        finally:
+            session.forget_waiter(handle, wake)
+        data = session.stored_host_buffer(handle)  # the copy's error, if it failed
+        if data is not None:
+            return data
+        if session.closed:
+            raise FailedPreconditionError(f"session {session.id} is closed")
+        # woken for another reason (the handle deleted while its copy ran): look again
 
 
 async def _refuse(requests: AsyncIterator[bytes], context: Any, error: IfrtError) -> NoReturn:

@@ -31,6 +31,7 @@ from ifrtpy.cancellation import Cancellation, cancellation_scope
 from ifrtpy.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
                            ResourceExhaustedError, UnimplementedError)
 from ifrtpy.proxy import wire
+from ifrtpy.proxy.pool import POOL, machine_memory
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.kind import Handler, Kind
 from ifrtpy.proxy.tokens import Token
@@ -52,6 +53,9 @@ _SERVER_HANDLES = 1 << 62
 _MAX_GRPC_MESSAGE = (1 << 31) - 1
 
 
+_MEMORY = machine_memory()
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """What clients may make the server hold. A request over a limit is answered
@@ -64,13 +68,15 @@ class Limits:
     that cannot be found counts as its user), ``max_sessions_per_connection`` (those of
     one TCP connection; a unix socket tells its connections apart to no one),
     ``max_total_host_buffer_bytes`` (host buffers of every session together, counted as
-    their bytes arrive) and ``max_message_bytes`` (one gRPC message, a request or a
-    chunk). ``idle_timeout_s`` (None, the default: never) ends a session that has had no
+    their bytes arrive; by default half of :func:`~ifrtpy.proxy.pool.machine_memory`) and
+    ``max_message_bytes`` (one gRPC message, a request or a chunk). ``idle_timeout_s`` (None, the default: never) ends a session that has had no
     request, no host-buffer RPC and nothing running for that many seconds.
 
     Per session: ``max_host_buffer_bytes`` (host buffers held at once: stored by the
-    client and not yet consumed, arriving, or copied out and not yet deleted),
-    ``max_handles`` (live arrays, executables, futures and host buffers together),
+    client and not yet consumed, arriving, copied out and not yet deleted, and the pieces
+    of lookups in flight, which gRPC has not taken yet; by default a quarter of
+    :func:`~ifrtpy.proxy.pool.machine_memory`), ``max_handles`` (live arrays,
+    executables, futures and host buffers together),
     ``max_pending_requests`` (requests received and not yet answered, or answered and not
     yet read by the client: past it the server stops reading the session's stream until
     the client reads its answers) and ``max_host_buffer_rpcs`` (host-buffer RPCs of the
@@ -80,9 +86,9 @@ class Limits:
     max_sessions: int = 32
     max_sessions_per_process: int = 8
     max_sessions_per_connection: int = 8
-    max_total_host_buffer_bytes: int = 32 << 30
+    max_total_host_buffer_bytes: int = _MEMORY // 2
     max_message_bytes: int = 1 << 30
-    max_host_buffer_bytes: int = 16 << 30
+    max_host_buffer_bytes: int = _MEMORY // 4
     max_handles: int = 1 << 20
     max_pending_requests: int = 1024
     max_host_buffer_rpcs: int = 256
@@ -118,12 +124,19 @@ class Budget:
         self._lock = threading.Lock()
 
     def reserve(self, size: int) -> None:
+        self.reserve_up_to(size, size)
+
+    def reserve_up_to(self, want: int, least: int) -> int:
+        """Reserve as many bytes of ``want`` as fit, at least ``least``; that count, or
+        ResourceExhaustedError (nothing reserved) where not even ``least`` fits."""
         with self._lock:
-            if self.used + size > self.limit:
+            size = min(want, self.limit - self.used)
+            if size < least:
                 raise ResourceExhaustedError(
-                    f"{self.what} would hold {self.used + size} bytes of host buffers, over "
+                    f"{self.what} would hold {self.used + least} bytes of host buffers, over "
                     f"its limit of {self.limit}")
             self.used += size
+            return size
 
     def release(self, size: int) -> None:
         with self._lock:
@@ -158,6 +171,8 @@ class Session:
         self._host_buffers: dict[int, HostBytes] = {}
         self._host_bytes = 0  # stored, arriving and copied out: counted against both limits
         self._waiters: dict[int, list[Callable[[], None]]] = {}
+        # copies out to host buffers still running (None) or failed (their error)
+        self._copies: dict[int, BaseException | None] = {}
         self._rpcs = 0  # host-buffer RPCs in flight
         self._lock = threading.Lock()  # host buffers are touched by other RPCs' threads
         self._stored = threading.Condition(self._lock)
@@ -183,7 +198,7 @@ class Session:
 
     def _live_handles(self) -> int:
         return (len(self.arrays) + len(self.executables) + len(self.futures)
-                + len(self._host_buffers))
+                + len(self._host_buffers) + len(self._copies))
 
     def check_room(self, extra: int = 1) -> None:
         """ResourceExhaustedError unless ``extra`` more handles fit the session's limit."""
@@ -300,15 +315,23 @@ class Session:
     def reserve_host_bytes(self, size: int) -> None:
         """Count ``size`` more bytes against the session's limit and the server's (bytes
         about to arrive); ResourceExhaustedError, and nothing counted, if either is full."""
+        self.reserve_host_bytes_up_to(size, size)
+
+    def reserve_host_bytes_up_to(self, want: int, least: int) -> int:
+        """Count as many bytes of ``want`` as fit both limits, at least ``least`` (bytes
+        the server holds while it sends them: a lookup's piece in flight); that count, or
+        ResourceExhaustedError and nothing counted."""
         with self._lock:
             if self.closed:
                 raise FailedPreconditionError(f"session {self.id} is closed")
-            if self._host_bytes + size > self.limits.max_host_buffer_bytes:
+            room = self.limits.max_host_buffer_bytes - self._host_bytes
+            if room < least:
                 raise ResourceExhaustedError(
-                    f"session {self.id} would hold {self._host_bytes + size} bytes of host "
+                    f"session {self.id} would hold {self._host_bytes + least} bytes of host "
                     f"buffers, over its limit of {self.limits.max_host_buffer_bytes}")
-            self._total.reserve(size)
+            size = self._total.reserve_up_to(min(want, room), least)
             self._host_bytes += size
+            return size
 
     def release_host_bytes(self, size: int) -> None:
         """Uncount bytes :meth:`reserve_host_bytes` counted (bytes that did not arrive)."""
@@ -327,27 +350,68 @@ class Session:
             self.reserve_host_bytes(len(data))
         with self._lock:
             try:
-                if self.closed:
-                    raise FailedPreconditionError(f"session {self.id} is closed")
-                if handle in self._host_buffers:
-                    raise InvalidArgumentError(f"host buffer handle {handle} is already in use")
-                if self._live_handles() + 1 > self.limits.max_handles:
-                    raise ResourceExhaustedError(
-                        f"session {self.id} is at its limit of {self.limits.max_handles} handles")
+                self._check_new_handle_locked(handle)
             except Exception:
                 self._release_locked(len(data))
                 raise
             self._host_buffers[handle] = data
-            waiters = self._waiters.pop(handle, ())
-            self._stored.notify_all()
+            waiters = self._waiters_of_locked(handle)
         for wake in waiters:
             wake()
+
+    def _waiters_of_locked(self, handle: int) -> Any:
+        """The waiters of ``handle`` to wake (once the lock is released); those waiting
+        on the condition are woken now."""
+        self._stored.notify_all()
+        return self._waiters.pop(handle, ())
+
+    def _check_new_handle_locked(self, handle: int) -> None:
+        if self.closed:
+            raise FailedPreconditionError(f"session {self.id} is closed")
+        if handle in self._host_buffers or handle in self._copies:
+            raise InvalidArgumentError(f"host buffer handle {handle} is already in use")
+        if self._live_handles() + 1 > self.limits.max_handles:
+            raise ResourceExhaustedError(
+                f"session {self.id} is at its limit of {self.limits.max_handles} handles")
+
+    def expect_host_buffer(self, handle: int) -> None:
+        """Mark host buffer ``handle`` as being copied out (CopyToHostBuffer is answered at
+        once): lookups wait for it as long as the copy runs, without a deadline, until
+        :meth:`copied_host_buffer` stores it or its failure."""
+        with self._lock:
+            self._check_new_handle_locked(handle)
+            self._copies[handle] = None
+
+    def copied_host_buffer(self, handle: int, data: HostBytes | None,
+                           error: BaseException | None = None) -> None:
+        """The copy out to ``handle`` (:meth:`expect_host_buffer`) ended: store ``data``
+        (its bytes reserved already), or keep ``error`` for the lookups of ``handle``. Data
+        no one expects any more (the handle deleted, the session closed) is uncounted."""
+        with self._lock:
+            if self._copies.get(handle, False) is not None or self.closed:
+                if data is not None:
+                    self._release_locked(len(data))
+                return
+            if data is None:
+                self._copies[handle] = None if error is None else _bare(error)
+            else:
+                del self._copies[handle]
+                self._host_buffers[handle] = data
+            waiters = self._waiters_of_locked(handle)
+        for wake in waiters:
+            wake()
+
+    def host_buffer_pending(self, handle: int) -> bool:
+        """Whether ``handle``'s copy out is running (its lookups wait without a deadline)."""
+        with self._lock:
+            return handle in self._copies and self._copies[handle] is None
 
     def notify_when_stored(self, handle: int, wake: Callable[[], None]) -> None:
         """Call ``wake()`` (from any thread) once host buffer ``handle`` is stored or the
         session closes: at once if either is so already."""
         with self._lock:
-            ready = self.closed or handle in self._host_buffers
+            ready = (self.closed or handle in self._host_buffers
+                     or self._copies.get(handle) is not None)
             if not ready:
                 self._waiters.setdefault(handle, []).append(wake)
         if ready:
@@ -366,6 +430,12 @@ class Session:
         buffer without waiting for its store (or its copy out) to finish."""
         deadline = time.monotonic() + HOST_BUFFER_WAIT_S
         while handle not in self._host_buffers and not self.closed:
+            if handle in self._copies:
+                error = self._copies[handle]
+                if error is not None:
+                    raise error
+                self._stored.wait()  # a copy out runs: as long as it takes
+                continue
             left = deadline - time.monotonic()
             if left <= 0:
                 raise NotFoundError(
@@ -381,8 +451,12 @@ class Session:
             return self._wait_for_buffer_locked(handle)
 
     def stored_host_buffer(self, handle: int) -> HostBytes | None:
-        """The host buffer ``handle`` if it is there now, else None (no wait)."""
+        """The host buffer ``handle`` if it is there now, else None (no wait); the error of
+        its copy out if that failed."""
         with self._lock:
+            error = self._copies.get(handle)
+            if error is not None:
+                raise error
             return self._host_buffers.get(handle)
 
     def take_host_buffer(self, handle: int) -> HostBytes:
@@ -393,12 +467,21 @@ class Session:
             return data
 
     def delete_host_buffer(self, handle: int) -> None:
-        """Forget a host buffer (HostBufferDelete); NotFoundError for an unknown one."""
+        """Forget a host buffer (HostBufferDelete); NotFoundError for an unknown one. A
+        copy out still running to it is forgotten too (its bytes go when it ends)."""
+        waiters: Any = ()
         with self._lock:
-            data = self._host_buffers.pop(handle, None)
-            if data is None:
+            held = [self._host_buffers.pop(handle, None)]
+            if held[0] is not None:
+                self._release_locked(len(held[0]))
+            elif handle in self._copies:
+                del self._copies[handle]
+                waiters = self._waiters_of_locked(handle)
+            else:
                 raise NotFoundError(f"session {self.id} has no host buffer with handle {handle}")
-            self._release_locked(len(data))
+        for wake in waiters:
+            wake()
+        POOL.give(held)  # its memory, for the next copy out of its size
 
     def host_bytes(self) -> int:
         """Bytes of host buffers the session holds (stored, arriving, copied out)."""

@@ -423,21 +423,141 @@ def put_at_once(address):
 
 
 @pytest.mark.parametrize("threads", [0, 4])
-def test_a_large_put_file_is_read_into_prefaulted_memory_where_pages_cannot_be_mapped(
+def test_a_large_put_file_is_read_on_several_threads_where_pages_cannot_be_mapped(
         tmp_path, monkeypatch, threads):
-    """Where the kernel cannot map pages without writing them (``prefault_threads()`` > 1),
-    a put file of 32 MiB or more is read into memory whose page faults were taken first
-    on that many threads; the bytes are the file's either way, and small files are not."""
-    from ifrtpy.backends.pjrt import _fastpath, array as pjrt_array
+    """Where the kernel cannot map pages without writing them (``PREFAULT_THREADS`` > 1),
+    a put file of 32 MiB or more is read in that many slices at once, each thread taking
+    its page faults; the bytes are the file's either way, small files are read whole, and
+    a file that shrinks under any slice is refused."""
+    from ifrtpy import _host_memory
 
-    calls = []
-    monkeypatch.setattr(pjrt_array, "_PREFAULT_THREADS", threads)
-    monkeypatch.setattr(pjrt_array, "prefault",
-                        lambda out, n: calls.append((out.nbytes, n)) or _fastpath.prefault(out, n))
-    data = np.random.default_rng(0).integers(0, 256, 32 << 20, dtype=np.uint8)
-    for size in (32 << 20, 1 << 20):
+    calls, real = [], local._read_range
+    monkeypatch.setattr(_host_memory, "PREFAULT_THREADS", threads)
+    monkeypatch.setattr(local, "_read_range",
+                        lambda fd, view, start, stop: calls.append(stop - start) or real(
+                            fd, view, start, stop))
+    data = np.random.default_rng(0).integers(0, 256, (32 << 20) + 5, dtype=np.uint8)
+    for size in ((32 << 20) + 5, 1 << 20):
         path = tmp_path / f"lt_{size}"
         data[:size].tofile(path)
         read = local.read_put_file(str(path), size)
         assert np.array_equal(read, data[:size]) and not path.exists()
-    assert calls == ([(32 << 20, threads)] if threads else [])
+    big = [(32 << 20) // 4 + 4096] * 3 + [(32 << 20) + 5 - 3 * ((32 << 20) // 4 + 4096)]
+    assert calls == (big if threads else [(32 << 20) + 5]) + [1 << 20]
+    path = tmp_path / "lt_short"
+    data.tofile(path)
+    writer = os.open(path, os.O_RDWR)  # the client's: it shrinks the file once read starts
+    monkeypatch.setattr(local, "_read_range", lambda fd, view, start, stop: (
+        os.ftruncate(writer, 1 << 20) if start == 0 else None) or real(fd, view, start, stop))
+    try:
+        with pytest.raises(ifrt.errors.InvalidArgumentError, match="shrank"):
+            local.read_put_file(str(path), data.size)
+    finally:
+        os.close(writer)
+
+
+def test_serving_the_reference_backend_loads_nothing_of_the_pjrt_backend(tmp_path):
+    """The server sits on the public Client interface (DESIGN decision 15): serving the
+    reference backend, with every module of ifrtpy.proxy imported and a put file read,
+    loads neither the PjRt backend nor the C layer under it."""
+    program = f"""
+import importlib, pkgutil, sys
+import numpy as np
+import ifrtpy, ifrtpy.proxy
+from ifrtpy import proxy
+for found in pkgutil.iter_modules(ifrtpy.proxy.__path__):
+    importlib.import_module("ifrtpy.proxy." + found.name)
+path = {str(tmp_path / "lt_1")!r}
+np.arange(64, dtype=np.uint8).tofile(path)
+assert proxy.local.read_put_file(path, 64).tolist() == list(range(64))
+with proxy.serve(ifrtpy.get_client("reference", device_count=1)):
+    pass
+print(sorted(m for m in sys.modules if m.startswith(("ifrtpy._pjrt", "ifrtpy.backends.pjrt"))))
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=HANG_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_unread_lookups_are_counted_and_refused_past_the_budget(pjrt):
+    """Each lookup's piece in flight (the server's message and gRPC's copy of it) is
+    counted against the session's host-buffer budget while the client has not read it:
+    lookups nobody reads are refused past the budget, and the server's memory stays
+    bounded by it; the lookups it took still read the buffer whole."""
+    budget, size, count = 24 << 20, 16 << 20, 48
+    data = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8).tobytes()
+    with proxy.serve(pjrt, max_host_buffer_bytes=budget) as small, \
+            grpc.insecure_channel(small.address, [("grpc.max_receive_message_length", -1)]) as ch:
+        raw = RawSession(ch)
+        store(ch, raw.id, 1, data, piece=1 << 20)
+        call = ch.unary_stream(SERVICE + "HostBufferLookup",
+                               request_serializer=M.GrpcHostBufferLookupRequest.SerializeToString,
+                               response_deserializer=M.GrpcHostBufferLookupResponse.FromString)
+        gc.collect()
+        before = _rss_bytes()
+        calls = [call(M.GrpcHostBufferLookupRequest(session_id=raw.id, handle=1), timeout=WAIT_S)
+                 for _ in range(count)]  # started, never read
+        wait_for(lambda: sum(c.done() for c in calls) >= count // 2, "lookups refused")
+        time.sleep(0.5)  # let the others reach the client's flow-control window
+        held = small.sessions()[0].host_buffer_bytes
+        grown = _rss_bytes() - before
+        refused = [c for c in calls if c.done()]
+        assert held <= budget
+        assert all(c.code() == StatusCode.RESOURCE_EXHAUSTED for c in refused)
+        assert "over its limit of" in refused[0].details()
+        # without the count each lookup pinned a 4 MiB piece and gRPC's copy: 384 MiB here
+        assert grown < 4 * budget, f"the server grew by {grown >> 20} MiB"
+        for c in calls:
+            if c not in refused:
+                assert b"".join(r.data for r in c) == data
+        wait_for(lambda: small.sessions()[0].host_buffer_bytes == size, "pieces uncounted")
+        raw.close()
+
+
+def _physical_memory():
+    with open("/proc/meminfo") as f:
+        return int(f.readline().split()[1]) << 10  # MemTotal, in kiB
+
+
+def test_the_default_budgets_fit_the_machines_memory():
+    limits = proxy.Limits()
+    assert limits.max_total_host_buffer_bytes <= _physical_memory() // 2
+    assert limits.max_host_buffer_bytes <= limits.max_total_host_buffer_bytes // 2
+    assert limits.max_host_buffer_bytes >= 64 << 20  # room for a large put still
+
+
+@pytest.mark.parametrize("layout", ["all hole", "hole at the end", "hole in the middle"])
+def test_a_sparse_put_file_is_refused_before_it_costs_the_server_memory(pjrt, layout):
+    """A file of holes costs its writer nothing: the server refuses it without reading
+    it (nothing counted, nothing allocated), and still serves the session."""
+    size = 256 << 20
+    with proxy.serve(pjrt, max_host_buffer_bytes=1 << 30) as big, \
+            grpc.insecure_channel(big.address) as ch:
+        directory, name = client_directory(big.address)
+        raw = RawSession(ch, transfer_directory=name)
+        path = os.path.join(directory, "lt_4")
+        with open(path, "wb") as f:
+            if layout == "hole in the middle":
+                f.write(b"x" * 4096)
+                f.seek(size - 4096)
+                f.write(b"y" * 4096)
+            else:
+                f.write(b"x" * (4096 if layout == "hole at the end" else 0))
+                f.truncate(size)
+        gc.collect()
+        before = _rss_bytes()
+        details = raises_code(StatusCode.INVALID_ARGUMENT, read_from_disk, ch, raw.id, 4, size)
+        assert "has a hole at byte" in details and "sparse" in details
+        assert _rss_bytes() - before < size // 4
+        assert big.host_buffer_bytes == 0 and not os.path.exists(path)
+        with open(path, "wb") as f:  # a file written whole is read
+            f.write(b"z" * 4096)
+        read_from_disk(ch, raw.id, 4, 4096)
+        assert lookup(ch, raw.id, 4) == b"z" * 4096
+        raw.close()

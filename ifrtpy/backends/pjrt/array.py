@@ -19,8 +19,9 @@ from ifrtpy.array import (
     plan_fully_replicated_shard, single_device_piece,
 )
 from ifrtpy.array_plans import plan_disassemble
-from ifrtpy.backends.pjrt._fastpath import (
-    ArrayCore, populate_while_pending, prefault, prefault_threads)
+from ifrtpy._host_memory import FRESH_BYTES as _FRESH_BYTES
+from ifrtpy._host_memory import populate_while_pending, prefault_fresh
+from ifrtpy.backends.pjrt._fastpath import ArrayCore
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy._pjrt import _dlpack
@@ -251,23 +252,6 @@ class PjrtArray(ArrayCore, StoredArray):
 # NumPy-allocated memory (see _staged_copies): NumPy asks for transparent huge pages from
 # 4 MiB on, below that staging does not pay.
 _LARGE_BYTES = 4 << 20
-# glibc serves allocations from 32 MiB on with fresh mappings (its largest mmap threshold),
-# whose pages all fault: those are mapped on a second core while copies fill them (see
-# _populate and _staged_copies). Smaller ones often reuse memory that is mapped already,
-# where that only costs.
-_FRESH_BYTES = 32 << 20
-# Where the kernel cannot map pages without writing them (gVisor, as on the TPU machine),
-# a fresh destination's page faults are taken by this many threads before the copies:
-# 64 MiB took 70 ms on one thread there, 31 ms on eight, and the copy itself 11 ms.
-_PREFAULT_THREADS = prefault_threads()
-
-
-def prefault_fresh(out: np.ndarray) -> None:
-    """Take the page faults of ``out``, fresh memory that nothing writes yet, on
-    :data:`_PREFAULT_THREADS` threads where that pays (32 MiB or more, on a kernel that
-    cannot map pages without writing them); elsewhere do nothing."""
-    if out.nbytes >= _FRESH_BYTES and _PREFAULT_THREADS > 1:
-        prefault(out, _PREFAULT_THREADS)
 
 
 def _populate(out: np.ndarray, events: list) -> None:

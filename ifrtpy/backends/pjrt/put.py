@@ -18,7 +18,7 @@ from ifrtpy import _pjrt
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.array_plans import addressable_domains, check_placement
 from ifrtpy.backends import host_arrays
-from ifrtpy.backends.pjrt._fastpath import PopulateBehind
+from ifrtpy._host_memory import PopulateBehind
 from ifrtpy.backends.pjrt.array import _FRESH_BYTES, _LARGE_BYTES, PjrtArray
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.backends.pjrt.layouts import buffer_layout

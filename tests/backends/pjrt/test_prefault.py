@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import ifrtpy as ifrt
-from ifrtpy.backends.pjrt._fastpath import prefault
+from ifrtpy import _host_memory
+from ifrtpy._host_memory import prefault
 from ifrtpy.errors import InvalidArgumentError
 
 PAGE = mmap.PAGESIZE
@@ -46,14 +47,12 @@ def client():
 
 @pytest.mark.parametrize("threads", [0, 4])
 def test_a_fresh_large_read_is_prefaulted_where_pages_cannot_be_mapped(client, monkeypatch, threads):
-    """With ``_PREFAULT_THREADS`` set (a kernel without MADV_POPULATE_WRITE), a read into a
+    """With ``PREFAULT_THREADS`` set (a kernel without MADV_POPULATE_WRITE), a read into a
     fresh destination of 32 MiB or more takes its page faults on that many threads before
     the plugin's copy, and reads the values; a small read or one into ``out`` does not."""
-    from ifrtpy.backends.pjrt import array as pjrt_array
-
     calls = []
-    monkeypatch.setattr(pjrt_array, "_PREFAULT_THREADS", threads)
-    monkeypatch.setattr(pjrt_array, "prefault", lambda out, n: calls.append((out.nbytes, n)) or prefault(out, n))
+    monkeypatch.setattr(_host_memory, "PREFAULT_THREADS", threads)
+    monkeypatch.setattr(_host_memory, "prefault", lambda out, n: calls.append((out.nbytes, n)) or prefault(out, n))
     data = np.random.default_rng(0).random((8 << 20) // 2, dtype=np.float64)  # 32 MiB
     array = ifrt.device_put(data, client.devices()[0])
     np.testing.assert_array_equal(array.copy_to_host_buffer().result(), data)
