@@ -180,12 +180,10 @@ cdef class PluginHandle:
         self.api_version = (major, minor)
         self.missing_functions = missing_functions(api)
 
-        cdef PJRT_Plugin_Initialize_Args init_args
-        init_args = PJRT_Plugin_Initialize_Args_new()
+        cdef PJRT_Plugin_Initialize_Args init_args = PJRT_Plugin_Initialize_Args_new()
         PJRT_Plugin_Initialize(api, &init_args)
 
-        cdef PJRT_Plugin_Attributes_Args attr_args
-        attr_args = PJRT_Plugin_Attributes_Args_new()
+        cdef PJRT_Plugin_Attributes_Args attr_args = PJRT_Plugin_Attributes_Args_new()
         PJRT_Plugin_Attributes(api, &attr_args)
         self.attributes = named_values_to_dict(attr_args.attributes, attr_args.num_attributes)
 

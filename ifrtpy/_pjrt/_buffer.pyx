@@ -125,8 +125,7 @@ def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not N
 
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     """PJRT_Buffer_Delete from any thread, without the GIL (an error is dropped)."""
-    cdef PJRT_Buffer_Delete_Args args
-    args = PJRT_Buffer_Delete_Args_new()
+    cdef PJRT_Buffer_Delete_Args args = PJRT_Buffer_Delete_Args_new()
     args.buffer = buffer
     PJRT_Buffer_Delete_quiet(api, &args)
     return 0
@@ -234,8 +233,7 @@ cdef class BufferHandle:
     @property
     def element_type(self):
         """The PJRT_Buffer_Type value."""
-        cdef PJRT_Buffer_ElementType_Args args
-        args = PJRT_Buffer_ElementType_Args_new()
+        cdef PJRT_Buffer_ElementType_Args args = PJRT_Buffer_ElementType_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_ElementType(self.client.api, &args)
         return <int>args.type
@@ -256,24 +254,21 @@ cdef class BufferHandle:
 
     @property
     def on_device_size_in_bytes(self):
-        cdef PJRT_Buffer_OnDeviceSizeInBytes_Args args
-        args = PJRT_Buffer_OnDeviceSizeInBytes_Args_new()
+        cdef PJRT_Buffer_OnDeviceSizeInBytes_Args args = PJRT_Buffer_OnDeviceSizeInBytes_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_OnDeviceSizeInBytes(self.client.api, &args)
         return args.on_device_size_in_bytes
 
     @property
     def device(self):
-        cdef PJRT_Buffer_Device_Args args
-        args = PJRT_Buffer_Device_Args_new()
+        cdef PJRT_Buffer_Device_Args args = PJRT_Buffer_Device_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_Device(self.client.api, &args)
         return self.client.device_of(args.device)
 
     @property
     def memory(self):
-        cdef PJRT_Buffer_Memory_Args args
-        args = PJRT_Buffer_Memory_Args_new()
+        cdef PJRT_Buffer_Memory_Args args = PJRT_Buffer_Memory_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_Memory(self.client.api, &args)
         return self.client.memory_of(args.memory)
@@ -370,8 +365,7 @@ cdef class BufferHandle:
 
     def ready_event(self):
         """An EventHandle that fires when the buffer's data is ready (or failed)."""
-        cdef PJRT_Buffer_ReadyEvent_Args args
-        args = PJRT_Buffer_ReadyEvent_Args_new()
+        cdef PJRT_Buffer_ReadyEvent_Args args = PJRT_Buffer_ReadyEvent_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_ReadyEvent(self.client.api, &args)
         return EventHandle.wrap(self.client, self.client.api, args.event)
@@ -413,8 +407,7 @@ cdef class BufferHandle:
     @property
     def unsafe_pointer(self):
         """The device address of the data (an int); for debugging and aliasing checks."""
-        cdef PJRT_Buffer_UnsafePointer_Args args
-        args = PJRT_Buffer_UnsafePointer_Args_new()
+        cdef PJRT_Buffer_UnsafePointer_Args args = PJRT_Buffer_UnsafePointer_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_UnsafePointer(self.client.api, &args)
         return <uintptr_t>args.buffer_pointer

@@ -201,24 +201,21 @@ cdef class ClientHandle:
 
     @property
     def platform_name(self):
-        cdef PJRT_Client_PlatformName_Args args
-        args = PJRT_Client_PlatformName_Args_new()
+        cdef PJRT_Client_PlatformName_Args args = PJRT_Client_PlatformName_Args_new()
         args.client = self.ptr
         PJRT_Client_PlatformName(self.api, &args)
         return to_str(args.platform_name, args.platform_name_size)
 
     @property
     def platform_version(self):
-        cdef PJRT_Client_PlatformVersion_Args args
-        args = PJRT_Client_PlatformVersion_Args_new()
+        cdef PJRT_Client_PlatformVersion_Args args = PJRT_Client_PlatformVersion_Args_new()
         args.client = self.ptr
         PJRT_Client_PlatformVersion(self.api, &args)
         return to_str(args.platform_version, args.platform_version_size)
 
     @property
     def process_index(self):
-        cdef PJRT_Client_ProcessIndex_Args args
-        args = PJRT_Client_ProcessIndex_Args_new()
+        cdef PJRT_Client_ProcessIndex_Args args = PJRT_Client_ProcessIndex_Args_new()
         args.client = self.ptr
         PJRT_Client_ProcessIndex(self.api, &args)
         return args.process_index
@@ -306,18 +303,15 @@ cdef class DeviceHandle:
         cdef DeviceHandle self = DeviceHandle.__new__(DeviceHandle)
         self.client = client
         self.ptr = ptr
-        cdef PJRT_Device_GetDescription_Args d
-        d = PJRT_Device_GetDescription_Args_new()
+        cdef PJRT_Device_GetDescription_Args d = PJRT_Device_GetDescription_Args_new()
         d.device = ptr
         PJRT_Device_GetDescription(api, &d)
         self.description = d.device_description
-        cdef PJRT_DeviceDescription_Id_Args i
-        i = PJRT_DeviceDescription_Id_Args_new()
+        cdef PJRT_DeviceDescription_Id_Args i = PJRT_DeviceDescription_Id_Args_new()
         i.device_description = self.description
         PJRT_DeviceDescription_Id(api, &i)
         self.id = i.id
-        cdef PJRT_Device_IsAddressable_Args a
-        a = PJRT_Device_IsAddressable_Args_new()
+        cdef PJRT_Device_IsAddressable_Args a = PJRT_Device_IsAddressable_Args_new()
         a.device = ptr
         PJRT_Device_IsAddressable(api, &a)
         self.is_addressable = a.is_addressable
@@ -340,40 +334,35 @@ cdef class DeviceHandle:
 
     @property
     def process_index(self):
-        cdef PJRT_DeviceDescription_ProcessIndex_Args args
-        args = PJRT_DeviceDescription_ProcessIndex_Args_new()
+        cdef PJRT_DeviceDescription_ProcessIndex_Args args = PJRT_DeviceDescription_ProcessIndex_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_ProcessIndex(self.client.api, &args)
         return args.process_index
 
     @property
     def kind(self):
-        cdef PJRT_DeviceDescription_Kind_Args args
-        args = PJRT_DeviceDescription_Kind_Args_new()
+        cdef PJRT_DeviceDescription_Kind_Args args = PJRT_DeviceDescription_Kind_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_Kind(self.client.api, &args)
         return to_str(args.device_kind, args.device_kind_size)
 
     @property
     def debug_string(self):
-        cdef PJRT_DeviceDescription_DebugString_Args args
-        args = PJRT_DeviceDescription_DebugString_Args_new()
+        cdef PJRT_DeviceDescription_DebugString_Args args = PJRT_DeviceDescription_DebugString_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_DebugString(self.client.api, &args)
         return to_str(args.debug_string, args.debug_string_size)
 
     @property
     def to_string(self):
-        cdef PJRT_DeviceDescription_ToString_Args args
-        args = PJRT_DeviceDescription_ToString_Args_new()
+        cdef PJRT_DeviceDescription_ToString_Args args = PJRT_DeviceDescription_ToString_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_ToString(self.client.api, &args)
         return to_str(args.to_string, args.to_string_size)
 
     @property
     def attributes(self):
-        cdef PJRT_DeviceDescription_Attributes_Args args
-        args = PJRT_DeviceDescription_Attributes_Args_new()
+        cdef PJRT_DeviceDescription_Attributes_Args args = PJRT_DeviceDescription_Attributes_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_Attributes(self.client.api, &args)
         return named_values_to_dict(args.attributes, args.num_attributes)
@@ -381,8 +370,7 @@ cdef class DeviceHandle:
     @property
     def local_hardware_id(self):
         """The plugin's local hardware id; -1 where it has none."""
-        cdef PJRT_Device_LocalHardwareId_Args args
-        args = PJRT_Device_LocalHardwareId_Args_new()
+        cdef PJRT_Device_LocalHardwareId_Args args = PJRT_Device_LocalHardwareId_Args_new()
         args.device = self.ptr
         PJRT_Device_LocalHardwareId(self.client.api, &args)
         return args.local_hardware_id
@@ -400,8 +388,7 @@ cdef class DeviceHandle:
         """Allocator statistics as a dict (only the fields the plugin sets);
         UnimplementedError where the plugin has none (the CPU plugin)."""
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Device_MemoryStats_Args a
-        a = PJRT_Device_MemoryStats_Args_new()
+        cdef PJRT_Device_MemoryStats_Args a = PJRT_Device_MemoryStats_Args_new()
         a.device = self.ptr
         PJRT_Device_MemoryStats(api, &a)
         stats = {"bytes_in_use": a.bytes_in_use}
@@ -436,13 +423,11 @@ cdef class MemoryHandle:
         cdef MemoryHandle self = MemoryHandle.__new__(MemoryHandle)
         self.client = client
         self.ptr = ptr
-        cdef PJRT_Memory_Id_Args i
-        i = PJRT_Memory_Id_Args_new()
+        cdef PJRT_Memory_Id_Args i = PJRT_Memory_Id_Args_new()
         i.memory = ptr
         PJRT_Memory_Id(api, &i)
         self.id = i.id
-        cdef PJRT_Memory_Kind_Args k
-        k = PJRT_Memory_Kind_Args_new()
+        cdef PJRT_Memory_Kind_Args k = PJRT_Memory_Kind_Args_new()
         k.memory = ptr
         PJRT_Memory_Kind(api, &k)
         self.kind = to_str(k.kind, k.kind_size)
@@ -451,24 +436,21 @@ cdef class MemoryHandle:
     @property
     def kind_id(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Memory_Kind_Id_Args args
-        args = PJRT_Memory_Kind_Id_Args_new()
+        cdef PJRT_Memory_Kind_Id_Args args = PJRT_Memory_Kind_Id_Args_new()
         args.memory = self.ptr
         PJRT_Memory_Kind_Id(api, &args)
         return args.kind_id
 
     @property
     def debug_string(self):
-        cdef PJRT_Memory_DebugString_Args args
-        args = PJRT_Memory_DebugString_Args_new()
+        cdef PJRT_Memory_DebugString_Args args = PJRT_Memory_DebugString_Args_new()
         args.memory = self.ptr
         PJRT_Memory_DebugString(self.client.api, &args)
         return to_str(args.debug_string, args.debug_string_size)
 
     @property
     def to_string(self):
-        cdef PJRT_Memory_ToString_Args args
-        args = PJRT_Memory_ToString_Args_new()
+        cdef PJRT_Memory_ToString_Args args = PJRT_Memory_ToString_Args_new()
         args.memory = self.ptr
         PJRT_Memory_ToString(self.client.api, &args)
         return to_str(args.to_string, args.to_string_size)

@@ -121,8 +121,7 @@ cdef class EventHandle:
         return self._is_ready()
 
     cdef bint _is_ready(self) except -1:
-        cdef PJRT_Event_IsReady_Args args
-        args = PJRT_Event_IsReady_Args_new()
+        cdef PJRT_Event_IsReady_Args args = PJRT_Event_IsReady_Args_new()
         args.event = self.ptr
         PJRT_Event_IsReady(self.api, &args)
         return args.is_ready

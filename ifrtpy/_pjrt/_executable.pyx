@@ -124,8 +124,7 @@ def deserialize_and_load(ClientHandle client not None, bytes serialized not None
     corrupted bytes, so the caller must know them intact (the PjRt backend's seal,
     ``ifrtpy.backends.pjrt.seal``, checks them first)."""
     cdef const PJRT_Api* api = client.api
-    cdef PJRT_Executable_DeserializeAndLoad_Args args
-    args = PJRT_Executable_DeserializeAndLoad_Args_new()
+    cdef PJRT_Executable_DeserializeAndLoad_Args args = PJRT_Executable_DeserializeAndLoad_Args_new()
     args.client = client.ptr
     args.serialized_executable = serialized
     args.serialized_executable_size = len(serialized)
@@ -242,23 +241,19 @@ cdef class ExecutableHandle:
         cdef size_t i
         self.client = client
         self.ptr = ptr
-        cdef PJRT_LoadedExecutable_GetExecutable_Args g
-        g = PJRT_LoadedExecutable_GetExecutable_Args_new()
+        cdef PJRT_LoadedExecutable_GetExecutable_Args g = PJRT_LoadedExecutable_GetExecutable_Args_new()
         g.loaded_executable = ptr
         PJRT_LoadedExecutable_GetExecutable(api, &g)
         self.executable = g.executable
-        cdef PJRT_Executable_Name_Args n
-        n = PJRT_Executable_Name_Args_new()
+        cdef PJRT_Executable_Name_Args n = PJRT_Executable_Name_Args_new()
         n.executable = self.executable
         PJRT_Executable_Name(api, &n)
         self.name = to_str(n.executable_name, n.executable_name_size)
-        cdef PJRT_Executable_NumOutputs_Args o
-        o = PJRT_Executable_NumOutputs_Args_new()
+        cdef PJRT_Executable_NumOutputs_Args o = PJRT_Executable_NumOutputs_Args_new()
         o.executable = self.executable
         PJRT_Executable_NumOutputs(api, &o)
         self.num_outputs = o.num_outputs
-        cdef PJRT_LoadedExecutable_AddressableDevices_Args d
-        d = PJRT_LoadedExecutable_AddressableDevices_Args_new()
+        cdef PJRT_LoadedExecutable_AddressableDevices_Args d = PJRT_LoadedExecutable_AddressableDevices_Args_new()
         d.executable = ptr
         PJRT_LoadedExecutable_AddressableDevices(api, &d)
         self.addressable_devices = tuple(
@@ -589,24 +584,21 @@ cdef class ExecutableHandle:
 
     @property
     def num_replicas(self):
-        cdef PJRT_Executable_NumReplicas_Args args
-        args = PJRT_Executable_NumReplicas_Args_new()
+        cdef PJRT_Executable_NumReplicas_Args args = PJRT_Executable_NumReplicas_Args_new()
         args.executable = self.executable
         PJRT_Executable_NumReplicas(self.client.api, &args)
         return args.num_replicas
 
     @property
     def num_partitions(self):
-        cdef PJRT_Executable_NumPartitions_Args args
-        args = PJRT_Executable_NumPartitions_Args_new()
+        cdef PJRT_Executable_NumPartitions_Args args = PJRT_Executable_NumPartitions_Args_new()
         args.executable = self.executable
         PJRT_Executable_NumPartitions(self.client.api, &args)
         return args.num_partitions
 
     @property
     def size_of_generated_code_in_bytes(self):
-        cdef PJRT_Executable_SizeOfGeneratedCodeInBytes_Args args
-        args = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_new()
+        cdef PJRT_Executable_SizeOfGeneratedCodeInBytes_Args args = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_new()
         args.executable = self.executable
         PJRT_Executable_SizeOfGeneratedCodeInBytes(self.client.api, &args)
         return args.size_in_bytes
@@ -649,8 +641,7 @@ cdef class ExecutableHandle:
         """``(format, code)`` of the compiled program, e.g. ("hlo", serialized HloModuleProto)."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OptimizedProgram_Args args
-        cdef PJRT_Program program
-        program = PJRT_Program_new()
+        cdef PJRT_Program program = PJRT_Program_new()
         args = PJRT_Executable_OptimizedProgram_Args_new()
         args.executable = self.executable
         args.program = &program
@@ -663,8 +654,7 @@ cdef class ExecutableHandle:
 
     def fingerprint(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_Fingerprint_Args args
-        args = PJRT_Executable_Fingerprint_Args_new()
+        cdef PJRT_Executable_Fingerprint_Args args = PJRT_Executable_Fingerprint_Args_new()
         args.executable = self.executable
         PJRT_Executable_Fingerprint(api, &args)
         return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
@@ -673,8 +663,7 @@ cdef class ExecutableHandle:
         """The plugin's serialized executable, for ``deserialize_and_load`` with the same
         plugin (unsealed: the PjRt backend seals it, ``ifrtpy.backends.pjrt.seal``)."""
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_Serialize_Args args
-        args = PJRT_Executable_Serialize_Args_new()
+        cdef PJRT_Executable_Serialize_Args args = PJRT_Executable_Serialize_Args_new()
         args.executable = self.executable
         PJRT_Executable_Serialize(api, &args)
         try:
@@ -686,8 +675,7 @@ cdef class ExecutableHandle:
 
     def compiled_memory_stats(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_GetCompiledMemoryStats_Args a
-        a = PJRT_Executable_GetCompiledMemoryStats_Args_new()
+        cdef PJRT_Executable_GetCompiledMemoryStats_Args a = PJRT_Executable_GetCompiledMemoryStats_Args_new()
         a.executable = self.executable
         PJRT_Executable_GetCompiledMemoryStats(api, &a)
         return {
@@ -706,21 +694,18 @@ cdef class ExecutableHandle:
 
     def cost_analysis(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_GetCostAnalysis_Args args
-        args = PJRT_Executable_GetCostAnalysis_Args_new()
+        cdef PJRT_Executable_GetCostAnalysis_Args args = PJRT_Executable_GetCostAnalysis_Args_new()
         args.executable = self.executable
         PJRT_Executable_GetCostAnalysis(api, &args)
         return named_values_to_dict(args.properties, args.num_properties)
 
     def delete(self):
-        cdef PJRT_LoadedExecutable_Delete_Args args
-        args = PJRT_LoadedExecutable_Delete_Args_new()
+        cdef PJRT_LoadedExecutable_Delete_Args args = PJRT_LoadedExecutable_Delete_Args_new()
         args.executable = self.ptr
         PJRT_LoadedExecutable_Delete(self.client.api, &args)
 
     def is_deleted(self):
-        cdef PJRT_LoadedExecutable_IsDeleted_Args args
-        args = PJRT_LoadedExecutable_IsDeleted_Args_new()
+        cdef PJRT_LoadedExecutable_IsDeleted_Args args = PJRT_LoadedExecutable_IsDeleted_Args_new()
         args.executable = self.ptr
         PJRT_LoadedExecutable_IsDeleted(self.client.api, &args)
         return args.is_deleted

@@ -223,8 +223,7 @@ cdef int _register(PluginHandle plugin, str name, void* handler, str platform,
         raise _errors.UnimplementedError(f"the plugin {plugin.path} cannot register FFI handlers")
     cdef bytes name_bytes = name.encode()
     cdef bytes platform_bytes = platform.encode()
-    cdef PJRT_FFI_Register_Handler_Args args
-    args = PJRT_FFI_Register_Handler_Args_new()
+    cdef PJRT_FFI_Register_Handler_Args args = PJRT_FFI_Register_Handler_Args_new()
     args.target_name = name_bytes
     args.target_name_size = len(name_bytes)
     args.handler = handler
