@@ -10,9 +10,13 @@ a ``.pxd`` count as that file, or as the module of its name where there is one (
 ``cdef class``'s attributes declared there). Files outside ifrtpy (the standard library,
 jaxlib) are listed apart.
 
-    python benchmarks/count_execute_files.py [--keep DIR] [--program add|spmd]
+    python benchmarks/count_execute_files.py [--keep DIR] [--program add|spmd] [--plain [--json]]
 
 ``--program spmd``: ``x * 2 + 1`` on f32[128] split over 8 devices by a NamedSharding.
+
+``--plain``: no profiling copy: the installed package, whose Cython functions the hook
+does not see, so only its Python files count (what tests/backends/pjrt/
+test_pjrt_execute_files.py pins, with ``--json``: the files of each call as JSON).
 
 ``--keep DIR`` builds the profiling copy in DIR, or reuses one built there before.
 Needs Python 3.11 (Cython profiles through ``sys.setprofile`` there).
@@ -20,6 +24,7 @@ Needs Python 3.11 (Cython profiles through ``sys.setprofile`` there).
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -62,8 +67,9 @@ def build_profiling_copy(target: str) -> None:
         os.chdir(cwd)
 
 
-def count(program: str) -> None:
-    """In a process importing the profiling copy: the files each call enters."""
+def count(program: str, as_json: bool = False) -> None:
+    """In a process importing the profiling copy (or, ``--plain``, the package as
+    installed): the files each call enters."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     import jax
@@ -105,6 +111,7 @@ def count(program: str) -> None:
             path = path[:-4] + ".pyx"
         return os.path.relpath(path, root) if path.startswith(package) else name
 
+    found = []
     for label in ("first", "repeated"):
         entered.clear()
         sys.setprofile(hook)
@@ -116,22 +123,30 @@ def count(program: str) -> None:
             files[source(name)] = files.get(source(name), 0) + calls
         ours = sorted(n for n in files if n.startswith("ifrtpy" + os.sep))
         others = sorted(n for n in files if n not in ours)
+        found.append(ours)
+        if as_json:
+            continue
         print(f"{label} exe(a): {len(ours)} ifrtpy files ({sum(files[n] for n in ours)} "
               f"function calls in them); {len(others)} other files")
         for name in ours:
             print(f"  {files[name]:4d}  {name}")
         for name in others:
             print(f"  {files[name]:4d}  ({name})")
+    if as_json:
+        print(json.dumps(found))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", default=None, help="build (or reuse) the profiling copy here")
     parser.add_argument("--program", choices=("add", "spmd"), default="add")
+    parser.add_argument("--plain", action="store_true",
+                        help="count in the package as installed: its Python files only")
+    parser.add_argument("--json", action="store_true", help="with --plain: print JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        count(args.program)
+    if args.child or args.plain:
+        count(args.program, args.json)
         return
     target = args.keep or tempfile.mkdtemp(prefix="ifrtpy-profile-")
     if not os.path.isdir(os.path.join(target, "ifrtpy")):

@@ -31,9 +31,20 @@ if TYPE_CHECKING:
 __all__ = [
     "ExecuteContract", "CheckedExecute", "ArgumentChecks", "NamedOutputs",
     "check_execute_devices", "check_argument_count", "check_argument_live",
-    "check_argument_value", "check_argument_placement", "same_domains",
+    "check_argument_value", "check_argument_placement", "same_domains", "donated_arguments",
 ]
 
+
+
+def donated_arguments(donatable: frozenset[int], options: ExecuteOptions | None) -> frozenset[int]:
+    """The arguments a call with ``options`` (None: the defaults) gives up, of the
+    program's ``donatable`` ones: all but ``options.non_donatable_input_indices``. Worked
+    out here only: the contract's :class:`CheckedExecute` carries it, a backend repeating
+    a call of checked kinds with other options asks it again, and ``_pjrt`` is handed
+    it."""
+    if options is None or not donatable or not options.non_donatable_input_indices:
+        return donatable
+    return donatable - options.non_donatable_input_indices
 
 
 def check_execute_devices(executable: LoadedExecutable, devices: Any) -> Device | None:
@@ -235,10 +246,8 @@ class ExecuteContract:
         checked = self.arguments.check(args, shardings)
         if device is None:
             outputs = None if self.named_outputs is None else self.named_outputs(checked)
-        donated = self._donatable
-        if donated and options.non_donatable_input_indices:
-            donated = donated - options.non_donatable_input_indices
-        return CheckedExecute(checked, options, device, donated, outputs)
+        return CheckedExecute(checked, options, device,
+                              donated_arguments(self._donatable, options), outputs)
 
 
 _DEFAULT_EXECUTE_OPTIONS = ExecuteOptions()

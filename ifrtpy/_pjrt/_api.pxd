@@ -4,7 +4,13 @@
 # What each flavour does is said in api_functions.txt; how to add a function, in
 # docs/pjrt-layer.md.
 
+from libc.string cimport memset
+
 from ifrtpy._pjrt.pjrt_c_api cimport *
+from ifrtpy._pjrt.xla_ffi cimport (
+    PJRT_FFI_Register_Handler_Args, PJRT_FFI_Register_Handler_Args_STRUCT_SIZE,
+    PJRT_FFI_Type_Register_Args, PJRT_FFI_Type_Register_Args_STRUCT_SIZE,
+    PJRT_FFI_UserData_Add_Args, PJRT_FFI_UserData_Add_Args_STRUCT_SIZE)
 from ifrtpy._pjrt._base cimport check, drop_error, raise_unimplemented
 
 
@@ -16,6 +22,12 @@ cdef inline bint _in_table(const PJRT_Api* api, const void* slot) noexcept nogil
 
 # -- PJRT_Error_Destroy (keeps the GIL)
 
+cdef inline PJRT_Error_Destroy_Args PJRT_Error_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_Error_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Error_Destroy(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Error_Destroy) and api.PJRT_Error_Destroy != NULL
 
@@ -24,6 +36,12 @@ cdef inline void PJRT_Error_Destroy(const PJRT_Api* api, PJRT_Error_Destroy_Args
 
 
 # -- PJRT_Error_Message (keeps the GIL)
+
+cdef inline PJRT_Error_Message_Args PJRT_Error_Message_Args_new() noexcept nogil:
+    cdef PJRT_Error_Message_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Error_Message(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Error_Message) and api.PJRT_Error_Message != NULL
@@ -34,6 +52,12 @@ cdef inline void PJRT_Error_Message(const PJRT_Api* api, PJRT_Error_Message_Args
 
 # -- PJRT_Error_GetCode (keeps the GIL)
 
+cdef inline PJRT_Error_GetCode_Args PJRT_Error_GetCode_Args_new() noexcept nogil:
+    cdef PJRT_Error_GetCode_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Error_GetCode(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Error_GetCode) and api.PJRT_Error_GetCode != NULL
 
@@ -42,6 +66,12 @@ cdef inline PJRT_Error* PJRT_Error_GetCode(const PJRT_Api* api, PJRT_Error_GetCo
 
 
 # -- PJRT_Plugin_Initialize (releases the GIL)
+
+cdef inline PJRT_Plugin_Initialize_Args PJRT_Plugin_Initialize_Args_new() noexcept nogil:
+    cdef PJRT_Plugin_Initialize_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Plugin_Initialize(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Plugin_Initialize) and api.PJRT_Plugin_Initialize != NULL
@@ -59,6 +89,12 @@ cdef inline int PJRT_Plugin_Initialize(const PJRT_Api* api, PJRT_Plugin_Initiali
 
 # -- PJRT_Plugin_Attributes (keeps the GIL)
 
+cdef inline PJRT_Plugin_Attributes_Args PJRT_Plugin_Attributes_Args_new() noexcept nogil:
+    cdef PJRT_Plugin_Attributes_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Plugin_Attributes(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Plugin_Attributes) and api.PJRT_Plugin_Attributes != NULL
 
@@ -74,6 +110,12 @@ cdef inline int PJRT_Plugin_Attributes(const PJRT_Api* api, PJRT_Plugin_Attribut
 
 # -- PJRT_Event_Destroy (keeps the GIL)
 
+cdef inline PJRT_Event_Destroy_Args PJRT_Event_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_Event_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Event_Destroy(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Event_Destroy) and api.PJRT_Event_Destroy != NULL
 
@@ -88,6 +130,12 @@ cdef inline bint PJRT_Event_Destroy_quiet(const PJRT_Api* api, PJRT_Event_Destro
 
 
 # -- PJRT_Event_IsReady (keeps the GIL)
+
+cdef inline PJRT_Event_IsReady_Args PJRT_Event_IsReady_Args_new() noexcept nogil:
+    cdef PJRT_Event_IsReady_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Event_IsReady(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Event_IsReady) and api.PJRT_Event_IsReady != NULL
@@ -112,6 +160,12 @@ cdef inline int PJRT_Event_IsReady_raw(const PJRT_Api* api, PJRT_Event_IsReady_A
 
 # -- PJRT_Event_Error (keeps the GIL)
 
+cdef inline PJRT_Event_Error_Args PJRT_Event_Error_Args_new() noexcept nogil:
+    cdef PJRT_Event_Error_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Event_Error(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Event_Error) and api.PJRT_Event_Error != NULL
 
@@ -135,6 +189,12 @@ cdef inline int PJRT_Event_Error_raw(const PJRT_Api* api, PJRT_Event_Error_Args*
 
 # -- PJRT_Event_Await (releases the GIL)
 
+cdef inline PJRT_Event_Await_Args PJRT_Event_Await_Args_new() noexcept nogil:
+    cdef PJRT_Event_Await_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Event_Await(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Event_Await) and api.PJRT_Event_Await != NULL
 
@@ -150,6 +210,12 @@ cdef inline int PJRT_Event_Await(const PJRT_Api* api, PJRT_Event_Await_Args* arg
 
 
 # -- PJRT_Event_OnReady (releases the GIL)
+
+cdef inline PJRT_Event_OnReady_Args PJRT_Event_OnReady_Args_new() noexcept nogil:
+    cdef PJRT_Event_OnReady_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Event_OnReady(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Event_OnReady) and api.PJRT_Event_OnReady != NULL
@@ -167,6 +233,12 @@ cdef inline int PJRT_Event_OnReady(const PJRT_Api* api, PJRT_Event_OnReady_Args*
 
 # -- PJRT_Client_Create (releases the GIL)
 
+cdef inline PJRT_Client_Create_Args PJRT_Client_Create_Args_new() noexcept nogil:
+    cdef PJRT_Client_Create_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_Create(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_Create) and api.PJRT_Client_Create != NULL
 
@@ -183,6 +255,12 @@ cdef inline int PJRT_Client_Create(const PJRT_Api* api, PJRT_Client_Create_Args*
 
 # -- PJRT_Client_Destroy (releases the GIL)
 
+cdef inline PJRT_Client_Destroy_Args PJRT_Client_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_Client_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_Destroy(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_Destroy) and api.PJRT_Client_Destroy != NULL
 
@@ -197,6 +275,12 @@ cdef inline bint PJRT_Client_Destroy_quiet(const PJRT_Api* api, PJRT_Client_Dest
 
 
 # -- PJRT_Client_PlatformName (keeps the GIL)
+
+cdef inline PJRT_Client_PlatformName_Args PJRT_Client_PlatformName_Args_new() noexcept nogil:
+    cdef PJRT_Client_PlatformName_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Client_PlatformName(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_PlatformName) and api.PJRT_Client_PlatformName != NULL
@@ -213,6 +297,12 @@ cdef inline int PJRT_Client_PlatformName(const PJRT_Api* api, PJRT_Client_Platfo
 
 # -- PJRT_Client_ProcessIndex (keeps the GIL)
 
+cdef inline PJRT_Client_ProcessIndex_Args PJRT_Client_ProcessIndex_Args_new() noexcept nogil:
+    cdef PJRT_Client_ProcessIndex_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_ProcessIndex(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_ProcessIndex) and api.PJRT_Client_ProcessIndex != NULL
 
@@ -227,6 +317,12 @@ cdef inline int PJRT_Client_ProcessIndex(const PJRT_Api* api, PJRT_Client_Proces
 
 
 # -- PJRT_Client_PlatformVersion (keeps the GIL)
+
+cdef inline PJRT_Client_PlatformVersion_Args PJRT_Client_PlatformVersion_Args_new() noexcept nogil:
+    cdef PJRT_Client_PlatformVersion_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_PlatformVersion_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Client_PlatformVersion(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_PlatformVersion) and api.PJRT_Client_PlatformVersion != NULL
@@ -243,6 +339,12 @@ cdef inline int PJRT_Client_PlatformVersion(const PJRT_Api* api, PJRT_Client_Pla
 
 # -- PJRT_Client_Devices (keeps the GIL)
 
+cdef inline PJRT_Client_Devices_Args PJRT_Client_Devices_Args_new() noexcept nogil:
+    cdef PJRT_Client_Devices_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_Devices(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_Devices) and api.PJRT_Client_Devices != NULL
 
@@ -257,6 +359,12 @@ cdef inline int PJRT_Client_Devices(const PJRT_Api* api, PJRT_Client_Devices_Arg
 
 
 # -- PJRT_Client_AddressableDevices (keeps the GIL)
+
+cdef inline PJRT_Client_AddressableDevices_Args PJRT_Client_AddressableDevices_Args_new() noexcept nogil:
+    cdef PJRT_Client_AddressableDevices_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Client_AddressableDevices(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_AddressableDevices) and api.PJRT_Client_AddressableDevices != NULL
@@ -273,6 +381,12 @@ cdef inline int PJRT_Client_AddressableDevices(const PJRT_Api* api, PJRT_Client_
 
 # -- PJRT_Client_LookupDevice (keeps the GIL)
 
+cdef inline PJRT_Client_LookupDevice_Args PJRT_Client_LookupDevice_Args_new() noexcept nogil:
+    cdef PJRT_Client_LookupDevice_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_LookupDevice(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_LookupDevice) and api.PJRT_Client_LookupDevice != NULL
 
@@ -287,6 +401,12 @@ cdef inline int PJRT_Client_LookupDevice(const PJRT_Api* api, PJRT_Client_Lookup
 
 
 # -- PJRT_Client_Compile (releases the GIL)
+
+cdef inline PJRT_Client_Compile_Args PJRT_Client_Compile_Args_new() noexcept nogil:
+    cdef PJRT_Client_Compile_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Client_Compile(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_Compile) and api.PJRT_Client_Compile != NULL
@@ -304,6 +424,12 @@ cdef inline int PJRT_Client_Compile(const PJRT_Api* api, PJRT_Client_Compile_Arg
 
 # -- PJRT_Client_DefaultDeviceAssignment (releases the GIL)
 
+cdef inline PJRT_Client_DefaultDeviceAssignment_Args PJRT_Client_DefaultDeviceAssignment_Args_new() noexcept nogil:
+    cdef PJRT_Client_DefaultDeviceAssignment_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_DefaultDeviceAssignment_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_DefaultDeviceAssignment(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_DefaultDeviceAssignment) and api.PJRT_Client_DefaultDeviceAssignment != NULL
 
@@ -319,6 +445,12 @@ cdef inline int PJRT_Client_DefaultDeviceAssignment(const PJRT_Api* api, PJRT_Cl
 
 
 # -- PJRT_Client_BufferFromHostBuffer (releases the GIL)
+
+cdef inline PJRT_Client_BufferFromHostBuffer_Args PJRT_Client_BufferFromHostBuffer_Args_new() noexcept nogil:
+    cdef PJRT_Client_BufferFromHostBuffer_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Client_BufferFromHostBuffer(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Client_BufferFromHostBuffer) and api.PJRT_Client_BufferFromHostBuffer != NULL
@@ -336,6 +468,12 @@ cdef inline int PJRT_Client_BufferFromHostBuffer(const PJRT_Api* api, PJRT_Clien
 
 # -- PJRT_DeviceDescription_Id (keeps the GIL)
 
+cdef inline PJRT_DeviceDescription_Id_Args PJRT_DeviceDescription_Id_Args_new() noexcept nogil:
+    cdef PJRT_DeviceDescription_Id_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_DeviceDescription_Id(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_DeviceDescription_Id) and api.PJRT_DeviceDescription_Id != NULL
 
@@ -350,6 +488,12 @@ cdef inline int PJRT_DeviceDescription_Id(const PJRT_Api* api, PJRT_DeviceDescri
 
 
 # -- PJRT_DeviceDescription_ProcessIndex (keeps the GIL)
+
+cdef inline PJRT_DeviceDescription_ProcessIndex_Args PJRT_DeviceDescription_ProcessIndex_Args_new() noexcept nogil:
+    cdef PJRT_DeviceDescription_ProcessIndex_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_DeviceDescription_ProcessIndex(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_DeviceDescription_ProcessIndex) and api.PJRT_DeviceDescription_ProcessIndex != NULL
@@ -366,6 +510,12 @@ cdef inline int PJRT_DeviceDescription_ProcessIndex(const PJRT_Api* api, PJRT_De
 
 # -- PJRT_DeviceDescription_Attributes (keeps the GIL)
 
+cdef inline PJRT_DeviceDescription_Attributes_Args PJRT_DeviceDescription_Attributes_Args_new() noexcept nogil:
+    cdef PJRT_DeviceDescription_Attributes_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_DeviceDescription_Attributes_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_DeviceDescription_Attributes(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_DeviceDescription_Attributes) and api.PJRT_DeviceDescription_Attributes != NULL
 
@@ -380,6 +530,12 @@ cdef inline int PJRT_DeviceDescription_Attributes(const PJRT_Api* api, PJRT_Devi
 
 
 # -- PJRT_DeviceDescription_Kind (keeps the GIL)
+
+cdef inline PJRT_DeviceDescription_Kind_Args PJRT_DeviceDescription_Kind_Args_new() noexcept nogil:
+    cdef PJRT_DeviceDescription_Kind_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_DeviceDescription_Kind(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_DeviceDescription_Kind) and api.PJRT_DeviceDescription_Kind != NULL
@@ -396,6 +552,12 @@ cdef inline int PJRT_DeviceDescription_Kind(const PJRT_Api* api, PJRT_DeviceDesc
 
 # -- PJRT_DeviceDescription_DebugString (keeps the GIL)
 
+cdef inline PJRT_DeviceDescription_DebugString_Args PJRT_DeviceDescription_DebugString_Args_new() noexcept nogil:
+    cdef PJRT_DeviceDescription_DebugString_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_DeviceDescription_DebugString(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_DeviceDescription_DebugString) and api.PJRT_DeviceDescription_DebugString != NULL
 
@@ -410,6 +572,12 @@ cdef inline int PJRT_DeviceDescription_DebugString(const PJRT_Api* api, PJRT_Dev
 
 
 # -- PJRT_DeviceDescription_ToString (keeps the GIL)
+
+cdef inline PJRT_DeviceDescription_ToString_Args PJRT_DeviceDescription_ToString_Args_new() noexcept nogil:
+    cdef PJRT_DeviceDescription_ToString_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_DeviceDescription_ToString_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_DeviceDescription_ToString(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_DeviceDescription_ToString) and api.PJRT_DeviceDescription_ToString != NULL
@@ -426,6 +594,12 @@ cdef inline int PJRT_DeviceDescription_ToString(const PJRT_Api* api, PJRT_Device
 
 # -- PJRT_Device_GetDescription (keeps the GIL)
 
+cdef inline PJRT_Device_GetDescription_Args PJRT_Device_GetDescription_Args_new() noexcept nogil:
+    cdef PJRT_Device_GetDescription_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Device_GetDescription(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Device_GetDescription) and api.PJRT_Device_GetDescription != NULL
 
@@ -440,6 +614,12 @@ cdef inline int PJRT_Device_GetDescription(const PJRT_Api* api, PJRT_Device_GetD
 
 
 # -- PJRT_Device_IsAddressable (keeps the GIL)
+
+cdef inline PJRT_Device_IsAddressable_Args PJRT_Device_IsAddressable_Args_new() noexcept nogil:
+    cdef PJRT_Device_IsAddressable_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Device_IsAddressable_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Device_IsAddressable(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Device_IsAddressable) and api.PJRT_Device_IsAddressable != NULL
@@ -456,6 +636,12 @@ cdef inline int PJRT_Device_IsAddressable(const PJRT_Api* api, PJRT_Device_IsAdd
 
 # -- PJRT_Device_LocalHardwareId (keeps the GIL)
 
+cdef inline PJRT_Device_LocalHardwareId_Args PJRT_Device_LocalHardwareId_Args_new() noexcept nogil:
+    cdef PJRT_Device_LocalHardwareId_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Device_LocalHardwareId_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Device_LocalHardwareId(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Device_LocalHardwareId) and api.PJRT_Device_LocalHardwareId != NULL
 
@@ -470,6 +656,12 @@ cdef inline int PJRT_Device_LocalHardwareId(const PJRT_Api* api, PJRT_Device_Loc
 
 
 # -- PJRT_Device_AddressableMemories (keeps the GIL)
+
+cdef inline PJRT_Device_AddressableMemories_Args PJRT_Device_AddressableMemories_Args_new() noexcept nogil:
+    cdef PJRT_Device_AddressableMemories_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Device_AddressableMemories_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Device_AddressableMemories(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Device_AddressableMemories) and api.PJRT_Device_AddressableMemories != NULL
@@ -486,6 +678,12 @@ cdef inline int PJRT_Device_AddressableMemories(const PJRT_Api* api, PJRT_Device
 
 # -- PJRT_Device_DefaultMemory (keeps the GIL)
 
+cdef inline PJRT_Device_DefaultMemory_Args PJRT_Device_DefaultMemory_Args_new() noexcept nogil:
+    cdef PJRT_Device_DefaultMemory_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Device_DefaultMemory_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Device_DefaultMemory(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Device_DefaultMemory) and api.PJRT_Device_DefaultMemory != NULL
 
@@ -500,6 +698,12 @@ cdef inline int PJRT_Device_DefaultMemory(const PJRT_Api* api, PJRT_Device_Defau
 
 
 # -- PJRT_Device_MemoryStats (keeps the GIL)
+
+cdef inline PJRT_Device_MemoryStats_Args PJRT_Device_MemoryStats_Args_new() noexcept nogil:
+    cdef PJRT_Device_MemoryStats_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Device_MemoryStats(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Device_MemoryStats) and api.PJRT_Device_MemoryStats != NULL
@@ -516,6 +720,12 @@ cdef inline int PJRT_Device_MemoryStats(const PJRT_Api* api, PJRT_Device_MemoryS
 
 # -- PJRT_Memory_Id (keeps the GIL)
 
+cdef inline PJRT_Memory_Id_Args PJRT_Memory_Id_Args_new() noexcept nogil:
+    cdef PJRT_Memory_Id_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Memory_Id_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Memory_Id(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Memory_Id) and api.PJRT_Memory_Id != NULL
 
@@ -530,6 +740,12 @@ cdef inline int PJRT_Memory_Id(const PJRT_Api* api, PJRT_Memory_Id_Args* args) e
 
 
 # -- PJRT_Memory_Kind (keeps the GIL)
+
+cdef inline PJRT_Memory_Kind_Args PJRT_Memory_Kind_Args_new() noexcept nogil:
+    cdef PJRT_Memory_Kind_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Memory_Kind_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Memory_Kind(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Memory_Kind) and api.PJRT_Memory_Kind != NULL
@@ -546,6 +762,12 @@ cdef inline int PJRT_Memory_Kind(const PJRT_Api* api, PJRT_Memory_Kind_Args* arg
 
 # -- PJRT_Memory_DebugString (keeps the GIL)
 
+cdef inline PJRT_Memory_DebugString_Args PJRT_Memory_DebugString_Args_new() noexcept nogil:
+    cdef PJRT_Memory_DebugString_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Memory_DebugString_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Memory_DebugString(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Memory_DebugString) and api.PJRT_Memory_DebugString != NULL
 
@@ -560,6 +782,12 @@ cdef inline int PJRT_Memory_DebugString(const PJRT_Api* api, PJRT_Memory_DebugSt
 
 
 # -- PJRT_Memory_ToString (keeps the GIL)
+
+cdef inline PJRT_Memory_ToString_Args PJRT_Memory_ToString_Args_new() noexcept nogil:
+    cdef PJRT_Memory_ToString_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Memory_ToString_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Memory_ToString(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Memory_ToString) and api.PJRT_Memory_ToString != NULL
@@ -576,6 +804,12 @@ cdef inline int PJRT_Memory_ToString(const PJRT_Api* api, PJRT_Memory_ToString_A
 
 # -- PJRT_Memory_AddressableByDevices (keeps the GIL)
 
+cdef inline PJRT_Memory_AddressableByDevices_Args PJRT_Memory_AddressableByDevices_Args_new() noexcept nogil:
+    cdef PJRT_Memory_AddressableByDevices_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Memory_AddressableByDevices_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Memory_AddressableByDevices(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Memory_AddressableByDevices) and api.PJRT_Memory_AddressableByDevices != NULL
 
@@ -590,6 +824,12 @@ cdef inline int PJRT_Memory_AddressableByDevices(const PJRT_Api* api, PJRT_Memor
 
 
 # -- PJRT_Executable_Destroy (keeps the GIL)
+
+cdef inline PJRT_Executable_Destroy_Args PJRT_Executable_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_Executable_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_Destroy(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_Destroy) and api.PJRT_Executable_Destroy != NULL
@@ -606,6 +846,12 @@ cdef inline bint PJRT_Executable_Destroy_quiet(const PJRT_Api* api, PJRT_Executa
 
 # -- PJRT_Executable_Name (keeps the GIL)
 
+cdef inline PJRT_Executable_Name_Args PJRT_Executable_Name_Args_new() noexcept nogil:
+    cdef PJRT_Executable_Name_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_Name_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_Name(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_Name) and api.PJRT_Executable_Name != NULL
 
@@ -620,6 +866,12 @@ cdef inline int PJRT_Executable_Name(const PJRT_Api* api, PJRT_Executable_Name_A
 
 
 # -- PJRT_Executable_NumReplicas (keeps the GIL)
+
+cdef inline PJRT_Executable_NumReplicas_Args PJRT_Executable_NumReplicas_Args_new() noexcept nogil:
+    cdef PJRT_Executable_NumReplicas_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_NumReplicas_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_NumReplicas(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_NumReplicas) and api.PJRT_Executable_NumReplicas != NULL
@@ -636,6 +888,12 @@ cdef inline int PJRT_Executable_NumReplicas(const PJRT_Api* api, PJRT_Executable
 
 # -- PJRT_Executable_NumPartitions (keeps the GIL)
 
+cdef inline PJRT_Executable_NumPartitions_Args PJRT_Executable_NumPartitions_Args_new() noexcept nogil:
+    cdef PJRT_Executable_NumPartitions_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_NumPartitions_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_NumPartitions(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_NumPartitions) and api.PJRT_Executable_NumPartitions != NULL
 
@@ -650,6 +908,12 @@ cdef inline int PJRT_Executable_NumPartitions(const PJRT_Api* api, PJRT_Executab
 
 
 # -- PJRT_Executable_NumOutputs (keeps the GIL)
+
+cdef inline PJRT_Executable_NumOutputs_Args PJRT_Executable_NumOutputs_Args_new() noexcept nogil:
+    cdef PJRT_Executable_NumOutputs_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_NumOutputs(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_NumOutputs) and api.PJRT_Executable_NumOutputs != NULL
@@ -666,6 +930,12 @@ cdef inline int PJRT_Executable_NumOutputs(const PJRT_Api* api, PJRT_Executable_
 
 # -- PJRT_Executable_SizeOfGeneratedCodeInBytes (keeps the GIL)
 
+cdef inline PJRT_Executable_SizeOfGeneratedCodeInBytes_Args PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_new() noexcept nogil:
+    cdef PJRT_Executable_SizeOfGeneratedCodeInBytes_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_SizeOfGeneratedCodeInBytes(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_SizeOfGeneratedCodeInBytes) and api.PJRT_Executable_SizeOfGeneratedCodeInBytes != NULL
 
@@ -680,6 +950,12 @@ cdef inline int PJRT_Executable_SizeOfGeneratedCodeInBytes(const PJRT_Api* api, 
 
 
 # -- PJRT_Executable_GetCostAnalysis (keeps the GIL)
+
+cdef inline PJRT_Executable_GetCostAnalysis_Args PJRT_Executable_GetCostAnalysis_Args_new() noexcept nogil:
+    cdef PJRT_Executable_GetCostAnalysis_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_GetCostAnalysis_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_GetCostAnalysis(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_GetCostAnalysis) and api.PJRT_Executable_GetCostAnalysis != NULL
@@ -696,6 +972,12 @@ cdef inline int PJRT_Executable_GetCostAnalysis(const PJRT_Api* api, PJRT_Execut
 
 # -- PJRT_Executable_OutputMemoryKinds (keeps the GIL)
 
+cdef inline PJRT_Executable_OutputMemoryKinds_Args PJRT_Executable_OutputMemoryKinds_Args_new() noexcept nogil:
+    cdef PJRT_Executable_OutputMemoryKinds_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_OutputMemoryKinds_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_OutputMemoryKinds(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_OutputMemoryKinds) and api.PJRT_Executable_OutputMemoryKinds != NULL
 
@@ -711,6 +993,12 @@ cdef inline int PJRT_Executable_OutputMemoryKinds(const PJRT_Api* api, PJRT_Exec
 
 # -- PJRT_Executable_OptimizedProgram (keeps the GIL)
 
+cdef inline PJRT_Executable_OptimizedProgram_Args PJRT_Executable_OptimizedProgram_Args_new() noexcept nogil:
+    cdef PJRT_Executable_OptimizedProgram_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_OptimizedProgram(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_OptimizedProgram) and api.PJRT_Executable_OptimizedProgram != NULL
 
@@ -725,6 +1013,12 @@ cdef inline int PJRT_Executable_OptimizedProgram(const PJRT_Api* api, PJRT_Execu
 
 
 # -- PJRT_Executable_Serialize (releases the GIL)
+
+cdef inline PJRT_Executable_Serialize_Args PJRT_Executable_Serialize_Args_new() noexcept nogil:
+    cdef PJRT_Executable_Serialize_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_Serialize(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_Serialize) and api.PJRT_Executable_Serialize != NULL
@@ -742,6 +1036,12 @@ cdef inline int PJRT_Executable_Serialize(const PJRT_Api* api, PJRT_Executable_S
 
 # -- PJRT_LoadedExecutable_Destroy (releases the GIL)
 
+cdef inline PJRT_LoadedExecutable_Destroy_Args PJRT_LoadedExecutable_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_LoadedExecutable_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_LoadedExecutable_Destroy(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_Destroy) and api.PJRT_LoadedExecutable_Destroy != NULL
 
@@ -756,6 +1056,12 @@ cdef inline bint PJRT_LoadedExecutable_Destroy_quiet(const PJRT_Api* api, PJRT_L
 
 
 # -- PJRT_LoadedExecutable_GetExecutable (keeps the GIL)
+
+cdef inline PJRT_LoadedExecutable_GetExecutable_Args PJRT_LoadedExecutable_GetExecutable_Args_new() noexcept nogil:
+    cdef PJRT_LoadedExecutable_GetExecutable_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_LoadedExecutable_GetExecutable(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_GetExecutable) and api.PJRT_LoadedExecutable_GetExecutable != NULL
@@ -772,6 +1078,12 @@ cdef inline int PJRT_LoadedExecutable_GetExecutable(const PJRT_Api* api, PJRT_Lo
 
 # -- PJRT_LoadedExecutable_AddressableDevices (keeps the GIL)
 
+cdef inline PJRT_LoadedExecutable_AddressableDevices_Args PJRT_LoadedExecutable_AddressableDevices_Args_new() noexcept nogil:
+    cdef PJRT_LoadedExecutable_AddressableDevices_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_LoadedExecutable_AddressableDevices(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_AddressableDevices) and api.PJRT_LoadedExecutable_AddressableDevices != NULL
 
@@ -786,6 +1098,12 @@ cdef inline int PJRT_LoadedExecutable_AddressableDevices(const PJRT_Api* api, PJ
 
 
 # -- PJRT_LoadedExecutable_Delete (keeps the GIL)
+
+cdef inline PJRT_LoadedExecutable_Delete_Args PJRT_LoadedExecutable_Delete_Args_new() noexcept nogil:
+    cdef PJRT_LoadedExecutable_Delete_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_LoadedExecutable_Delete_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_LoadedExecutable_Delete(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_Delete) and api.PJRT_LoadedExecutable_Delete != NULL
@@ -802,6 +1120,12 @@ cdef inline int PJRT_LoadedExecutable_Delete(const PJRT_Api* api, PJRT_LoadedExe
 
 # -- PJRT_LoadedExecutable_IsDeleted (keeps the GIL)
 
+cdef inline PJRT_LoadedExecutable_IsDeleted_Args PJRT_LoadedExecutable_IsDeleted_Args_new() noexcept nogil:
+    cdef PJRT_LoadedExecutable_IsDeleted_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_LoadedExecutable_IsDeleted_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_LoadedExecutable_IsDeleted(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_IsDeleted) and api.PJRT_LoadedExecutable_IsDeleted != NULL
 
@@ -817,6 +1141,12 @@ cdef inline int PJRT_LoadedExecutable_IsDeleted(const PJRT_Api* api, PJRT_Loaded
 
 # -- PJRT_LoadedExecutable_Execute (releases the GIL)
 
+cdef inline PJRT_LoadedExecutable_Execute_Args PJRT_LoadedExecutable_Execute_Args_new() noexcept nogil:
+    cdef PJRT_LoadedExecutable_Execute_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_LoadedExecutable_Execute(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_Execute) and api.PJRT_LoadedExecutable_Execute != NULL
 
@@ -831,6 +1161,12 @@ cdef inline int PJRT_LoadedExecutable_Execute_raw(const PJRT_Api* api, PJRT_Load
 
 
 # -- PJRT_Executable_DeserializeAndLoad (releases the GIL)
+
+cdef inline PJRT_Executable_DeserializeAndLoad_Args PJRT_Executable_DeserializeAndLoad_Args_new() noexcept nogil:
+    cdef PJRT_Executable_DeserializeAndLoad_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_DeserializeAndLoad(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Executable_DeserializeAndLoad) and api.PJRT_Executable_DeserializeAndLoad != NULL
@@ -848,6 +1184,12 @@ cdef inline int PJRT_Executable_DeserializeAndLoad(const PJRT_Api* api, PJRT_Exe
 
 # -- PJRT_Buffer_Destroy (keeps the GIL)
 
+cdef inline PJRT_Buffer_Destroy_Args PJRT_Buffer_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_Destroy(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_Destroy) and api.PJRT_Buffer_Destroy != NULL
 
@@ -862,6 +1204,12 @@ cdef inline bint PJRT_Buffer_Destroy_quiet(const PJRT_Api* api, PJRT_Buffer_Dest
 
 
 # -- PJRT_Buffer_ElementType (keeps the GIL)
+
+cdef inline PJRT_Buffer_ElementType_Args PJRT_Buffer_ElementType_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_ElementType_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_ElementType(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_ElementType) and api.PJRT_Buffer_ElementType != NULL
@@ -878,6 +1226,12 @@ cdef inline int PJRT_Buffer_ElementType(const PJRT_Api* api, PJRT_Buffer_Element
 
 # -- PJRT_Buffer_Dimensions (keeps the GIL)
 
+cdef inline PJRT_Buffer_Dimensions_Args PJRT_Buffer_Dimensions_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_Dimensions_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_Dimensions(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_Dimensions) and api.PJRT_Buffer_Dimensions != NULL
 
@@ -892,6 +1246,12 @@ cdef inline int PJRT_Buffer_Dimensions(const PJRT_Api* api, PJRT_Buffer_Dimensio
 
 
 # -- PJRT_Buffer_GetMemoryLayout (keeps the GIL)
+
+cdef inline PJRT_Buffer_GetMemoryLayout_Args PJRT_Buffer_GetMemoryLayout_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_GetMemoryLayout_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_GetMemoryLayout(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_GetMemoryLayout) and api.PJRT_Buffer_GetMemoryLayout != NULL
@@ -908,6 +1268,12 @@ cdef inline int PJRT_Buffer_GetMemoryLayout(const PJRT_Api* api, PJRT_Buffer_Get
 
 # -- PJRT_Buffer_OnDeviceSizeInBytes (keeps the GIL)
 
+cdef inline PJRT_Buffer_OnDeviceSizeInBytes_Args PJRT_Buffer_OnDeviceSizeInBytes_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_OnDeviceSizeInBytes_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_OnDeviceSizeInBytes(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_OnDeviceSizeInBytes) and api.PJRT_Buffer_OnDeviceSizeInBytes != NULL
 
@@ -922,6 +1288,12 @@ cdef inline int PJRT_Buffer_OnDeviceSizeInBytes(const PJRT_Api* api, PJRT_Buffer
 
 
 # -- PJRT_Buffer_Device (keeps the GIL)
+
+cdef inline PJRT_Buffer_Device_Args PJRT_Buffer_Device_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_Device_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_Device(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_Device) and api.PJRT_Buffer_Device != NULL
@@ -938,6 +1310,12 @@ cdef inline int PJRT_Buffer_Device(const PJRT_Api* api, PJRT_Buffer_Device_Args*
 
 # -- PJRT_Buffer_Memory (keeps the GIL)
 
+cdef inline PJRT_Buffer_Memory_Args PJRT_Buffer_Memory_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_Memory_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_Memory_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_Memory(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_Memory) and api.PJRT_Buffer_Memory != NULL
 
@@ -952,6 +1330,12 @@ cdef inline int PJRT_Buffer_Memory(const PJRT_Api* api, PJRT_Buffer_Memory_Args*
 
 
 # -- PJRT_Buffer_Delete (releases the GIL)
+
+cdef inline PJRT_Buffer_Delete_Args PJRT_Buffer_Delete_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_Delete_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_Delete(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_Delete) and api.PJRT_Buffer_Delete != NULL
@@ -978,6 +1362,12 @@ cdef inline bint PJRT_Buffer_Delete_quiet(const PJRT_Api* api, PJRT_Buffer_Delet
 
 # -- PJRT_Buffer_IsDeleted (keeps the GIL)
 
+cdef inline PJRT_Buffer_IsDeleted_Args PJRT_Buffer_IsDeleted_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_IsDeleted_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_IsDeleted(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_IsDeleted) and api.PJRT_Buffer_IsDeleted != NULL
 
@@ -992,6 +1382,12 @@ cdef inline int PJRT_Buffer_IsDeleted(const PJRT_Api* api, PJRT_Buffer_IsDeleted
 
 
 # -- PJRT_Buffer_CopyToDevice (releases the GIL)
+
+cdef inline PJRT_Buffer_CopyToDevice_Args PJRT_Buffer_CopyToDevice_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_CopyToDevice_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_CopyToDevice(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_CopyToDevice) and api.PJRT_Buffer_CopyToDevice != NULL
@@ -1009,6 +1405,12 @@ cdef inline int PJRT_Buffer_CopyToDevice(const PJRT_Api* api, PJRT_Buffer_CopyTo
 
 # -- PJRT_Buffer_ToHostBuffer (releases the GIL)
 
+cdef inline PJRT_Buffer_ToHostBuffer_Args PJRT_Buffer_ToHostBuffer_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_ToHostBuffer_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_ToHostBuffer(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_ToHostBuffer) and api.PJRT_Buffer_ToHostBuffer != NULL
 
@@ -1024,6 +1426,12 @@ cdef inline int PJRT_Buffer_ToHostBuffer(const PJRT_Api* api, PJRT_Buffer_ToHost
 
 
 # -- PJRT_Buffer_ReadyEvent (keeps the GIL)
+
+cdef inline PJRT_Buffer_ReadyEvent_Args PJRT_Buffer_ReadyEvent_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_ReadyEvent_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_ReadyEvent(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_ReadyEvent) and api.PJRT_Buffer_ReadyEvent != NULL
@@ -1048,6 +1456,12 @@ cdef inline int PJRT_Buffer_ReadyEvent_raw(const PJRT_Api* api, PJRT_Buffer_Read
 
 # -- PJRT_Buffer_UnsafePointer (keeps the GIL)
 
+cdef inline PJRT_Buffer_UnsafePointer_Args PJRT_Buffer_UnsafePointer_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_UnsafePointer_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_UnsafePointer(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_UnsafePointer) and api.PJRT_Buffer_UnsafePointer != NULL
 
@@ -1062,6 +1476,12 @@ cdef inline int PJRT_Buffer_UnsafePointer(const PJRT_Api* api, PJRT_Buffer_Unsaf
 
 
 # -- PJRT_Buffer_IncreaseExternalReferenceCount (keeps the GIL)
+
+cdef inline PJRT_Buffer_IncreaseExternalReferenceCount_Args PJRT_Buffer_IncreaseExternalReferenceCount_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_IncreaseExternalReferenceCount_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_IncreaseExternalReferenceCount(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_IncreaseExternalReferenceCount) and api.PJRT_Buffer_IncreaseExternalReferenceCount != NULL
@@ -1078,6 +1498,12 @@ cdef inline int PJRT_Buffer_IncreaseExternalReferenceCount(const PJRT_Api* api, 
 
 # -- PJRT_Buffer_DecreaseExternalReferenceCount (keeps the GIL)
 
+cdef inline PJRT_Buffer_DecreaseExternalReferenceCount_Args PJRT_Buffer_DecreaseExternalReferenceCount_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_DecreaseExternalReferenceCount_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Buffer_DecreaseExternalReferenceCount(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_Buffer_DecreaseExternalReferenceCount) and api.PJRT_Buffer_DecreaseExternalReferenceCount != NULL
 
@@ -1092,6 +1518,12 @@ cdef inline bint PJRT_Buffer_DecreaseExternalReferenceCount_quiet(const PJRT_Api
 
 
 # -- PJRT_Executable_OutputElementTypes (since 0.29, keeps the GIL)
+
+cdef inline PJRT_Executable_OutputElementTypes_Args PJRT_Executable_OutputElementTypes_Args_new() noexcept nogil:
+    cdef PJRT_Executable_OutputElementTypes_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_OutputElementTypes_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_OutputElementTypes(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 29 and _in_table(api, &api.PJRT_Executable_OutputElementTypes) and api.PJRT_Executable_OutputElementTypes != NULL
@@ -1108,6 +1540,12 @@ cdef inline int PJRT_Executable_OutputElementTypes(const PJRT_Api* api, PJRT_Exe
 
 # -- PJRT_Executable_OutputDimensions (since 0.29, keeps the GIL)
 
+cdef inline PJRT_Executable_OutputDimensions_Args PJRT_Executable_OutputDimensions_Args_new() noexcept nogil:
+    cdef PJRT_Executable_OutputDimensions_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_OutputDimensions_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_OutputDimensions(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 29 and _in_table(api, &api.PJRT_Executable_OutputDimensions) and api.PJRT_Executable_OutputDimensions != NULL
 
@@ -1122,6 +1560,12 @@ cdef inline int PJRT_Executable_OutputDimensions(const PJRT_Api* api, PJRT_Execu
 
 
 # -- PJRT_Buffer_CopyToMemory (since 0.32, releases the GIL)
+
+cdef inline PJRT_Buffer_CopyToMemory_Args PJRT_Buffer_CopyToMemory_Args_new() noexcept nogil:
+    cdef PJRT_Buffer_CopyToMemory_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_CopyToMemory_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Buffer_CopyToMemory(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 32 and _in_table(api, &api.PJRT_Buffer_CopyToMemory) and api.PJRT_Buffer_CopyToMemory != NULL
@@ -1139,6 +1583,12 @@ cdef inline int PJRT_Buffer_CopyToMemory(const PJRT_Api* api, PJRT_Buffer_CopyTo
 
 # -- PJRT_Client_CreateViewOfDeviceBuffer (since 0.33, releases the GIL)
 
+cdef inline PJRT_Client_CreateViewOfDeviceBuffer_Args PJRT_Client_CreateViewOfDeviceBuffer_Args_new() noexcept nogil:
+    cdef PJRT_Client_CreateViewOfDeviceBuffer_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Client_CreateViewOfDeviceBuffer(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 33 and _in_table(api, &api.PJRT_Client_CreateViewOfDeviceBuffer) and api.PJRT_Client_CreateViewOfDeviceBuffer != NULL
 
@@ -1155,6 +1605,12 @@ cdef inline int PJRT_Client_CreateViewOfDeviceBuffer(const PJRT_Api* api, PJRT_C
 
 # -- PJRT_Executable_Fingerprint (since 0.35, keeps the GIL)
 
+cdef inline PJRT_Executable_Fingerprint_Args PJRT_Executable_Fingerprint_Args_new() noexcept nogil:
+    cdef PJRT_Executable_Fingerprint_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_Fingerprint_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Executable_Fingerprint(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 35 and _in_table(api, &api.PJRT_Executable_Fingerprint) and api.PJRT_Executable_Fingerprint != NULL
 
@@ -1169,6 +1625,12 @@ cdef inline int PJRT_Executable_Fingerprint(const PJRT_Api* api, PJRT_Executable
 
 
 # -- PJRT_Executable_GetCompiledMemoryStats (since 0.40, keeps the GIL)
+
+cdef inline PJRT_Executable_GetCompiledMemoryStats_Args PJRT_Executable_GetCompiledMemoryStats_Args_new() noexcept nogil:
+    cdef PJRT_Executable_GetCompiledMemoryStats_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_Executable_GetCompiledMemoryStats(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 40 and _in_table(api, &api.PJRT_Executable_GetCompiledMemoryStats) and api.PJRT_Executable_GetCompiledMemoryStats != NULL
@@ -1185,6 +1647,12 @@ cdef inline int PJRT_Executable_GetCompiledMemoryStats(const PJRT_Api* api, PJRT
 
 # -- PJRT_Memory_Kind_Id (since 0.48, keeps the GIL)
 
+cdef inline PJRT_Memory_Kind_Id_Args PJRT_Memory_Kind_Id_Args_new() noexcept nogil:
+    cdef PJRT_Memory_Kind_Id_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Memory_Kind_Id_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_Memory_Kind_Id(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 48 and _in_table(api, &api.PJRT_Memory_Kind_Id) and api.PJRT_Memory_Kind_Id != NULL
 
@@ -1199,6 +1667,12 @@ cdef inline int PJRT_Memory_Kind_Id(const PJRT_Api* api, PJRT_Memory_Kind_Id_Arg
 
 
 # -- PJRT_ExecuteContext_Create (since 0.52, keeps the GIL)
+
+cdef inline PJRT_ExecuteContext_Create_Args PJRT_ExecuteContext_Create_Args_new() noexcept nogil:
+    cdef PJRT_ExecuteContext_Create_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_ExecuteContext_Create_Args_STRUCT_SIZE
+    return value
 
 cdef inline bint has_PJRT_ExecuteContext_Create(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 52 and _in_table(api, &api.PJRT_ExecuteContext_Create) and api.PJRT_ExecuteContext_Create != NULL
@@ -1215,6 +1689,12 @@ cdef inline int PJRT_ExecuteContext_Create(const PJRT_Api* api, PJRT_ExecuteCont
 
 # -- PJRT_ExecuteContext_Destroy (since 0.52, keeps the GIL)
 
+cdef inline PJRT_ExecuteContext_Destroy_Args PJRT_ExecuteContext_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_ExecuteContext_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_ExecuteContext_Destroy_Args_STRUCT_SIZE
+    return value
+
 cdef inline bint has_PJRT_ExecuteContext_Destroy(const PJRT_Api* api) noexcept nogil:
     return api.pjrt_api_version.minor_version >= 52 and _in_table(api, &api.PJRT_ExecuteContext_Destroy) and api.PJRT_ExecuteContext_Destroy != NULL
 
@@ -1226,6 +1706,75 @@ cdef inline bint PJRT_ExecuteContext_Destroy_quiet(const PJRT_Api* api, PJRT_Exe
     if error != NULL:
         drop_error(api, error)
     return True
+
+
+# -- the other structs the layer fills
+
+cdef inline PJRT_NamedValue PJRT_NamedValue_new() noexcept nogil:
+    cdef PJRT_NamedValue value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_NamedValue_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_Program PJRT_Program_new() noexcept nogil:
+    cdef PJRT_Program value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Program_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_Buffer_MemoryLayout_Tiled PJRT_Buffer_MemoryLayout_Tiled_new() noexcept nogil:
+    cdef PJRT_Buffer_MemoryLayout_Tiled value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_Buffer_MemoryLayout PJRT_Buffer_MemoryLayout_new() noexcept nogil:
+    cdef PJRT_Buffer_MemoryLayout value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_ExecuteOptions PJRT_ExecuteOptions_new() noexcept nogil:
+    cdef PJRT_ExecuteOptions value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_KeyValueGetCallback_Args PJRT_KeyValueGetCallback_Args_new() noexcept nogil:
+    cdef PJRT_KeyValueGetCallback_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_KeyValueTryGetCallback_Args PJRT_KeyValueTryGetCallback_Args_new() noexcept nogil:
+    cdef PJRT_KeyValueTryGetCallback_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_KeyValuePutCallback_Args PJRT_KeyValuePutCallback_Args_new() noexcept nogil:
+    cdef PJRT_KeyValuePutCallback_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_FFI_Register_Handler_Args PJRT_FFI_Register_Handler_Args_new() noexcept nogil:
+    cdef PJRT_FFI_Register_Handler_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_FFI_Register_Handler_Args_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_FFI_Type_Register_Args PJRT_FFI_Type_Register_Args_new() noexcept nogil:
+    cdef PJRT_FFI_Type_Register_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_FFI_Type_Register_Args_STRUCT_SIZE
+    return value
+
+cdef inline PJRT_FFI_UserData_Add_Args PJRT_FFI_UserData_Add_Args_new() noexcept nogil:
+    cdef PJRT_FFI_UserData_Add_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_FFI_UserData_Add_Args_STRUCT_SIZE
+    return value
 
 
 cdef inline const char* missing_loaded(const PJRT_Api* api) noexcept nogil:

@@ -41,18 +41,15 @@ cdef object error_to_exception(const PJRT_Api* api, PJRT_Error* error):
     cdef PJRT_Error_GetCode_Args code_args
     cdef PJRT_Error_Message_Args message_args
     cdef PJRT_Error_Destroy_Args destroy_args
-    memset(&code_args, 0, sizeof(code_args))
-    code_args.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE
+    code_args = PJRT_Error_GetCode_Args_new()
     code_args.error = error
     cdef PJRT_Error* code_error = PJRT_Error_GetCode(api, &code_args)
     cdef int code = 2 if code_error != NULL else <int>code_args.code
-    memset(&message_args, 0, sizeof(message_args))
-    message_args.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE
+    message_args = PJRT_Error_Message_Args_new()
     message_args.error = error
     PJRT_Error_Message(api, &message_args)
     message = to_str(message_args.message, message_args.message_size)
-    memset(&destroy_args, 0, sizeof(destroy_args))
-    destroy_args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+    destroy_args = PJRT_Error_Destroy_Args_new()
     destroy_args.error = error
     PJRT_Error_Destroy(api, &destroy_args)
     if code_error != NULL:
@@ -65,8 +62,7 @@ cdef void drop_error(const PJRT_Api* api, PJRT_Error* error) noexcept nogil:
     """Destroy ``error`` (if any) unread: for paths with no one to report to, no GIL."""
     cdef PJRT_Error_Destroy_Args args
     if error != NULL:
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE
+        args = PJRT_Error_Destroy_Args_new()
         args.error = error
         PJRT_Error_Destroy(api, &args)
 
@@ -184,14 +180,10 @@ cdef class PluginHandle:
         self.api_version = (major, minor)
         self.missing_functions = missing_functions(api)
 
-        cdef PJRT_Plugin_Initialize_Args init_args
-        memset(&init_args, 0, sizeof(init_args))
-        init_args.struct_size = PJRT_Plugin_Initialize_Args_STRUCT_SIZE
+        cdef PJRT_Plugin_Initialize_Args init_args = PJRT_Plugin_Initialize_Args_new()
         PJRT_Plugin_Initialize(api, &init_args)
 
-        cdef PJRT_Plugin_Attributes_Args attr_args
-        memset(&attr_args, 0, sizeof(attr_args))
-        attr_args.struct_size = PJRT_Plugin_Attributes_Args_STRUCT_SIZE
+        cdef PJRT_Plugin_Attributes_Args attr_args = PJRT_Plugin_Attributes_Args_new()
         PJRT_Plugin_Attributes(api, &attr_args)
         self.attributes = named_values_to_dict(attr_args.attributes, attr_args.num_attributes)
 

@@ -94,8 +94,7 @@ def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not N
     for i in range(rank):
         dims[i] = np_dims[i]
         strides[i] = np_strides[i]
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE
+    args = PJRT_Client_BufferFromHostBuffer_Args_new()
     args.client = client.ptr
     args.data = cnp.PyArray_DATA(data)
     args.type = <PJRT_Buffer_Type><int>element_type
@@ -126,9 +125,7 @@ def buffer_from_host_buffer(ClientHandle client not None, cnp.ndarray data not N
 
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil:
     """PJRT_Buffer_Delete from any thread, without the GIL (an error is dropped)."""
-    cdef PJRT_Buffer_Delete_Args args
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
+    cdef PJRT_Buffer_Delete_Args args = PJRT_Buffer_Delete_Args_new()
     args.buffer = buffer
     PJRT_Buffer_Delete_quiet(api, &args)
     return 0
@@ -156,10 +153,9 @@ cdef class TiledLayout:
         self._minor_to_major = np.ascontiguousarray(minor_to_major, dtype=np.int64).reshape(-1)
         self._tile_dims = np.ascontiguousarray([d for t in tiles for d in t], dtype=np.int64).reshape(-1)
         self._tile_sizes = np.ascontiguousarray([len(t) for t in tiles], dtype=np.uintp).reshape(-1)
-        memset(&self.c, 0, sizeof(self.c))
-        self.c.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE
+        self.c = PJRT_Buffer_MemoryLayout_new()
         self.c.type = PJRT_Buffer_MemoryLayout_Type_Tiled
-        self.c.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE
+        self.c.tiled = PJRT_Buffer_MemoryLayout_Tiled_new()
         self.c.tiled.minor_to_major = <const int64_t*>cnp.PyArray_DATA(self._minor_to_major)
         self.c.tiled.minor_to_major_size = rank
         if tiles:
@@ -219,8 +215,7 @@ cdef class BufferHandle:
         cdef PJRT_Buffer_Destroy_Args args
         cdef const PJRT_Api* api
         if self.ptr != NULL:
-            memset(&args, 0, sizeof(args))
-            args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            args = PJRT_Buffer_Destroy_Args_new()
             args.buffer = self.ptr
             self.ptr = NULL
             if self._executed:
@@ -238,9 +233,7 @@ cdef class BufferHandle:
     @property
     def element_type(self):
         """The PJRT_Buffer_Type value."""
-        cdef PJRT_Buffer_ElementType_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE
+        cdef PJRT_Buffer_ElementType_Args args = PJRT_Buffer_ElementType_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_ElementType(self.client.api, &args)
         return <int>args.type
@@ -254,35 +247,28 @@ cdef class BufferHandle:
     def dims(self):
         cdef PJRT_Buffer_Dimensions_Args args
         cdef size_t i
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE
+        args = PJRT_Buffer_Dimensions_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_Dimensions(self.client.api, &args)
         return tuple([args.dims[i] for i in range(args.num_dims)])
 
     @property
     def on_device_size_in_bytes(self):
-        cdef PJRT_Buffer_OnDeviceSizeInBytes_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE
+        cdef PJRT_Buffer_OnDeviceSizeInBytes_Args args = PJRT_Buffer_OnDeviceSizeInBytes_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_OnDeviceSizeInBytes(self.client.api, &args)
         return args.on_device_size_in_bytes
 
     @property
     def device(self):
-        cdef PJRT_Buffer_Device_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE
+        cdef PJRT_Buffer_Device_Args args = PJRT_Buffer_Device_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_Device(self.client.api, &args)
         return self.client.device_of(args.device)
 
     @property
     def memory(self):
-        cdef PJRT_Buffer_Memory_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_Memory_Args_STRUCT_SIZE
+        cdef PJRT_Buffer_Memory_Args args = PJRT_Buffer_Memory_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_Memory(self.client.api, &args)
         return self.client.memory_of(args.memory)
@@ -327,8 +313,7 @@ cdef class BufferHandle:
         cdef PJRT_Buffer_IsDeleted_Args args
         if self._delete_requested or self._donating or atomic_load(&self.delete_state) != DELETE_NONE:
             return True
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE
+        args = PJRT_Buffer_IsDeleted_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_IsDeleted(self.client.api, &args)
         return args.is_deleted
@@ -373,17 +358,14 @@ cdef class BufferHandle:
                 return 0
         else:
             atomic_cas(&self.delete_state, DELETE_NONE, DELETE_DONE)
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_Delete_Args_STRUCT_SIZE
+        args = PJRT_Buffer_Delete_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_Delete(self.client.api, &args)
         return 0
 
     def ready_event(self):
         """An EventHandle that fires when the buffer's data is ready (or failed)."""
-        cdef PJRT_Buffer_ReadyEvent_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
+        cdef PJRT_Buffer_ReadyEvent_Args args = PJRT_Buffer_ReadyEvent_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_ReadyEvent(self.client.api, &args)
         return EventHandle.wrap(self.client, self.client.api, args.event)
@@ -397,24 +379,20 @@ cdef class BufferHandle:
         cdef PJRT_Event_Error_Args error
         cdef PJRT_Event_Destroy_Args destroy
         cdef PJRT_Error* failure = NULL
-        memset(&ready, 0, sizeof(ready))
-        ready.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
+        ready = PJRT_Buffer_ReadyEvent_Args_new()
         ready.buffer = self.ptr
         PJRT_Buffer_ReadyEvent_raw(api, &ready, &failure)
         if failure != NULL:
             return error_to_exception(api, failure)
         if has_PJRT_Event_IsReady(api) and has_PJRT_Event_Error(api):  # else: the slow path
-            memset(&is_ready, 0, sizeof(is_ready))
-            is_ready.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+            is_ready = PJRT_Event_IsReady_Args_new()
             is_ready.event = ready.event
             PJRT_Event_IsReady_raw(api, &is_ready, &failure)
             if failure == NULL and is_ready.is_ready:
-                memset(&error, 0, sizeof(error))
-                error.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+                error = PJRT_Event_Error_Args_new()
                 error.event = ready.event
                 PJRT_Event_Error_raw(api, &error, &failure)
-                memset(&destroy, 0, sizeof(destroy))
-                destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+                destroy = PJRT_Event_Destroy_Args_new()
                 destroy.event = ready.event
                 PJRT_Event_Destroy_quiet(api, &destroy)
                 return None if failure == NULL else error_to_exception(api, failure)
@@ -429,9 +407,7 @@ cdef class BufferHandle:
     @property
     def unsafe_pointer(self):
         """The device address of the data (an int); for debugging and aliasing checks."""
-        cdef PJRT_Buffer_UnsafePointer_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
+        cdef PJRT_Buffer_UnsafePointer_Args args = PJRT_Buffer_UnsafePointer_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_UnsafePointer(self.client.api, &args)
         return <uintptr_t>args.buffer_pointer
@@ -446,8 +422,7 @@ cdef class BufferHandle:
         cdef PJRT_Buffer_GetMemoryLayout_Args args
         cdef size_t i, j, k = 0
         cdef PJRT_Buffer_MemoryLayout_Tiled* tiled
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE
+        args = PJRT_Buffer_GetMemoryLayout_Args_new()
         args.buffer = self.ptr
         PJRT_Buffer_GetMemoryLayout(api, &args)
         if args.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled:
@@ -499,8 +474,7 @@ cdef class BufferHandle:
             )
         elif not (out.flags.c_contiguous and out.flags.writeable):
             raise _errors.InvalidArgumentError("destination must be a writeable C-contiguous array")
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE
+        args = PJRT_Buffer_ToHostBuffer_Args_new()
         args.src = self.ptr
         args.dst = cnp.PyArray_DATA(<cnp.ndarray>out)
         args.dst_size = out.nbytes
@@ -530,8 +504,7 @@ cdef class BufferHandle:
         cdef PJRT_Buffer_CopyToDevice_Args args
         if device.client is not self.client:
             raise _errors.InvalidArgumentError("the target device belongs to another client")
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE
+        args = PJRT_Buffer_CopyToDevice_Args_new()
         args.buffer = self.ptr
         args.dst_device = device.ptr
         PJRT_Buffer_CopyToDevice(api, &args)
@@ -543,8 +516,7 @@ cdef class BufferHandle:
         cdef PJRT_Buffer_CopyToMemory_Args args
         if memory.client is not self.client:
             raise _errors.InvalidArgumentError("the target memory belongs to another client")
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Buffer_CopyToMemory_Args_STRUCT_SIZE
+        args = PJRT_Buffer_CopyToMemory_Args_new()
         args.buffer = self.ptr
         args.dst_memory = memory.ptr
         PJRT_Buffer_CopyToMemory(api, &args)

@@ -101,7 +101,7 @@ cdef class ClientHandle:
             for name, value in opts.items():
                 name_bytes = name.encode()
                 keep.append(name_bytes)
-                values[i].struct_size = PJRT_NamedValue_STRUCT_SIZE
+                values[i] = PJRT_NamedValue_new()
                 values[i].name = name_bytes
                 values[i].name_size = len(name_bytes)
                 if isinstance(value, bool):
@@ -138,8 +138,7 @@ cdef class ClientHandle:
                         "expected str, int, float, bool or a list of int"
                     )
                 i += 1
-            memset(&args, 0, sizeof(args))
-            args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE
+            args = PJRT_Client_Create_Args_new()
             args.create_options = values
             args.num_options = n
             if kv is not None:
@@ -155,8 +154,7 @@ cdef class ClientHandle:
         cdef PJRT_Client_Devices_Args dev_args
         cdef PJRT_Client_AddressableDevices_Args addr_args
         cdef size_t i
-        memset(&dev_args, 0, sizeof(dev_args))
-        dev_args.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE
+        dev_args = PJRT_Client_Devices_Args_new()
         dev_args.client = self.ptr
         PJRT_Client_Devices(api, &dev_args)
         self._device_of_ptr = {}
@@ -167,8 +165,7 @@ cdef class ClientHandle:
             self._device_of_ptr[<size_t>dev_args.devices[i]] = device
             devices.append(device)
         self.devices = tuple(devices)
-        memset(&addr_args, 0, sizeof(addr_args))
-        addr_args.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE
+        addr_args = PJRT_Client_AddressableDevices_Args_new()
         addr_args.client = self.ptr
         PJRT_Client_AddressableDevices(api, &addr_args)
         self.addressable_devices = tuple(
@@ -194,8 +191,7 @@ cdef class ClientHandle:
     def __dealloc__(self):
         cdef PJRT_Client_Destroy_Args args
         if self.ptr != NULL:
-            memset(&args, 0, sizeof(args))
-            args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE
+            args = PJRT_Client_Destroy_Args_new()
             args.client = self.ptr
             self.ptr = NULL
             with nogil:
@@ -205,27 +201,21 @@ cdef class ClientHandle:
 
     @property
     def platform_name(self):
-        cdef PJRT_Client_PlatformName_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE
+        cdef PJRT_Client_PlatformName_Args args = PJRT_Client_PlatformName_Args_new()
         args.client = self.ptr
         PJRT_Client_PlatformName(self.api, &args)
         return to_str(args.platform_name, args.platform_name_size)
 
     @property
     def platform_version(self):
-        cdef PJRT_Client_PlatformVersion_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Client_PlatformVersion_Args_STRUCT_SIZE
+        cdef PJRT_Client_PlatformVersion_Args args = PJRT_Client_PlatformVersion_Args_new()
         args.client = self.ptr
         PJRT_Client_PlatformVersion(self.api, &args)
         return to_str(args.platform_version, args.platform_version_size)
 
     @property
     def process_index(self):
-        cdef PJRT_Client_ProcessIndex_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
+        cdef PJRT_Client_ProcessIndex_Args args = PJRT_Client_ProcessIndex_Args_new()
         args.client = self.ptr
         PJRT_Client_ProcessIndex(self.api, &args)
         return args.process_index
@@ -235,8 +225,7 @@ cdef class ClientHandle:
         error) when there is none."""
         cdef PJRT_Client_LookupDevice_Args args
         cdef int id = _errors.check_int(device_id, "device_id", -2**31, 2**31 - 1)
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE
+        args = PJRT_Client_LookupDevice_Args_new()
         args.client = self.ptr
         args.id = id
         PJRT_Client_LookupDevice(self.api, &args)
@@ -255,8 +244,7 @@ cdef class ClientHandle:
         import numpy
         ids = numpy.zeros(n, dtype=numpy.intc)
         cdef int[::1] view = ids
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Client_DefaultDeviceAssignment_Args_STRUCT_SIZE
+        args = PJRT_Client_DefaultDeviceAssignment_Args_new()
         args.client = self.ptr
         args.num_replicas = num_replicas
         args.num_partitions = num_partitions
@@ -315,21 +303,15 @@ cdef class DeviceHandle:
         cdef DeviceHandle self = DeviceHandle.__new__(DeviceHandle)
         self.client = client
         self.ptr = ptr
-        cdef PJRT_Device_GetDescription_Args d
-        memset(&d, 0, sizeof(d))
-        d.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE
+        cdef PJRT_Device_GetDescription_Args d = PJRT_Device_GetDescription_Args_new()
         d.device = ptr
         PJRT_Device_GetDescription(api, &d)
         self.description = d.device_description
-        cdef PJRT_DeviceDescription_Id_Args i
-        memset(&i, 0, sizeof(i))
-        i.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE
+        cdef PJRT_DeviceDescription_Id_Args i = PJRT_DeviceDescription_Id_Args_new()
         i.device_description = self.description
         PJRT_DeviceDescription_Id(api, &i)
         self.id = i.id
-        cdef PJRT_Device_IsAddressable_Args a
-        memset(&a, 0, sizeof(a))
-        a.struct_size = PJRT_Device_IsAddressable_Args_STRUCT_SIZE
+        cdef PJRT_Device_IsAddressable_Args a = PJRT_Device_IsAddressable_Args_new()
         a.device = ptr
         PJRT_Device_IsAddressable(api, &a)
         self.is_addressable = a.is_addressable
@@ -341,58 +323,46 @@ cdef class DeviceHandle:
         cdef PJRT_Device_AddressableMemories_Args m
         cdef PJRT_Device_DefaultMemory_Args dm
         cdef size_t k
-        memset(&m, 0, sizeof(m))
-        m.struct_size = PJRT_Device_AddressableMemories_Args_STRUCT_SIZE
+        m = PJRT_Device_AddressableMemories_Args_new()
         m.device = self.ptr
         PJRT_Device_AddressableMemories(api, &m)
         self._memories = tuple(self.client.memory_of(m.memories[k]) for k in range(m.num_memories))
-        memset(&dm, 0, sizeof(dm))
-        dm.struct_size = PJRT_Device_DefaultMemory_Args_STRUCT_SIZE
+        dm = PJRT_Device_DefaultMemory_Args_new()
         dm.device = self.ptr
         PJRT_Device_DefaultMemory(api, &dm)
         self._default_memory = self.client.memory_of(dm.memory) if dm.memory != NULL else None
 
     @property
     def process_index(self):
-        cdef PJRT_DeviceDescription_ProcessIndex_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE
+        cdef PJRT_DeviceDescription_ProcessIndex_Args args = PJRT_DeviceDescription_ProcessIndex_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_ProcessIndex(self.client.api, &args)
         return args.process_index
 
     @property
     def kind(self):
-        cdef PJRT_DeviceDescription_Kind_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE
+        cdef PJRT_DeviceDescription_Kind_Args args = PJRT_DeviceDescription_Kind_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_Kind(self.client.api, &args)
         return to_str(args.device_kind, args.device_kind_size)
 
     @property
     def debug_string(self):
-        cdef PJRT_DeviceDescription_DebugString_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_DeviceDescription_DebugString_Args_STRUCT_SIZE
+        cdef PJRT_DeviceDescription_DebugString_Args args = PJRT_DeviceDescription_DebugString_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_DebugString(self.client.api, &args)
         return to_str(args.debug_string, args.debug_string_size)
 
     @property
     def to_string(self):
-        cdef PJRT_DeviceDescription_ToString_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_DeviceDescription_ToString_Args_STRUCT_SIZE
+        cdef PJRT_DeviceDescription_ToString_Args args = PJRT_DeviceDescription_ToString_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_ToString(self.client.api, &args)
         return to_str(args.to_string, args.to_string_size)
 
     @property
     def attributes(self):
-        cdef PJRT_DeviceDescription_Attributes_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_DeviceDescription_Attributes_Args_STRUCT_SIZE
+        cdef PJRT_DeviceDescription_Attributes_Args args = PJRT_DeviceDescription_Attributes_Args_new()
         args.device_description = self.description
         PJRT_DeviceDescription_Attributes(self.client.api, &args)
         return named_values_to_dict(args.attributes, args.num_attributes)
@@ -400,9 +370,7 @@ cdef class DeviceHandle:
     @property
     def local_hardware_id(self):
         """The plugin's local hardware id; -1 where it has none."""
-        cdef PJRT_Device_LocalHardwareId_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Device_LocalHardwareId_Args_STRUCT_SIZE
+        cdef PJRT_Device_LocalHardwareId_Args args = PJRT_Device_LocalHardwareId_Args_new()
         args.device = self.ptr
         PJRT_Device_LocalHardwareId(self.client.api, &args)
         return args.local_hardware_id
@@ -420,9 +388,7 @@ cdef class DeviceHandle:
         """Allocator statistics as a dict (only the fields the plugin sets);
         UnimplementedError where the plugin has none (the CPU plugin)."""
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Device_MemoryStats_Args a
-        memset(&a, 0, sizeof(a))
-        a.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE
+        cdef PJRT_Device_MemoryStats_Args a = PJRT_Device_MemoryStats_Args_new()
         a.device = self.ptr
         PJRT_Device_MemoryStats(api, &a)
         stats = {"bytes_in_use": a.bytes_in_use}
@@ -457,15 +423,11 @@ cdef class MemoryHandle:
         cdef MemoryHandle self = MemoryHandle.__new__(MemoryHandle)
         self.client = client
         self.ptr = ptr
-        cdef PJRT_Memory_Id_Args i
-        memset(&i, 0, sizeof(i))
-        i.struct_size = PJRT_Memory_Id_Args_STRUCT_SIZE
+        cdef PJRT_Memory_Id_Args i = PJRT_Memory_Id_Args_new()
         i.memory = ptr
         PJRT_Memory_Id(api, &i)
         self.id = i.id
-        cdef PJRT_Memory_Kind_Args k
-        memset(&k, 0, sizeof(k))
-        k.struct_size = PJRT_Memory_Kind_Args_STRUCT_SIZE
+        cdef PJRT_Memory_Kind_Args k = PJRT_Memory_Kind_Args_new()
         k.memory = ptr
         PJRT_Memory_Kind(api, &k)
         self.kind = to_str(k.kind, k.kind_size)
@@ -474,27 +436,21 @@ cdef class MemoryHandle:
     @property
     def kind_id(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Memory_Kind_Id_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Memory_Kind_Id_Args_STRUCT_SIZE
+        cdef PJRT_Memory_Kind_Id_Args args = PJRT_Memory_Kind_Id_Args_new()
         args.memory = self.ptr
         PJRT_Memory_Kind_Id(api, &args)
         return args.kind_id
 
     @property
     def debug_string(self):
-        cdef PJRT_Memory_DebugString_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Memory_DebugString_Args_STRUCT_SIZE
+        cdef PJRT_Memory_DebugString_Args args = PJRT_Memory_DebugString_Args_new()
         args.memory = self.ptr
         PJRT_Memory_DebugString(self.client.api, &args)
         return to_str(args.debug_string, args.debug_string_size)
 
     @property
     def to_string(self):
-        cdef PJRT_Memory_ToString_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Memory_ToString_Args_STRUCT_SIZE
+        cdef PJRT_Memory_ToString_Args args = PJRT_Memory_ToString_Args_new()
         args.memory = self.ptr
         PJRT_Memory_ToString(self.client.api, &args)
         return to_str(args.to_string, args.to_string_size)
@@ -504,8 +460,7 @@ cdef class MemoryHandle:
         """The devices that can address this memory."""
         cdef PJRT_Memory_AddressableByDevices_Args args
         cdef size_t i
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Memory_AddressableByDevices_Args_STRUCT_SIZE
+        args = PJRT_Memory_AddressableByDevices_Args_new()
         args.memory = self.ptr
         PJRT_Memory_AddressableByDevices(self.client.api, &args)
         return tuple(self.client.device_of(args.devices[i]) for i in range(args.num_devices))

@@ -96,8 +96,7 @@ cdef void _release(Export* e) noexcept nogil:
     when taking the GIL from a plugin thread could block it for good)."""
     cdef PJRT_Buffer_DecreaseExternalReferenceCount_Args args
     cdef PyObject* owner = e.owner
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE
+    args = PJRT_Buffer_DecreaseExternalReferenceCount_Args_new()
     args.buffer = e.buffer
     PJRT_Buffer_DecreaseExternalReferenceCount_quiet(e.api, &args)
     if atomic_add(e.exports, -1) == 0 and atomic_cas(e.delete_state, DELETE_DEFERRED, DELETE_DONE):
@@ -139,8 +138,7 @@ cdef Export* _new_export(BufferHandle buffer, size_t extra) except NULL:
     if e == NULL:
         raise MemoryError()
     memset(e, 0, sizeof(Export))
-    memset(&increase, 0, sizeof(increase))
-    increase.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE
+    increase = PJRT_Buffer_IncreaseExternalReferenceCount_Args_new()
     increase.buffer = buffer.ptr
     # Counted first: a concurrent delete() then either defers, or finished before the
     # count and is seen here.
@@ -189,8 +187,7 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     error = buffer.ready_error()
     if error is not None:
         raise error
-    memset(&pointer, 0, sizeof(pointer))
-    pointer.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
+    pointer = PJRT_Buffer_UnsafePointer_Args_new()
     pointer.buffer = buffer.ptr
     PJRT_Buffer_UnsafePointer(api, &pointer)
     e = _new_export(buffer, 2 * max(ndim, 1) * sizeof(int64_t))
@@ -465,8 +462,7 @@ def import_capsule(ClientHandle client not None, capsule, MemoryHandle memory no
             imported.versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, VERSIONED)
         else:
             imported.legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, LEGACY)
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE
+        args = PJRT_Client_CreateViewOfDeviceBuffer_Args_new()
         args.client = client.ptr
         args.device_buffer_ptr = <void*>data
         args.dims = t.shape

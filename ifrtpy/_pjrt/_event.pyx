@@ -68,8 +68,7 @@ cdef int _register(const PJRT_Api* api, PJRT_Event* event, tuple payload) except
         raise MemoryError()
     callback.api = api
     callback.payload = <PyObject*>payload
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE
+    args = PJRT_Event_OnReady_Args_new()
     args.event = event
     args.callback = _on_ready
     args.user_arg = callback
@@ -113,8 +112,7 @@ cdef class EventHandle:
     def __dealloc__(self):
         cdef PJRT_Event_Destroy_Args args
         if self.ptr != NULL:
-            memset(&args, 0, sizeof(args))
-            args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            args = PJRT_Event_Destroy_Args_new()
             args.event = self.ptr
             self.ptr = NULL
             PJRT_Event_Destroy_quiet(self.api, &args)
@@ -123,9 +121,7 @@ cdef class EventHandle:
         return self._is_ready()
 
     cdef bint _is_ready(self) except -1:
-        cdef PJRT_Event_IsReady_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+        cdef PJRT_Event_IsReady_Args args = PJRT_Event_IsReady_Args_new()
         args.event = self.ptr
         PJRT_Event_IsReady(self.api, &args)
         return args.is_ready
@@ -143,13 +139,11 @@ cdef class EventHandle:
                 "buffer is destroyed; awaiting it while the buffer exists would never return"
             )
         if self._is_ready():  # nothing to wait for: its error, the GIL kept
-            memset(&ready, 0, sizeof(ready))
-            ready.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+            ready = PJRT_Event_Error_Args_new()
             ready.event = self.ptr
             PJRT_Event_Error(self.api, &ready)
             return 0
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
+        args = PJRT_Event_Await_Args_new()
         args.event = self.ptr
         PJRT_Event_Await(self.api, &args)
         # A signal that came during the wait (Ctrl-C) is raised here, in the main thread:
@@ -164,8 +158,7 @@ cdef class EventHandle:
         cdef PJRT_Event_Error_Args args
         if not self.is_ready():
             raise _errors.FailedPreconditionError("error() of an event that has not fired yet")
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+        args = PJRT_Event_Error_Args_new()
         args.event = self.ptr
         cdef PJRT_Error* error = NULL
         PJRT_Event_Error_raw(self.api, &args, &error)

@@ -5,7 +5,7 @@ from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 
 
-#: The caller's rule for each buffer an execute hands the plugin (``_run``): raise to
+#: The caller's rule for each buffer an execute hands the plugin (``_execute``): raise to
 #: refuse ``buffer`` as argument ``argument``, which the execute donates or not.
 ctypedef int (*admit_buffer)(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
 
@@ -20,17 +20,18 @@ cdef class ExecutableHandle:
     cdef public bint needs_context
     cdef ExecuteContext _execute_context
 
-    cdef int call_execute(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
-                          Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
-                          int launch_id, non_donatable_input_indices,
-                          DeviceHandle execute_device) except -1
-    cdef tuple _run_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
+    cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
+                           Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
                            int launch_id, non_donatable_input_indices,
-                           DeviceHandle execute_device, frozenset donated, admit_buffer admit)
-    cdef int _run(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
-                  Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
-                  DeviceHandle execute_device, frozenset donated, admit_buffer admit,
-                  PyObject** results, PyObject** done) except -1
+                           DeviceHandle execute_device) except -1
+    cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
+                               int launch_id, non_donatable_input_indices,
+                               DeviceHandle execute_device, frozenset donated,
+                               admit_buffer admit)
+    cdef int _execute(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
+                      Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
+                      DeviceHandle execute_device, frozenset donated, admit_buffer admit,
+                      PyObject** results, PyObject** done) except -1
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)

@@ -27,8 +27,9 @@ Differences from the C API:
   error.
 * Every buffer an execute hands the plugin is pinned until the plugin returns
   (``_buffer.pin_for_execute``); which executes may share or donate a buffer is the
-  caller's rule, applied as each is pinned (``_run``'s ``admit``; the PjRt backend's
-  donation rules).
+  caller's rule, applied as each is pinned (``_execute``'s ``admit``; the PjRt backend's
+  donation rules), and so is which arguments a call donates: the caller works the set
+  out (the program's donated parameters less its non-donatable ones) and hands it on.
 * ``ExecutableHandle.serialize`` returns the plugin's own bytes and ``deserialize_and_load``
   hands the bytes it is given to the plugin unchecked: a plugin aborts on a corrupted
   serialized executable, so the caller must know them intact (the PjRt backend seals
@@ -103,14 +104,12 @@ def compile(ClientHandle client not None, bytes code not None, bytes compile_opt
         raise _errors.InvalidArgumentError(
             "compile options are empty; pass a serialized xla CompileOptionsProto "
             "(e.g. jaxlib.xla_client.CompileOptions().SerializeAsString())")
-    memset(&program, 0, sizeof(program))
-    program.struct_size = PJRT_Program_STRUCT_SIZE
+    program = PJRT_Program_new()
     program.code = <char*>code
     program.code_size = len(code)
     program.format = b"mlir"
     program.format_size = 4
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE
+    args = PJRT_Client_Compile_Args_new()
     args.client = client.ptr
     args.program = &program
     args.compile_options = compile_options
@@ -125,9 +124,7 @@ def deserialize_and_load(ClientHandle client not None, bytes serialized not None
     corrupted bytes, so the caller must know them intact (the PjRt backend's seal,
     ``ifrtpy.backends.pjrt.seal``, checks them first)."""
     cdef const PJRT_Api* api = client.api
-    cdef PJRT_Executable_DeserializeAndLoad_Args args
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE
+    cdef PJRT_Executable_DeserializeAndLoad_Args args = PJRT_Executable_DeserializeAndLoad_Args_new()
     args.client = client.ptr
     args.serialized_executable = serialized
     args.serialized_executable_size = len(serialized)
@@ -169,14 +166,12 @@ cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t
     cdef Py_ssize_t i
     for i in range(num_buffers):
         if buffers[i] != NULL:
-            memset(&buffer_args, 0, sizeof(buffer_args))
-            buffer_args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE
+            buffer_args = PJRT_Buffer_Destroy_Args_new()
             buffer_args.buffer = buffers[i]
             PJRT_Buffer_Destroy_quiet(api, &buffer_args)
     for i in range(num_events):
         if events[i] != NULL:
-            memset(&event_args, 0, sizeof(event_args))
-            event_args.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
+            event_args = PJRT_Event_Destroy_Args_new()
             event_args.event = events[i]
             PJRT_Event_Destroy_quiet(api, &event_args)
 
@@ -246,27 +241,19 @@ cdef class ExecutableHandle:
         cdef size_t i
         self.client = client
         self.ptr = ptr
-        cdef PJRT_LoadedExecutable_GetExecutable_Args g
-        memset(&g, 0, sizeof(g))
-        g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE
+        cdef PJRT_LoadedExecutable_GetExecutable_Args g = PJRT_LoadedExecutable_GetExecutable_Args_new()
         g.loaded_executable = ptr
         PJRT_LoadedExecutable_GetExecutable(api, &g)
         self.executable = g.executable
-        cdef PJRT_Executable_Name_Args n
-        memset(&n, 0, sizeof(n))
-        n.struct_size = PJRT_Executable_Name_Args_STRUCT_SIZE
+        cdef PJRT_Executable_Name_Args n = PJRT_Executable_Name_Args_new()
         n.executable = self.executable
         PJRT_Executable_Name(api, &n)
         self.name = to_str(n.executable_name, n.executable_name_size)
-        cdef PJRT_Executable_NumOutputs_Args o
-        memset(&o, 0, sizeof(o))
-        o.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE
+        cdef PJRT_Executable_NumOutputs_Args o = PJRT_Executable_NumOutputs_Args_new()
         o.executable = self.executable
         PJRT_Executable_NumOutputs(api, &o)
         self.num_outputs = o.num_outputs
-        cdef PJRT_LoadedExecutable_AddressableDevices_Args d
-        memset(&d, 0, sizeof(d))
-        d.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE
+        cdef PJRT_LoadedExecutable_AddressableDevices_Args d = PJRT_LoadedExecutable_AddressableDevices_Args_new()
         d.executable = ptr
         PJRT_LoadedExecutable_AddressableDevices(api, &d)
         self.addressable_devices = tuple(
@@ -277,14 +264,12 @@ cdef class ExecutableHandle:
         cdef PJRT_Executable_Destroy_Args e
         cdef PJRT_LoadedExecutable_Destroy_Args l
         if self.executable != NULL:
-            memset(&e, 0, sizeof(e))
-            e.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE
+            e = PJRT_Executable_Destroy_Args_new()
             e.executable = self.executable
             self.executable = NULL
             PJRT_Executable_Destroy_quiet(self.client.api, &e)
         if self.ptr != NULL:
-            memset(&l, 0, sizeof(l))
-            l.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE
+            l = PJRT_LoadedExecutable_Destroy_Args_new()
             l.executable = self.ptr
             self.ptr = NULL
             with nogil:
@@ -309,15 +294,16 @@ cdef class ExecutableHandle:
         Returns ``(outputs, events)``, tuples: ``outputs[d][k]`` is output k on device d,
         and one completion event per device. Donated arguments are deleted by the plugin unless
         their index is in ``non_donatable_input_indices``; ``donated_input_indices`` names
-        the arguments the program donates, whose buffers read as ``donating`` while pinned.
+        the arguments this call donates (the caller leaves out the non-donatable ones),
+        whose buffers read as ``donating`` while pinned.
         Which buffers may be passed (one donated while another execute holds it, one
         another execute donates) is the caller's rule: none is applied here.
         """
         argument_lists = _checked_lists(argument_lists, "argument_lists")
         launch_id, non_donatable, device, donated = _execute_options(
             launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
-        return self._run_tuples(argument_lists, True, len(argument_lists), launch_id,
-                                non_donatable, device, donated, NULL)
+        return self._execute_tuples(argument_lists, True, len(argument_lists), launch_id,
+                                    non_donatable, device, donated, NULL)
 
     def execute_by_argument(self, arguments, launch_id=0, non_donatable_input_indices=(),
                             execute_device=None, donated_input_indices=()):
@@ -328,15 +314,15 @@ cdef class ExecutableHandle:
         launch_id, non_donatable, device, donated = _execute_options(
             launch_id, non_donatable_input_indices, execute_device, donated_input_indices)
         cdef Py_ssize_t num_devices = 1 if device is not None else len(self.addressable_devices)
-        return self._run_tuples(arguments, False, num_devices, launch_id, non_donatable, device,
-                                donated, NULL)
+        return self._execute_tuples(arguments, False, num_devices, launch_id, non_donatable,
+                                    device, donated, NULL)
 
-    cdef int call_execute(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
-                          Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
-                          int launch_id, non_donatable_input_indices,
-                          DeviceHandle execute_device) except -1:
-        """PJRT_LoadedExecutable_Execute, with the GIL released. ``args_flat[d * num_args + k]`` is argument k on
-        device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
+    cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
+                           Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
+                           int launch_id, non_donatable_input_indices,
+                           DeviceHandle execute_device) except -1:
+        """``_execute``'s call of PJRT_LoadedExecutable_Execute, with the GIL released.
+        ``args_flat[d * num_args + k]`` is argument k on device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
         once this returns. ``events`` (one per device) may be NULL: no completion events
         (with an execute context, events are asked for here, to hold the context until they
         fire, and destroyed)."""
@@ -391,13 +377,11 @@ cdef class ExecutableHandle:
                 out_ptrs[d] = &out_flat[d * self.num_outputs]
             for k in range(n_nd):
                 non_donatable[k] = non_donatable_input_indices[k]
-            memset(&options, 0, sizeof(options))
-            options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE
+            options = PJRT_ExecuteOptions_new()
             options.launch_id = launch_id
             options.non_donatable_input_indices = non_donatable
             options.num_non_donatable_input_indices = n_nd
-            memset(&args, 0, sizeof(args))
-            args.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE
+            args = PJRT_LoadedExecutable_Execute_Args_new()
             args.executable = self.ptr
             args.options = &options
             args.argument_lists = <PJRT_Buffer* const* const*>arg_ptrs
@@ -429,17 +413,18 @@ cdef class ExecutableHandle:
                 free(out_ptrs)
                 free(non_donatable)
 
-    cdef tuple _run_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
-                           int launch_id, non_donatable_input_indices,
-                           DeviceHandle execute_device, frozenset donated, admit_buffer admit):
-        """``_run`` of ``groups`` (lists or tuples of BufferHandles) returning
+    cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
+                               int launch_id, non_donatable_input_indices,
+                               DeviceHandle execute_device, frozenset donated,
+                               admit_buffer admit):
+        """``_execute`` of ``groups`` (lists or tuples of BufferHandles) returning
         ``(outputs, events)``, both tuples."""
         cdef Py_ssize_t num_results = num_devices if by_device else self.num_outputs
         cdef Py_ssize_t i
         cdef PyObject* small_results[SMALL]
         cdef PyObject** results = small_results
         cdef PyObject* done = NULL
-        # _run reads the list in place unless a group's own Python code (a subclass of list
+        # _execute reads the list in place unless a group's own Python code (a subclass of list
         # or tuple) may change it meanwhile: then a copy.
         cdef object read = groups
         for group in groups:
@@ -452,7 +437,7 @@ cdef class ExecutableHandle:
             if results == NULL:
                 raise MemoryError()
         try:
-            self._run(PySequence_Fast_ITEMS(read), len(read), by_device, num_devices,
+            self._execute(PySequence_Fast_ITEMS(read), len(read), by_device, num_devices,
                       launch_id, non_donatable_input_indices, execute_device, donated,
                       admit, results, &done)
             for i in range(num_results):  # the tuple takes over each reference
@@ -464,17 +449,19 @@ cdef class ExecutableHandle:
         Py_XDECREF(done)
         return outputs, events
 
-    cdef int _run(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
-                  Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
-                  DeviceHandle execute_device, frozenset donated, admit_buffer admit,
-                  PyObject** results, PyObject** done) except -1:
+    cdef int _execute(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
+                      Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
+                      DeviceHandle execute_device, frozenset donated, admit_buffer admit,
+                      PyObject** results, PyObject** done) except -1:
         """The one routine that hands buffers to the plugin, for every execute (``execute``,
         ``execute_by_argument`` and the PjRt backend's launches). ``groups[0:num_groups]``
         are lists or tuples of BufferHandles, referenced by the caller for the call:
         ``groups[d][k]`` (``by_device``) or ``groups[k][d]`` is argument k's BufferHandle on
         device d. Each buffer is checked to be a BufferHandle of this client, given to
-        ``admit`` (the caller's rule; unless NULL) and pinned while the plugin takes it; the
-        outputs and events are owned by handles as soon as the plugin returns them.
+        ``admit`` (the caller's rule; unless NULL) and pinned while the plugin takes it,
+        marked ``donating`` where its argument is in ``donated`` (the arguments the call
+        donates, as the caller worked them out); the outputs and events are owned by
+        handles as soon as the plugin returns them (``_execute_flat`` makes the call).
 
         On success ``results[g]`` (``num_devices`` entries ``by_device``, else one per
         output) receives a new reference to a tuple of BufferHandles grouped as the
@@ -542,7 +529,7 @@ cdef class ExecutableHandle:
                     Py_XINCREF(<PyObject*>buffer)
                     held[num_held] = <PyObject*>buffer
                     num_held += 1
-                    donate = donates and k in donated and k not in non_donatable_input_indices
+                    donate = donates and k in donated
                     if admit != NULL:
                         admit(buffer, donate, k)
                     pin_for_execute(buffer, donate, k)
@@ -553,9 +540,9 @@ cdef class ExecutableHandle:
                         args_flat[i * num_args + g] = buffer.ptr
             memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
             memset(events, 0, num_devices * sizeof(void*))
-            self.call_execute(args_flat, num_devices, num_args, out_flat,
-                              events if want_events else NULL, launch_id,
-                              non_donatable_input_indices, execute_device)
+            self._execute_flat(args_flat, num_devices, num_args, out_flat,
+                               events if want_events else NULL, launch_id,
+                               non_donatable_input_indices, execute_device)
             executed = True
             # results[d][k] (by_device) or results[k][d]; out_flat[d * num_outputs + k].
             for g in range(num_results):
@@ -586,8 +573,7 @@ cdef class ExecutableHandle:
                     k = i % num_args
                 else:
                     k = i // num_devices
-                unpin_after_execute(
-                    buffer, donates and k in donated and k not in non_donatable_input_indices)
+                unpin_after_execute(buffer, donates and k in donated)
             for i in range(num_held):
                 Py_XDECREF(held[i])
             if heap:
@@ -598,27 +584,21 @@ cdef class ExecutableHandle:
 
     @property
     def num_replicas(self):
-        cdef PJRT_Executable_NumReplicas_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_NumReplicas_Args_STRUCT_SIZE
+        cdef PJRT_Executable_NumReplicas_Args args = PJRT_Executable_NumReplicas_Args_new()
         args.executable = self.executable
         PJRT_Executable_NumReplicas(self.client.api, &args)
         return args.num_replicas
 
     @property
     def num_partitions(self):
-        cdef PJRT_Executable_NumPartitions_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_NumPartitions_Args_STRUCT_SIZE
+        cdef PJRT_Executable_NumPartitions_Args args = PJRT_Executable_NumPartitions_Args_new()
         args.executable = self.executable
         PJRT_Executable_NumPartitions(self.client.api, &args)
         return args.num_partitions
 
     @property
     def size_of_generated_code_in_bytes(self):
-        cdef PJRT_Executable_SizeOfGeneratedCodeInBytes_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_STRUCT_SIZE
+        cdef PJRT_Executable_SizeOfGeneratedCodeInBytes_Args args = PJRT_Executable_SizeOfGeneratedCodeInBytes_Args_new()
         args.executable = self.executable
         PJRT_Executable_SizeOfGeneratedCodeInBytes(self.client.api, &args)
         return args.size_in_bytes
@@ -628,8 +608,7 @@ cdef class ExecutableHandle:
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OutputElementTypes_Args args
         cdef size_t i
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_OutputElementTypes_Args_STRUCT_SIZE
+        args = PJRT_Executable_OutputElementTypes_Args_new()
         args.executable = self.executable
         PJRT_Executable_OutputElementTypes(api, &args)
         return [<int>args.output_types[i] for i in range(args.num_output_types)]
@@ -639,8 +618,7 @@ cdef class ExecutableHandle:
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OutputDimensions_Args args
         cdef size_t i, j, offset = 0
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_OutputDimensions_Args_STRUCT_SIZE
+        args = PJRT_Executable_OutputDimensions_Args_new()
         args.executable = self.executable
         PJRT_Executable_OutputDimensions(api, &args)
         out = []
@@ -654,8 +632,7 @@ cdef class ExecutableHandle:
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OutputMemoryKinds_Args args
         cdef size_t i
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_OutputMemoryKinds_Args_STRUCT_SIZE
+        args = PJRT_Executable_OutputMemoryKinds_Args_new()
         args.executable = self.executable
         PJRT_Executable_OutputMemoryKinds(api, &args)
         return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i]) for i in range(args.num_outputs)]
@@ -664,11 +641,8 @@ cdef class ExecutableHandle:
         """``(format, code)`` of the compiled program, e.g. ("hlo", serialized HloModuleProto)."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Executable_OptimizedProgram_Args args
-        cdef PJRT_Program program
-        memset(&program, 0, sizeof(program))
-        program.struct_size = PJRT_Program_STRUCT_SIZE
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_OptimizedProgram_Args_STRUCT_SIZE
+        cdef PJRT_Program program = PJRT_Program_new()
+        args = PJRT_Executable_OptimizedProgram_Args_new()
         args.executable = self.executable
         args.program = &program
         PJRT_Executable_OptimizedProgram(api, &args)  # first call: the size
@@ -680,9 +654,7 @@ cdef class ExecutableHandle:
 
     def fingerprint(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_Fingerprint_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_Fingerprint_Args_STRUCT_SIZE
+        cdef PJRT_Executable_Fingerprint_Args args = PJRT_Executable_Fingerprint_Args_new()
         args.executable = self.executable
         PJRT_Executable_Fingerprint(api, &args)
         return to_str(args.executable_fingerprint, args.executable_fingerprint_size)
@@ -691,9 +663,7 @@ cdef class ExecutableHandle:
         """The plugin's serialized executable, for ``deserialize_and_load`` with the same
         plugin (unsealed: the PjRt backend seals it, ``ifrtpy.backends.pjrt.seal``)."""
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_Serialize_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_Serialize_Args_STRUCT_SIZE
+        cdef PJRT_Executable_Serialize_Args args = PJRT_Executable_Serialize_Args_new()
         args.executable = self.executable
         PJRT_Executable_Serialize(api, &args)
         try:
@@ -705,9 +675,7 @@ cdef class ExecutableHandle:
 
     def compiled_memory_stats(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_GetCompiledMemoryStats_Args a
-        memset(&a, 0, sizeof(a))
-        a.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE
+        cdef PJRT_Executable_GetCompiledMemoryStats_Args a = PJRT_Executable_GetCompiledMemoryStats_Args_new()
         a.executable = self.executable
         PJRT_Executable_GetCompiledMemoryStats(api, &a)
         return {
@@ -726,24 +694,18 @@ cdef class ExecutableHandle:
 
     def cost_analysis(self):
         cdef const PJRT_Api* api = self.client.api
-        cdef PJRT_Executable_GetCostAnalysis_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_Executable_GetCostAnalysis_Args_STRUCT_SIZE
+        cdef PJRT_Executable_GetCostAnalysis_Args args = PJRT_Executable_GetCostAnalysis_Args_new()
         args.executable = self.executable
         PJRT_Executable_GetCostAnalysis(api, &args)
         return named_values_to_dict(args.properties, args.num_properties)
 
     def delete(self):
-        cdef PJRT_LoadedExecutable_Delete_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_LoadedExecutable_Delete_Args_STRUCT_SIZE
+        cdef PJRT_LoadedExecutable_Delete_Args args = PJRT_LoadedExecutable_Delete_Args_new()
         args.executable = self.ptr
         PJRT_LoadedExecutable_Delete(self.client.api, &args)
 
     def is_deleted(self):
-        cdef PJRT_LoadedExecutable_IsDeleted_Args args
-        memset(&args, 0, sizeof(args))
-        args.struct_size = PJRT_LoadedExecutable_IsDeleted_Args_STRUCT_SIZE
+        cdef PJRT_LoadedExecutable_IsDeleted_Args args = PJRT_LoadedExecutable_IsDeleted_Args_new()
         args.executable = self.ptr
         PJRT_LoadedExecutable_IsDeleted(self.client.api, &args)
         return args.is_deleted

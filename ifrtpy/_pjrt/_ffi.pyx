@@ -223,9 +223,7 @@ cdef int _register(PluginHandle plugin, str name, void* handler, str platform,
         raise _errors.UnimplementedError(f"the plugin {plugin.path} cannot register FFI handlers")
     cdef bytes name_bytes = name.encode()
     cdef bytes platform_bytes = platform.encode()
-    cdef PJRT_FFI_Register_Handler_Args args
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_FFI_Register_Handler_Args_STRUCT_SIZE
+    cdef PJRT_FFI_Register_Handler_Args args = PJRT_FFI_Register_Handler_Args_new()
     args.target_name = name_bytes
     args.target_name_size = len(name_bytes)
     args.handler = handler
@@ -259,8 +257,7 @@ def register_type(PluginHandle plugin not None, str name not None):
     if ext.type_register == NULL:
         raise _errors.UnimplementedError(f"the plugin {plugin.path} cannot register FFI types")
     memset(&info, 0, sizeof(info))
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_FFI_Type_Register_Args_STRUCT_SIZE
+    args = PJRT_FFI_Type_Register_Args_new()
     args.type_name = name_bytes
     args.type_name_size = len(name_bytes)
     args.type_info = &info
@@ -284,13 +281,11 @@ cdef class ExecuteContext:
             raise _errors.UnimplementedError(f"the plugin {client.plugin.path} cannot add user data")
         self.client = client
         self.user_data = dict(user_data)
-        memset(&create, 0, sizeof(create))
-        create.struct_size = PJRT_ExecuteContext_Create_Args_STRUCT_SIZE
+        create = PJRT_ExecuteContext_Create_Args_new()
         PJRT_ExecuteContext_Create(api, &create)
         self.ptr = create.context
         for type_id, obj in self.user_data.items():
-            memset(&add, 0, sizeof(add))
-            add.struct_size = PJRT_FFI_UserData_Add_Args_STRUCT_SIZE
+            add = PJRT_FFI_UserData_Add_Args_new()
             add.context = self.ptr
             add.type_id = _errors.check_int(type_id, "type id", 1, 2**63 - 1)
             add.data = <void*>obj
@@ -299,8 +294,7 @@ cdef class ExecuteContext:
     def __dealloc__(self):
         cdef PJRT_ExecuteContext_Destroy_Args destroy
         if self.ptr != NULL:
-            memset(&destroy, 0, sizeof(destroy))
-            destroy.struct_size = PJRT_ExecuteContext_Destroy_Args_STRUCT_SIZE
+            destroy = PJRT_ExecuteContext_Destroy_Args_new()
             destroy.context = self.ptr
             self.ptr = NULL
             PJRT_ExecuteContext_Destroy_quiet(self.client.api, &destroy)

@@ -5,16 +5,17 @@ Run by hand after editing the table (the output is committed)::
     python ifrtpy/_pjrt/_gen_api.py
 
 It writes, next to the table, ``_api_table.pxi`` (the PJRT_Api slots the layer uses,
-included by ``pjrt_c_api.pxd``) and ``_api.pxd`` (the wrappers every call goes through;
-the table's header says what each flavour does). Standard library only: it runs before
-the package is built.
+included by ``pjrt_c_api.pxd``) and ``_api.pxd`` (the wrappers every call goes through,
+each with the initializer of its args struct, and the initializers of the table's other
+structs; the table's header says what each flavour does). Standard library only: it runs
+before the package is built.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, "api_functions.txt")
@@ -37,7 +38,7 @@ def read_table(text: str) -> list[Function]:
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
-        if not words:
+        if not words or words[0] == "struct":
             continue
         try:
             name, since, gil, returns, flavours = words
@@ -56,6 +57,21 @@ def read_table(text: str) -> list[Function]:
     names = [f.name for f in out]
     if len(set(names)) != len(names):
         raise ValueError("api_functions.txt names a function twice")
+    return out
+
+
+def read_structs(text: str) -> list[str]:
+    """The table's other structs (``struct NAME`` lines), in order; ValueError naming the
+    line of a malformed one."""
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words or words[0] != "struct":
+            continue
+        if len(words) != 2 or not words[1].startswith("PJRT_") or words[1] in out:
+            raise ValueError(f"api_functions.txt:{number}: expected 'struct PJRT_Name' "
+                             f"(once), got {line!r}")
+        out.append(words[1])
     return out
 
 
@@ -84,7 +100,13 @@ PROLOGUE = '''\
 # What each flavour does is said in api_functions.txt; how to add a function, in
 # docs/pjrt-layer.md.
 
+from libc.string cimport memset
+
 from ifrtpy._pjrt.pjrt_c_api cimport *
+from ifrtpy._pjrt.xla_ffi cimport (
+    PJRT_FFI_Register_Handler_Args, PJRT_FFI_Register_Handler_Args_STRUCT_SIZE,
+    PJRT_FFI_Type_Register_Args, PJRT_FFI_Type_Register_Args_STRUCT_SIZE,
+    PJRT_FFI_UserData_Add_Args, PJRT_FFI_UserData_Add_Args_STRUCT_SIZE)
 from ifrtpy._pjrt._base cimport check, drop_error, raise_unimplemented
 
 
@@ -92,6 +114,18 @@ cdef inline bint _in_table(const PJRT_Api* api, const void* slot) noexcept nogil
     """Whether ``slot`` (a field of ``*api``) lies inside the plugin's function table."""
     return <size_t>(<const char*>slot - <const char*>api) + sizeof(void*) <= api.struct_size
 '''
+
+
+def _new(struct: str) -> list[str]:
+    """``STRUCT_new()``: the struct zeroed, with the struct_size this build knows (the
+    plugin reads no field beyond it)."""
+    return [
+        f"cdef inline {struct} {struct}_new() noexcept nogil:",
+        f"    cdef {struct} value",
+        "    memset(&value, 0, sizeof(value))",
+        f"    value.struct_size = {struct}_STRUCT_SIZE",
+        "    return value",
+    ]
 
 
 def _has(f: Function) -> list[str]:
@@ -160,18 +194,23 @@ def _loaded(f: Function) -> list[str]:
     ]
 
 
-def wrappers(functions: list[Function]) -> str:
-    """``_api.pxd``: per function ``has_NAME`` and its flavours, then ``missing_loaded``
-    and ``missing_functions``."""
+def wrappers(functions: list[Function], structs: Sequence[str] = ()) -> str:
+    """``_api.pxd``: per function the initializer of its args struct
+    (``NAME_Args_new``), ``has_NAME`` and its flavours; the initializers of ``structs``;
+    then ``missing_loaded`` and ``missing_functions``."""
     lines = [BANNER, PROLOGUE]
     makers = {"checked": _checked, "raw": _raw, "quiet": _quiet, "loaded": _loaded}
     for f in functions:
         since = f"since 0.{f.since}, " if f.since else ""
         gil = "releases" if f.release else "keeps"
         lines += ["", "", f"# -- {f.name} ({since}{gil} the GIL)", ""]
+        lines += _new(f"{f.name}_Args") + [""]
         lines += _has(f)
         for flavour in f.flavours:
             lines += [""] + makers[flavour](f)
+    lines += ["", "", "# -- the other structs the layer fills"]
+    for struct in structs:
+        lines += [""] + _new(struct)
     loaded = [f for f in functions if "loaded" in f.flavours]
     lines += [
         "",
@@ -198,7 +237,8 @@ def wrappers(functions: list[Function]) -> str:
 def outputs(table_text: str) -> dict[str, str]:
     """File name (next to the table) -> the text the generator writes."""
     functions = read_table(table_text)
-    return {"_api_table.pxi": slots(functions), "_api.pxd": wrappers(functions)}
+    return {"_api_table.pxi": slots(functions),
+            "_api.pxd": wrappers(functions, read_structs(table_text))}
 
 
 def main() -> int:

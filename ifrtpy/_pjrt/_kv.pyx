@@ -19,6 +19,9 @@ from cpython.ref cimport PyObject
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset, strlen
 
+from ifrtpy._pjrt._api cimport (
+    PJRT_Client_Create_Args_new, PJRT_KeyValueGetCallback_Args_new,
+    PJRT_KeyValuePutCallback_Args_new, PJRT_KeyValueTryGetCallback_Args_new)
 from ifrtpy._pjrt._base cimport callback_enter, callback_leave
 from ifrtpy import errors as _errors
 
@@ -189,8 +192,7 @@ cdef bytes _take_value(PJRT_Error* error, char* value, size_t size, _Deleter del
 
 
 cdef PJRT_Client_Create_Args _filled(KeyValueCallbacks callbacks):
-    cdef PJRT_Client_Create_Args create
-    memset(&create, 0, sizeof(create))
+    cdef PJRT_Client_Create_Args create = PJRT_Client_Create_Args_new()
     callbacks.fill(&create)
     return create
 
@@ -201,8 +203,7 @@ def call_get(KeyValueCallbacks callbacks, str key, int timeout_ms):
     cdef PJRT_KeyValueGetCallback_Args args
     cdef PJRT_Error* error
     cdef bytes k = key.encode()
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE
+    args = PJRT_KeyValueGetCallback_Args_new()
     args.key, args.key_size, args.timeout_in_ms = k, len(k), timeout_ms
     args.callback_error = &_call_error
     args.user_arg = create.kv_get_user_arg
@@ -217,8 +218,7 @@ def call_try_get(KeyValueCallbacks callbacks, str key):
     cdef PJRT_KeyValueTryGetCallback_Args args
     cdef PJRT_Error* error
     cdef bytes k = key.encode()
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE
+    args = PJRT_KeyValueTryGetCallback_Args_new()
     args.key, args.key_size = k, len(k)
     args.callback_error = &_call_error
     args.user_arg = create.kv_try_get_user_arg
@@ -233,8 +233,7 @@ def call_put(KeyValueCallbacks callbacks, str key, bytes value):
     cdef PJRT_KeyValuePutCallback_Args args
     cdef PJRT_Error* error
     cdef bytes k = key.encode()
-    memset(&args, 0, sizeof(args))
-    args.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE
+    args = PJRT_KeyValuePutCallback_Args_new()
     args.key, args.key_size = k, len(k)
     args.value, args.value_size = value, len(value)
     args.callback_error = &_call_error

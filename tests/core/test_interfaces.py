@@ -753,6 +753,35 @@ def test_result_types():
     assert pickle.loads(pickle.dumps(stats)) == stats
 
 
+def test_outputs_reused_from_their_free_list_drop_their_items():
+    # Outputs keep a free list of their own (as list does); a freed one holds nothing.
+    from ifrtpy.executable import Outputs
+
+    class Item:
+        pass
+
+    class Sub(Outputs):
+        pass
+
+    for _ in range(3):
+        kept = []
+        for kind in (Outputs, Sub, Outputs):
+            item = Item()
+            kept.append(weakref.ref(item))
+            outputs = kind([item, 1])
+            del item
+            assert outputs[1] == 1 and type(outputs) is kind
+            del outputs
+        assert all(ref() is None for ref in kept)
+        big = Outputs(range(100))
+        assert len(big) == 100 and big[-1] == 99
+        del big
+    made = ExecuteResult(None, [Item()]).outputs
+    assert type(made) is Outputs and len(made) == 1
+    with pytest.raises(TypeError, match="take the output first"):
+        np.asarray(made)
+
+
 # -- backend registry -----------------------------------------------------------------------
 
 

@@ -92,3 +92,25 @@ def test_no_call_site_reaches_a_slot_but_through_a_wrapper():
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if SLOT_CALL.search(line)]
     assert not found, "\n".join(found)
+
+
+STRUCT_SIZE = re.compile(r"\bstruct_size = (\w+)_STRUCT_SIZE")
+
+
+def test_no_call_site_fills_an_args_block_by_hand():
+    """Each args struct of the table (and each of its ``struct`` lines) is made by its
+    generated ``NAME_new()``: zeroed, with its struct_size; no call site writes one."""
+    text = (PJRT / "api_functions.txt").read_text()
+    covered = {f"{f.name}_Args" for f in _table()} | set(_generator().read_structs(text))
+    found = [f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}"
+             for path in _sources()
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             for match in STRUCT_SIZE.finditer(line) if match.group(1) in covered]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("line", ["struct", "struct PJRT_X extra", "struct Other_X"])
+def test_malformed_struct_lines_are_refused_with_their_line(line):
+    with pytest.raises(ValueError, match="struct PJRT_Name") as info:
+        _generator().read_structs("# comment\n" + line + "\n")
+    assert ":2:" in str(info.value)

@@ -129,7 +129,7 @@ def _default_plugin():
 def _table() -> list[tuple[str, int]]:
     spec = Path(_pjrt.__file__).resolve().parent / "api_functions.txt"
     return [(line.split()[0], int(line.split()[1])) for line in spec.read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+            if line.strip() and not line.startswith(("#", "struct "))]
 
 
 def _table_from(first: str) -> list[str]:

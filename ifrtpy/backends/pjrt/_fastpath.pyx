@@ -37,6 +37,7 @@ from ifrtpy.array import deleted_error as _deleted_error
 from ifrtpy.array_plans import canonical_kind as _canonical_kind
 from ifrtpy.executable import ExecuteOptions
 from ifrtpy.executable import keyword_arguments_error as _keyword_arguments_error
+from ifrtpy.execute_checks import donated_arguments as _donated_arguments
 from ifrtpy import errors as _errors
 from ifrtpy.backends.pjrt.events import future_of_events
 from ifrtpy.user_context import ACTIVE as _user_context
@@ -82,13 +83,18 @@ cdef class ArrayCore(ArrayFields):
 cdef class ExecutableCore:
     """The fields of a PjrtLoadedExecutable and its ``execute``, in C.
 
-    A call is checked (the interface's contract, ``_execute_contract``) and launched
-    (``_launch``: the layout rule, ``_check_layouts``, then ``_launch_arrays``), unless its
-    arguments are of the kinds of a checked call (``CheckedKinds``, kept where the launch
-    plan allows): that call is launched without checks (``_repeat``). Every call is
-    launched by ``_launch_arrays``: its arguments' buffers run after the backend's rules
-    (``_run_groups``), the donated arguments read as deleted, the outputs are made
-    (``_outputs``). The launch plan (``_plan``) is read here, never worked out.
+    One verb a layer: ``execute`` (and ``exe(...)``) is the interface's (PjrtLoadedExecutable
+    binds these two by name, so that neither is picked by the method order); this
+    backend launches (``_launch``, ``_launch_arrays``); ``_pjrt`` executes
+    (``ExecutableHandle._execute``). A call is checked (the interface's contract,
+    ``_execute_contract``) and launched (``_launch``: the layout rule, ``_check_layouts``,
+    then ``_launch_arrays``), unless its arguments are of the kinds of a checked call
+    (``CheckedKinds``, kept where the launch plan allows): that call is launched without
+    checks (``_repeat``). Every call is launched by ``_launch_arrays``: its arguments'
+    buffers handed to ``_pjrt`` after the backend's rules, the donated arguments read as
+    deleted, the outputs made (``_outputs``). The launch plan (``_plan``) is read here,
+    never worked out; the arguments a call donates are the contract's
+    (``execute_checks.donated_arguments``).
     """
 
     cdef public object _client
@@ -189,7 +195,7 @@ cdef class ExecutableCore:
         if unread and call.device is None and plan.repeatable:
             self.kinds = kinds
         return self._launch_arrays(PySequence_Fast_ITEMS(args), len(args), call.options,
-                                   call.device, kinds, as_result)
+                                   call.device, kinds, call.donated, as_result)
 
     @cython.final
     cdef bint _check_layouts(self, list args) except -1:
@@ -231,6 +237,7 @@ cdef class ExecutableCore:
         """The ExecuteResult (``as_result``) or the outputs of a call whose ``args`` (a list
         or a tuple) are of the checked kinds, run without checks; None for any other."""
         cdef CheckedKinds kinds = self.kinds
+        cdef frozenset donated = self.donated
         cdef tuple held = call_arguments(kinds, args)
         cdef Py_ssize_t num_args, k
         cdef object array_type = self.array_type
@@ -246,27 +253,31 @@ cdef class ExecutableCore:
             array = <ArrayCore>item
             if array._layout is not None or not admits(kinds, array, k):
                 return None
-        return self._launch_arrays(items, num_args, options, None, kinds, as_result)
+        if options is not None:
+            donated = _donated_arguments(donated, options)
+        return self._launch_arrays(items, num_args, options, None, kinds, donated, as_result)
 
     @cython.final
     cdef object _launch_arrays(self, PyObject** arrays, Py_ssize_t num_args, object options,
-                               object device, CheckedKinds kinds, bint as_result):
+                               object device, CheckedKinds kinds, frozenset donated,
+                               bint as_result):
         """The launch of every call, checked or of checked ``kinds``, with ``options`` (an
         ExecuteOptions, or None for the defaults): the buffers of ``arrays[0:num_args]``
-        (held by the caller) run on ``device`` (a portable executable's) or the
-        executable's devices (``_run_groups``), the arguments the program donates given up
-        (but the options' non-donatable ones), the outputs made as ``kinds.outputs`` say.
-        From the caller's checks to the plugin no Python code runs (reading the options
-        runs none). Returns an ExecuteResult (``as_result``) or the outputs."""
+        (held by the caller) handed to ``_pjrt`` to run on ``device`` (a portable
+        executable's) or the executable's devices, after this backend's rules: the limit
+        of executes made inside a host callback (``_check_nested``), and as each buffer is
+        pinned, the donation rules (:func:`donation_refusal`); the arguments in
+        ``donated`` (the call's, as the contract works them out) given up; the outputs
+        made as ``kinds.outputs`` say. From the caller's checks to the plugin no Python
+        code runs (reading the options runs none): no other thread changes what the rules
+        read. Returns an ExecuteResult (``as_result``) or the outputs."""
         cdef int launch_id = 0
         cdef object non_donatable = ()
         cdef bint fill_status = False
-        cdef frozenset donated = self.donated
         if options is not None:
             launch_id = options.launch_id
             if options.non_donatable_input_indices:
                 non_donatable = tuple(sorted(options.non_donatable_input_indices))
-                donated = donated - options.non_donatable_input_indices
             fill_status = options.fill_status
         cdef Py_ssize_t num_outputs = len(kinds.outputs), k
         cdef Py_ssize_t num_devices = (1 if device is not None
@@ -280,6 +291,7 @@ cdef class ExecutableCore:
         cdef Py_ssize_t num_groups = 0, num_results = 0
         cdef PyObject* done = NULL
         cdef tuple buffers
+        cdef DeviceHandle device_handle = None
         cdef ExecuteResult result
         try:
             if num_args > SMALL:
@@ -294,14 +306,18 @@ cdef class ExecutableCore:
                 groups[k] = <PyObject*>buffers
                 num_groups += 1
             if self.effects is None:
-                self._run_groups(groups, num_args, num_devices, launch_id, non_donatable,
-                                 None if device is None else device._handle, donated, results,
-                                 &done if fill_status else NULL)
+                if device is not None:
+                    device_handle = device._handle
+                if self.max_executions and in_host_callback():
+                    self._check_nested(device_handle)
+                self._handle._execute(groups, num_args, False, num_devices, launch_id,
+                                      non_donatable, device_handle, donated, _admit, results,
+                                      &done if fill_status else NULL)
                 num_results = num_outputs
                 events = <tuple>done if fill_status else None
             else:
                 made, events = self.effects.launch(
-                    self._run_buffers, [<object>groups[k] for k in range(num_args)], launch_id,
+                    self._launch_buffers, [<object>groups[k] for k in range(num_args)], launch_id,
                     non_donatable, device, donated,
                     [device] if device is not None else self._addressable)
                 for k in range(num_outputs):
@@ -330,30 +346,16 @@ cdef class ExecutableCore:
             if results != small_results:
                 free(results)
 
-    @cython.final
-    cdef int _run_groups(self, PyObject** groups, Py_ssize_t num_groups, Py_ssize_t num_devices,
-                         int launch_id, object non_donatable, DeviceHandle device,
-                         frozenset donated, PyObject** results, PyObject** done) except -1:
-        """Run the executable on ``groups[k]``, argument k's buffer on each device (``_pjrt``
-        hands them to the plugin, ``results`` and ``done`` as ``ExecutableHandle._run``
-        fills them), after this backend's rules: the limit of executes made inside a host
-        callback (``_check_nested``), and as each buffer is pinned, the donation rules
-        (:func:`donation_refusal`). No Python code runs from the rules to the pins: no other
-        thread changes what they read."""
-        if self.max_executions and in_host_callback():
-            self._check_nested(device)
-        return self._handle._run(groups, num_groups, False, num_devices, launch_id,
-                                 non_donatable, device, donated, _admit, results, done)
-
-    def _run_buffers(self, arguments, launch_id, non_donatable, device, donated):
-        """``_run_groups`` of ``arguments`` (a list: argument k's buffer on each device; the
-        executable's main parameters, tokens included), on DeviceHandle ``device`` or every
-        device: ``(outputs, events)``, output k's buffers on each device and the completion
-        events. For the ordered effects (``effects.OrderedEffects.launch``)."""
+    def _launch_buffers(self, arguments, launch_id, non_donatable, device, donated):
+        """``_launch_arrays``' hand-over to ``_pjrt``, of ``arguments`` (a list: argument
+        k's buffer on each device; the executable's main parameters, tokens included), on
+        DeviceHandle ``device`` or every device, the arguments in ``donated`` given up:
+        ``(outputs, events)``, output k's buffers on each device and the completion events.
+        For the ordered effects (``effects.OrderedEffects.launch``)."""
         cdef ExecutableHandle handle = self._handle
         if self.max_executions and in_host_callback():
             self._check_nested(device)
-        return handle._run_tuples(
+        return handle._execute_tuples(
             <list?>arguments, False, 1 if device is not None else len(handle.addressable_devices),
             launch_id, tuple(non_donatable), device, frozenset(donated), _admit)
 

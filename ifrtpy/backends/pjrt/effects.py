@@ -94,7 +94,7 @@ class OrderedEffects:
         buffers each, without tokens) on ``devices`` (``device`` for a portable executable,
         else None), the tokens put in and kept (:meth:`run`): ``run(main_arguments,
         launch_id, non_donatable, device_handle, donated)`` runs the executable on main's
-        parameters (the executable's ``_run_buffers``); ``non_donatable`` and ``donated``
+        parameters (the executable's ``_launch_buffers``); ``non_donatable`` and ``donated``
         are the caller's parameter indices."""
         main_non_donatable = self.main_indices(non_donatable)
         main_donated = self.main_indices(sorted(donated))

@@ -185,6 +185,12 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
     where its arguments are of the kinds of a checked call.
     """
 
+    # LoadedExecutable.execute and __call__ (the contract, then ``_launch``) in C, with
+    # calls of checked kinds repeated without the checks: bound here by name, not picked
+    # by the order of the bases.
+    execute = ExecutableCore.execute
+    __call__ = ExecutableCore.__call__
+
     def __init__(self, client, handle, program: HloProgram, devices: DeviceList | None,
                  callbacks: int | None = None):
         self._client = client

@@ -292,3 +292,13 @@ def test_a_loop_of_donated_steps_runs_ahead_of_the_computation(build):
         expected = np.asarray(step(expected))
     np.testing.assert_allclose(np.asarray(state[0]), expected, rtol=1e-4)
     assert all(f.result(timeout=TIMEOUT_S) is None for f in futures)
+
+
+def test_execute_and_call_are_bound_by_name_not_by_the_order_of_the_bases():
+    # LoadedExecutable.execute (the contract, then _launch) runs as ExecutableCore's C
+    # version, which a reader of PjrtLoadedExecutable sees there, not by the method order.
+    from ifrtpy.backends.pjrt._fastpath import ExecutableCore
+    from ifrtpy.backends.pjrt.executable import PjrtLoadedExecutable
+
+    assert vars(PjrtLoadedExecutable)["execute"] is vars(ExecutableCore)["execute"]
+    assert vars(PjrtLoadedExecutable)["__call__"] is vars(ExecutableCore)["__call__"]
