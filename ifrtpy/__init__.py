@@ -180,12 +180,18 @@ def __getattr__(name: str) -> _Any:
     home = _HOMES.get(name)
     if home is not None:
         value = getattr(_importlib.import_module(home), name)
-    elif name in _MODULES:
-        value = _importlib.import_module(f"ifrtpy.{name}")
+    elif name in _MODULES or (not name.startswith("_") and _is_submodule(name)):
+        value = _importlib.import_module(f"ifrtpy.{name}")  # ifrt.plugins.builds, ...
     else:
         raise AttributeError(f"module 'ifrtpy' has no attribute {name!r}")
     globals()[name] = value  # later uses are plain attribute reads
     return value
+
+
+def _is_submodule(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"ifrtpy.{name}") is not None
 
 
 def __dir__() -> list[str]:

@@ -905,5 +905,6 @@ def test_the_package_lists_its_public_names_only():
         assert plumbing not in listed, plumbing
     assert set(listed) - set(ifrtpy.__all__) == {"builder", "testing", "proxy"}
     assert ifrtpy.builder.Builder and ifrtpy.errors.IfrtError
+    assert ifrtpy.plugins.builds.default_cpu_library  # any submodule, as before, unlisted
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         ifrtpy.nothing
