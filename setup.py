@@ -16,8 +16,6 @@ import importlib.util
 import os
 import shutil
 
-import numpy
-from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -28,33 +26,6 @@ MODULES += ["ifrtpy._execute_result", "ifrtpy.backends._repeat", "ifrtpy.backend
             "ifrtpy.backends.jax._fastpath"]
 
 
-def _load_header_module():
-    spec = importlib.util.spec_from_file_location(
-        "_header", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ifrtpy", "_pjrt", "_header.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-try:
-    include_dir = _load_header_module().pjrt_include_dir()
-except FileNotFoundError as e:
-    raise SystemExit(str(e))
-
-extensions = [
-    Extension(
-        name,
-        [name.replace(".", "/") + ".pyx"],
-        include_dirs=[include_dir, numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O2"],
-        libraries=["dl"],
-    )
-    for name in MODULES
-]
-
-
-
 class BuildExt(build_ext):
     """setuptools' build_ext, on every core, reusing the modules built in the tree."""
 
@@ -63,23 +34,57 @@ class BuildExt(build_ext):
         if not self.parallel:
             self.parallel = os.cpu_count() or 1
 
+    #: The checkout, where an editable install leaves each compiled module.
+    tree = HERE
+
     def build_extension(self, ext):
         built = self.get_ext_fullpath(ext.name)
-        in_tree = os.path.join(HERE, self.get_ext_filename(ext.name))
-        sources = [os.path.join(HERE, s) for s in ext.sources]
+        in_tree = os.path.join(self.tree, self.get_ext_filename(ext.name))
+        sources = [os.path.join(self.tree, s) for s in ext.sources]
         if (self.force or os.environ.get("IFRTPY_REBUILD") or not os.path.exists(in_tree)
                 or any(os.path.getmtime(s) > os.path.getmtime(in_tree) for s in sources)):
             return super().build_extension(ext)
-        if os.path.abspath(built) != in_tree:
+        if os.path.abspath(built) != os.path.abspath(in_tree):
             os.makedirs(os.path.dirname(built), exist_ok=True)
             shutil.copy2(in_tree, built)
 
 
-setup(
-    cmdclass={"build_ext": BuildExt},
-    ext_modules=cythonize(
-        extensions,
-        compiler_directives={"language_level": 3, "binding": True, "embedsignature": True},
-        nthreads=os.cpu_count() or 1,
+def _load_header_module():
+    spec = importlib.util.spec_from_file_location(
+        "_header", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ifrtpy", "_pjrt", "_header.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _extensions():
+    import numpy
+
+    try:
+        include_dir = _load_header_module().pjrt_include_dir()
+    except FileNotFoundError as e:
+        raise SystemExit(str(e))
+    return [
+        Extension(
+            name,
+            [name.replace(".", "/") + ".pyx"],
+            include_dirs=[include_dir, numpy.get_include()],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+            extra_compile_args=["-O2"],
+            libraries=["dl"],
+        )
+        for name in MODULES
+    ]
+
+
+if __name__ == "__main__":  # setuptools runs the file so; tests import BuildExt alone
+    from Cython.Build import cythonize
+
+    setup(
+        cmdclass={"build_ext": BuildExt},
+        ext_modules=cythonize(
+            _extensions(),
+            compiler_directives={"language_level": 3, "binding": True, "embedsignature": True},
+            nthreads=os.cpu_count() or 1,
+        )
     )
-)
