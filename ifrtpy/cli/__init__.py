@@ -75,10 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     client_options.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                 help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
-    commands.add_parser("info", parents=[client_options],
-                        help="versions, the plugin, its devices and memories").about = "info"
-    commands.add_parser("demo", parents=[client_options],
-                        help="a sharded array and an SPMD program, checked against NumPy").about = "demo"
+    for name, summary in [("info", "versions, the plugin, its devices and memories"),
+                          ("demo", "a sharded array and an SPMD program, checked against NumPy")]:
+        commands.add_parser(name, parents=[client_options], help=summary).about = name
     bench_parser = commands.add_parser(
         "bench", parents=[client_options], help="headline figures next to jax, in one run")
     bench_parser.about = "bench"
