@@ -195,4 +195,5 @@ def _is_submodule(name: str) -> bool:
 
 
 def __dir__() -> list[str]:
-    return sorted({*__all__, *_MODULES})
+    # Not "proxy": help(ifrtpy) reads every listed name, and ifrtpy.proxy needs grpcio.
+    return sorted({*__all__, "builder", "testing"})
