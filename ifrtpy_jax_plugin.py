@@ -13,11 +13,13 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import os
+import socket
 import stat
 import sys
+from typing import Any
 
 __all__ = ["initialize", "register", "is_local", "shared_directory", "is_private_directory",
-           "transfer_subdirectory", "PLATFORM", "TRANSFER_KEY"]
+           "transfer_subdirectory", "check_server", "NoServer", "PLATFORM", "TRANSFER_KEY"]
 
 #: The name of the jax backend (and platform) the server's devices appear under.
 PLATFORM = "proxy"
@@ -65,8 +67,10 @@ def register(target: str, priority: int = -1) -> None:
     :func:`shared_directory` (this user's, private), puts of 1 MiB or more go through files
     in a directory of this process's own there (unless
     ``IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY`` is already set), which the
-    session names to the server. The connection is made when jax first uses the backend;
-    while no server answers at ``target`` it says so on stderr, and it fails after
+    session names to the server. The connection is made when jax first uses the backend,
+    after :func:`check_server`: where nothing can serve at ``target`` (no socket at a unix
+    path, a port that refuses) the process stops at once with :class:`NoServer`'s lines;
+    while a server does not answer it says so on stderr, and it fails after
     ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default).
     """
     if is_local(target):
@@ -78,6 +82,7 @@ def register(target: str, priority: int = -1) -> None:
         from ifrtpy import _log  # quiet as ifrtpy is: jaxlib's client logs at its threshold
 
         _log.apply_to_jaxlib()
+        check_server(target)
         options = backend.ifrt_proxy.ClientConnectionOptions()
         options.connection_timeout_in_seconds = _connect_timeout()
         options.on_connection_update = _Progress(target, options.connection_timeout_in_seconds)
@@ -87,6 +92,67 @@ def register(target: str, priority: int = -1) -> None:
         return backend.ifrt_proxy.get_client(target, options)
 
     backend.register_backend_factory(PLATFORM, make_client, priority=priority)
+
+
+#: How long :func:`check_server` waits for a TCP connection (seconds); a server that does
+#: not answer by then is left to jaxlib's client and its timeout.
+PROBE_S = 3.0
+
+
+class NoServer(SystemExit):
+    """Nothing serves at jax's proxy address: the process stops with this message (exit
+    status 1, no traceback), as a command-line error does; jax cannot start without it."""
+
+
+def check_server(target: str) -> None:
+    """Raise :class:`NoServer` where nothing can serve at ``target``: a unix socket path
+    that does not exist, is not a socket or has no server behind it, a TCP port that
+    refuses, a host name that does not resolve. A server that does not answer within
+    :data:`PROBE_S` is left to jaxlib's client, which retries until its timeout."""
+    address = target.removeprefix("grpc://")
+    problem = _unix_problem(address[5:]) if address.startswith("unix:") else _tcp_problem(address)
+    if problem is not None:
+        raise NoServer(f"ifrtpy_jax_plugin: no IFRT Proxy server at {target}: {problem}.\n"
+                       "Start one with `python -m ifrtpy serve` and set JAX_BACKEND_TARGET to "
+                       "the address it prints (docs/proxy.md).")
+
+
+def _unix_problem(path: str) -> str | None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return f"{path}: {error.strerror.lower() if error.strerror else error}"
+    if not stat.S_ISSOCK(mode):
+        return f"{path} is not a socket"
+    return _refused(socket.AF_UNIX, path, f"nothing listens on the socket {path} (its server "
+                                          "is gone)")
+
+
+def _tcp_problem(address: str) -> str | None:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None  # jaxlib's to judge
+    try:
+        found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        return f"the host {host!r} is not found ({error.strerror})"
+    family, _, _, _, where = found[0]
+    return _refused(family, where, f"{host}:{port} refuses connections (no server on that port)")
+
+
+def _refused(family: int, where: Any, problem: str) -> str | None:
+    """``problem`` if a connection to ``where`` is refused; None if it is made, or if it
+    is not made within :data:`PROBE_S` (a server may be slow to answer)."""
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.settimeout(PROBE_S)
+        try:
+            probe.connect(where)
+        except ConnectionRefusedError:
+            return problem
+        except OSError:
+            return None
+    return None
 
 
 def _connect_timeout() -> int:

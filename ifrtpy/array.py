@@ -16,16 +16,19 @@ from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Sequence
 
 import numpy as np
 
-from ifrtpy.array_text import array_repr, array_str, printed_indices, refusal
+from ifrtpy.array_text import (
+    ArrayType, array_str, dims_of as _dims, distinct_shards, install_refusals,
+    num_elements as _num_elements, printed_values, shape_text as _shape_text, text_of,
+)
 from ifrtpy.dtypes import DType
 from ifrtpy.errors import (
     FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError, UnimplementedError, check_enum, check_int,
     check_type, invalid_argument,
 )
 from ifrtpy.future import Future, join_futures, then_value
-from ifrtpy.shape import DynamicShape, IndexDomain, Shape
+from ifrtpy.shape import DynamicShape, Shape
 from ifrtpy.sharding import (
-    OpaqueSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics, check_reduced,
+    Sharding, SingleDeviceSharding, SingleDeviceShardSemantics, check_reduced,
 )
 from ifrtpy.user_context import UserContext
 
@@ -157,44 +160,6 @@ def plan_fully_replicated_shard(array: Array) -> SingleDeviceSharding:
     return SingleDeviceSharding(devices[0], sharding.memory_kind)
 
 
-def distinct_shards(array: Array, shards: Sequence[Any]) -> dict[IndexDomain, Any]:
-    """For a read of the whole ``array``: the first of ``shards`` (one item per addressable
-    shard, in device order: buffers, data, single-device arrays) holding each index
-    domain, by domain. InvalidArgumentError for an OpaqueSharding or unreduced axes (the
-    shards hold partial values), UnimplementedError when the addressable shards do not hold
-    every element."""
-    if isinstance(array.sharding, OpaqueSharding):
-        raise InvalidArgumentError("an array with an OpaqueSharding cannot be copied to the host")
-    check_reduced(array.sharding, "copy_to_host_buffer")
-    domains = array.sharding.index_domains(
-        array.shape, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS)
-    distinct: dict[IndexDomain, Any] = {}
-    for domain, shard in zip(domains, shards):
-        distinct.setdefault(domain, shard)  # replicas of a domain are read once
-    covered = sum(_num_elements(_dims(d.shape)) for d in distinct)
-    size = _num_elements(_dims(array.shape))
-    if covered != size:
-        raise UnimplementedError(
-            f"copy_to_host_buffer: the addressable shards hold {covered} of the {size} "
-            f"elements of {array.debug_string()}")
-    return distinct
-
-
-def _dims(shape: Any) -> tuple[int, ...]:
-    """The dimensions of a Shape (or of any sequence of ints) as a tuple."""
-    dims = getattr(shape, "dims", shape)
-    if callable(dims):
-        dims = dims()
-    return tuple(int(d) for d in dims)
-
-
-def _shape_text(shape: Any) -> str:
-    """``[2, 3]`` for a static shape; a DynamicShape's ``[<=2,3]``."""
-    if isinstance(shape, DynamicShape):
-        return shape.debug_string()
-    return str(list(_dims(shape)))
-
-
 class Value(abc.ABC):
     """Base of everything a program consumes or produces (IFRT ``Value``): Array, Tuple.
 
@@ -245,15 +210,17 @@ class Value(abc.ABC):
         return self.__copy__()
 
 
-class Array(Value):
+class Array(Value, metaclass=ArrayType):
     """A (possibly sharded) array on one or more devices (IFRT ``Array``).
 
     Abstract: ``client``, ``ready_future``, ``delete``, ``is_deleted``, ``dtype``,
     ``shape``, ``sharding``, ``disassemble_into_single_device_arrays`` and
     ``copy_to_host_buffer``. The rest has defaults built on those: ``print(a)`` and
-    ``repr(a)`` show the values as NumPy does (:func:`printed_values`), and NumPy's
-    operations (``a + 1``, ``a[0]``, ``len(a)``, ``a.sum()``) raise TypeError or
-    AttributeError saying what ifrtpy arrays are and what to do instead.
+    ``repr(a)`` show the values as NumPy does (:func:`ifrtpy.array_text.printed_values`),
+    and NumPy's operations (``a + 1``, ``a == b``, ``bool(a)``, ``a[0]``, ``len(a)``,
+    ``a.sum()``) raise TypeError or AttributeError saying what ifrtpy arrays are and what to
+    do instead (:func:`ifrtpy.array_text.install_refusals`). An array hashes by identity: it
+    is a dict key or set member as itself, never by its values.
     """
 
     __slots__ = ()
@@ -414,51 +381,14 @@ class Array(Value):
         """The devices of the array's sharding, as ``jax.Array.devices()``."""
         return set(self.sharding.devices)
 
-    # -- text: values as NumPy prints them (see printed_values) ------------------------------
-
     def __repr__(self) -> str:
-        return self._repr_of(*printed_values(self))
+        """The values as NumPy prints them (:func:`ifrtpy.array_text.printed_values`),
+        with the shape where NumPy would show it, the dtype and the sharding."""
+        return text_of(self, *printed_values(self))
 
     def __str__(self) -> str:
         values, summarised, why = printed_values(self)
-        return self._repr_of(values, summarised, why) if values is None else array_str(values, summarised)
-
-    def _repr_of(self, values: np.ndarray | None, summarised: bool, why: str) -> str:
-        shape = _shape_text(self.shape) if isinstance(self.shape, DynamicShape) else _dims(self.shape)
-        return array_repr(type(self).__name__, values, summarised, why, shape, self.dtype.name,
-                          repr(self.sharding))
-
-    # -- NumPy's habits, refused with what to do instead (ifrtpy.array_text.refusal) ----------
-
-    def __getitem__(self, index: Any) -> Any:
-        raise TypeError(refusal(f"{type(self).__name__!r} object is not subscriptable"))
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        raise TypeError(refusal(f"{type(self).__name__!r} object does not support item assignment"))
-
-    def __len__(self) -> int:
-        raise TypeError(refusal(f"object of type {type(self).__name__!r} has no len()"))
-
-    def __iter__(self) -> Any:
-        raise TypeError(refusal(f"{type(self).__name__!r} object is not iterable"))
-
-    def __bool__(self) -> bool:
-        return True  # as any object (``__len__`` would say otherwise)
-
-    def __float__(self) -> float:
-        raise TypeError(refusal(
-            f"float() argument must be a string or a real number, not {type(self).__name__!r}"))
-
-    def __int__(self) -> int:
-        raise TypeError(refusal(f"int() argument must be a string, a bytes-like object or a "
-                                f"real number, not {type(self).__name__!r}"))
-
-    def __complex__(self) -> complex:
-        raise TypeError(refusal(f"complex() first argument must be a string or a number, not "
-                                f"{type(self).__name__!r}"))
-
-    def __dir__(self) -> list[str]:
-        return [name for name in super().__dir__() if name not in _NUMPY_ONLY]
+        return text_of(self, values, summarised, why) if values is None else array_str(values, summarised)
 
     # -- helper for implementations --------------------------------------------------------
 
@@ -508,132 +438,7 @@ class Array(Value):
         return then_value(join_futures(futures), out)
 
 
-#: The most bytes a repr copies whole from shards the host cannot view (device memory of
-#: an accelerator; arrays whose backend offers no view) to print their elements; a repr that
-#: would copy more says so instead of printing them.
-REPR_COPY_BYTES = 64 << 20
-
-
-def printed_values(array: Array) -> tuple[np.ndarray | None, bool, str]:
-    """What ``print(array)`` shows: ``(values, summarised, "")``, the whole array or, where
-    NumPy's print options summarise it (``summarised``), the elements NumPy prints
-    (:func:`ifrtpy.array_text.printed_indices`), read from the shards that hold them only;
-    or ``(None, False, why)`` without reading anything of a deleted or donated array, an
-    error array or one whose shards are partly in other processes, and for one whose
-    printed elements lie in shards the host cannot view, of more than
-    :data:`REPR_COPY_BYTES` in all. A shard the host can view (NumPy's ``__array__`` with
-    ``copy=False``: host memory) gives only the printed elements. Never raises."""
-    if array.is_deleted():
-        return None, False, "deleted or donated"
-    if array.error is not None:
-        return None, False, f"error: {_one_line(array.error)}"
-    try:
-        return _read_printed(array)
-    except Exception as e:  # a repr must not fail: it says why it shows no values
-        return None, False, f"values not read: {_one_line(e)}"
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text[:200] + '...' if len(text) > 200 else text}"
-
-
-def _read_printed(array: Array) -> tuple[np.ndarray | None, bool, str]:
-    shards = array.disassemble_into_single_device_arrays()  # moves no data
-    try:
-        distinct = distinct_shards(array, shards)  # before any read
-    except UnimplementedError:
-        return None, False, (f"not fully addressable: this process holds {len(shards)} of its "
-                             f"{len(array.sharding.devices)} shards")
-    dims = _dims(array.shape)
-    options = np.get_printoptions()
-    indices = printed_indices(dims, options["threshold"], options["edgeitems"])
-    reads: list[tuple[Array, Any, Any]] = []  # (shard, places in values, places in the shard)
-    for domain, shard in distinct.items():
-        if indices is None:
-            reads.append((shard, domain.slices(), ...))
-            continue
-        origin, shape = domain
-        places = [[(j, i - start) for j, i in enumerate(printed) if start <= i < start + n]
-                  for printed, start, n in zip(indices, origin, _dims(shape))]
-        if all(places):
-            reads.append((shard, np.ix_(*[[j for j, _ in p] for p in places]),
-                          np.ix_(*[[i for _, i in p] for p in places])))
-    views = [_host_view(shard) for shard, _, _ in reads]
-    copied = [shard for (shard, _, _), view in zip(reads, views) if view is None]
-    size = sum(shard.nbytes for shard in copied)
-    if size > REPR_COPY_BYTES:
-        return None, False, (
-            f"values not read: printing them would copy {len(copied)} shards ({size} bytes) "
-            f"the host cannot view, more than the {REPR_COPY_BYTES} bytes a repr copies; "
-            "np.asarray(a) copies the whole array")
-    values = np.empty(dims if indices is None else [len(i) for i in indices],
-                      array.dtype.to_numpy())
-    copies = iter([shard.copy_to_host_buffer() for shard in copied])
-    for (_, into, take), view in zip(reads, views):
-        values[into] = (next(copies).result() if view is None else view)[take]
-    return values, _num_elements(dims) > options["threshold"], ""
-
-
-def _host_view(shard: Array) -> np.ndarray | None:
-    """The data of single-device ``shard`` without a copy where the host can view it."""
-    try:
-        return shard.__array__(None, copy=False)
-    except (ValueError, TypeError):  # a copy is needed; an __array__ without copy=
-        return None
-
-
-def _refuse_binary(symbol: str, reflected: bool) -> Any:
-    def refuse(self: Array, other: Any) -> Any:
-        left, right = type(self).__name__, type(other).__name__
-        if reflected:
-            left, right = right, left
-        raise TypeError(refusal(f"unsupported operand type(s) for {symbol}: {left!r} and {right!r}"))
-    return refuse
-
-
-def _refuse_order(symbol: str) -> Any:
-    def refuse(self: Array, other: Any) -> Any:
-        raise TypeError(refusal(f"{symbol!r} not supported between instances of "
-                                f"{type(self).__name__!r} and {type(other).__name__!r}"))
-    return refuse
-
-
-def _refuse_unary(symbol: str) -> Any:
-    def refuse(self: Array) -> Any:
-        raise TypeError(refusal(f"bad operand type for {symbol}: {type(self).__name__!r}"))
-    return refuse
-
-
-class _NumpyOnly:
-    """A public attribute of NumPy's ndarray that ifrtpy arrays lack: reading it raises
-    AttributeError (so ``hasattr`` stays false) saying what to do instead."""
-
-    def __init__(self, name: str, method: bool):
-        self.name, self.then = name, f".{name}()" if method else f".{name}"
-
-    def __get__(self, obj: Any, owner: Any = None) -> Any:
-        owner = type(obj) if obj is not None else owner
-        raise AttributeError(refusal(
-            f"{owner.__name__!r} object has no attribute {self.name!r}", self.then))
-
-
-for _name, _symbol in [("add", "+"), ("sub", "-"), ("mul", "*"), ("matmul", "@"),
-                       ("truediv", "/"), ("floordiv", "//"), ("mod", "%"),
-                       ("divmod", "divmod()"), ("pow", "** or pow()"), ("lshift", "<<"),
-                       ("rshift", ">>"), ("and", "&"), ("xor", "^"), ("or", "|")]:
-    setattr(Array, f"__{_name}__", _refuse_binary(_symbol, False))
-    setattr(Array, f"__r{_name}__", _refuse_binary(_symbol, True))
-for _name, _symbol in [("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")]:
-    setattr(Array, f"__{_name}__", _refuse_order(_symbol))
-for _name, _symbol in [("neg", "unary -"), ("pos", "unary +"), ("invert", "unary ~"),
-                       ("abs", "abs()")]:
-    setattr(Array, f"__{_name}__", _refuse_unary(_symbol))
-#: NumPy's ndarray attributes an ifrtpy array refuses (``a.sum()``, ``a.T``, ``a.reshape``).
-_NUMPY_ONLY = frozenset(name for name in dir(np.ndarray)
-                        if not name.startswith("_") and not hasattr(Array, name))
-for _name in _NUMPY_ONLY:
-    setattr(Array, _name, _NumpyOnly(_name, callable(getattr(np.ndarray, _name))))
+install_refusals(Array)
 
 
 class StoredArray(Array):
@@ -712,13 +517,6 @@ class StoredArray(Array):
     @property
     def user_context(self) -> UserContext | None:
         return self._user_context
-
-
-def _num_elements(dims: tuple[int, ...]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def _byte_strides(byte_strides: Any) -> tuple[int, ...]:

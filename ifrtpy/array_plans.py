@@ -9,8 +9,9 @@ problem) and returns what the backend then carries out, so that a backend moves 
 and deletes no input before every argument is known to be good. The backends keep their
 own data movement and their own extra limits (a sharding jax cannot express, a copy
 across processes PJRT cannot make). The plans the interfaces' own defaults use as well
-live in :mod:`ifrtpy.array` (``plan_fully_replicated_shard``, ``distinct_shards``), as
-does the copy-semantics taking of data (``StoredArray._take``).
+live below this module, which imports :mod:`ifrtpy.array`: ``plan_fully_replicated_shard``
+and the copy-semantics taking of data (``StoredArray._take``) in :mod:`ifrtpy.array`,
+``distinct_shards`` (what a print or a whole read takes) in :mod:`ifrtpy.array_text`.
 """
 
 from __future__ import annotations

@@ -17,16 +17,22 @@ and the traceback. Where no CPU plugin is installed, ``demo`` and ``bench`` with
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
 import re
 import sys
 from types import ModuleType
+from typing import Any
 
 import ifrtpy as ifrt
-from ifrtpy.cli import bench, demo, info, launch, serve
+from ifrtpy.cli import launch, serve
 from ifrtpy.errors import NotFoundError
-from ifrtpy.plugins.discovery import PACKAGES
 
 __all__ = ["main"]
+
+# --help, --version and argument errors import nothing heavy: ifrtpy's names load on first
+# use, and a command's module (numpy, the builder, the plugin) once the command runs or its
+# --help shows its description.
 
 
 def plain(text: str) -> str:
@@ -42,9 +48,14 @@ def _about(module: ModuleType) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser (its subcommands' too), its help in plain text."""
+    """argparse's parser (its subcommands' too), its help in plain text; a command's
+    description is its module's docstring (``about``), read when its help is shown."""
+
+    about: str | None = None
 
     def format_help(self) -> str:
+        if self.about is not None and self.description is None:
+            self.description = _about(importlib.import_module(f"ifrtpy.cli.{self.about}"))
         return plain(super().format_help())
 
 
@@ -64,13 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     client_options.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                 help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
-    commands.add_parser("info", parents=[client_options], description=_about(info),
-                        help="versions, the plugin, its devices and memories")
-    commands.add_parser("demo", parents=[client_options], description=_about(demo),
-                        help="a sharded array and an SPMD program, checked against NumPy")
+    for name, summary in [("info", "versions, the plugin, its devices and memories"),
+                          ("demo", "a sharded array and an SPMD program, checked against NumPy")]:
+        commands.add_parser(name, parents=[client_options], help=summary).about = name
     bench_parser = commands.add_parser(
-        "bench", parents=[client_options], description=_about(bench),
-        help="headline figures next to jax, in one run")
+        "bench", parents=[client_options], help="headline figures next to jax, in one run")
+    bench_parser.about = "bench"
     bench_parser.add_argument("--quick", action="store_true",
                               help="small sizes and few repeats (seconds; figures rough)")
     bench_parser.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart (matplotlib)")
@@ -81,12 +91,52 @@ def _parser() -> argparse.ArgumentParser:
     serve.configure(commands.add_parser(
         "serve", help="an IFRT Proxy server: jax runs on this backend's devices",
         description="Serve a backend's devices to jax (JAX_PLATFORMS=proxy) over IFRT Proxy."))
+    parser.set_defaults(commands=commands.choices)
     return parser
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments; an unknown option exits 2 as argparse's do, naming the command's
+    nearest option (``bench --quik``: did you mean --quick?)."""
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        options = [option for action in args.commands[args.command]._actions
+                   for option in action.option_strings]
+        hints = [f"{word} (did you mean {close[0]}?)" if close else word
+                 for word in unknown
+                 for close in [difflib.get_close_matches(word.split("=")[0], options, n=1)]]
+        parser.error(f"unrecognized arguments: {' '.join(hints)}")
+    return args
+
+
+def _devices_line(args: argparse.Namespace, client: Any, default: int | None) -> str:
+    """The first line of info, demo and bench: how many devices the command runs on, and why
+    that many."""
+    from ifrtpy.backends.pjrt.client import host_device_count
+
+    count, platform = len(client.devices()), client.platform_name
+    if args.devices is not None:
+        why = f"--devices {args.devices}"
+    elif platform != "cpu":
+        why = "all the plugin's"
+    elif default is not None:
+        why = f"{args.command}'s default, its sharded rows span {default}; --devices N for another"
+    elif host_device_count() is not None:
+        why = ("XLA_FLAGS' --xla_force_host_platform_device_count, as for jax; --devices N for "
+               "another")
+    else:
+        why = ("the CPU plugin's default, as for ifrt.get_client(); --devices N or XLA_FLAGS="
+               "--xla_force_host_platform_device_count=N for another")
+    return f"{args.command}: {count} {platform} devices ({why})"
 
 
 def _first_plugin(command: str) -> str:
     """The plugin ``command`` runs on where no CPU plugin is installed: the first found
     (said on stderr); NotFoundError saying what to install where none is."""
+    from ifrtpy.cli import info
+    from ifrtpy.plugins.discovery import PACKAGES
+
     names = info.plugin_names()
     if not names:
         accelerators = ", ".join(f"{packages[0]} for {name!r}"
@@ -99,22 +149,24 @@ def _first_plugin(command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     if args.command == "launch":
         return launch.run(args)
     try:
         if args.command == "serve":
             return serve.serve(args)
+        from ifrtpy.cli import bench, demo, info
+
         plugin = args.plugin
         if plugin is None and info.no_cpu_plugin():
             if args.command == "info":
                 info.describe_machine()
                 return 0
             plugin = _first_plugin(args.command)
-        devices = args.devices
-        if args.command == "bench" and devices is None and plugin is None:
-            devices = 8
+        default = 8 if args.command == "bench" and plugin is None else None
+        devices = default if args.devices is None else args.devices
         client = ifrt.get_client("pjrt", plugin=plugin, device_count=devices)
+        print(_devices_line(args, client, default))
         if args.command == "bench":
             bench.bench(client, quick=args.quick, plot_file=args.plot)
         else:

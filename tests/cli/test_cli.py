@@ -1,5 +1,6 @@
 """``python -m ifrtpy``: --version, one-line errors, --debug, bench --quick (no timing asserts)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -62,6 +63,58 @@ def test_usage_errors_exit_2(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+#: Modules --help, --version and an argument error must not import (the runtime's cost).
+HEAVY = ("numpy", "ml_dtypes", "jaxlib", "jax", "ifrtpy.array", "ifrtpy.program", "ifrtpy.builder",
+         "ifrtpy.backends", "ifrtpy._pjrt", "ifrtpy.cli.bench", "ifrtpy.cli.demo", "ifrtpy.cli.info")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["bench", "--quik"], ["frobnicate"],
+                                  ["demo", "--devices", "many"], ["serve", "--help"]])
+def test_help_version_and_argument_errors_import_nothing_heavy(argv):
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['ifrtpy', *{argv!r}]\n"
+            "try:\n    runpy.run_module('ifrtpy', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            f"print(code, sorted(m for m in sys.modules if m.startswith({HEAVY!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    status, imported = proc.stdout.splitlines()[-1].split(" ", 1)
+    assert status in ("0", "2") and imported == "[]", (proc.stdout, proc.stderr)
+
+
+def test_an_unknown_option_names_the_nearest(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--quik"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "error: unrecognized arguments: --quik (did you mean --quick?)\n")
+    with pytest.raises(SystemExit):
+        main(["demo", "--devics=2", "--zzz"])
+    assert capsys.readouterr().err.endswith(
+        "error: unrecognized arguments: --devics=2 (did you mean --devices?) --zzz\n")
+
+
+def test_each_command_says_how_many_devices_it_runs_on_and_why(capsys):
+    assert main(["demo", "--devices", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "demo: 2 cpu devices (--devices 2)"
+
+
+@pytest.mark.parametrize("flags, first", [
+    (None, "info: 4 cpu devices (the CPU plugin's default, as for ifrt.get_client(); "
+           "--devices N or XLA_FLAGS=--xla_force_host_platform_device_count=N for another)"),
+    ("--xla_force_host_platform_device_count=3",
+     "info: 3 cpu devices (XLA_FLAGS' --xla_force_host_platform_device_count, as for jax; "
+     "--devices N for another)"),
+])
+def test_a_command_says_what_chose_its_default_devices(flags, first):
+    # In a process of its own: XLA reads XLA_FLAGS once a process.
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if flags:
+        env["XLA_FLAGS"] = flags
+    proc = subprocess.run([sys.executable, "-m", "ifrtpy", "info"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.stdout.splitlines()[0] == first, proc.stderr
+
+
 def test_info_prints_versions(capsys):
     assert main(["info", "--devices", "1"]) == 0
     assert f"ifrtpy   {ifrtpy.__version__} (Python " in capsys.readouterr().out
@@ -71,7 +124,8 @@ def test_bench_quick_prints_one_table(capsys):
     pytest.importorskip("jax")
     assert main(["bench", "--quick"]) == 0
     captured = capsys.readouterr()
-    lines = captured.out.splitlines()
+    first, *lines = captured.out.splitlines()
+    assert first == "bench: 8 cpu devices (bench's default, its sharded rows span 8; --devices N for another)"
     assert lines[0].startswith("median time per call, 8 devices")
     assert lines[1].split() == ["operation", "ifrtpy", "jax", "ifrtpy/jax"]
     names = ["execute x+1", "SPMD x*2+1", "step: put, MLP, read", "put 4 KiB", "put 256 KiB", "get 256 KiB",

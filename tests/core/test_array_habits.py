@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import ifrtpy as ifrt
 from ifrtpy import array as array_module
+from ifrtpy import array_text
 from ifrtpy.array import ArraySpec
 from ifrtpy.errors import InternalError
 from ifrtpy.sharding import ShardingParam, ShardingParamSharding
@@ -148,7 +149,7 @@ def test_a_repr_copies_at_most_its_byte_limit_and_says_so(monkeypatch):
     x = np.arange(400 * 30, dtype=np.float32).reshape(400, 30)
     a = _EXAMPLE.make_array_from_host_buffer(
         x, ShardingParamSharding(ShardingParam([4, 1], [0], [4]), _EXAMPLE.devices()))
-    monkeypatch.setattr(array_module, "REPR_COPY_BYTES", 2 * x.nbytes // 4 - 1)
+    monkeypatch.setattr(array_text, "REPR_COPY_BYTES", 2 * x.nbytes // 4 - 1)
     monkeypatch.setattr(ExampleArray, "copy_to_host_buffer", None)  # any call fails
     text = repr(a)
     assert text.startswith(
@@ -229,6 +230,14 @@ NOT_HERE = [
     ("a @ a", lambda a: a @ a, TypeError, "unsupported operand type(s) for @"),
     ("a ** 2", lambda a: a ** 2, TypeError, "unsupported operand type(s) for **"),
     ("a < 1", lambda a: a < 1, TypeError, "'<' not supported"),
+    ("a == 1", lambda a: a == 1, TypeError, "'==' not supported"),
+    ("a != a", lambda a: a != a, TypeError, "'!=' not supported"),
+    ("a == a", lambda a: a == a, TypeError, "'==' not supported"),
+    ("a == x", lambda a: a == np.arange(4), TypeError, "'==' not supported"),
+    ("x == a", lambda a: np.arange(4) == a, TypeError, "'==' not supported"),
+    ("x >= a", lambda a: np.arange(4) >= a, TypeError, "'>=' not supported"),
+    ("bool(a)", bool, TypeError, "the truth value of a"),
+    ("if a", lambda a: 1 if a else 0, TypeError, "the truth value of a"),
     ("-a", lambda a: -a, TypeError, "bad operand type for unary -"),
     ("a[0]", lambda a: a[0], TypeError, "object is not subscriptable"),
     ("a[0] = 1", lambda a: a.__setitem__(0, 1), TypeError, "does not support item assignment"),
@@ -269,13 +278,46 @@ def test_attribute_messages_give_the_same_call_on_numpy_and_jax(clients):
 
 def test_what_still_works_as_before(clients):
     """The refusals change no protocol: NumPy still reads the array, hasattr stays false,
-    an array is true and equal only to itself, NumPy's functions take it through NumPy."""
+    an array hashes by identity (a dict key, a set member, found in a list as itself),
+    NumPy's functions other than comparisons take it through NumPy."""
     a = ifrt.device_put(np.arange(4, dtype=np.float32), clients("pjrt").devices()[0])
     np.testing.assert_array_equal(np.asarray(a), np.arange(4))
     assert np.sum(a) == 6 and np.array([a, a]).shape == (2, 4)
+    np.testing.assert_array_equal(np.add(a, 1), np.arange(1, 5))
     assert not hasattr(a, "sum") and not hasattr(a, "__array_interface__")
-    assert bool(a) and a == a and a in [a] and {a: 1}[a] == 1
+    assert a in [a] and {a: 1}[a] == 1 and a in {a} and hash(a) == object.__hash__(a)
     assert "sum" not in dir(a) and "shape" in dir(a) and "devices" in dir(a)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_array_is_never_compared_nor_truth_tested_silently(backend, clients):
+    """No comparison or truth test answers what NumPy or jax would not: identity
+    (``a == a`` true, ``a == 1`` false), an array's truth, or NumPy's elementwise answer
+    through ``__array__``; each raises the refusal ``a < 1`` raises."""
+    a = ifrt.device_put(np.arange(4, dtype=np.float32), clients(backend).devices()[0])
+    x = np.arange(4, dtype=np.float32)
+    for compare in (lambda: a == a, lambda: a != 1, lambda: a == x, lambda: x == a,
+                    lambda: x != a, lambda: x < a, lambda: bool(a), lambda: not a):
+        with pytest.raises(TypeError, match="not a NumPy or jax array library"):
+            compare()
+
+
+def test_help_of_array_shows_what_it_does_not_its_refusals():
+    """``help(ifrt.Array)`` lists the methods and properties of an array, none of the
+    refusals of NumPy's habits (``__add__``, ``T``, ``sum``), which ``dir`` hides too."""
+    import pydoc
+
+    text = pydoc.render_doc(ifrt.Array, renderer=pydoc.plaintext)
+    listed = {line[4:].split("(")[0].strip() for line in text.splitlines()
+              if line.startswith(" |  ") and line[4:5] not in (" ", "")}
+    assert {"copy_to_host_buffer", "devices", "block_until_ready", "shape", "sharding",
+            "dtype", "addressable_shards", "__array__", "__repr__"} <= listed
+    for refused in ("__add__", "__radd__", "__lt__", "__eq__", "__bool__", "__getitem__",
+                    "__len__", "T", "sum", "reshape", "astype", "__array_ufunc__"):
+        assert refused not in listed, refused
+        assert refused not in dir(ifrt.Array)
+    assert "refuse(self" not in text
+    assert len(text.splitlines()) < 200
 
 
 def test_an_error_message_naming_an_array_reads_none_of_its_data(monkeypatch):

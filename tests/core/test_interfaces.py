@@ -917,3 +917,23 @@ def test_copy_to_host_buffer_any_byte_strides_matches_numpy(ds):
     if 0 not in dims:
         assert out.strides == strides
     np.testing.assert_array_equal(out, x)
+
+
+def test_the_package_lists_its_public_names_only():
+    """``dir(ifrtpy)`` and ``__all__`` are the public names (each resolves); the modules
+    behind them (``array_plans``, ``execute_checks``, ...) stay out even once imported."""
+    import ifrtpy
+    import ifrtpy.array_plans  # noqa: F401  (an imported submodule is an attribute)
+
+    assert "get_client" in ifrtpy.__all__ and "Array" in ifrtpy.__all__
+    for name in ifrtpy.__all__:
+        assert getattr(ifrtpy, name) is not None, name
+    listed = dir(ifrtpy)
+    for plumbing in ("array_plans", "array_text", "execute_checks", "executable_options",
+                     "array", "backends", "annotations", "_log", "_Any"):
+        assert plumbing not in listed, plumbing
+    assert set(listed) - set(ifrtpy.__all__) == {"builder", "testing"}  # proxy needs grpcio
+    assert ifrtpy.builder.Builder and ifrtpy.errors.IfrtError
+    assert ifrtpy.plugins.builds.default_cpu_library  # any submodule, as before, unlisted
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        ifrtpy.nothing
