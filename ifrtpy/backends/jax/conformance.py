@@ -41,3 +41,7 @@ EXPECTED_SKIPS = {
         "cannot compile for layout {0,1} (f32[2, 3]) on the CPU platform",
     "test_declared_inexact_dtypes_are_what_the_devices_hold": "declares every dtype exact",
 }
+
+#: The kinds of sharding the laws draw for its arrays (ifrtpy.testing.strategies
+#: SHARDING_KINDS): those with a jax equivalent (no ShardingParamSharding, no concrete ones).
+SHARDING_KINDS = ("single", "named")

@@ -2,13 +2,13 @@
 
 A :class:`Declaration` says what a backend does not do (``expected_skips``: case -> a text
 of its skip message), which draws of which laws it refuses (``rejected_draws``: law -> a
-text of the ``UnimplementedError`` of each draw it may reject) and what it supports that
-the laws would otherwise draw (``multi_device_arrays``: arrays over several devices). The
-suite reads it and probes nothing.
+text of the ``UnimplementedError`` of each draw it may reject) and what it holds of what
+the laws draw (``multi_device_arrays``: arrays over several devices; ``sharding_kinds``:
+the kinds of sharding). The suite reads it and probes nothing.
 
 A backend ships its declaration next to its code, as plain data (so the backend imports
 nothing of the suite): a module holding ``EXPECTED_SKIPS`` and, where they apply,
-``REJECTED_DRAWS`` and ``MULTI_DEVICE_ARRAYS``. For a backend named by a factory path
+``REJECTED_DRAWS``, ``MULTI_DEVICE_ARRAYS`` and ``SHARDING_KINDS``. For a backend named by a factory path
 ``package.module:function`` that module is ``package.module.conformance`` where
 ``package.module`` is a package, else ``package.module`` itself; a built-in backend's
 (``reference``, ``pjrt``, ``jax``) is ``ifrtpy.backends.<name>.conformance``
@@ -46,6 +46,8 @@ class Declaration:
       the whole law), and a core law rejects none.
     * ``multi_device_arrays``: whether the backend's arrays may span several devices; the
       laws draw single-device shardings only where it is False.
+    * ``sharding_kinds``: the kinds of sharding the laws draw for the backend's arrays
+      (names of :data:`ifrtpy.testing.strategies.SHARDING_KINDS`; None: all of them).
     * ``one_process``: join :data:`ONE_PROCESS_SKIPS` to the expected skips for a client
       whose devices are all addressable (a shipped declaration's way).
     """
@@ -53,11 +55,19 @@ class Declaration:
     expected_skips: Mapping[str, str] = dataclasses.field(default_factory=dict)
     rejected_draws: Mapping[str, str] = dataclasses.field(default_factory=dict)
     multi_device_arrays: bool = True
+    sharding_kinds: Optional[tuple[str, ...]] = None
     one_process: bool = False
 
     def __post_init__(self):
         for name in ("expected_skips", "rejected_draws"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        if self.sharding_kinds is not None:
+            from ifrtpy.testing.strategies import SHARDING_KINDS
+
+            kinds = tuple(self.sharding_kinds)
+            if not kinds or not set(kinds) <= set(SHARDING_KINDS):
+                raise ValueError(f"sharding_kinds are some of {SHARDING_KINDS}, got {kinds}")
+            object.__setattr__(self, "sharding_kinds", kinds)
 
     def skips_for(self, client: Any) -> Mapping[str, str]:
         """The expected skips of a run on ``client``: with :data:`ONE_PROCESS_SKIPS` where
@@ -74,7 +84,7 @@ class Declaration:
     @classmethod
     def from_module(cls, module: ModuleType | str) -> "Declaration":
         """The declaration a backend ships in ``module`` (or the module of that name):
-        its ``EXPECTED_SKIPS``, ``REJECTED_DRAWS`` and ``MULTI_DEVICE_ARRAYS``."""
+        its ``EXPECTED_SKIPS``, ``REJECTED_DRAWS``, ``MULTI_DEVICE_ARRAYS`` and ``SHARDING_KINDS``."""
         if isinstance(module, str):
             module = importlib.import_module(module)
         if not hasattr(module, "EXPECTED_SKIPS"):
@@ -83,7 +93,7 @@ class Declaration:
         return cls(expected_skips=getattr(module, "EXPECTED_SKIPS"),
                    rejected_draws=getattr(module, "REJECTED_DRAWS", {}),
                    multi_device_arrays=getattr(module, "MULTI_DEVICE_ARRAYS", True),
-                   one_process=True)
+                   sharding_kinds=getattr(module, "SHARDING_KINDS", None), one_process=True)
 
 
 def declaration_module(backend: str) -> Optional[str]:

@@ -53,8 +53,8 @@ _FIXTURE = settings(suppress_health_check=[HealthCheck.function_scoped_fixture,
 def holds_multi_device_arrays(client) -> bool:
     """Whether the laws draw arrays over several of ``client``'s devices: it has two
     addressable ones and its backend declares such arrays (the running case's
-    declaration, :func:`~ifrtpy.testing.conformance.outcomes.multi_device_arrays`)."""
-    return len(client.addressable_devices()) >= 2 and outcomes.multi_device_arrays()
+    declaration, :func:`~ifrtpy.testing.conformance.outcomes.declared`)."""
+    return len(client.addressable_devices()) >= 2 and outcomes.declared().multi_device_arrays
 
 
 def _single_device_only(client) -> str:
@@ -75,8 +75,9 @@ def memory_kinds(client) -> list:
 
 def shardings_for(client, shape, min_devices: int = 1) -> st.SearchStrategy:
     """Shardings of an array of ``shape`` over the client's addressable devices, in any
-    shared memory kind; single-device ones only for a backend that declares no
-    multi-device arrays, or a client of one device."""
+    shared memory kind, of the kinds the backend declares (``SHARDING_KINDS``); single-device
+    ones only for a backend that declares no multi-device arrays, or a client of one
+    device."""
     devices = client.addressable_devices()
     kinds = memory_kinds(client)
     if not holds_multi_device_arrays(client):
@@ -84,7 +85,12 @@ def shardings_for(client, shape, min_devices: int = 1) -> st.SearchStrategy:
             pytest.skip(_single_device_only(client))
         return st.builds(SingleDeviceSharding, st.sampled_from(devices),
                          st.sampled_from([None, *kinds]))
-    return S.shardings(devices, shape, kinds).filter(lambda s: len(s.devices) >= min_devices)
+    sharding_kinds = outcomes.declared().sharding_kinds or S.SHARDING_KINDS
+    if min_devices > 1 and set(sharding_kinds) == {"single"}:
+        pytest.skip("needs arrays over several devices: the backend declares single-device "
+                    "shardings only (SHARDING_KINDS)")
+    return S.shardings(devices, shape, kinds, sharding_kinds).filter(
+        lambda s: len(s.devices) >= min_devices)
 
 
 @st.composite

@@ -50,7 +50,7 @@ class _Law:
 
     core: bool
     reason: Optional[str]  # the declared text of the draws it may reject
-    multi_device_arrays: bool
+    declaration: Declaration
     draws: int = 0
     rejected: list = dataclasses.field(default_factory=list)
 
@@ -60,11 +60,11 @@ _running: contextvars.ContextVar[Optional[_Law]] = contextvars.ContextVar(
     "ifrtpy_conformance_running", default=None)
 
 
-def multi_device_arrays() -> bool:
-    """Whether the backend of the running case declares arrays over several devices (True
-    outside :func:`judge`)."""
+def declared() -> Declaration:
+    """The declaration of the backend of the running case (an empty one outside
+    :func:`judge`: every kind of array)."""
     law = _running.get()
-    return True if law is None else law.multi_device_arrays
+    return Declaration() if law is None else law.declaration
 
 
 def reject_unimplemented(test: Callable) -> Callable:
@@ -147,7 +147,7 @@ def judge(run: Callable[[], object], name: str, case: str, core: bool,
     key = name if name in expected_skips else case if case in expected_skips else None
     declared_skip = expected_skips.get(key) if key is not None else None
     reason = declaration.rejected_draws.get(name, declaration.rejected_draws.get(case))
-    law = _Law(core, None if core else reason, declaration.multi_device_arrays)
+    law = _Law(core, None if core else reason, declaration)
     token = _running.set(law)
     try:
         run()
