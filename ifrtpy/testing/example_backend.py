@@ -12,6 +12,12 @@ with::
     ifrtpy.register_backend("example", "ifrtpy.testing.example_backend:create_client")
     client = ifrtpy.get_client("example", device_count=2)
 
+and run the conformance suite on it (:data:`EXPECTED_SKIPS` is its declaration, which
+the run finds by the factory's module; ``--ifrtpy-core-only`` for the core cases)::
+
+    pytest -p ifrtpy.testing.conformance.plugin --pyargs ifrtpy.testing.conformance \\
+        --ifrtpy-backend=ifrtpy.testing.example_backend:create_client
+
 ifrtpy's own tests use it as their fake backend: ``create_client(6,
 addressable_device_count=4, memory_kinds=("device", "pinned_host", "unpinned_host"))``
 has two devices of another process and the CPU plugin's memory kinds, and its devices

@@ -50,7 +50,13 @@ a core case (:data:`CORE_CASES`) that raises ``UnimplementedError`` fails; any o
 that skips (the backend's ``UnimplementedError``, or the suite's own "needs 4 addressable
 devices") fails unless the backend declares it, and a declared case that passes fails
 too. Each failure says what to change. Inside a hypothesis law, a draw the backend
-raises ``UnimplementedError`` for is rejected and the law goes on with the others.
+raises ``UnimplementedError`` for fails a core law, and any other law unless the backend
+declares the draws it rejects; what the laws draw (sharding kinds, arrays over several
+devices) is declared, not probed.
+
+A backend ships its declaration next to its code
+(:mod:`~ifrtpy.testing.conformance.declarations`): a run that names the backend uses it
+unless one is given, and :func:`declaration_of` hands it to :func:`case_classes`.
 """
 
 from __future__ import annotations
