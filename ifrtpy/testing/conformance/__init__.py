@@ -5,8 +5,8 @@ ifrtpy backend.
 Each case module defines plain ``test_*`` functions that take a ``client`` fixture and
 use only the ifrtpy interfaces:
 
-* :mod:`~ifrtpy.testing.conformance.arrays`: ``array_impl_test_lib`` and
-  ``tuple_impl_test_lib``;
+* :mod:`~ifrtpy.testing.conformance.arrays`: ``array_impl_test_lib``;
+* :mod:`~ifrtpy.testing.conformance.tuples`: ``tuple_impl_test_lib``;
 * :mod:`~ifrtpy.testing.conformance.clients`: ``client_impl_test_lib``, and the device
   and memory contracts;
 * :mod:`~ifrtpy.testing.conformance.executables`: ``executable_impl_test_lib``;
@@ -75,7 +75,7 @@ __all__ = ["CASE_MODULES", "CORE_CASES", "ONE_PROCESS_SKIPS", "Declaration", "ca
            "all_case_names", "cases", "core_case_names", "declaration_of", "is_core"]
 
 #: The case modules, in the order :func:`case_classes` and the plugin run them.
-CASE_MODULES = ("arrays", "clients", "executables", "remaps", "laws")
+CASE_MODULES = ("arrays", "tuples", "clients", "executables", "remaps", "laws")
 
 #: Cases every backend must pass: the ones that need only host round trips, single-device
 #: arrays, deletion and tuples. An UnimplementedError in one of them fails the run.
@@ -102,11 +102,8 @@ CORE_CASES = {
         "test_delete",
         "test_delete_is_idempotent",
         "test_is_deleted",
-        "test_nullary_tuple",
-        "test_tuple_of_arrays",
-        "test_delete_of_element_deletes_tuple",
-        "test_nested_tuples",
     ),
+    "tuples": None,  # all of them
     "clients": None,  # all of them
     "laws": (
         "test_host_array_host_is_identity",
