@@ -241,8 +241,9 @@ def _widened(type_):
 
 def _widen_narrow_accumulation(module) -> None:
     """Compute dots, convolutions and reductions (add, multiply, max, min) of floats
-    narrower than f32 in f32, rounding the result once, as XLA does; a result converted
-    to f32 is not rounded at all (XLA folds the convert into the op). The interpreter
+    narrower than f32 in f32, rounding the result once, as XLA does; a dot's or
+    convolution's result converted to f32 is not rounded at all (XLA folds the convert
+    into the op). The interpreter
     would accumulate in the narrow type (a bf16 dot of 16 terms a few ulps off, a bf16
     sum of 4096 values in [0, 1) stuck at 256)."""
     from jaxlib.mlir import ir
@@ -276,7 +277,7 @@ def _widen_narrow_accumulation(module) -> None:
             result.set_type(_widened(narrow_type))
             narrow = None
             for owner, number in uses:
-                if owner.name == "stablehlo.convert" and element_name(
+                if kind in _WIDENED and owner.name == "stablehlo.convert" and element_name(
                         ir.RankedTensorType(owner.results[0].type)) == "f32":
                     owner.results[0].replace_all_uses_with(result)  # folded: no rounding
                     owner.erase()
