@@ -229,3 +229,20 @@ def test_the_plugin_reads_the_declared_skips_from_the_command_line(pytester):
     result = pytester.runpytest_inprocess(*args, "--ifrtpy-expected-skips=declared:NOTHING")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     _says(result, "--ifrtpy-expected-skips=declared:NOTHING: module 'declared' has no attribute")
+
+
+def test_the_plugin_uses_the_declaration_the_backend_ships_unless_one_is_given(pytester):
+    """The example backend ships its declaration in its module (both bitcast cases); a
+    declaration on the command line (a whole module, --ifrtpy-declaration) replaces it."""
+    pytester.makepyfile(decl='EXPECTED_SKIPS = {"test_bitcast_arrays": "bitcast_arrays"}')
+    pytester.syspathinsert()
+    args = ["-q", "-p", "no:cacheprovider", "-p", "ifrtpy.testing.conformance.plugin", "--pyargs",
+            "ifrtpy.testing.conformance", "-k", "test_bitcast_arrays",
+            "--ifrtpy-backend=ifrtpy.testing.example_backend:create_client"]
+    result = pytester.runpytest_inprocess(*args)
+    result.assert_outcomes(skipped=2)
+    result = pytester.runpytest_inprocess(*args, "--ifrtpy-declaration=decl")
+    result.assert_outcomes(skipped=1, failed=1)
+    result = pytester.runpytest_inprocess(*args, "--ifrtpy-declaration=decl",
+                                          "--ifrtpy-expected-skips=decl:EXPECTED_SKIPS")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
