@@ -164,7 +164,7 @@ def sharding_to_jax(sharding: Sharding) -> Any:
 
 _CACHE_SIZE = 256
 _from_jax_cache: dict[Any, Any] = {}  # (id(client), jax sharding, ndim) -> (client, ifrtpy sharding)
-_to_jax_cache: dict[Any, Any] = {}  # ifrtpy sharding -> jax sharding
+_to_jax_cache: dict[Any, Any] = {}  # (ifrtpy sharding, its spec) -> jax sharding
 
 
 def cached_from_jax(client: Any, jax_sharding: Any, ndim: int) -> Sharding:
@@ -181,11 +181,14 @@ def cached_from_jax(client: Any, jax_sharding: Any, ndim: int) -> Sharding:
 
 
 def cached_to_jax(sharding: Sharding) -> Any:
-    """:func:`sharding_to_jax`, memoized."""
-    hit = _to_jax_cache.get(sharding)
+    """:func:`sharding_to_jax`, memoized. Named shardings whose specs differ by trailing
+    Nones compare equal (``P()`` and ``P(None)``), but jax holds a scalar with ``P()``
+    only: the spec is part of the key."""
+    key = (sharding, tuple(sharding.spec) if isinstance(sharding, NamedSharding) else None)
+    hit = _to_jax_cache.get(key)
     if hit is None:
         hit = sharding_to_jax(sharding)
         if len(_to_jax_cache) >= _CACHE_SIZE:
             _to_jax_cache.clear()
-        _to_jax_cache[sharding] = hit
+        _to_jax_cache[key] = hit
     return hit

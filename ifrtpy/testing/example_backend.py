@@ -12,6 +12,12 @@ with::
     ifrtpy.register_backend("example", "ifrtpy.testing.example_backend:create_client")
     client = ifrtpy.get_client("example", device_count=2)
 
+and run the conformance suite on it (:data:`EXPECTED_SKIPS` is its declaration, which
+the run finds by the factory's module; ``--ifrtpy-core-only`` for the core cases)::
+
+    pytest -p ifrtpy.testing.conformance.plugin --pyargs ifrtpy.testing.conformance \\
+        --ifrtpy-backend=ifrtpy.testing.example_backend:create_client
+
 ifrtpy's own tests use it as their fake backend: ``create_client(6,
 addressable_device_count=4, memory_kinds=("device", "pinned_host", "unpinned_host"))``
 has two devices of another process and the CPU plugin's memory kinds, and its devices
@@ -43,6 +49,57 @@ from ifrtpy.sharding import OpaqueSharding, SingleDeviceSharding, SingleDeviceSh
 from ifrtpy.user_context import current_user_context
 
 ADDRESSABLE = SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
+
+# -- what it does not do: its declaration to the conformance suite ---------------------------
+
+_NO_STABLEHLO = "the example backend does not compile str programs"
+_TWO_DEVICES = "addressable devices, the client has 2"
+
+#: Case -> a text of its skip message, for the client ``create_client()`` makes (2
+#: devices, one memory kind each): what the conformance suite reads where a run names
+#: ``ifrtpy.testing.example_backend:create_client`` (:mod:`ifrtpy.testing.conformance`).
+#: A client made with more devices or memory kinds runs more cases: declare its own.
+EXPECTED_SKIPS = {
+    # Its programs are Python functions: every executable case compiles StableHLO (the
+    # two parametrizations of each; arrays has a test_delete of its own).
+    **{f"{case}[{how}]": _NO_STABLEHLO for how in ("direct", "serialize") for case in (
+        "test_properties", "test_output_memory_kinds", "test_parameter_and_output_layouts",
+        "test_compile_with_a_column_major_result_layout", "test_get_hlo_modules",
+        "test_program_text", "test_analysis", "test_fingerprint_survives_serialization",
+        "test_get_donatable_input_indices", "test_compile_and_execute",
+        "test_compile_and_execute_user_context", "test_compile_and_execute_portable",
+        "test_cancel_execution", "test_do_not_fill_status", "test_no_input_output",
+        "test_donation", "test_execute_add_sub_on_two_devices", "test_delete",
+        "test_execute_after_delete_fails")},
+    # Operations it does not implement.
+    "test_make_array_from_host_buffer_with_custom_layout": "has no custom layouts",
+    "test_make_array_from_host_buffer_with_a_column_major_layout": "has no custom layouts",
+    "test_make_arrays_from_host_buffer_shards_with_layout": "has no custom layouts",
+    "test_make_array_from_host_buffer_and_copy_to_host_buffer_with_string": "no STRING arrays",
+    "test_make_arrays_from_host_buffer_shards_and_copy_to_host_buffer_with_string":
+        "no STRING arrays",
+    "test_bitcast_arrays": "does not implement bitcast_arrays",
+    "test_bitcast_arrays_refuses_a_different_byte_count": "does not implement bitcast_arrays",
+    "test_reshard_keeps_every_value": "does not implement reshard_arrays",
+    "test_bad_reshard_raises_and_leaves_inputs_intact": "does not implement reshard_arrays",
+    "test_shardings_taken_as_given_are_checked_where_an_array_is_made[reshard]":
+        "does not implement reshard_arrays",
+    "test_an_error_array_poisons_what_is_made_from_it[reshard]":
+        "does not implement reshard_arrays",
+    "test_declared_inexact_dtypes_are_what_the_devices_hold": "declares every dtype exact",
+    # What its default client is too small for.
+    "test_make_arrays_from_host_buffer_shards_with_different_devices": _TWO_DEVICES,
+    "test_copy_arrays_with_partial_reuse": _TWO_DEVICES,
+    "test_donation_deletes_exactly_the_donated_inputs": _TWO_DEVICES,
+    "test_interleave_arrays_donate": _TWO_DEVICES,
+    "test_interleave_arrays_reuse": _TWO_DEVICES,
+    "test_deinterleave_arrays": _TWO_DEVICES,
+    "test_batch_mapping_identity": _TWO_DEVICES,
+    "test_batch_mapping_deinterleave": _TWO_DEVICES,
+    "test_make_arrays_from_host_buffer_shards_with_different_memory_kinds":
+        "needs 2 memory kinds",
+    "test_copy_mixed_source_memory_kind": "needs 2 memory kinds",
+}
 
 
 def create_client(device_count: int = 2, addressable_device_count: int | None = None,

@@ -142,18 +142,25 @@ def _named_to_concrete(named: NamedSharding, shape) -> ConcreteSharding:
                             memory_kind=named.memory_kind)
 
 
+#: The sharding kinds :func:`shardings` draws, by name.
+SHARDING_KINDS = ("single", "named", "sharding_param", "concrete_even", "concrete")
+
+
 @st.composite
 def shardings(draw, devices: Sequence[Device], shape: Sequence[int],
-              memory_kinds: Sequence | None = None):
+              memory_kinds: Sequence | None = None, kinds: Sequence[str] = SHARDING_KINDS):
     """A sharding of an array of ``shape`` over some of ``devices`` (a random subset in a
-    random order), of any kind: SingleDeviceSharding, NamedSharding, the
-    ShardingParamSharding it lowers to, a fully replicated ConcreteEvenSharding, or a
-    ConcreteSharding with index domains. Shards always divide ``shape`` evenly. With
-    ``memory_kinds``, the memory kind is drawn from them (else the default)."""
+    random order), of any of ``kinds`` (:data:`SHARDING_KINDS`, default all):
+    SingleDeviceSharding, NamedSharding, the ShardingParamSharding it lowers to, a fully
+    replicated ConcreteEvenSharding, or a ConcreteSharding with index domains. Shards
+    always divide ``shape`` evenly. With ``memory_kinds``, the memory kind is drawn from
+    them (else the default)."""
     shape = tuple(shape)
+    unknown = sorted(set(kinds) - set(SHARDING_KINDS))
+    if unknown or not kinds:
+        raise ValueError(f"sharding kinds are some of {SHARDING_KINDS}, got {list(kinds)}")
     kind = None if not memory_kinds else draw(st.sampled_from(list(memory_kinds)))
-    which = draw(st.sampled_from(
-        ["single", "named", "sharding_param", "concrete_even", "concrete"]))
+    which = draw(st.sampled_from([k for k in SHARDING_KINDS if k in kinds]))
     if which == "single":
         return SingleDeviceSharding(draw(st.sampled_from(list(devices))), kind)
     count = draw(st.integers(1, len(devices)))

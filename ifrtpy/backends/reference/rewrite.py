@@ -124,10 +124,34 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> int:
                                         or not op_name.startswith(_INTERPRETED_DIALECTS)):
             raise UnimplementedError(
                 f"{name}: the StableHLO reference interpreter does not run {op_name}")
+        _check_size(name, op)
     for op in strip:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
     return len(ops) - len(strip)
+
+
+#: The most elements a tensor of a program the interpreter runs may have. The interpreter
+#: holds every element as an object of its own and takes about 1.5 us per element and op
+#: (f32 add on a shared 2-core machine): a tensor of 2**22 elements costs some 6 s an op
+#: and a few hundred MB, while jax's bernoulli over 1e8 elements grew a worker past 10 GB
+#: and ran for hours. A larger one is refused at compile time.
+MAX_ELEMENTS = 2 ** 22
+
+
+def _check_size(name: str, op) -> None:
+    """UnimplementedError where ``op`` makes a tensor of more than :data:`MAX_ELEMENTS`."""
+    from jaxlib.mlir import ir
+
+    for result in op.results:
+        type_ = result.type
+        if isinstance(type_, ir.RankedTensorType) and type_.has_static_shape and math.prod(
+                type_.shape) > MAX_ELEMENTS:
+            raise UnimplementedError(
+                f"{name}: the StableHLO reference interpreter runs tensors of at most "
+                f"{MAX_ELEMENTS} elements; {op.operation.name} makes {type_} "
+                f"({math.prod(type_.shape)} elements), which would take it hours and tens of "
+                "GB (it holds every element as an object)")
 
 
 def _inline_composites(module) -> None:
@@ -191,6 +215,77 @@ def _guard_integer_division(module) -> None:
                 value = hlo.SelectOp(by_zero, lhs, hlo.RemOp(lhs, divisor).result).result
         op.results[0].replace_all_uses_with(value)
         op.operation.erase()
+
+
+#: Float element types narrower than f32: XLA computes their dots, convolutions and
+#: reductions in f32 and rounds the result once; the interpreter would accumulate in them.
+_NARROW_FLOATS = frozenset({"bf16", "f16", *(k for k in _BITCAST if k.startswith("f8"))})
+_WIDENED = frozenset({"stablehlo.dot_general", "stablehlo.convolution"})
+_REDUCTIONS = frozenset({"stablehlo.reduce", "stablehlo.reduce_window"})
+#: Reduction bodies that compute the same in f32 (rounded once at the end).
+_WIDENABLE_BODY = frozenset({"stablehlo.add", "stablehlo.multiply", "stablehlo.maximum",
+                             "stablehlo.minimum", "stablehlo.return"})
+
+
+def _narrow(type_) -> bool:
+    from jaxlib.mlir import ir
+
+    return isinstance(type_, ir.RankedTensorType) and element_name(type_) in _NARROW_FLOATS
+
+
+def _widened(type_):
+    from jaxlib.mlir import ir
+
+    return ir.RankedTensorType.get(ir.RankedTensorType(type_).shape, ir.F32Type.get())
+
+
+def _widen_narrow_accumulation(module) -> None:
+    """Compute dots, convolutions and reductions (add, multiply, max, min) of floats
+    narrower than f32 in f32, rounding the result once, as XLA does; a dot's or
+    convolution's result converted to f32 is not rounded at all (XLA folds the convert
+    into the op). The interpreter
+    would accumulate in the narrow type (a bf16 dot of 16 terms a few ulps off, a bf16
+    sum of 4096 values in [0, 1) stuck at 256)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    for op in mlir.ops_inside(module.operation):
+        kind = op.operation.name
+        if kind in _WIDENED:
+            if not _narrow(op.results[0].type):
+                continue
+        elif kind in _REDUCTIONS:
+            if not all(_narrow(v.type) for v in [*op.operands, *op.results]):
+                continue
+            body = op.regions[0].blocks[0]
+            if not all(o.operation.name in _WIDENABLE_BODY for o in body.operations):
+                continue
+            for arg in body.arguments:
+                arg.set_type(_widened(arg.type))
+            for inner in body.operations:
+                for result in inner.results:
+                    result.set_type(_widened(result.type))
+        else:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            for i, operand in enumerate(list(op.operands)):
+                if _narrow(operand.type):
+                    op.operands[i] = hlo.ConvertOp(_widened(operand.type), operand).result
+        for result in op.results:
+            narrow_type = result.type
+            uses = [(use.owner, use.operand_number) for use in result.uses]
+            result.set_type(_widened(narrow_type))
+            narrow = None
+            for owner, number in uses:
+                if kind in _WIDENED and owner.name == "stablehlo.convert" and element_name(
+                        ir.RankedTensorType(owner.results[0].type)) == "f32":
+                    owner.results[0].replace_all_uses_with(result)  # folded: no rounding
+                    owner.erase()
+                    continue
+                if narrow is None:
+                    with ir.InsertionPoint.after(op), op.location:
+                        narrow = hlo.ConvertOp(narrow_type, result).result
+                owner.operands[number] = narrow
 
 
 def _why_not(target: str) -> str:
@@ -408,6 +503,7 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
         _inline_composites(module)
         op_count = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)
+        _widen_narrow_accumulation(module)
         if over_replicas:
             try:
                 plan = replicas.plan(module, program.name, num_replicas)

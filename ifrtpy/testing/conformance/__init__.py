@@ -5,8 +5,8 @@ ifrtpy backend.
 Each case module defines plain ``test_*`` functions that take a ``client`` fixture and
 use only the ifrtpy interfaces:
 
-* :mod:`~ifrtpy.testing.conformance.arrays`: ``array_impl_test_lib`` and
-  ``tuple_impl_test_lib``;
+* :mod:`~ifrtpy.testing.conformance.arrays`: ``array_impl_test_lib``;
+* :mod:`~ifrtpy.testing.conformance.tuples`: ``tuple_impl_test_lib``;
 * :mod:`~ifrtpy.testing.conformance.clients`: ``client_impl_test_lib``, and the device
   and memory contracts;
 * :mod:`~ifrtpy.testing.conformance.executables`: ``executable_impl_test_lib``;
@@ -50,7 +50,13 @@ a core case (:data:`CORE_CASES`) that raises ``UnimplementedError`` fails; any o
 that skips (the backend's ``UnimplementedError``, or the suite's own "needs 4 addressable
 devices") fails unless the backend declares it, and a declared case that passes fails
 too. Each failure says what to change. Inside a hypothesis law, a draw the backend
-raises ``UnimplementedError`` for is rejected and the law goes on with the others.
+raises ``UnimplementedError`` for fails a core law, and any other law unless the backend
+declares the draws it rejects; what the laws draw (sharding kinds, arrays over several
+devices) is declared, not probed.
+
+A backend ships its declaration next to its code
+(:mod:`~ifrtpy.testing.conformance.declarations`): a run that names the backend uses it
+unless one is given, and :func:`declaration_of` hands it to :func:`case_classes`.
 """
 
 from __future__ import annotations
@@ -58,12 +64,18 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Union
 
 from ifrtpy.testing.conformance import outcomes
+from ifrtpy.testing.conformance.declarations import (
+    ONE_PROCESS_SKIPS, Declaration, declaration_of,
+)
+
+__all__ = ["CASE_MODULES", "CORE_CASES", "ONE_PROCESS_SKIPS", "Declaration", "case_classes",
+           "all_case_names", "cases", "core_case_names", "declaration_of", "is_core"]
 
 #: The case modules, in the order :func:`case_classes` and the plugin run them.
-CASE_MODULES = ("arrays", "clients", "executables", "remaps", "laws")
+CASE_MODULES = ("arrays", "tuples", "clients", "executables", "remaps", "laws")
 
 #: Cases every backend must pass: the ones that need only host round trips, single-device
 #: arrays, deletion and tuples. An UnimplementedError in one of them fails the run.
@@ -90,11 +102,8 @@ CORE_CASES = {
         "test_delete",
         "test_delete_is_idempotent",
         "test_is_deleted",
-        "test_nullary_tuple",
-        "test_tuple_of_arrays",
-        "test_delete_of_element_deletes_tuple",
-        "test_nested_tuples",
     ),
+    "tuples": None,  # all of them
     "clients": None,  # all of them
     "laws": (
         "test_host_array_host_is_identity",
@@ -104,23 +113,24 @@ CORE_CASES = {
 }
 
 
-#: The skips of a client whose devices are all addressable (one process): the cases that
-#: need devices of another process. Spread it into such a client's expected skips
-#: (``{**ONE_PROCESS_SKIPS, ...}``).
-ONE_PROCESS_SKIPS = {name: "non-addressable device(s), the client has 0" for name in (
-    "test_make_array_from_host_buffer_with_addressable_and_non_addressable_device",
-    "test_make_error_arrays_with_addressable_and_non_addressable_device",
-    "test_assemble_and_disassemble_non_addressable_array",
-    "test_a_replicated_array_with_non_addressable_devices_is_read_whole",
-)}
-
-
 def is_core(module: str, case: str) -> bool:
     """Whether case ``case`` of case module ``module`` is one of the :data:`CORE_CASES`."""
     if module not in CORE_CASES:
         return False
     names = CORE_CASES[module]
     return names is None or case in names
+
+
+def all_case_names() -> list[str]:
+    """The names of every case of every case module (what a declaration may name: it may
+    name cases a run leaves out, e.g. one of the core cases only)."""
+    return [name for module in CASE_MODULES for name in _case_functions(module)]
+
+
+def core_case_names() -> list[str]:
+    """The names of every core case (:data:`CORE_CASES`)."""
+    return [name for module in CORE_CASES for name in _case_functions(module)
+            if is_core(module, name)]
 
 
 def _case_functions(module: str, only: Any = None) -> dict[str, Callable]:
@@ -142,7 +152,7 @@ def _case_functions(module: str, only: Any = None) -> dict[str, Callable]:
             and callable(getattr(mod, name))}
 
 
-def _judged(test: Callable, module: str, case: str, expected_skips: dict) -> Callable:
+def _judged(test: Callable, module: str, case: str, declaration: Declaration) -> Callable:
     """``test`` run through :func:`~ifrtpy.testing.conformance.outcomes.judge`: the
     same fixtures, and pytest's ``request`` for the item's name."""
     signature = inspect.signature(test)
@@ -154,7 +164,7 @@ def _judged(test: Callable, module: str, case: str, expected_skips: dict) -> Cal
         if takes_request:
             kwargs["request"] = request
         outcomes.judge(functools.partial(test, *args, **kwargs), request.node.name, case, core,
-                       expected_skips)
+                       declaration, kwargs.get("client"))
 
     if not takes_request:
         request = inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY)
@@ -163,18 +173,21 @@ def _judged(test: Callable, module: str, case: str, expected_skips: dict) -> Cal
     return judged
 
 
-def cases(module: str, only: Any = None,
-          expected_skips: Optional[Mapping[str, str]] = None) -> dict[str, Callable]:
+Declared = Union[Declaration, Mapping[str, str], None]
+
+
+def cases(module: str, only: Any = None, expected_skips: Declared = None) -> dict[str, Callable]:
     """The cases of case module ``module`` (e.g. ``"arrays"``), each judged against
-    ``expected_skips`` (:mod:`~ifrtpy.testing.conformance.outcomes`); ``only`` keeps
-    those names. A module that does not exist (yet) gives ``{}``."""
+    ``expected_skips`` (a mapping of expected skips or a :class:`Declaration`;
+    :mod:`~ifrtpy.testing.conformance.outcomes`); ``only`` keeps those names. A module
+    that does not exist (yet) gives ``{}``."""
     tests = _case_functions(module, only)
-    declared = outcomes.check_declared(expected_skips or {}, tests)
+    declared = outcomes.check_declaration(expected_skips, all_case_names(), core_case_names())
     return {name: _judged(test, module, name, declared) for name, test in tests.items()}
 
 
 def case_classes(*modules: str, core_only: bool = False,
-                 expected_skips: Optional[Mapping[str, str]] = None) -> dict[str, type]:
+                 expected_skips: Declared = None) -> dict[str, type]:
     """One pytest class per case module (``TestArrays``, ``TestClients``, ...) holding its
     cases as static methods; put them in a test module's globals next to a ``client``
     fixture. ``core_only`` keeps the :data:`CORE_CASES`. Default: every module.
@@ -182,14 +195,15 @@ def case_classes(*modules: str, core_only: bool = False,
     ``expected_skips`` declares what the backend does not do: case name (or pytest item
     name, ``"test_x[param]"``) -> a text its skip message holds. Every other skip fails,
     and so does a declared case that passes (:mod:`~ifrtpy.testing.conformance.outcomes`);
-    a name that is not a case here is a ValueError."""
+    a name that is not a case of the suite is a ValueError. It may also be a :class:`Declaration`
+    (what a backend ships, :func:`declaration_of`), which also declares the draws its laws
+    may reject and whether its arrays span several devices."""
     selected = {}
     for module in modules or CASE_MODULES:
         if core_only and module not in CORE_CASES:
             continue
         selected[module] = _case_functions(module, CORE_CASES.get(module) if core_only else None)
-    declared = outcomes.check_declared(expected_skips or {},
-                                       [name for tests in selected.values() for name in tests])
+    declared = outcomes.check_declaration(expected_skips, all_case_names(), core_case_names())
     out = {}
     for module, raw in selected.items():
         tests = {name: _judged(test, module, name, declared) for name, test in raw.items()}

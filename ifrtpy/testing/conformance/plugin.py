@@ -6,12 +6,18 @@ line, so that the options are known), then collect the suite by module or path::
     pytest -p ifrtpy.testing.conformance.plugin --pyargs ifrtpy.testing.conformance \\
         --ifrtpy-backend=reference --ifrtpy-device-count=8
 
-Options: ``--ifrtpy-backend NAME`` (a name :func:`ifrtpy.get_client` knows, or a
+Options: ``--ifrtpy-core-only`` (the core cases only, ``CORE_CASES``),
+``--ifrtpy-backend NAME`` (a name :func:`ifrtpy.get_client` knows, or a
 ``module:function`` factory, registered on the fly), ``--ifrtpy-device-count N`` (the
 factory's ``device_count``), ``--ifrtpy-option KEY=VALUE`` (repeatable; VALUE is read as
 a Python literal where it is one, else kept as a string), ``--ifrtpy-expected-skips
-MODULE:NAME`` (the backend's declared skips, a mapping importable as ``MODULE.NAME``;
-without it every skip fails). The plugin collects the case modules of this package
+MODULE:NAME`` (the backend's declared skips, a mapping importable as ``MODULE.NAME``) or
+``--ifrtpy-declaration MODULE`` (a module holding the backend's whole declaration:
+``EXPECTED_SKIPS``, ``REJECTED_DRAWS``, ``MULTI_DEVICE_ARRAYS``). Without either, the
+declaration the backend ships is used
+(:func:`~ifrtpy.testing.conformance.declarations.declaration_of`: the built-in backends
+and the example backend ship theirs); a backend that ships none declares nothing, and
+every skip fails. The plugin collects the case modules of this package
 (their names do not start with ``test_``) and judges each case against the declared
 skips (:mod:`~ifrtpy.testing.conformance.outcomes`); importing it registers the
 ci/dev/debug hypothesis profiles (``--hypothesis-profile=dev``).
@@ -26,10 +32,13 @@ import pathlib
 import pytest
 
 from ifrtpy.testing import strategies as _strategies  # noqa: F401  (registers the profiles)
-from ifrtpy.testing.conformance import CASE_MODULES, _case_functions, is_core, outcomes
+from ifrtpy.testing.conformance import (
+    CASE_MODULES, all_case_names, core_case_names, is_core, outcomes,
+)
+from ifrtpy.testing.conformance.declarations import Declaration, declaration_of
 
 _HERE = pathlib.Path(__file__).resolve().parent
-_EXPECTED_SKIPS = pytest.StashKey[dict]()
+_DECLARATION = pytest.StashKey[Declaration]()
 
 
 def pytest_addoption(parser):
@@ -43,7 +52,14 @@ def pytest_addoption(parser):
                     help="another keyword argument for the backend's factory (repeatable)")
     group.addoption("--ifrtpy-expected-skips", default=None, metavar="MODULE:NAME",
                     help="the backend's declared skips: a mapping from case name to a text "
-                         "its skip message holds (every other skip fails)")
+                         "its skip message holds (every other skip fails; default: the "
+                         "declaration the backend ships)")
+    group.addoption("--ifrtpy-core-only", action="store_true", default=False,
+                    help="run the core cases only (ifrtpy.testing.conformance.CORE_CASES)")
+    group.addoption("--ifrtpy-declaration", default=None, metavar="MODULE",
+                    help="a module holding the backend's declaration (EXPECTED_SKIPS, "
+                         "REJECTED_DRAWS, MULTI_DEVICE_ARRAYS; default: the one the backend "
+                         "ships)")
 
 
 def _literal(text: str):
@@ -86,8 +102,19 @@ def client(pytestconfig):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without ``--ifrtpy-backend``, stop before running when a collected case would take
-    its client from this plugin: one usage error, not one error per case."""
+    """With ``--ifrtpy-core-only``, deselect the cases of this package that are not core
+    ones. Without ``--ifrtpy-backend``, stop before running when a collected case would
+    take its client from this plugin: one usage error, not one error per case."""
+    if config.getoption("--ifrtpy-core-only"):
+        kept, dropped = [], []
+        for item in items:
+            path = pathlib.Path(str(item.path)).resolve()
+            ours = path.parent == _HERE and path.stem in CASE_MODULES
+            name = getattr(item, "originalname", item.name)
+            (dropped if ours and not is_core(path.stem, name) else kept).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     if config.getoption("--ifrtpy-backend"):
         return
     for item in items:
@@ -105,24 +132,40 @@ def pytest_collect_file(file_path, parent):
     return None
 
 
-def pytest_configure(config):
-    """Read the skips ``--ifrtpy-expected-skips MODULE:NAME`` declares (none without it)
-    and check them against the cases."""
+def _declared(config) -> Declaration:
+    """The declaration the command line names, else the one the backend ships, else an
+    empty one."""
     path = config.getoption("--ifrtpy-expected-skips", default=None)
-    declared = {}
+    module = config.getoption("--ifrtpy-declaration", default=None)
+    if path and module:
+        raise pytest.UsageError("give --ifrtpy-expected-skips or --ifrtpy-declaration, not both")
     if path:
-        module, sep, name = path.partition(":")
-        if not sep or not module or not name:
+        module_name, sep, name = path.partition(":")
+        if not sep or not module_name or not name:
             raise pytest.UsageError(f"--ifrtpy-expected-skips needs MODULE:NAME, got {path!r}")
         try:
-            declared = getattr(importlib.import_module(module), name)
+            return Declaration(expected_skips=getattr(importlib.import_module(module_name), name))
         except (ImportError, AttributeError) as e:
             raise pytest.UsageError(f"--ifrtpy-expected-skips={path}: {e}") from e
-    names = [n for module in CASE_MODULES for n in _case_functions(module)]
+    if module:
+        try:
+            return Declaration.from_module(module)
+        except (ImportError, ValueError) as e:
+            raise pytest.UsageError(f"--ifrtpy-declaration={module}: {e}") from e
+    backend = config.getoption("--ifrtpy-backend", default=None)
+    return (declaration_of(backend) if backend else None) or Declaration()
+
+
+def pytest_configure(config):
+    """Read the declaration (:func:`_declared`) and check it against the cases."""
+    declaration = _declared(config)
     try:
-        config.stash[_EXPECTED_SKIPS] = outcomes.check_declared(declared, names)
+        config.stash[_DECLARATION] = outcomes.check_declaration(declaration, all_case_names(),
+                                                                core_case_names())
     except ValueError as e:
-        raise pytest.UsageError(f"--ifrtpy-expected-skips={path}: {e}") from e
+        given = [f"{o}={config.getoption(o)}" for o in ("--ifrtpy-expected-skips",
+                 "--ifrtpy-declaration", "--ifrtpy-backend") if config.getoption(o, None)]
+        raise pytest.UsageError(f"{given[0] if given else 'the declaration'}: {e}") from e
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -135,7 +178,8 @@ def pytest_pyfunc_call(pyfuncitem):
     args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     case = pyfuncitem.originalname
     outcomes.judge(lambda: pyfuncitem.obj(**args), pyfuncitem.name, case,
-                   is_core(path.stem, case), pyfuncitem.config.stash[_EXPECTED_SKIPS])
+                   is_core(path.stem, case), pyfuncitem.config.stash[_DECLARATION],
+                   args.get("client"))
     return True
 
 

@@ -31,6 +31,30 @@ def test_devices_and_memories_are_jax_s(client):
         assert device.default_memory().kind.value == jd.default_memory().kind
 
 
+def test_a_scalar_after_an_array_of_an_equal_sharding_is_held_with_p(client):
+    """Named shardings whose specs differ by trailing Nones compare equal (P() and
+    P(None)): a scalar put after a rank-1 array of such a sharding is held with P(), and
+    disassembles and assembles (jax refused P(None,) for it: the law of bad assembles
+    failed under the dev profile, on the draw below)."""
+    mesh = ifrt.Mesh(np.array(client.devices()[:2]), ("x",))
+    vector = ifrt.NamedSharding(mesh, ifrt.PartitionSpec(None))
+    scalar = ifrt.NamedSharding(mesh, ifrt.PartitionSpec())
+    assert vector == scalar  # what made the two share one jax sharding
+    client.make_array_from_host_buffer(np.zeros(3, np.float32), vector)
+    array = client.make_array_from_host_buffer(np.float32(3), scalar)
+    assert array.jax_value.sharding.spec == jax.sharding.PartitionSpec()
+    shards = array.disassemble_into_single_device_arrays(ifrt.ArrayCopySemantics.ALWAYS_COPY)
+    assert [np.asarray(s).item() for s in shards] == [3.0, 3.0]
+    again = client.assemble_array_from_single_device_arrays(ifrt.Shape([]), scalar, shards)
+    assert np.asarray(again).item() == 3.0
+    # The law's draw: the wrong assemble raises the suite's error, not jax's ValueError.
+    wrong = client.make_array_from_host_buffer(np.zeros((1,), np.float32),
+                                               ifrt.SingleDeviceSharding(client.devices()[1]))
+    with pytest.raises(ifrt.errors.InvalidArgumentError):
+        client.assemble_array_from_single_device_arrays(ifrt.Shape([]), scalar,
+                                                        [shards[0], wrong])
+
+
 def test_an_array_holds_a_jax_array_with_the_converted_sharding(client):
     mesh = ifrt.Mesh(np.array(client.devices()[:4]).reshape(2, 2), ("a", "b"))
     sharding = ifrt.NamedSharding(mesh, ifrt.PartitionSpec("a", "b"))

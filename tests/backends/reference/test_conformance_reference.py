@@ -6,18 +6,12 @@ cases that need non-addressable devices."""
 import pytest
 
 import ifrtpy as ifrt
-from ifrtpy.testing.conformance import ONE_PROCESS_SKIPS, case_classes, cases
+from ifrtpy.testing.conformance import ONE_PROCESS_SKIPS, case_classes, cases, declaration_of
 
-#: What the reference backend does not do (case -> a text of its skip message); every
-#: other skip fails the run, and so does a case declared here that passes.
-EXPECTED_SKIPS = {
-    **ONE_PROCESS_SKIPS,  # TestArraysWithNonAddressableDevices runs these
-    # It compiles StableHLO for its interpreter, no HLO.
-    "test_get_hlo_modules": "ReferenceLoadedExecutable has no HLO modules",
-    "test_declared_inexact_dtypes_are_what_the_devices_hold": "declares every dtype exact",
-}
-
-globals().update(case_classes(expected_skips=EXPECTED_SKIPS))
+#: What the reference backend does not do: the declaration it ships
+#: (ifrtpy/backends/reference/conformance.py), which the plugin's runs use too.
+DECLARATION = declaration_of("reference")
+globals().update(case_classes(expected_skips=DECLARATION))
 
 
 @pytest.fixture(scope="module")

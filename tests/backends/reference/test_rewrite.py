@@ -2,7 +2,8 @@
 integer division and remainder get XLA's results where the interpreter's machine division
 would kill the process (a zero divisor, and INT_MIN / -1), checked against a model of XLA's
 rule in Python integers and against the PjRt backend; composites (how portable artifacts
-carry CHLO ops) run as calls of their decompositions."""
+carry CHLO ops) run as calls of their decompositions; a tensor too large for the
+interpreter is refused at compile time."""
 
 import numpy as np
 import pytest
@@ -76,3 +77,22 @@ def test_a_composite_runs_as_its_decomposition():
             ifrt.device_put(x, client.devices()[0]))
         np.testing.assert_allclose(np.asarray(out), np.arctanh(x), rtol=1e-5, atol=1e-6,
                                    err_msg=backend)
+
+
+def test_a_tensor_too_large_for_the_interpreter_is_refused_at_compile_time():
+    """jax's bernoulli over 1e8 elements (random_lax_test.py) grew a worker past 10 GB and
+    ran for hours; the compile now refuses it, naming the op and the limit."""
+    from ifrtpy.backends.reference.rewrite import MAX_ELEMENTS
+
+    client = ifrt.get_client("reference", device_count=1)
+
+    def program(n):
+        return (f"module @big {{ func.func @main(%a: tensor<f32>) -> tensor<{n}xf32> {{\n"
+                f"%0 = stablehlo.broadcast_in_dim %a, dims = [] : (tensor<f32>) -> "
+                f"tensor<{n}xf32>\nreturn %0 : tensor<{n}xf32> }} }}")
+
+    with pytest.raises(ifrt.errors.UnimplementedError,
+                       match=f"at most {MAX_ELEMENTS} elements; stablehlo.broadcast_in_dim "
+                             r"makes tensor<100000000xf32>"):
+        client.compile(program(10 ** 8))
+    client.compile(program(MAX_ELEMENTS))  # the limit itself compiles
