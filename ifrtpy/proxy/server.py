@@ -528,7 +528,7 @@ class _Service:
                 session.reserve_host_bytes(metadata.buffer_size)
                 try:
                     async with stream.file_reads:
-                        data = await asyncio.get_running_loop().run_in_executor(
+                        data = await _handed_over(
                             self.files, local.read_put_file,
                             os.path.join(directory, f"lt_{_c_int(metadata.handle)}"),
                             metadata.buffer_size)
@@ -540,6 +540,16 @@ class _Service:
         except IfrtError as error:
             await _abort(context, error)
         return messages().GrpcHostBufferReadFromDiskResponse()
+
+
+async def _handed_over(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` run on ``executor``, its result the caller's alone: the executor's
+    future (and the loop's future chained to it) would hold it until the executor's thread
+    runs again after setting it, however long the system takes to schedule that thread,
+    and a host buffer something else refers to is not reused (:mod:`ifrtpy.proxy.pool`)."""
+    box: list[Any] = []
+    await asyncio.get_running_loop().run_in_executor(executor, lambda: box.append(fn(*args)))
+    return box.pop()
 
 
 async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) -> None:
