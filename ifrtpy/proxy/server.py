@@ -768,7 +768,8 @@ class ProxyServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
-        self._service.files.shutdown(wait=False, cancel_futures=True)
+        # a put file still being read (a regular file's bytes: it ends) ends before the stop
+        self._service.files.shutdown(wait=True, cancel_futures=True)
         self._done.set()
 
     def _remove_socket_dir(self) -> None:
@@ -806,6 +807,16 @@ class ProxyServer:
         for stream in streams:  # a worker in a program that cannot be stopped runs on
             stream.join(max(0.0, deadline - time.monotonic()))
         self._end_loop()
+        with self._service.lock:  # a session opened as the RPCs were cancelled
+            late = [s for s in self._service.streams.values() if s not in streams]
+        for stream in late:
+            stream.close()
+            stream.join(max(0.0, deadline - time.monotonic()))
+        with self._service.lock:
+            running = len(self._service.streams)
+        if running:
+            _log.warning("the server stopped with %d session workers still in programs "
+                         "the backend cannot stop", running)
         if self._service.transfers is not None:
             self._service.transfers.remove()
         if self.address.startswith("unix:"):
