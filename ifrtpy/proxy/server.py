@@ -528,7 +528,7 @@ class _Service:
                 session.reserve_host_bytes(metadata.buffer_size)
                 try:
                     async with stream.file_reads:
-                        data = await asyncio.get_running_loop().run_in_executor(
+                        data = await _handed_over(
                             self.files, local.read_put_file,
                             os.path.join(directory, f"lt_{_c_int(metadata.handle)}"),
                             metadata.buffer_size)
@@ -540,6 +540,16 @@ class _Service:
         except IfrtError as error:
             await _abort(context, error)
         return messages().GrpcHostBufferReadFromDiskResponse()
+
+
+async def _handed_over(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` run on ``executor``, its result the caller's alone: the executor's
+    future (and the loop's future chained to it) would hold it until the executor's thread
+    runs again after setting it, however long the system takes to schedule that thread,
+    and a host buffer something else refers to is not reused (:mod:`ifrtpy.proxy.pool`)."""
+    box: list[Any] = []
+    await asyncio.get_running_loop().run_in_executor(executor, lambda: box.append(fn(*args)))
+    return box.pop()
 
 
 async def _store(session: Session, metadata: Any, chunks: AsyncIterator[bytes]) -> None:
@@ -758,7 +768,8 @@ class ProxyServer:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
-        self._service.files.shutdown(wait=False, cancel_futures=True)
+        # a put file still being read (a regular file's bytes: it ends) ends before the stop
+        self._service.files.shutdown(wait=True, cancel_futures=True)
         self._done.set()
 
     def _remove_socket_dir(self) -> None:
@@ -796,6 +807,16 @@ class ProxyServer:
         for stream in streams:  # a worker in a program that cannot be stopped runs on
             stream.join(max(0.0, deadline - time.monotonic()))
         self._end_loop()
+        with self._service.lock:  # a session opened as the RPCs were cancelled
+            late = [s for s in self._service.streams.values() if s not in streams]
+        for stream in late:
+            stream.close()
+            stream.join(max(0.0, deadline - time.monotonic()))
+        with self._service.lock:
+            running = len(self._service.streams)
+        if running:
+            _log.warning("the server stopped with %d session workers still in programs "
+                         "the backend cannot stop", running)
         if self._service.transfers is not None:
             self._service.transfers.remove()
         if self.address.startswith("unix:"):

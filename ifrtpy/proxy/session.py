@@ -584,8 +584,10 @@ class Session:
         its worker, once no request of it runs."""
         self.stop()
         with self._lock:
-            self._total.release(self._host_bytes)
+            self._total.release(self._host_bytes)  # copies still running counted too
             self._host_buffers.clear()
+            self._copies.clear()  # their bytes, when they end, are dropped uncounted
+            self._waiters.clear()
             self._host_bytes = 0
         self.arrays.clear()
         self.executables.clear()

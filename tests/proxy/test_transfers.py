@@ -4,6 +4,7 @@ and gets the copy's error if it fails; a deleted host buffer's memory is the nex
 of its size, and never while something still refers to it; the server's step
 timestamps."""
 
+import concurrent.futures
 import threading
 
 import numpy as np
@@ -224,6 +225,43 @@ def test_a_copied_puts_memory_is_the_next_put_files_and_an_aliased_ones_is_not(p
             assert lookup(ch, raw.id, array + 1) == values.tobytes()
         assert pool.POOL.kept == kept  # the second put file was read into the first's memory
         raw.close()
+    pool.POOL.clear()
+
+
+class LingeringFutures(concurrent.futures.ThreadPoolExecutor):
+    """An executor whose finished futures stay referred to (as they are until its thread,
+    which set their result, is scheduled again: on a busy machine, after the put)."""
+
+    def __init__(self):
+        super().__init__(2)
+        self.futures = []
+
+    def submit(self, fn, *args, **kwargs):
+        future = super().submit(fn, *args, **kwargs)
+        self.futures.append(future)
+        return future
+
+
+def test_a_put_files_memory_is_the_session_alone_once_the_read_is_answered(pjrt):
+    """The server's thread that read a put file may not have run again when the put
+    comes: nothing of the read still refers to the memory (the pool would refuse it)."""
+    from proxy_helpers import client_directory
+
+    pool.POOL.clear()
+    values = np.random.default_rng(7).random(1 << 20, dtype=np.float32)
+    with proxy.serve(CopyingClient(pjrt)) as server, grpc.insecure_channel(
+            server.address, [("grpc.max_receive_message_length", -1)]) as ch:
+        lingering = server._service.files = LingeringFutures()
+        directory, name = client_directory(server.address)
+        raw = RawSession(ch, transfer_directory=name)
+        for buffer, array in ((1, 10), (2, 20)):
+            _put_file(ch, raw, directory, values, buffer, array)
+            assert raw.call("check_value_ready_request", M.CheckValueReadyRequest(
+                value_handles=[array])).response_metadata.status.code == 0
+            assert pool.POOL.kept == values.nbytes + 64
+        assert len(lingering.futures) == 2
+        raw.close()
+    lingering.shutdown()
     pool.POOL.clear()
 
 
