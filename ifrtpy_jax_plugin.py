@@ -16,6 +16,8 @@ import os
 import socket
 import stat
 import sys
+import threading
+import time
 from typing import Any
 
 __all__ = ["initialize", "register", "is_local", "shared_directory", "is_private_directory",
@@ -85,11 +87,14 @@ def register(target: str, priority: int = -1) -> None:
         check_server(target)
         options = backend.ifrt_proxy.ClientConnectionOptions()
         options.connection_timeout_in_seconds = _connect_timeout()
-        options.on_connection_update = _Progress(target, options.connection_timeout_in_seconds)
+        progress = _Progress(target, options.connection_timeout_in_seconds)
+        options.on_connection_update = progress
         name = transfer_subdirectory(target) if is_local(target) else None
         if name is not None:
             options.initialization_data = {TRANSFER_KEY: name.encode()}
-        return backend.ifrt_proxy.get_client(target, options)
+        client = backend.ifrt_proxy.get_client(target, options)
+        atexit.register(progress.drain)
+        return client
 
     backend.register_backend_factory(PLATFORM, make_client, priority=priority)
 
@@ -163,16 +168,44 @@ def _connect_timeout() -> int:
         raise ValueError(f"{CONNECT_TIMEOUT_VARIABLE}={text!r} is not a number of seconds") from None
 
 
+#: How long a process that connected waits at exit for jaxlib's "Connected" update, and
+#: then for a pause of PAUSE_S in the updates (seconds).
+CONNECTED_UPDATE_WAIT_S = 5.0
+UPDATES_PAUSE_S = 0.05
+
+
 class _Progress:
     """jaxlib's connection updates: the first failed attempt is said on stderr (jaxlib
-    retries quietly until its timeout)."""
+    retries quietly until its timeout).
+
+    jaxlib hands each update to a thread of its own, which takes the GIL to call this; the
+    last ones ("Connected ...", and earlier ones of the same attempt out of order) can
+    come after ``get_client`` has returned. A thread that takes the GIL while the
+    interpreter finalizes aborts the process (``terminate called ... FATAL: exception not
+    rethrown``), so a process that connected waits at exit (:meth:`drain`) until those
+    updates have been delivered."""
 
     def __init__(self, target: str, timeout_s: int):
         self.target = target
         self.timeout_s = timeout_s
         self.said = False
+        self.connected = threading.Event()
+        self.last_update = time.monotonic()
+
+    def drain(self) -> None:
+        """Wait for the "Connected" update, then until no update has come for
+        :data:`UPDATES_PAUSE_S` (at most a second): the ``atexit`` hook of a process whose
+        client connected."""
+        self.connected.wait(CONNECTED_UPDATE_WAIT_S)
+        end = time.monotonic() + 1.0
+        while time.monotonic() < min(end, self.last_update + UPDATES_PAUSE_S):
+            time.sleep(UPDATES_PAUSE_S / 5)
 
     def __call__(self, update: str) -> None:
+        self.last_update = time.monotonic()
+        if "Connected to IFRT proxy server" in update:
+            self.connected.set()
+            return
         if self.said or "failed" not in update:
             return
         self.said = True
