@@ -124,7 +124,9 @@ class Steps:
         self._lock = threading.Lock()
         steps = self
         parse, put, handle = wire.parse, server._Stream.put, session.Session.handle
-        answer, send, write = session.Session.answer, server._Stream.send, server._Stream.write
+        answer, write = session.Session.answer, server._Stream.write
+        queue = server._Stream._queue if hasattr(server._Stream, "_queue") else None
+        send = server._Stream.send
 
         def timed_parse(cls, raw, what):
             start = time.perf_counter()
@@ -137,24 +139,24 @@ class Steps:
             steps._queued[id(request)] = time.perf_counter()
             put(self, request, size)
 
-        def timed_handle(self, request):
+        def timed_handle(self, request, *send):
             start = time.perf_counter()
             queued = steps._queued.pop(id(request), None)
             kind = request.WhichOneof("request")
             if queued is not None:
                 steps.add(kind, "to the worker", start - queued)
-            handle(self, request)
+            handle(self, request, *send)
             steps.add(kind, "handler", time.perf_counter() - start)
 
-        def timed_answer(self, op_id, kind, inner):
+        def timed_answer(self, op_id, kind, inner, *send):
             start = time.perf_counter()
-            answer(self, op_id, kind, inner)
+            answer(self, op_id, kind, inner, *send)
             steps.add(kind, "encode", time.perf_counter() - start)
 
-        def timed_send(self, data):
+        def timed_send(self, data, *last):
             with steps._lock:
                 steps._sent.append(time.perf_counter())
-            send(self, data)
+            (queue or send)(self, data, *last)
 
         class Context:
             def __init__(self, context):
@@ -176,7 +178,10 @@ class Steps:
         server._Stream.put = timed_put
         session.Session.handle = timed_handle
         session.Session.answer = timed_answer
-        server._Stream.send = timed_send
+        if queue is None:  # a server without a fast path
+            server._Stream.send = timed_send
+        else:  # every answer, the worker's last ones too, is queued here
+            server._Stream._queue = timed_send
         server._Stream.write = timed_write
 
     def add(self, kind, step, seconds):
