@@ -22,7 +22,7 @@ from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
 from ifrtpy.proxy import steps, wire
 from ifrtpy.proxy._protocol import messages
-from ifrtpy.proxy.kind import Kind
+from ifrtpy.proxy.kind import Kind, never_blocks
 from ifrtpy.proxy.pool import POOL
 
 __all__ = ["KINDS"]
@@ -452,7 +452,7 @@ KINDS = {
     "remap_arrays_request": Kind(remap_arrays, 23, ("result_handles",)),
     "delete_array_request": Kind(delete_array, 9),
     "is_array_deleted_request": Kind(is_array_deleted, 11),
-    "destruct_array_request": Kind(destruct_array, 12),
-    "check_value_ready_request": Kind(check_value_ready, 8),
-    "check_future_request": Kind(check_future, 3),
+    "destruct_array_request": Kind(destruct_array, 12, cannot_block=never_blocks),
+    "check_value_ready_request": Kind(check_value_ready, 8, cannot_block=never_blocks),
+    "check_future_request": Kind(check_future, 3, cannot_block=never_blocks),
 }

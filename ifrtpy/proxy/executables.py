@@ -15,7 +15,7 @@ from ifrtpy.future import Future, join_futures
 from ifrtpy.program import HloProgram
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
-from ifrtpy.proxy.kind import Kind
+from ifrtpy.proxy.kind import Kind, never_blocks
 from ifrtpy.proxy.tokens import Signature, Token
 
 __all__ = ["KINDS", "XLA_CUSTOM_CALLS", "PLATFORM_CUSTOM_CALLS", "JAX_CUSTOM_CALLS"]
@@ -387,10 +387,13 @@ def execute(session: Any, request: Any) -> Any:
     session.check_room(len(handles) + 1)
     result = exe.execute(args, options, devices)
     outputs = result.outputs
-    if signature.token_results:
-        ran_on = devices or exe.devices() or DeviceList(exe.addressable_devices()[:1])
+    if signature.token_results or session.executions is not None:
         ran = (result.status if result.status is not None
                else join_futures([o.ready_future() for o in outputs]))
+        if session.executions is not None:
+            session.executions.started(ran)
+    if signature.token_results:
+        ran_on = devices or exe.devices() or DeviceList(exe.addressable_devices()[:1])
         outputs = signature.results(outputs, lambda: Token(ran_on, ran))
     session.put_arrays(handles, outputs)
     m = messages()
@@ -403,6 +406,15 @@ def execute(session: Any, request: Any) -> Any:
     for handle, (dtype, shape, sharding) in zip(handles, protos):
         response.outputs.add(dtype=dtype, shape=shape, sharding=sharding, array_handle=handle)
     return response
+
+
+def execute_cannot_block(session: Any, request: Any) -> bool:
+    """An execute cannot block where the backend's execute only dispatches, a slot of
+    its executions in flight is free, and the executable and every input are known."""
+    executions = session.executions
+    return (executions is not None and executions.room()
+            and request.loaded_executable_handle in session.executables
+            and all(h in session.arrays for h in request.args_handles))
 
 
 def fetch_execute_result(session: Any, request: Any) -> None:
@@ -465,8 +477,9 @@ KINDS = {
     "loaded_executable_mpmd_metadata_request": Kind(mpmd_metadata, 30),
     "loaded_executable_mpmd_cost_analysis_request": Kind(mpmd_cost_analysis, 31),
     "loaded_executable_execute_request":
-        Kind(execute, 15, ("result_array_handle", "result_status_handle")),
-    "loaded_executable_fetch_execute_result_request": Kind(fetch_execute_result, 32),
+        Kind(execute, 15, ("result_array_handle", "result_status_handle"), execute_cannot_block),
+    "loaded_executable_fetch_execute_result_request":
+        Kind(fetch_execute_result, 32, cannot_block=never_blocks),
     "loaded_executable_delete_request": Kind(delete_executable, 16),
     "loaded_executable_is_deleted_request": Kind(is_executable_deleted, 17),
     "loaded_executable_destruct_request": Kind(destruct_executable, 18),

@@ -6,7 +6,10 @@ only decodes, dispatches and writes. Each ``IfrtSession`` stream is a
 session's requests one at a time, in arrival order (XLA's C++ server does the same: an
 in-order processor per session); answers are written in the order they are made, an
 answer that waits on a future as soon as it completes. A slow or blocked request delays
-only its own session's later requests. ``HostBufferStore`` / ``HostBufferLookup`` /
+only its own session's later requests. A request that cannot block (its kind's
+``cannot_block``: an execute where the backend's execute only dispatches and a slot of its
+executions in flight is free, a readiness check, a destruction) is handled on the loop
+itself while no request of its session is queued or running, so it overtakes none. ``HostBufferStore`` / ``HostBufferLookup`` /
 ``HostBufferDelete`` move a session's bulk bytes on the loop, and
 ``HostBufferReadFromDisk`` reads a large put that a client on this machine left as a file
 (in a thread of a small pool). A stream that ends (the client closed, crashed or was
@@ -35,7 +38,7 @@ from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentEr
                            UnavailableError, UnimplementedError)
 from ifrtpy.proxy import local, peers, steps, wire
 from ifrtpy.proxy._protocol import messages
-from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Limits, Session
+from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Executions, Limits, Session
 
 __all__ = ["ProxyServer", "SessionInfo", "serve", "PROTOCOL_VERSIONS", "SERDES_VERSIONS"]
 
@@ -109,9 +112,14 @@ class _Stream:
     unanswered or answered but not yet written (a client that does not read its answers
     holds at most that many), or while the queued requests hold ``max_message_bytes``.
 
+    A request that cannot block (:meth:`Session.cannot_block`) is handled on the loop
+    itself when no request of the session is queued or running (:meth:`take`): it cannot
+    overtake one, and the loop waits on nothing (DESIGN 20).
+
     The stream's end (:meth:`close`, when the client has gone) stops the session; the
     worker finishes the request it runs, drops those queued, releases the session and
-    calls ``ended(session)`` as its last item (XLA's in-order processor shuts down so).
+    calls ``ended(session)`` as its last item (XLA's in-order processor shuts down so),
+    after any request the loop is handling.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits, name: str,
@@ -125,6 +133,14 @@ class _Stream:
         #: (request, its size) for the worker; None ends it
         self._inbox: queue.SimpleQueue[tuple[Any, int] | None] = queue.SimpleQueue()
         self._queued = 0            # bytes of the requests in the inbox (under the lock)
+        #: requests queued for the worker or running there: the loop adds one, the worker
+        #: takes it away as it queues the request's answer, under the lock, or once the
+        #: handler returns where the answer comes later (the loop reads 0 only when none
+        #: is queued or running, and the worker's answers are queued before the loop's)
+        self._busy = 0
+        self._handling = False  # the worker's request is not yet answered (under the lock)
+        #: held while the loop handles a request, and by the worker's end
+        self._here = threading.Lock()
         self._outbox: collections.deque[bytes] = collections.deque()
         self._signalled = False     # the writer was told of answers (under the lock)
         self._closed = False
@@ -144,12 +160,28 @@ class _Stream:
 
     # -- the loop's side ---------------------------------------------------------------------
 
+    def take(self, request: Any, size: int) -> None:
+        """Handle a decoded request (of ``size`` bytes on the wire) here, on the loop,
+        if it cannot block and no request of the session is queued or running; else
+        queue it for the worker (:meth:`put`)."""
+        session = self.session
+        assert session is not None
+        if self._busy or not session.cannot_block(request):
+            self.put(request, size)
+            return
+        self.pending += 1
+        self._drained.clear()
+        with self._here:
+            if not self._closed:  # else the session is ending: the request goes unrun
+                session.handle(request)
+
     def put(self, request: Any, size: int) -> None:
         """Queue a decoded request (of ``size`` bytes on the wire) for the worker."""
         self.pending += 1
         self._drained.clear()
         with self._lock:
             self._queued += size
+            self._busy += 1
         self._inbox.put((request, size))
 
     def full(self) -> bool:
@@ -218,7 +250,18 @@ class _Stream:
 
     def send(self, answer: bytes) -> None:
         """Queue a serialized answer to be written (the session's ``send``)."""
+        self._queue(answer, False)
+
+    def _send_last(self, answer: bytes) -> None:
+        """Queue the answer of the request the worker is handling: the last thing its
+        handler does, so the loop may handle the session's next request from now on."""
+        self._queue(answer, True)
+
+    def _queue(self, answer: bytes, last: bool) -> None:
         with self._lock:
+            if last and self._handling:
+                self._handling = False
+                self._busy -= 1
             if self._closed:
                 return
             self._outbox.append(answer)
@@ -243,14 +286,20 @@ class _Stream:
                 request, size = item
                 with self._lock:
                     self._queued -= size
+                    self._handling = True
                 if self._reader_waiting:
                     _on_loop(self.loop, self._room.set)
-                session.handle(request)
+                session.handle(request, self._send_last)
+                with self._lock:
+                    if self._handling:  # answered later, or not at all
+                        self._handling = False
+                        self._busy -= 1
         finally:  # the session's end, its worker's last item
             while not self._inbox.empty():  # what the stream queued goes unrun
                 self._inbox.get_nowait()
             try:
-                session.release()
+                with self._here:  # after a request the loop is handling
+                    session.release()
             finally:
                 self._ended(session)
 
@@ -279,6 +328,9 @@ class _Service:
         self.stopping = threading.Event()
         #: where clients on this machine leave large puts as files (None: nowhere)
         self.transfers: local.TransferRoot | None = None
+        #: executions in flight, where the backend's execute cannot block (DESIGN 20)
+        self.executions = (None if getattr(client, "execute_may_block", True)
+                           else Executions(getattr(client, "executions_in_flight_cap", None)))
         self.files = concurrent.futures.ThreadPoolExecutor(
             _FILE_READS * limits.max_sessions, thread_name_prefix="ifrtpy-proxy-files")
 
@@ -334,7 +386,7 @@ class _Service:
                 except InvalidArgumentError as error:
                     broken = error
                     break
-                stream.put(request, len(raw))
+                stream.take(request, len(raw))
                 if stream.full():
                     await stream.room()
         except StopAsyncIteration:  # the client half-closed: answer what it sent
@@ -400,7 +452,7 @@ class _Service:
             stream = _Stream(asyncio.get_running_loop(), limits,
                              f"ifrtpy-proxy-session-{self._count}", self._ended)
             session = Session(session_id, peer, self.client, limits, version, stream.send,
-                              self.total, self._transfer_directory(metadata))
+                              self.total, self._transfer_directory(metadata), self.executions)
             self.sessions[session_id] = session
             self.streams[session_id] = stream
             self.owners[session_id] = owner

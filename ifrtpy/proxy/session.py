@@ -3,7 +3,8 @@ of its requests.
 
 A session owns every array, executable, future and host buffer its client made. Its
 requests are handled one at a time in arrival order (by the session's own worker thread,
-see :mod:`ifrtpy.proxy.server`). A request that fails answers its error and binds it to
+or on the server's event loop for one that cannot block while the worker is idle: see
+:mod:`ifrtpy.proxy.server`). A request that fails answers its error and binds it to
 the result handles the client minted for it, so a later request naming one of them fails
 with that error.
 
@@ -36,7 +37,7 @@ from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.kind import Handler, Kind
 from ifrtpy.proxy.tokens import Token
 
-__all__ = ["Limits", "Budget", "Session", "Handler", "Kind", "kinds"]
+__all__ = ["Limits", "Budget", "Executions", "Session", "Handler", "Kind", "kinds"]
 
 #: A host buffer's bytes: ``bytes``, or any object whose buffer holds them and whose
 #: ``len`` is their count (a bytearray, a flat uint8 NumPy array).
@@ -143,6 +144,35 @@ class Budget:
             self.used -= size
 
 
+class Executions:
+    """The executions the server has started and not yet seen end, every session's
+    together, against the backend's cap (``Client.executions_in_flight_cap``, None: none):
+    past the cap the backend's next execute waits for one to end, which an execute on the
+    server's event loop must never do (see :meth:`room`)."""
+
+    def __init__(self, cap: int | None):
+        self.cap = cap
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def room(self) -> bool:
+        """Whether an execute may start on the event loop: below half the cap, as the other
+        sessions' workers start executions unchecked meanwhile (each one at a time)."""
+        return self.cap is None or self.count < self.cap // 2
+
+    def started(self, done: Any) -> None:
+        """Count an execution until ``done`` (its status, or its outputs' readiness) is."""
+        if self.cap is None:
+            return
+        with self._lock:
+            self.count += 1
+        done.add_done_callback(self._ended)
+
+    def _ended(self, _: Any) -> None:
+        with self._lock:
+            self.count -= 1
+
+
 class Session:
     """The state of one IfrtSession stream (see the module docstring).
 
@@ -150,13 +180,16 @@ class Session:
     worker or, for an answer that waits on a future, from the thread that completes it.
     ``total`` is the server's budget of host-buffer bytes, shared by every session;
     ``transfer_directory`` the directory where this session's client leaves its puts as
-    files (None: it puts over gRPC only).
+    files (None: it puts over gRPC only); ``executions`` the server's count of executions
+    in flight, where the backend's execute cannot block (None: it may, and every execute
+    goes to the worker).
     """
 
     def __init__(self, session_id: int, peer: str, client: Any, limits: Limits,
                  protocol_version: int, send: Callable[[bytes], None], total: Budget,
-                 transfer_directory: str | None = None):
+                 transfer_directory: str | None = None, executions: Executions | None = None):
         self.id = session_id
+        self.executions = executions
         self.peer = peer
         self.client = client
         self.limits = limits
@@ -490,9 +523,23 @@ class Session:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def handle(self, request: Any) -> None:
+    def cannot_block(self, request: Any) -> bool:
+        """Whether handling ``request`` now cannot block (its kind's ``cannot_block``):
+        it may be handled on the event loop while no other request of the session is
+        queued or running (see :mod:`ifrtpy.proxy.server`)."""
+        kind = request.WhichOneof("request")
+        found = kinds().get(kind) if kind is not None else None
+        if found is None or found.cannot_block is None:
+            return False
+        try:
+            return found.cannot_block(self, getattr(request, kind))
+        except Exception:  # noqa: BLE001 - the worker handles it, and answers its error
+            return False
+
+    def handle(self, request: Any, send: Callable[[bytes], None] | None = None) -> None:
         """Handle one ``IfrtRequest`` and send its answer (now, or later for one that
-        waits on a future). Never raises: every failure is answered as a status."""
+        waits on a future). Never raises: every failure is answered as a status. An answer
+        sent now goes through ``send`` (default: the session's), as the last thing done."""
         op_id = request.request_metadata.op_id
         kind = request.WhichOneof("request")
         try:
@@ -505,11 +552,11 @@ class Session:
             with cancellation_scope(self.cancellation):
                 inner = found.handler(self, getattr(request, kind))
         except Exception as error:  # noqa: BLE001 - every failure becomes the answer
-            self.answer_error(op_id, error)
-            self._bind_failure(kind, request, _bare(error))
+            self._bind_failure(kind, request, _bare(error))  # before the answer: see send
+            self.answer_error(op_id, error, send)
             return
         if inner is not None:
-            self.answer(op_id, kind, inner)
+            self.answer(op_id, kind, inner, send)
 
     def _bind_failure(self, kind: str | None, request: Any, error: BaseException) -> None:
         if kind is None:
@@ -523,20 +570,23 @@ class Session:
                 if handle and fresh and len(self.failed) < self.limits.max_handles:
                     self.failed[handle] = error
 
-    def answer(self, op_id: int, kind: str, inner: Any) -> None:
+    def answer(self, op_id: int, kind: str, inner: Any,
+               send: Callable[[bytes], None] | None = None) -> None:
         """Send the OK answer ``inner`` (a message or its serialized bytes) to the request
-        ``op_id`` of ``kind``: the response is written around it, not copied into one."""
+        ``op_id`` of ``kind`` (through ``send``, default the session's): the response is
+        written around it, not copied into one."""
         body = inner if isinstance(inner, bytes) else inner.SerializeToString()
         head = b"\x09" + _U64.pack(op_id) + b"\x18"
         tail = b"".join((_response_tag(kind), _varint(len(body)), body))
         with self._answering:  # the numbers go out in the order they are taken
             metadata = head + _varint(next(self._seq))
-            self._send(b"".join((b"\x0a", _varint(len(metadata)), metadata, tail)))
+            (send or self._send)(b"".join((b"\x0a", _varint(len(metadata)), metadata, tail)))
 
-    def answer_error(self, op_id: int, error: BaseException) -> None:
+    def answer_error(self, op_id: int, error: BaseException,
+                     send: Callable[[bytes], None] | None = None) -> None:
         metadata = messages().ResponseMetadata(op_id=op_id, status=wire.status_proto(error))
         serialized = metadata.SerializeToString()
-        self._send(b"\x0a" + _varint(len(serialized)) + serialized)
+        (send or self._send)(b"\x0a" + _varint(len(serialized)) + serialized)
 
     def answer_later(self, future: Any, make: Callable[[], Any]) -> None:
         """Answer the request being handled when ``future`` completes: ``make()`` on

@@ -5,6 +5,7 @@ import itertools
 import os
 import queue
 import secrets
+import time
 
 import grpc
 
@@ -207,6 +208,9 @@ class BlockingExecutable(Delegating):
 class SyncClient(Delegating):
     """A Client whose executables block in ``execute``, counting its compiles."""
 
+    #: it says so (the inner client's declaration would not be true of it)
+    execute_may_block = True
+
     def __init__(self, inner):
         super().__init__(inner)
         self.compiles = 0
@@ -214,6 +218,21 @@ class SyncClient(Delegating):
     def compile(self, *args, **kwargs):
         self.compiles += 1
         return BlockingExecutable(self._inner.compile(*args, **kwargs))
+
+
+#: f32[4] -> f32[4], adding one
+ADD_ONE = """module @add_one { func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+    %c = stablehlo.constant dense<1.0> : tensor<4xf32>
+    %0 = stablehlo.add %a, %c : tensor<4xf32>
+    return %0 : tensor<4xf32> } }"""
+
+
+def wait_for(predicate, what):
+    """Poll ``predicate`` until it holds; a failure naming ``what`` after WAIT_S."""
+    deadline = time.monotonic() + WAIT_S  # a bound on a hang, not a timing assertion
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def put_values(channel, session, values, handle, device_id=0):

@@ -40,9 +40,9 @@ class Recording(Session):
         super().__init__(*args, **kwargs)
         self.errors: list[BaseException] = []
 
-    def answer_error(self, op_id: int, error: BaseException) -> None:
+    def answer_error(self, op_id: int, error: BaseException, send: Any = None) -> None:
         self.errors.append(error)
-        super().answer_error(op_id, error)
+        super().answer_error(op_id, error, send)
 
 
 class Driver:

@@ -15,17 +15,13 @@ grpc = pytest.importorskip("grpc")
 import ifrtpy as ifrt  # noqa: E402
 from ifrtpy import proxy  # noqa: E402
 
-from proxy_helpers import (EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S,  # noqa: E402
+from proxy_helpers import (ADD_ONE, EXHAUSTED, SERVICE, SESSION_HEADER, WAIT_S,  # noqa: E402
                            Delegating, M, RawSession, SyncClient,
                            compile_request, execute_request, lookup,
                            put_request, put_values, raises_code, refused_session,
-                           session_header, single_device_sharding, status_of, store)
+                           session_header, single_device_sharding, status_of, store,
+                           wait_for)
 from slow_program import SLOW, slow_call  # noqa: E402
-
-ADD_ONE = """module @add_one { func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {
-    %c = stablehlo.constant dense<1.0> : tensor<4xf32>
-    %0 = stablehlo.add %a, %c : tensor<4xf32>
-    return %0 : tensor<4xf32> } }"""
 
 #: How long session 1's program is made to run (seconds).
 PROGRAM_S = 3.0
@@ -97,13 +93,6 @@ def test_a_blocked_program_delays_no_other_session(backend, pjrt):
     assert program_s > 1.0, program_s         # session 1 was held that long
     assert len(calls) >= 12, calls
     assert max(calls) < min(1.0, program_s / 5), (max(calls), program_s)
-
-
-def wait_for(predicate, what):
-    deadline = time.monotonic() + WAIT_S  # a bound on a hang, not a timing assertion
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_max_sessions_counts_sessions_and_refuses_the_next(pjrt):

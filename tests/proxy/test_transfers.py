@@ -19,7 +19,7 @@ from ifrtpy.future import Promise  # noqa: E402
 from ifrtpy.proxy import pool, steps  # noqa: E402
 
 from proxy_helpers import (WAIT_S, Delegating, M, RawSession, delete,  # noqa: E402
-                           lookup, put_values, raises_code, status_of)
+                           lookup, put_values, raises_code, status_of, wait_for)
 
 StatusCode = grpc.StatusCode
 
@@ -217,7 +217,9 @@ def test_a_copied_puts_memory_is_the_next_put_files_and_an_aliased_ones_is_not(p
         # the backend copied the first put: its memory is kept for the next put file; an
         # array that aliases it (the CPU plugin's zero copy) keeps it its own
         kept = first.nbytes + 64 if copies else 0
-        assert pool.POOL.kept == kept
+        # the pool gets it in a callback of the array's readiness, which may run after the
+        # readiness check has seen the future done and answered (on the server's loop)
+        wait_for(lambda: pool.POOL.kept == kept, "the put's memory to be kept")
         _put_file(ch, raw, directory, second, 2, 20)
         for array, values in ((10, first), (20, second)):
             copy = M.CopyToHostBufferRequest(array_handle=array, host_buffer_handle=array + 1)
