@@ -142,8 +142,11 @@ def _tcp_problem(address: str) -> str | None:
         found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         return f"the host {host!r} is not found ({error.strerror})"
-    family, _, _, _, where = found[0]
-    return _refused(family, where, f"{host}:{port} refuses connections (no server on that port)")
+    problem = f"{host}:{port} refuses connections (no server on that port)"
+    # every address the name has (localhost: ::1 and 127.0.0.1): gRPC tries each of them
+    if all(_refused(family, where, problem) for family, _, _, _, where in found):
+        return problem
+    return None
 
 
 def _refused(family: int, where: Any, problem: str) -> str | None:

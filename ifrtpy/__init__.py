@@ -39,7 +39,7 @@ if _TYPE_CHECKING:  # what mypy and IDEs read; at run time, __getattr__ below
     from ifrtpy.device import DeviceList as DeviceList
     from ifrtpy.device import Memory as Memory
     from ifrtpy.device import MemoryKind as MemoryKind
-    from ifrtpy.device_put import device_put as device_put
+    from ifrtpy._device_put import device_put as device_put
     from ifrtpy.dtypes import DType as DType
     from ifrtpy.dtypes import InexactDType as InexactDType
     from ifrtpy.executable import CompiledMemoryStats as CompiledMemoryStats
@@ -109,7 +109,7 @@ _HOMES: dict[str, str] = {
     "DeviceList": "ifrtpy.device",
     "Memory": "ifrtpy.device",
     "MemoryKind": "ifrtpy.device",
-    "device_put": "ifrtpy.device_put",
+    "device_put": "ifrtpy._device_put",
     "DType": "ifrtpy.dtypes",
     "InexactDType": "ifrtpy.dtypes",
     "CompiledMemoryStats": "ifrtpy.executable",

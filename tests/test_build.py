@@ -25,6 +25,7 @@ def command(tmp_path, monkeypatch):
     cmd.build_lib, cmd.build_temp = str(tmp_path / "lib"), str(tmp_path / "temp")
     cmd.finalize_options()
     cmd.tree = str(tmp_path / "tree")
+    cmd.editable_mode = True  # what pip's editable install sets
     cmd.compiled = []
     monkeypatch.setattr(build_ext, "build_extension", lambda self, ext: self.compiled.append(ext.name))
     monkeypatch.delenv("IFRTPY_REBUILD", raising=False)
@@ -64,3 +65,11 @@ def test_ifrtpy_rebuild_compiles_everything(command, monkeypatch):
 
 def test_the_modules_compile_on_every_core(command):
     assert command.parallel == (os.cpu_count() or 1)
+
+
+def test_a_wheel_compiles_every_module(command):
+    """A wheel is built against its own build environment, never from the tree's modules
+    (they may have been built against another NumPy or PJRT header)."""
+    command.editable_mode = False
+    command.build_extension(_tree(command, built_after_source=True))
+    assert command.compiled == ["pkg.mod"]

@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("services", ("program", "builder", "_xla", "plugins", "compilation_cache",
                   "distributed", "ffi")),
     ("backends", ("backends",)),
-    ("above backends", ("interop", "device_put", "visualize")),
+    ("above backends", ("interop", "_device_put", "visualize")),
     # The public face: the package root and its tools.
     ("top", ("", "testing", "cli", "proxy", "__main__")),
 ]

@@ -21,11 +21,11 @@ __all__ = ["peer_owner"]
 _TCP_PEER = re.compile(r"ipv[46]:(?:\[|%5B)?(?P<host>[^\]%]+?)(?:\]|%5D)?:(?P<port>\d+)")
 
 
-def peer_owner(peer: str) -> str | None:
+def peer_owner(peer: str, server_port: int | None = None) -> str | None:
     """A name for the process at the other end of the connection ``peer`` (a gRPC peer
-    string): ``process PID`` when it is found, ``user UID`` when only its owner is (a
-    process of another user); None when the socket tells nothing (a unix socket, a host
-    that is not this one, a connection already gone)."""
+    string) to this server's ``server_port``: ``process PID`` when it is found, ``user
+    UID`` when only its owner is (a process of another user); None when the socket tells
+    nothing (a unix socket, a host that is not this one, a connection already gone)."""
     found = _TCP_PEER.fullmatch(peer)
     if found is None:
         return None
@@ -37,7 +37,7 @@ def peer_owner(peer: str) -> str | None:
         host = host.ipv4_mapped
     if not host.is_loopback:
         return None
-    socket = _tcp_socket(host, int(found.group("port")))
+    socket = _tcp_socket(host, int(found.group("port")), server_port)
     if socket is None:
         return None
     uid, inode = socket
@@ -47,8 +47,10 @@ def peer_owner(peer: str) -> str | None:
     return f"user {uid}"
 
 
-def _tcp_socket(host: Any, port: int) -> tuple[int, int] | None:
-    """(owner uid, inode) of this machine's TCP socket bound to ``host:port``."""
+def _tcp_socket(host: Any, port: int, server_port: int | None) -> tuple[int, int] | None:
+    """(owner uid, inode) of this machine's TCP socket bound to ``host:port`` and
+    connected to ``server_port`` (where given: one local port may serve connections to
+    several destinations)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -61,6 +63,8 @@ def _tcp_socket(host: Any, port: int) -> tuple[int, int] | None:
                 continue
             local_host, _, local_port = fields[1].partition(":")
             if int(local_port, 16) != port or _address(local_host) != host:
+                continue
+            if server_port is not None and int(fields[2].rpartition(":")[2], 16) != server_port:
                 continue
             return int(fields[7]), int(fields[9])
     return None

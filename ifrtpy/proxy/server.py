@@ -323,6 +323,8 @@ class _Service:
         self.streams: dict[int, _Stream] = {}
         #: the peer process (or user) of each session, where the socket tells it
         self.owners: dict[int, str | None] = {}
+        #: the server's TCP port (None on a unix socket), to find a peer's socket by
+        self.port: int | None = None
         self.lock = threading.Lock()
         self._count = 0
         self.stopping = threading.Event()
@@ -361,7 +363,7 @@ class _Service:
                             PROTOCOL_VERSIONS, "protocol")
             peer = context.peer()
             loop = asyncio.get_running_loop()
-            owner = (await loop.run_in_executor(None, peers.peer_owner, peer)
+            owner = (await loop.run_in_executor(None, peers.peer_owner, peer, self.port)
                      if peer.startswith("ipv") else None)  # a unix socket tells nothing
             session, stream = self._open(peer, owner, version, metadata)
         except ResourceExhaustedError as error:
@@ -768,6 +770,8 @@ class ProxyServer:
         self._done = threading.Event()
         try:
             self.address = self._call(self._start(address))
+            if not self.address.startswith("unix:"):
+                self._service.port = int(self.address.rpartition(":")[2])
         except BaseException:
             self._end_loop()
             self._remove_socket_dir()

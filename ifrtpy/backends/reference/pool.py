@@ -176,6 +176,11 @@ class _Pool:
                     f"{cancellation.what} was cancelled: its program was stopped (its "
                     f"interpreter worker process {worker.process.pid} was killed)") from None
             raise
+        if cancellation is not None and cancellation.cancelled:
+            # cancelled as the program ended: its stop may still come (Cancellation.cancel
+            # calls it outside its lock), so the worker serves no other execute
+            self._drop(worker)
+            return answer
         with self._ready:
             self._idle.append(worker)
             self._ready.notify()
