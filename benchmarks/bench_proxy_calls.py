@@ -35,7 +35,7 @@ import threading
 import time
 
 import bench_proxy
-from _timing import interleaved_median_us, timed
+from _timing import interleaved_median_us, serve_echo as start_echo, timed
 
 CHAIN = 50
 
@@ -88,27 +88,8 @@ def worker(n, repeats, echo_at):
 
 def serve_echo():
     """A grpc.aio echo stream on a unix socket, in a thread of this process: its address."""
-    import asyncio
-
-    import grpc
-
-    async def echo(requests, context):
-        async for message in requests:
-            yield message
-
     address = f"unix:{tempfile.mkdtemp(prefix='bench-proxy-calls-')}/echo.sock"
-    ready = threading.Event()
-
-    async def run():
-        server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)})])
-        server.add_insecure_port(address)
-        await server.start()
-        ready.set()
-        await server.wait_for_termination()
-
-    threading.Thread(target=asyncio.run, args=(run(),), daemon=True).start()
-    ready.wait()
+    start_echo(address)
     return address
 
 

@@ -63,6 +63,7 @@ import time
 
 import numpy as np
 
+from _timing import serve_echo
 from accelerator_check import _jax_platform
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -302,22 +303,7 @@ def _aio_echo(address):
 
     import grpc
 
-    async def echo(requests, context):
-        async for message in requests:
-            yield message
-
-    ready = threading.Event()
-
-    async def serve():
-        server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
-            "floor.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(echo)})])
-        server.add_insecure_port(address)
-        await server.start()
-        ready.set()
-        await server.wait_for_termination()
-
-    threading.Thread(target=asyncio.run, args=(serve(),), daemon=True).start()
-    ready.wait(60)
+    serve_echo(address, "floor.Echo")
     loop = asyncio.new_event_loop()
 
     async def open_call():
