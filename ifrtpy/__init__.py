@@ -159,21 +159,8 @@ _HOMES: dict[str, str] = {
 #: ``ifrt.testing``, ``ifrt.proxy`` (kept out of ``import *``: grpcio is an optional extra).
 _MODULES = ("distributed", "errors", "config", "ffi", "builder", "testing", "proxy")
 
-__all__ = [
-    "__version__", "Array", "ArrayCopySemantics", "ArraySpec", "available_plugins",
-    "BoundedDynamicShapeTag", "Client", "CompiledMemoryStats", "CompileOptions", "Compiler",
-    "ConcreteEvenSharding", "ConcreteSharding", "config", "current_user_context", "Device",
-    "device_put", "DeviceList", "devices", "distributed", "DType", "DynamicShape", "errors",
-    "ExecuteOptions", "ExecuteResult", "ffi", "from_dlpack", "from_jax", "Future",
-    "get_client", "HloProgram", "HloSharding", "HostBufferSemantics", "HostBufferShards",
-    "Index", "IndexDomain", "InexactDType", "Interval", "join_futures", "Layout",
-    "LoadedExecutable", "Mapping", "Memory", "MemoryKind", "Mesh", "NamedSharding",
-    "OpaqueSharding", "PartitionSpec", "PluginInfo", "Program", "Promise",
-    "register_backend", "registered_backends", "RemapPlan", "set_log_level", "Shape",
-    "Shard", "Sharding", "ShardingParam", "ShardingParamSharding", "SingleDeviceSharding",
-    "SingleDeviceShardSemantics", "to_jax", "Tuple", "UserContext", "UserContextScope",
-    "Value", "visualize_sharding",
-]
+#: Every name ``_HOMES`` gives a home, and the modules of ``import *``.
+__all__ = ["__version__", *_HOMES, "config", "distributed", "errors", "ffi"]
 
 
 def __getattr__(name: str) -> _Any:
