@@ -7,8 +7,9 @@ Each part runs in a process of its own, one after another (one process holds a T
 time); ``jax`` and ``ifrtpy`` run twice, in the order jax, ifrtpy, ifrtpy, jax, so that a
 drift of the machine falls on both alike. In a part every case takes ``--repeats``
 samples, the cases taking turns (one sample of each, then the next round); a case is
-reported by its p50 over both runs of its part, its min..max, and the bandwidth at p50.
-A get always reads a device array made for it (untimed): a runtime may keep the host copy
+reported by its p50 over both runs of its part, its min..max, the bandwidth at p50, and
+the process's CPU time at p50 (user and system, every thread: in a jax process through
+the proxy, jaxlib's client's own work). A get always reads a device array made for it (untimed): a runtime may keep the host copy
 of an array it has read once.
 
 * ``floors`` (no device): NumPy's copy of 64 MiB into pre-faulted and into fresh memory;
@@ -19,7 +20,8 @@ of an array it has read once.
   of an empty message on a grpc.aio stream (a synchronous call is two).
 * ``jax``: ``jax.device_put`` from a default, a page-aligned and an unaligned host array;
   ``np.asarray`` of a device array; the get through ``pinned_host`` memory (the copy
-  there, then NumPy's read of it); the process's first put and get.
+  there, then NumPy's read of it); the process's first put and get; a synchronous
+  ``x + 1`` on f32[8], 20 in a row (per call), and the first right after a 64 MiB get.
 * ``ifrtpy``: the same through ifrtpy's PjRt backend, with the variants that tell where
   time goes: each host-buffer semantics of the put, the bare ``_pjrt`` call under the
   Python layers, gets into a fresh array (ifrtpy's default, whose pages a second thread
@@ -38,7 +40,8 @@ The summary ends with the ratios the proxy is held to, each against floors of th
 run: the first get of a process against a steady get; the server's share of a get
 against the plugin's copy into mapped memory alone (``ifrtpy``) plus gRPC's own stream of
 the same bytes; the server's share of a put against the file read into mapped memory plus
-the plugin's put alone; a synchronous call against two echo round trips and jax direct.
+the plugin's put alone; a synchronous call against two echo round trips and jax direct;
+the jax process's CPU time in its first get against a steady one.
 
 Every part's log and figures go to ``--out`` (``PART.log``, ``PART.json``); the summary
 prints one table and writes ``transfers.md`` and ``transfers.json``. ``--budget`` bounds
@@ -68,6 +71,9 @@ from accelerator_check import _jax_platform
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB64 = 64 << 20
+CALLS = 20
+ROW = f"synchronous x + 1 on f32[8], {CALLS} in a row (per call)"
+AFTER_GET = "synchronous x + 1 on f32[8], the first after a 64 MiB get"
 PAGE = 4096
 HUGE = 2 << 20
 #: The order of the parts' processes; jax and ifrtpy twice (ABBA).
@@ -83,18 +89,22 @@ CLOSING_S = 15
 class Cases:
     """Named cases, each a ``body`` timed after an untimed ``setup`` (whose value it gets),
     sampled in rounds until ``repeats`` samples each or the deadline; a case that raises is
-    kept with its error and not sampled again."""
+    kept with its error and not sampled again. A body doing ``per`` operations is kept per
+    operation. Each sample keeps the process's CPU time (user and system, every thread)
+    beside its wall time: in a jax process through the proxy, jaxlib's client's own work."""
 
     def __init__(self, deadline: float):
         self.deadline = deadline
         self.cases: dict = {}
         self.samples: dict = {}
+        self.cpu: dict = {}
         self.errors: dict = {}
         self.extra: dict = {}
 
-    def add(self, name, body, setup=None):
-        self.cases[name] = (setup, body)
+    def add(self, name, body, setup=None, per=1):
+        self.cases[name] = (setup, body, per)
         self.samples[name] = []
+        self.cpu[name] = []
 
     def once(self, name, body, setup=None):
         """One sample of ``body`` now (a first put or get: the process's cold path)."""
@@ -103,12 +113,13 @@ class Cases:
         self.cases.pop(name, None)
 
     def _sample(self, name):
-        setup, body = self.cases[name]
+        setup, body, per = self.cases[name]
         try:
             state = setup() if setup is not None else None
-            start = time.perf_counter()
+            cpu, start = time.process_time(), time.perf_counter()
             body(state)
-            self.samples[name].append(time.perf_counter() - start)
+            self.samples[name].append((time.perf_counter() - start) / per)
+            self.cpu[name].append((time.process_time() - cpu) / per)
         except Exception as e:  # noqa: BLE001  (a variant the plugin refuses is a finding)
             self.errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             self.cases.pop(name, None)
@@ -118,6 +129,7 @@ class Cases:
             self._sample(name)
             if name in self.samples and self.samples[name]:
                 self.samples[name].pop()
+                self.cpu[name].pop()
         for r in range(repeats):
             if time.monotonic() > self.deadline:
                 self.extra["stopped"] = f"deadline after {r} rounds"
@@ -130,7 +142,8 @@ class Cases:
                 save(self.result())
 
     def result(self):
-        out = {name: {"samples_s": s} for name, s in self.samples.items()}
+        out = {name: {"samples_s": s, "cpu_s": self.cpu.get(name, [])}
+               for name, s in self.samples.items()}
         for name, error in self.errors.items():
             out[name] = {"error": error, "samples_s": self.samples.get(name, [])}
         return {"cases": out, **self.extra}
@@ -163,6 +176,24 @@ def _first_put_and_get(cases, put, values):
     cases.once("first get of the process", lambda _: held.setdefault("got", np.asarray(held["x"])))
     if "got" in held:
         cases.extra["values"] = "equal" if np.array_equal(held.pop("got"), values) else "DIFFER"
+
+
+def _synchronous_calls(cases, jax, device, fresh):
+    """A synchronous ``x + 1`` on f32[8]: 20 in a row (per call), as a loop of steps runs;
+    and the first right after a 64 MiB get (its setup)."""
+    add_one = jax.jit(lambda v: v + 1)
+    small = jax.device_put(np.arange(8, dtype=np.float32), device)
+
+    def calls(_):
+        for _ in range(CALLS):
+            add_one(small).block_until_ready()
+
+    def after_get():
+        np.asarray(fresh())
+
+    cases.add(ROW, calls, per=CALLS)
+    cases.add(AFTER_GET,
+              lambda _: add_one(small).block_until_ready(), after_get)
 
 
 # -- floors --------------------------------------------------------------------------------
@@ -346,9 +377,7 @@ def part_jax(cases, args):
     cases.add("put, page-aligned host array", put(_like(values, PAGE)))
     cases.add("put, host array 16 bytes past a 64-byte boundary", put(_like(values, 64, 16)))
     cases.add("get, np.asarray", lambda x: np.asarray(x), fresh)
-    add_one = jax.jit(lambda v: v + 1)
-    small = jax.device_put(np.arange(8, dtype=np.float32), device)
-    cases.add("synchronous x + 1 on f32[8]", lambda _: add_one(small).block_until_ready())
+    _synchronous_calls(cases, jax, device, fresh)
     cases.add("get via pinned_host: the copy into pinned_host",
               lambda x: jax.device_put(x, pinned).block_until_ready(), fresh)
     cases.add("get via pinned_host: np.asarray of the pinned_host array",
@@ -488,6 +517,7 @@ def _record_jax_through(cases, mode, target, args, env, deadline):
     result = _jax_through(target, args, env, deadline)
     for name, entry in result["cases"].items():
         cases.samples[f"jax, puts through {mode}: {name}"] = entry.get("samples_s", [])
+        cases.cpu[f"jax, puts through {mode}: {name}"] = entry.get("cpu_s", [])
         if "error" in entry:
             cases.errors[f"jax, puts through {mode}: {name}"] = entry["error"]
     if "values" in result:
@@ -521,11 +551,9 @@ def part_proxy_jax(cases, args):
         return jax.device_put(values, device).block_until_ready()
 
     _first_put_and_get(cases, fresh, values)
-    add_one = jax.jit(lambda v: v + 1)
-    small = jax.device_put(np.arange(8, dtype=np.float32), device)
     cases.add("put 64 MiB", lambda _: fresh().delete())
     cases.add("get 64 MiB", lambda x: np.asarray(x), fresh)
-    cases.add("synchronous x + 1 on f32[8]", lambda _: add_one(small).block_until_ready())
+    _synchronous_calls(cases, jax, device, fresh)
 
 
 #: The server's steps of a transfer (ifrtpy.proxy.steps): (name, first step, last step);
@@ -603,23 +631,28 @@ def worker(args):
 
 def summary(results):
     """Per case (in the order first seen): (part, case, p50 ms, min..max ms, GB/s at p50,
-    samples, errors) over every run of its part; and each case's p50 in seconds."""
+    the process's CPU ms at p50, samples, errors) over every run of its part; and each
+    case's p50 in seconds."""
     rows, merged, p50s = [], {}, {}
     for part, result in results:
         for name, entry in result.get("cases", {}).items():
-            slot = merged.setdefault((part, name), {"samples_s": [], "errors": []})
+            slot = merged.setdefault((part, name), {"samples_s": [], "cpu_s": [], "errors": []})
             slot["samples_s"] += entry.get("samples_s", [])
+            slot["cpu_s"] += entry.get("cpu_s", [])
             if "error" in entry:
                 slot["errors"].append(entry["error"])
     for (part, name), slot in merged.items():
         samples, errors = slot["samples_s"], "; ".join(slot["errors"])
         if not samples:
-            rows.append((part, name, "", "", "", "0", errors or "no sample"))
+            rows.append((part, name, "", "", "", "", "0", errors or "no sample"))
             continue
         p50 = p50s[part, name] = statistics.median(samples)
+        if slot["cpu_s"]:
+            p50s[part, f"{name}, CPU"] = statistics.median(slot["cpu_s"])
         gbs = "" if "x + 1" in name else f"{MIB64 / p50 / 1e9:.3f}"
+        cpu = f"{statistics.median(slot['cpu_s']) * 1e3:.1f}" if slot["cpu_s"] else ""
         rows.append((part, name, f"{p50 * 1e3:.2f}",
-                     f"{min(samples) * 1e3:.2f}..{max(samples) * 1e3:.2f}", gbs,
+                     f"{min(samples) * 1e3:.2f}..{max(samples) * 1e3:.2f}", gbs, cpu,
                      str(len(samples)), errors))
     return rows, p50s
 
@@ -671,11 +704,14 @@ HEADLINES = [
                 "memory")),
     ("a synchronous x + 1 through python -m ifrtpy serve / two grpc.aio echo round trips "
      "(target <= 1.3 on a CPU)",
-     ("serve-cli", "jax, puts through files: synchronous x + 1 on f32[8]"),
-     ("floors", "two echo round trips")),
+     ("serve-cli", f"jax, puts through files: {ROW}"), ("floors", "two echo round trips")),
     ("a synchronous x + 1 through python -m ifrtpy serve / jax direct's (target <= 2 on a TPU)",
-     ("serve-cli", "jax, puts through files: synchronous x + 1 on f32[8]"),
-     ("jax", "synchronous x + 1 on f32[8]")),
+     ("serve-cli", f"jax, puts through files: {ROW}"), ("jax", ROW)),
+    ("the first synchronous x + 1 after a 64 MiB get, python -m ifrtpy serve / jax direct's",
+     ("serve-cli", f"jax, puts through files: {AFTER_GET}"), ("jax", AFTER_GET)),
+    ("jaxlib's client's CPU time, the first get of a process / a steady get (python -m ifrtpy serve)",
+     ("serve-cli", "jax, puts through files: first get of the process, CPU"),
+     ("serve-cli", "jax, puts through files: get 64 MiB, CPU")),
 ]
 
 
@@ -748,7 +784,8 @@ def main():
     echo = p50s.get(("floors", "grpc.aio echo on a unix socket: 20 round trips of an empty message"))
     if echo is not None:
         p50s["floors", "two echo round trips"] = echo / 10
-    header = ("part", "case", "p50 ms", "min..max ms", "GB/s at p50", "samples", "errors")
+    header = ("part", "case", "p50 ms", "min..max ms", "GB/s at p50", "process CPU ms (p50)",
+              "samples", "errors")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     print("\n".join(lines))

@@ -25,7 +25,12 @@ from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.kind import Kind, never_blocks
 from ifrtpy.proxy.pool import POOL
 
-__all__ = ["KINDS"]
+__all__ = ["KINDS", "LEAST_PIECE"]
+
+#: A lookup's pieces are made smaller, down to this, where less of the host-buffer budget
+#: is left (each piece in flight is counted against it twice: its message and gRPC's copy);
+#: a copy out is refused where its lookup's least piece would not fit beside it.
+LEAST_PIECE = 64 << 10
 
 _COPY = {0: ArrayCopySemantics.ALWAYS_COPY, 1: ArrayCopySemantics.ALWAYS_COPY,
          2: ArrayCopySemantics.REUSE_INPUT, 3: ArrayCopySemantics.DONATE_INPUT}
@@ -186,12 +191,17 @@ def copy_to_host_buffer(session: Any, request: Any) -> Any:
     array = session.array(request.array_handle)
     strides = list(request.byte_strides.strides) if request.HasField("byte_strides") else None
     size = _host_buffer_size(array, strides)
-    try:  # counted before it is allocated, so reads in flight count against the limits
-        session.reserve_host_bytes(size)
+    # counted before it is allocated, so reads in flight count against the limits; its
+    # lookup's least piece in flight (twice) must fit beside it, or the lookup is refused
+    least = 2 * min(LEAST_PIECE, size)
+    try:
+        session.reserve_host_bytes(size + least)
     except ResourceExhaustedError as error:
         raise ResourceExhaustedError(
             f"CopyToHostBuffer: {array.dtype}{list(array.shape)} with byte_strides {strides} "
-            f"takes a host buffer of {size} bytes: {error}") from None
+            f"takes a host buffer of {size} bytes and {least} more while its lookup streams "
+            f"it: {error}") from None
+    session.release_host_bytes(least)
     try:
         session.expect_host_buffer(handle)
     except BaseException:

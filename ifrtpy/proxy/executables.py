@@ -338,8 +338,9 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 
 def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
     """The request's options, keeping the inputs the compiled code does not take (made
-    per call: jax sends a new ``launch_id`` with each). A program returning tokens always
-    fills its status: the tokens are ready when it is."""
+    per call: jax sends a new ``launch_id`` with each). A program returning tokens, or
+    nothing, always fills its status: the tokens are ready when it is, and a run with no
+    outputs has nothing else that tells when it ends (its executions in flight count it)."""
     signature = compiled.signature
     kept = set(compiled.kept)
     for i in proto.non_donatable_input_indices:
@@ -351,7 +352,8 @@ def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
         if index is not None:  # not a token
             kept.add(index)
     return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=frozenset(kept),
-                          fill_status=proto.fill_status or bool(signature.token_results),
+                          fill_status=(proto.fill_status or bool(signature.token_results)
+                                       or not signature.num_results),
                           execution_stream_id=proto.execution_stream_id)
 
 

@@ -214,20 +214,22 @@ class TransferRoot:
         with self._lock:
             _, fd = self._bound.pop(path, ("", -1))
             bound = {name for name, _ in self._bound.values()}
-            root = self._fd
+            # a descriptor of its own: remove() may close the root's meanwhile
+            root = os.dup(self._fd) if self._fd >= 0 else -1
         if fd >= 0:
             _empty(fd)
             os.close(fd)
         if root < 0:
             return
         try:
-            names = os.listdir(root)
+            for name in os.listdir(root):  # the directories of client processes that are gone
+                match = _CLIENT_NAME.fullmatch(name)
+                if match and name not in bound and _client_gone(int(match.group(1))):
+                    _remove(name, root)
         except OSError:
-            return
-        for name in names:  # the directories of client processes that are gone
-            match = _CLIENT_NAME.fullmatch(name)
-            if match and name not in bound and _client_gone(int(match.group(1))):
-                _remove(name, root)
+            pass
+        finally:
+            os.close(root)
 
     def remove(self) -> None:
         with self._lock:

@@ -38,6 +38,7 @@ from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentEr
                            UnavailableError, UnimplementedError)
 from ifrtpy.proxy import local, peers, steps, wire
 from ifrtpy.proxy._protocol import messages
+from ifrtpy.proxy.arrays import LEAST_PIECE
 from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Executions, Limits, Session
 
 __all__ = ["ProxyServer", "SessionInfo", "serve", "PROTOCOL_VERSIONS", "SERDES_VERSIONS"]
@@ -56,9 +57,6 @@ SERDES_VERSIONS = (0, 3)
 #: HostBufferLookup answers in pieces of this size (the client joins messages of any size;
 #: of pieces from 1/16 to 64 MiB none made a 64 MiB get faster: docs/proxy.md)
 _CHUNK = 4 << 20
-#: A lookup's pieces are made smaller, down to this, where less of the session's host-buffer
-#: budget is left (each piece in flight is counted against it).
-_LEAST_PIECE = 64 << 10
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
 _REFUSAL_WAIT_S = 2.0
@@ -171,9 +169,15 @@ class _Stream:
             return
         self.pending += 1
         self._drained.clear()
-        with self._here:
-            if not self._closed:  # else the session is ending: the request goes unrun
+        # held elsewhere only by the worker releasing the ended session: the loop does not
+        # wait for that, and the request goes unrun, as once the session is closed
+        if not self._here.acquire(blocking=False):
+            return
+        try:
+            if not self._closed:
                 session.handle(request)
+        finally:
+            self._here.release()
 
     def put(self, request: Any, size: int) -> None:
         """Queue a decoded request (of ``size`` bytes on the wire) for the worker."""
@@ -531,11 +535,11 @@ class _Service:
                 # the piece in flight (its message and gRPC's copy of it) is counted
                 # against the limits until gRPC has taken it: a piece smaller than
                 # _CHUNK where less room is left, none (RESOURCE_EXHAUSTED) where not even
-                # _LEAST_PIECE fits (unread lookups cannot pin memory outside the limits)
+                # LEAST_PIECE fits (unread lookups cannot pin memory outside the limits)
                 left = len(view) - start
                 try:
                     held = session.reserve_host_bytes_up_to(
-                        2 * min(_CHUNK, left), 2 * min(_LEAST_PIECE, left))
+                        2 * min(_CHUNK, left), 2 * min(LEAST_PIECE, left))
                 except IfrtError as error:
                     await _abort(context, error)
                 try:

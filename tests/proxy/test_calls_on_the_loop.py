@@ -176,3 +176,56 @@ def test_a_session_chaining_long_programs_delays_no_other_sessions_call(pjrt):
     assert chain_done > calls_done  # the calls were made while the chain ran
     delay = statistics.median(meanwhile) - statistics.median(idle)
     assert delay < 0.05, (sorted(idle), sorted(meanwhile))
+
+
+#: a program with no outputs: nothing but its status tells when its run ends
+NO_OUTPUTS = """module @no_outputs { func.func public @main(%a: tensor<4xf32>) -> () {
+    return } }"""
+
+
+class HeldStatusClient(Delegating):
+    """A Client whose executables' runs end (their status completes) only once
+    ``release`` is set."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.release = threading.Event()
+
+    def compile(self, *args, **kwargs):
+        return HeldStatusExecutable(self._inner.compile(*args, **kwargs), self.release)
+
+
+class HeldStatusExecutable(Delegating):
+    def __init__(self, inner, release):
+        super().__init__(inner)
+        self._release = release
+
+    def execute(self, *args, **kwargs):
+        result = self._inner.execute(*args, **kwargs)
+        assert result.status is not None, "the server asked for no status"
+        held = ifrt.Promise()
+        result.status.add_done_callback(
+            lambda _: threading.Thread(target=lambda: (self._release.wait(WAIT_S),
+                                                       held.set_result())).start())
+        return ifrt.ExecuteResult(held.future, result.outputs)
+
+
+def test_a_run_with_no_outputs_counts_in_flight_until_it_ends(pjrt):
+    """A program with no outputs, executed without ``fill_status``, is one of the server's
+    executions in flight until its run ends, as any other."""
+    client = HeldStatusClient(pjrt)
+    with proxy.serve(client) as server, grpc.insecure_channel(server.address) as ch:
+        session = RawSession(ch)
+        assert put_values(ch, session, np.arange(4, dtype=np.float32), 1) == (0, "")
+        exe = ok(session.call("compile_request", compile_request(NO_OUTPUTS)),
+                 "compile_response").loaded_executable_handle
+        executions = server._service.executions
+        run = ok(session.call("loaded_executable_execute_request",
+                              M.LoadedExecutableExecuteRequest(loaded_executable_handle=exe,
+                                                               args_handles=[1])),
+                 "loaded_executable_execute_response")
+        assert list(run.outputs) == []
+        assert executions.count == 1
+        client.release.set()
+        wait_for(lambda: executions.count == 0, "the run's end to be counted")
+        session.close()

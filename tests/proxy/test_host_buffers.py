@@ -29,7 +29,7 @@ from ifrtpy import proxy  # noqa: E402
 from ifrtpy.proxy import local  # noqa: E402
 
 from proxy_helpers import (SERVICE, STORE_HEADER, WAIT_S, Delegating, M,  # noqa: E402
-                           RawSession, client_directory, delete, lookup, put_request,
+                           RawSession, client_directory, delete, lookup, put_request, put_values,
                            raises_code, read_from_disk, status_of, store)
 
 StatusCode = grpc.StatusCode
@@ -560,4 +560,30 @@ def test_a_sparse_put_file_is_refused_before_it_costs_the_server_memory(pjrt, la
             f.write(b"z" * 4096)
         read_from_disk(ch, raw.id, 4, 4096)
         assert lookup(ch, raw.id, 4) == b"z" * 4096
+        raw.close()
+
+
+def test_a_copy_out_whose_lookup_could_not_stream_is_refused_at_the_copy(pjrt):
+    """A copy out leaves room for its lookup's least piece in flight (twice: the message
+    and gRPC's copy) within the session's budget: an array that fits the budget but not
+    beside that piece is refused at ``CopyToHostBuffer``, not after, at its lookup; one
+    that fits beside it streams whole."""
+    budget, least = 1 << 20, 2 * (64 << 10)
+    with proxy.serve(pjrt, max_host_buffer_bytes=budget) as small, \
+            grpc.insecure_channel(small.address) as ch:
+        raw = RawSession(ch)
+        for handle, nbytes in ((1, budget - least), (2, budget - least // 2)):
+            values = np.arange(nbytes // 4, dtype=np.float32)
+            assert put_values(ch, raw, values, handle) == (0, "")
+        fits = raw.call("copy_to_host_buffer_request", M.CopyToHostBufferRequest(
+            array_handle=1, host_buffer_handle=11))
+        assert status_of(fits) == (0, "")
+        expected = np.arange((budget - least) // 4, dtype=np.float32).tobytes()
+        assert lookup(ch, raw.id, 11) == expected
+        delete(ch, raw.id, 11)
+        code, message = status_of(raw.call("copy_to_host_buffer_request",
+                                           M.CopyToHostBufferRequest(array_handle=2,
+                                                                     host_buffer_handle=12)))
+        assert code == StatusCode.RESOURCE_EXHAUSTED.value[0], message
+        assert f"takes a host buffer of {budget - least // 2} bytes and {least} more" in message
         raw.close()
