@@ -345,3 +345,46 @@ def test_a_subclass_whose_call_changes_later_is_called_through_it(client):
     calls = []
     Counting.__call__ = lambda self, *args: calls.append(args) or "replaced"
     assert executable(a) == "replaced" and calls == [(a,)]
+
+
+def test_outputs_are_freed_directly_and_wholly(client):
+    """PjrtArray is freed without subtype_dealloc (``_fastpath.free_directly``): each freed
+    output releases its type and its weak references, a subclass of it (with a __dict__)
+    is freed through subtype_dealloc as before, and no other class is taken."""
+    import gc
+    import sys
+    import weakref
+
+    from ifrtpy.backends.pjrt._fastpath import ArrayCore, free_directly
+    from ifrtpy.backends.pjrt.array import PjrtArray
+
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    a = client.make_array_from_host_buffer(np.arange(8, dtype=np.float32),
+                                           SingleDeviceSharding(devices[0]))
+    executable(a)
+    gc.collect()
+    before = sys.getrefcount(PjrtArray)
+    for _ in range(1000):
+        executable(a)[0].block_until_ready()
+    assert sys.getrefcount(PjrtArray) == before
+    freed = []
+    [out] = executable(a)
+    ref = weakref.ref(out, freed.append)
+    del out
+    assert ref() is None and freed == [ref]
+
+    class Annotated(PjrtArray):  # a __dict__, and subtype_dealloc
+        pass
+
+    [out] = executable(a)
+    copy = Annotated(client, out.dtype, out.shape, out.sharding, out._buffers)
+    copy.note = "kept"
+    ref = weakref.ref(copy)
+    before = sys.getrefcount(Annotated)
+    del copy
+    assert ref() is None and sys.getrefcount(Annotated) == before - 1
+    free_directly(PjrtArray)  # again: nothing changes
+    for cls in (Annotated, ArrayCore, int, "PjrtArray"):
+        with pytest.raises(TypeError, match="cannot be freed directly"):
+            free_directly(cls)
