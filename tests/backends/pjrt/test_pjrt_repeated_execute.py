@@ -349,8 +349,9 @@ def test_a_subclass_whose_call_changes_later_is_called_through_it(client):
 
 def test_outputs_are_freed_directly_and_wholly(client):
     """PjrtArray is freed without subtype_dealloc (``_fastpath.free_directly``): each freed
-    output releases its type and its weak references, a subclass of it (with a __dict__)
-    is freed through subtype_dealloc as before, and no other class is taken."""
+    output releases its type and its weak references, one made from the free list is
+    whole and fresh, a subclass of it (with a __dict__) is freed through subtype_dealloc
+    as before, and no other class is taken."""
     import gc
     import sys
     import weakref
@@ -371,8 +372,17 @@ def test_outputs_are_freed_directly_and_wholly(client):
     freed = []
     [out] = executable(a)
     ref = weakref.ref(out, freed.append)
+    out.delete()
     del out
     assert ref() is None and freed == [ref]
+    for _ in range(20):  # more than the free list keeps: some made afresh, some reused
+        outs = [executable(a)[0] for _ in range(20)]
+        assert all(not o.is_deleted() and o._error is None and gc.is_tracked(o) for o in outs)
+        np.testing.assert_array_equal(_host(outs[-1]), np.arange(8, dtype=np.float32) + 1)
+        for o in outs[::2]:
+            o.delete()
+        del outs, o
+    assert sys.getrefcount(PjrtArray) == before
 
     class Annotated(PjrtArray):  # a __dict__, and subtype_dealloc
         pass
