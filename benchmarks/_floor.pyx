@@ -22,18 +22,25 @@ cdef double _now() noexcept nogil:
     return t.tv_sec + t.tv_nsec * 1e-9
 
 
-def execute_loop(ExecutableHandle exe, BufferHandle arg, int n):
+def execute_loop(ExecutableHandle exe, BufferHandle arg, int n, bint ifrtpy_calls=False):
     """Seconds for ``n`` executes of a 1-argument, 1-output program on one device, each
-    followed by awaiting its completion event and destroying output and event."""
+    followed by awaiting its completion event and destroying output and event. With
+    ``ifrtpy_calls``, the PJRT calls of ifrtpy's ``exe(x)[0].block_until_ready()``
+    instead: no completion event asked for; the output's ready event taken, asked whether
+    it is ready (until it is) and for its error, and destroyed; then the output destroyed."""
     cdef const PJRT_Api* api = exe.client.api
     cdef PJRT_Buffer* arg_list[1]
     cdef PJRT_Buffer* const* arg_lists[1]
     cdef PJRT_Buffer* out_list[1]
     cdef PJRT_Buffer** out_lists[1]
     cdef PJRT_Event* events[1]
+    cdef PJRT_Event* event
     cdef PJRT_ExecuteOptions options
     cdef PJRT_LoadedExecutable_Execute_Args args
     cdef PJRT_Event_Await_Args await_args
+    cdef PJRT_Buffer_ReadyEvent_Args ready
+    cdef PJRT_Event_IsReady_Args is_ready
+    cdef PJRT_Event_Error_Args error
     cdef PJRT_Event_Destroy_Args event_destroy
     cdef PJRT_Buffer_Destroy_Args buffer_destroy
     cdef int i
@@ -55,17 +62,40 @@ def execute_loop(ExecutableHandle exe, BufferHandle arg, int n):
             args.num_devices = 1
             args.num_args = 1
             args.output_lists = <PJRT_Buffer** const*>out_lists
-            args.device_complete_events = events
+            args.device_complete_events = NULL if ifrtpy_calls else events
             if api.PJRT_LoadedExecutable_Execute(&args) != NULL:
                 failed = True
                 break
-            memset(&await_args, 0, sizeof(await_args))
-            await_args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
-            await_args.event = events[0]
-            api.PJRT_Event_Await(&await_args)
+            if ifrtpy_calls:
+                memset(&ready, 0, sizeof(ready))
+                ready.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE
+                ready.buffer = out_list[0]
+                if api.PJRT_Buffer_ReadyEvent(&ready) != NULL:
+                    failed = True
+                    break
+                event = ready.event
+                while True:
+                    memset(&is_ready, 0, sizeof(is_ready))
+                    is_ready.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE
+                    is_ready.event = event
+                    api.PJRT_Event_IsReady(&is_ready)
+                    if is_ready.is_ready:
+                        break
+                memset(&error, 0, sizeof(error))
+                error.struct_size = PJRT_Event_Error_Args_STRUCT_SIZE
+                error.event = event
+                if api.PJRT_Event_Error(&error) != NULL:
+                    failed = True
+                    break
+            else:
+                event = events[0]
+                memset(&await_args, 0, sizeof(await_args))
+                await_args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE
+                await_args.event = event
+                api.PJRT_Event_Await(&await_args)
             memset(&event_destroy, 0, sizeof(event_destroy))
             event_destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE
-            event_destroy.event = events[0]
+            event_destroy.event = event
             api.PJRT_Event_Destroy(&event_destroy)
             memset(&buffer_destroy, 0, sizeof(buffer_destroy))
             buffer_destroy.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE

@@ -17,11 +17,12 @@ proxy server uses too.
 
 cimport cython
 cimport numpy as cnp
-from cpython.object cimport PyObject
+from cpython.list cimport PyList_Append
+from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport (
     PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS)
-from cpython.tuple cimport PyTuple_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.contextvars cimport get_value
 from libc.stdlib cimport free, malloc
 
@@ -46,7 +47,147 @@ cnp.import_array()
 
 DEF SMALL = 64  # arguments and outputs of an execute kept on the stack
 
+
+cdef extern from *:
+    """
+    /* exe(...) by vectorcall (PEP 590): the positional arguments read where the caller
+       keeps them, no tuple or keywords dict made. ExecutableCore's instances hold the
+       function (``call``, at ifrtpy_call_offset); a type whose tp_call is
+       ExecutableCore's (ExecutableCore, and its Python subclasses, which Python 3.11 does
+       not let inherit vectorcall) is marked to use it when its first instance is made. A
+       type whose __call__ was changed since is called through its tp_call. */
+    typedef PyObject* (*ifrtpy_vectorcall)(PyObject*, PyObject**, size_t, PyObject*);
+    static Py_ssize_t ifrtpy_call_offset = 0;
+    static ternaryfunc ifrtpy_core_call = NULL;
+
+    static int ifrtpy_calls_by_vector(PyTypeObject* type) {
+        return type->tp_call == ifrtpy_core_call;
+    }
+
+    /* ExecutableCore's own: where its instances keep the function, and its tp_call. */
+    static void ifrtpy_call_by_vector_init(PyTypeObject* core, Py_ssize_t offset) {
+        ifrtpy_call_offset = offset;
+        ifrtpy_core_call = core->tp_call;
+    }
+
+    static void ifrtpy_call_by_vector(PyTypeObject* type) {
+        if (type->tp_call == ifrtpy_core_call && ifrtpy_call_offset > 0
+                && !(type->tp_flags & Py_TPFLAGS_HAVE_VECTORCALL)) {
+            type->tp_vectorcall_offset = ifrtpy_call_offset;
+            type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+        }
+    }
+
+    /* A vectorcall's arguments as tp_call takes them: a tuple and a dict (NULL: none). */
+    static PyObject* ifrtpy_call_through_tp_call(PyObject* self, PyObject* const* args,
+                                                 Py_ssize_t nargs, PyObject* kwnames) {
+        PyObject *tuple, *dict = NULL, *result;
+        Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+        tuple = PyTuple_New(nargs);
+        if (tuple == NULL)
+            return NULL;
+        for (i = 0; i < nargs; i++) {
+            Py_INCREF(args[i]);
+            PyTuple_SET_ITEM(tuple, i, args[i]);
+        }
+        if (nkw > 0) {
+            dict = PyDict_New();
+            for (i = 0; dict != NULL && i < nkw; i++) {
+                if (PyDict_SetItem(dict, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+                    Py_CLEAR(dict);
+            }
+            if (dict == NULL) {
+                Py_DECREF(tuple);
+                return NULL;
+            }
+        }
+        result = Py_TYPE(self)->tp_call(self, tuple, dict);
+        Py_DECREF(tuple);
+        Py_XDECREF(dict);
+        return result;
+    }
+    """
+    ctypedef object (*ifrtpy_vectorcall)(object, PyObject**, size_t, PyObject*)
+    void ifrtpy_call_by_vector_init(PyTypeObject* core, Py_ssize_t offset)
+    bint ifrtpy_calls_by_vector(PyTypeObject* type)
+    void ifrtpy_call_by_vector(PyTypeObject* type)
+    object ifrtpy_call_through_tp_call(object self, PyObject** args, Py_ssize_t nargs,
+                                       PyObject* kwnames)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+
 cdef object _active_user_context = _user_context  # the ContextVar, read without a lookup
+
+
+cdef extern from *:
+    """
+    /* A Python subclass of ArrayCore that adds nothing to its instances (no slots, no
+       __dict__, no finalizer), freed without subtype_dealloc (its trashcan, GC untrack
+       and re-track, the walk to the first base with a dealloc of its own): ArrayCore's
+       dealloc, then the reference to the type each instance holds. Subclasses of it keep
+       subtype_dealloc, which calls this as their base's dealloc and leaves their type to
+       it (a heap type's dealloc releases the type). 140 instructions of every output
+       array freed. Its instances keep a free list of their own, as Outputs do: a freed
+       one (its fields cleared, untracked) waits here for the next tp_alloc of its type,
+       instead of going back to the GC's allocator (170 instructions an array). */
+    #define IFRTPY_ARRAYS_FREE 16
+    static PyTypeObject* ifrtpy_direct_type = NULL;
+    static destructor ifrtpy_core_dealloc = NULL;
+    static PyObject* ifrtpy_arrays_free[IFRTPY_ARRAYS_FREE];
+    static int ifrtpy_arrays_count = 0;
+
+    static void ifrtpy_direct_dealloc(PyObject* o) {
+        PyTypeObject* type = Py_TYPE(o);
+        ifrtpy_core_dealloc(o);
+        Py_DECREF(type);
+    }
+
+    static void ifrtpy_direct_free(void* p) {
+        if (Py_TYPE((PyObject*)p) == ifrtpy_direct_type
+                && ifrtpy_arrays_count < IFRTPY_ARRAYS_FREE) {
+            ifrtpy_arrays_free[ifrtpy_arrays_count++] = (PyObject*)p;
+            return;
+        }
+        PyObject_GC_Del(p);
+    }
+
+    static PyObject* ifrtpy_direct_alloc(PyTypeObject* type, Py_ssize_t nitems) {
+        PyObject* o;
+        if (type != ifrtpy_direct_type || nitems != 0 || ifrtpy_arrays_count == 0)
+            return PyType_GenericAlloc(type, nitems);
+        o = ifrtpy_arrays_free[--ifrtpy_arrays_count];
+        memset(o, 0, type->tp_basicsize);
+        (void)PyObject_Init(o, type);  /* takes a reference to the heap type */
+        PyObject_GC_Track(o);
+        return o;
+    }
+
+    static int ifrtpy_free_directly(PyTypeObject* type, PyTypeObject* core) {
+        if (ifrtpy_direct_type != NULL)
+            return ifrtpy_direct_type == type ? 0 : -1;
+        if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) || type->tp_base != core
+                || type->tp_basicsize != core->tp_basicsize || type->tp_itemsize != 0
+                || type->tp_dictoffset != core->tp_dictoffset
+                || type->tp_weaklistoffset != core->tp_weaklistoffset
+                || type->tp_finalize != core->tp_finalize || type->tp_del != NULL
+    #ifdef Py_TPFLAGS_MANAGED_DICT
+                || PyType_HasFeature(type, Py_TPFLAGS_MANAGED_DICT)
+    #endif
+    #ifdef Py_TPFLAGS_MANAGED_WEAKREF
+                || PyType_HasFeature(type, Py_TPFLAGS_MANAGED_WEAKREF)
+    #endif
+                )
+            return -1;
+        if (type->tp_alloc != PyType_GenericAlloc || type->tp_free != PyObject_GC_Del)
+            return -1;
+        ifrtpy_direct_type = type;
+        ifrtpy_core_dealloc = core->tp_dealloc;
+        type->tp_dealloc = ifrtpy_direct_dealloc;
+        type->tp_alloc = ifrtpy_direct_alloc;
+        type->tp_free = ifrtpy_direct_free;
+        return 0;
+    }
+    """
+    int ifrtpy_free_directly(PyTypeObject* type, PyTypeObject* core)
 
 
 cdef class ArrayCore(ArrayFields):
@@ -80,6 +221,18 @@ cdef class ArrayCore(ArrayFields):
         return self
 
 
+def free_directly(cls):
+    """Free the instances of ``cls``, a Python subclass of ArrayCore (directly, as its
+    first base) that adds nothing to them (``__slots__ = ()``, no ``__del__``), without
+    ``subtype_dealloc``: ArrayCore's dealloc, then the type released; their memory kept
+    on a free list of their own for the next ones made. One such class a process (the
+    backend's array type); TypeError for any other."""
+    if not isinstance(cls, type) or ifrtpy_free_directly(<PyTypeObject*>cls,
+                                                         <PyTypeObject*>ArrayCore) < 0:
+        raise TypeError(f"{cls!r} cannot be freed directly: not a subclass of ArrayCore "
+                        "adding nothing to its instances, or another class is")
+
+
 cdef class ExecutableCore:
     """The fields of a PjrtLoadedExecutable and its ``execute``, in C.
 
@@ -94,7 +247,8 @@ cdef class ExecutableCore:
     buffers handed to ``_pjrt`` after the backend's rules, the donated arguments read as
     deleted, the outputs made (``_outputs``). The launch plan (``_plan``) is read here,
     never worked out; the arguments a call donates are the contract's
-    (``execute_checks.donated_arguments``).
+    (``execute_checks.donated_arguments``). ``exe(...)`` is called by vectorcall
+    (``_call``): its arguments are read where the caller keeps them.
     """
 
     cdef public object _client
@@ -107,7 +261,12 @@ cdef class ExecutableCore:
     cdef CheckedKinds kinds  # those of the last checked call that may repeat; None: none yet
     cdef Py_ssize_t max_executions  # per device, of executes inside callbacks; 0: no limit
     cdef object array_type
+    cdef ifrtpy_vectorcall call  # exe(...) by vectorcall (see ifrtpy_call_by_vector)
     cdef object __weakref__
+
+    def __cinit__(self, *args, **keywords):
+        self.call = _call
+        ifrtpy_call_by_vector(Py_TYPE(self))
 
     @property
     def _plan(self):
@@ -236,16 +395,22 @@ cdef class ExecutableCore:
     cdef object _repeat(self, object args, object options, bint as_result):
         """The ExecuteResult (``as_result``) or the outputs of a call whose ``args`` (a list
         or a tuple) are of the checked kinds, run without checks; None for any other."""
-        cdef CheckedKinds kinds = self.kinds
-        cdef frozenset donated = self.donated
-        cdef tuple held = call_arguments(kinds, args)
-        cdef Py_ssize_t num_args, k
-        cdef object array_type = self.array_type
-        cdef ArrayCore array
+        cdef tuple held = call_arguments(self.kinds, args)
         if held is None:
             return None
-        num_args = PySequence_Fast_GET_SIZE(held)
-        cdef PyObject** items = PySequence_Fast_ITEMS(held)  # the tuple holds them
+        return self._repeat_items(PySequence_Fast_ITEMS(held), PySequence_Fast_GET_SIZE(held),
+                                  options, as_result)  # the tuple holds them
+
+    @cython.final
+    cdef object _repeat_items(self, PyObject** items, Py_ssize_t num_args, object options,
+                              bint as_result):
+        """``_repeat`` of the arguments ``items[0:num_args]``, held by the caller, as many
+        as the checked kinds have."""
+        cdef CheckedKinds kinds = self.kinds
+        cdef frozenset donated = self.donated
+        cdef Py_ssize_t k
+        cdef object array_type = self.array_type
+        cdef ArrayCore array
         for k in range(num_args):
             item = <object>items[k]
             if type(item) is not array_type:
@@ -386,8 +551,40 @@ cdef class ExecutableCore:
             array = <ArrayCore>new_output(kinds, array_type, k, client, context)
             array._buffers = <tuple>results[k]
             array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
-            outputs.append(array)
+            PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
         return outputs
+
+
+cdef object _call(object self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    """``ExecutableCore.__call__`` by vectorcall: ``exe(a, b)`` with its arguments read in
+    place; a call with keywords, or to a type whose ``__call__`` was changed, goes through
+    the type's ``tp_call``."""
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef ExecutableCore core
+    cdef CheckedKinds kinds
+    if (kwnames != NULL and PyTuple_GET_SIZE(<tuple>kwnames)) or not ifrtpy_calls_by_vector(
+            Py_TYPE(self)):
+        return ifrtpy_call_through_tp_call(self, args, nargs, kwnames)
+    core = <ExecutableCore>self
+    kinds = core.kinds
+    if kinds is not None and nargs == PyTuple_GET_SIZE(kinds.arguments):
+        outputs = core._repeat_items(args, nargs, None, False)
+        if outputs is not None:
+            return outputs
+    return core._launch_checked(core._execute_contract.check(
+        core, [<object>args[k] for k in range(nargs)], None, None), False)
+
+
+cdef int _init_call() except -1:
+    """Let ExecutableCore (and its subclasses) be called by vectorcall (``_call``)."""
+    cdef ExecutableCore probe = ExecutableCore.__new__(ExecutableCore)
+    ifrtpy_call_by_vector_init(<PyTypeObject*>ExecutableCore,
+                               <char*>&probe.call - <char*><PyObject*>probe)
+    ifrtpy_call_by_vector(<PyTypeObject*>ExecutableCore)
+    return 0
+
+
+_init_call()
 
 
 # -- the rules of a launch ------------------------------------------------------------------

@@ -21,7 +21,7 @@ from ifrtpy.array import (
 from ifrtpy.array_plans import plan_disassemble
 from ifrtpy._host_memory import FRESH_BYTES as _FRESH_BYTES
 from ifrtpy._host_memory import populate_while_pending, prefault_fresh
-from ifrtpy.backends.pjrt._fastpath import ArrayCore
+from ifrtpy.backends.pjrt._fastpath import ArrayCore, free_directly
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy._pjrt import _dlpack
@@ -246,6 +246,9 @@ class PjrtArray(ArrayCore, StoredArray):
                 "arrays of whole-byte elements in host-readable memory are viewed without one")
         out = self._copy_to_host(None, None, wait=True).result()
         return out if dtype is None else out.astype(dtype, copy=False)
+
+
+free_directly(PjrtArray)  # every execute frees arrays: ArrayCore's dealloc, no subtype_dealloc
 
 
 # A put of a piece this large to a plugin whose memories are host RAM is staged in

@@ -302,3 +302,99 @@ def test_execute_and_call_are_bound_by_name_not_by_the_order_of_the_bases():
 
     assert vars(PjrtLoadedExecutable)["execute"] is vars(ExecutableCore)["execute"]
     assert vars(PjrtLoadedExecutable)["__call__"] is vars(ExecutableCore)["__call__"]
+
+
+def test_every_way_of_calling_gives_the_same_outputs(client, monkeypatch):
+    """``exe(a)`` is a vectorcall (its arguments read where the caller keeps them); a call
+    through a tuple (``exe(*args)``, ``functools.partial``, ``type(exe).__call__``) and one
+    with keywords (refused) take the same path or tp_call's, and agree."""
+    import functools
+
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x, y: x - y, 2, devices)
+    x, y = np.arange(8, dtype=np.float32), np.full(8, 2, np.float32)
+    a, b = (client.make_array_from_host_buffer(v, SingleDeviceSharding(devices[0])) for v in (x, y))
+    assert type(executable).__flags__ & (1 << 11)  # Py_TPFLAGS_HAVE_VECTORCALL
+    _checked_only_once(monkeypatch, executable)
+    for call in (lambda: executable(a, b), lambda: executable(*[a, b]),
+                 functools.partial(executable, a, b), lambda: type(executable).__call__(executable, a, b)):
+        [out] = call()
+        np.testing.assert_array_equal(_host(out), x - y)
+    with pytest.raises(TypeError, match=r"not by keyword \(got y=\)"):
+        executable(a, y=b)
+    monkeypatch.undo()  # a call of other kinds is checked
+    with pytest.raises(InvalidArgumentError, match="takes 2 arguments, got 1"):
+        executable(a)
+
+
+def test_a_subclass_whose_call_changes_later_is_called_through_it(client):
+    """A subclass of the executable type whose ``__call__`` is replaced after its first
+    instance is made calls the new one, not the C path."""
+    from ifrtpy.backends.pjrt.executable import PjrtLoadedExecutable
+
+    class Counting(PjrtLoadedExecutable):
+        pass
+
+    devices = client.addressable_devices()[:1]
+    original = _compile(client, lambda x: x + 1, 1, devices)
+    executable = Counting(client, original._handle, original._program, original._devices)
+    a = client.make_array_from_host_buffer(np.arange(8, dtype=np.float32),
+                                           SingleDeviceSharding(devices[0]))
+    [out] = executable(a)
+    np.testing.assert_array_equal(_host(out), np.arange(8, dtype=np.float32) + 1)
+    calls = []
+    Counting.__call__ = lambda self, *args: calls.append(args) or "replaced"
+    assert executable(a) == "replaced" and calls == [(a,)]
+
+
+def test_outputs_are_freed_directly_and_wholly(client):
+    """PjrtArray is freed without subtype_dealloc (``_fastpath.free_directly``): each freed
+    output releases its type and its weak references, one made from the free list is
+    whole and fresh, a subclass of it (with a __dict__) is freed through subtype_dealloc
+    as before, and no other class is taken."""
+    import gc
+    import sys
+    import weakref
+
+    from ifrtpy.backends.pjrt._fastpath import ArrayCore, free_directly
+    from ifrtpy.backends.pjrt.array import PjrtArray
+
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    a = client.make_array_from_host_buffer(np.arange(8, dtype=np.float32),
+                                           SingleDeviceSharding(devices[0]))
+    executable(a)
+    gc.collect()
+    before = sys.getrefcount(PjrtArray)
+    for _ in range(1000):
+        executable(a)[0].block_until_ready()
+    assert sys.getrefcount(PjrtArray) == before
+    freed = []
+    [out] = executable(a)
+    ref = weakref.ref(out, freed.append)
+    out.delete()
+    del out
+    assert ref() is None and freed == [ref]
+    for _ in range(20):  # more than the free list keeps: some made afresh, some reused
+        outs = [executable(a)[0] for _ in range(20)]
+        assert all(not o.is_deleted() and o._error is None and gc.is_tracked(o) for o in outs)
+        np.testing.assert_array_equal(_host(outs[-1]), np.arange(8, dtype=np.float32) + 1)
+        for o in outs[::2]:
+            o.delete()
+        del outs, o
+    assert sys.getrefcount(PjrtArray) == before
+
+    class Annotated(PjrtArray):  # a __dict__, and subtype_dealloc
+        pass
+
+    [out] = executable(a)
+    copy = Annotated(client, out.dtype, out.shape, out.sharding, out._buffers)
+    copy.note = "kept"
+    ref = weakref.ref(copy)
+    before = sys.getrefcount(Annotated)
+    del copy
+    assert ref() is None and sys.getrefcount(Annotated) == before - 1
+    free_directly(PjrtArray)  # again: nothing changes
+    for cls in (Annotated, ArrayCore, int, "PjrtArray"):
+        with pytest.raises(TypeError, match="cannot be freed directly"):
+            free_directly(cls)
