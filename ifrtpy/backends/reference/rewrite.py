@@ -208,8 +208,8 @@ def _guard_integer_division(module) -> None:
                 refused = hlo.OrOp(by_zero, overflow).result
             divisor = hlo.SelectOp(refused, constant(1), rhs).result
             if kind == "stablehlo.divide":  # INT_MIN / 1 is XLA's INT_MIN / -1
-                all_ones = -1 if signed else (1 << width) - 1
-                value = hlo.SelectOp(by_zero, constant(all_ones),
+                # -1: all bits set, unsigned too (an attribute of ui64 takes no 2**64 - 1)
+                value = hlo.SelectOp(by_zero, constant(-1),
                                      hlo.DivOp(lhs, divisor).result).result
             else:  # INT_MIN % 1 is XLA's 0
                 value = hlo.SelectOp(by_zero, lhs, hlo.RemOp(lhs, divisor).result).result

@@ -10,8 +10,8 @@ import pytest
 
 import ifrtpy as ifrt
 
-DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint32]
-ELEMENT = {np.int8: "i8", np.int32: "i32", np.int64: "i64", np.uint8: "ui8", np.uint32: "ui32"}
+DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64]
+ELEMENT = {np.int8: "i8", np.int32: "i32", np.int64: "i64", np.uint8: "ui8", np.uint32: "ui32", np.uint64: "ui64"}
 
 
 def xla(op, a, b, dtype):
