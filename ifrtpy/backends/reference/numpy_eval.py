@@ -319,6 +319,14 @@ def _bitcast(source: np.dtype, target: np.dtype) -> Callable:
     return lambda x: np.asarray(x).view(target)
 
 
+def _total_order(x):
+    """Integers that order floats as IEEE's total order does (-NaN < -inf < ... < -0 < +0
+    < ... < inf < NaN): the bits, with those below the sign flipped for negative values."""
+    signed = np.dtype(f"i{x.dtype.itemsize}")
+    bits = np.asarray(x).view(signed)
+    return bits ^ ((bits >> (8 * x.dtype.itemsize - 1)) & np.iinfo(signed).max)
+
+
 _COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
             "GT": np.greater, "GE": np.greater_equal}
 
@@ -429,6 +437,8 @@ class _Compiler:
             return _CONTROL[name](self, op, ins)
         if name == "stablehlo.reduce":
             return _reduce(self, op, ins)
+        if name == "stablehlo.sort":
+            return _sort(self, op, ins)
         if name == "func.call":
             from jaxlib.mlir import ir
             callee = self.compile_function(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
@@ -535,9 +545,12 @@ def _kernel(compiler: _Compiler, op) -> Callable:
     if name == "compare":
         direction = hlo.ComparisonDirectionAttr(op.attributes["comparison_direction"]).value
         kind = _attr(op, "compare_type")
+        compare = _COMPARE[direction]
         if kind is not None and hlo.ComparisonTypeAttr(kind).value == "TOTALORDER":
-            raise Unsupported("a compare in total order")
-        return _COMPARE[direction]
+            if not _is_float(operands[0][1]):
+                return compare
+            return lambda x, y: compare(_total_order(x), _total_order(y))
+        return compare
     if name == "select":
         return lambda p, a, b: np.where(p, a, b)
     if name == "clamp":
@@ -615,6 +628,8 @@ def _kernel(compiler: _Compiler, op) -> Callable:
         return _dot_general(op, operands, dtype)
     if name == "gather":
         return _gather(op, operands, shape)
+    if name == "scatter":
+        return _scatter(op, operands)
     raise Unsupported(op.operation.name)
 
 
@@ -799,6 +814,118 @@ def _gather(op, operands, shape) -> Callable:
         return np.transpose(x[tuple(full)].reshape(batch_shape + tuple(
             sizes[d] for d in window)), perm)
     return gather
+
+
+#: The most comparisons a sort may make at once (its rows times the square of their
+#: length): the evaluator compares every pair of a row.
+MAX_SORT_PAIRS = 1 << 24
+
+
+def _sort(compiler: _Compiler, op, ins: list[int]) -> Step:
+    """A stable ``stablehlo.sort``: each element's place is the number of elements of its
+    row its comparator puts before it, plus the earlier ones it ties with (as a stable
+    sort places them); the comparator runs on every pair of a row at once."""
+    from jaxlib.mlir import ir
+
+    shape, _ = _tensor(op.operands[0].type)
+    dim = int(ir.IntegerAttr(op.attributes["dimension"]).value) % max(len(shape), 1)
+    stable = "is_stable" in op.attributes and ir.BoolAttr(op.attributes["is_stable"]).value
+    if not stable:
+        raise Unsupported("an unstable sort (the interpreter's order of ties is its own)")
+    n = shape[dim]
+    if math.prod(shape) * n > MAX_SORT_PAIRS:
+        raise Unsupported(f"a sort of rows of {n}: too many pairs to compare at once")
+    outer, compiler.elementwise = compiler.elementwise, True
+    comparator = compiler.region(op.regions[0])
+    compiler.elementwise = outer
+    outs = [compiler.define(r) for r in op.results]
+
+    def run_sort(env):
+        rows = [np.moveaxis(np.asarray(env[i]), dim, -1) for i in ins]
+        pairs = []
+        for row in rows:
+            pairs += [row[..., :, None], row[..., None, :]]
+        before = np.broadcast_to(comparator.run(env, pairs)[0], rows[0].shape + (n,))
+        ties = ~before & ~np.swapaxes(before, -1, -2)
+        place = before.sum(axis=-2) + np.tril(ties, -1).sum(axis=-1)
+        if not (np.sort(place, axis=-1) == np.arange(n)).all():
+            raise ValueError("the sort's comparator is not a strict weak order")
+        order = np.argsort(place, axis=-1)
+        for slot, row in zip(outs, rows):
+            env[slot] = np.moveaxis(np.take_along_axis(row, order, axis=-1), -1, dim)
+    return run_sort
+
+
+def _scatter(op, operands) -> Callable:
+    """``stablehlo.scatter`` of one operand whose computation replaces (returns the
+    update) or is one op of the current value and the update: updates applied in the
+    row-major order of ``updates``; an update whose element falls outside the operand
+    is skipped."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    if len(op.operands) != 3:
+        raise Unsupported("a scatter of several operands")
+    (source, dtype), _, (update_shape, _) = operands
+    body = op.regions[0].blocks[0]
+    body_ops = list(body.operations)
+    current, update = list(body.arguments)
+    returned = body_ops[-1].operands[0]
+    kind = None
+    if len(body_ops) == 1 and returned == update:
+        kind = "replace"
+    elif len(body_ops) == 2 and returned == body_ops[0].results[0]:
+        inner = body_ops[0]
+        name = inner.operation.name[len("stablehlo."):]
+        commutes = name in ("add", "multiply", "maximum", "minimum", "and", "or", "xor")
+        if list(inner.operands) == [current, update] or (
+                commutes and list(inner.operands) == [update, current]):
+            kind = name
+    if kind is None or (_is_float(dtype) and kind not in ("replace", "add", "multiply")):
+        raise Unsupported("a scatter computation other than a replace or one op")
+    ufunc = None if kind == "replace" else _binary(kind, dtype)
+    if ufunc is not None and not isinstance(ufunc, np.ufunc):
+        raise Unsupported(f"a scatter with {kind}")
+    numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    window_dims = list(numbers.update_window_dims)
+    inserted = list(numbers.inserted_window_dims)
+    input_batching = list(numbers.input_batching_dims)
+    indices_batching = list(numbers.scatter_indices_batching_dims)
+    to_operand = list(numbers.scattered_dims_to_operand_dims)
+    index_dim = numbers.index_vector_dim
+    scatter_dims = [d for d in range(len(update_shape)) if d not in window_dims]
+    window_operand = [d for d in range(len(source)) if d not in inserted and d not in input_batching]
+    grid = np.indices(update_shape, sparse=True)
+
+    def scatter(x, indices, updates):
+        indices = np.asarray(indices).astype(np.int64)
+        if index_dim == indices.ndim:
+            indices = indices[..., None]
+        else:
+            indices = np.moveaxis(indices, index_dim, -1)
+        batch = tuple(grid[d] for d in scatter_dims)
+        full, inside = [], np.ones(update_shape, np.bool_)
+        for d in range(len(source)):
+            value = np.zeros([1] * len(update_shape), np.int64)
+            if d in to_operand:
+                value = value + indices[batch + (to_operand.index(d),)]
+            if d in input_batching:
+                axis = indices_batching[input_batching.index(d)]
+                value = value + grid[scatter_dims[axis if axis < index_dim else axis - 1]]
+            if d in window_operand:
+                value = value + grid[window_dims[window_operand.index(d)]]
+            value = np.broadcast_to(value, update_shape)
+            inside &= (value >= 0) & (value < source[d])
+            full.append(value)
+        out = np.array(x)
+        index = tuple(v[inside] for v in full)
+        chosen = np.broadcast_to(updates, update_shape)[inside]
+        if ufunc is None:
+            out[index] = chosen
+        else:
+            ufunc.at(out, index, chosen)
+        return out
+    return scatter
 
 
 # -- control flow -----------------------------------------------------------------------------
