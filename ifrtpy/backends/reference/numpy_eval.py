@@ -994,10 +994,12 @@ class Program:
                 for out, (shape, dtype) in zip(outs, self.results)]
 
 
-def compile_module(module) -> Program | None:
+def compile_module(module, why: list | None = None) -> Program | None:
     """``module`` (parsed) compiled for NumPy, or None where it has anything the evaluator
-    does not implement (the interpreter runs it then)."""
+    does not implement (the interpreter runs it then; ``why`` gets what)."""
     try:
         return Program(module)
-    except Unsupported:
+    except Unsupported as e:
+        if why is not None:
+            why.append(str(e))
         return None

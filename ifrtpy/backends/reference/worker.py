@@ -1,10 +1,11 @@
-"""An interpreter worker: a process that runs the reference backend's prepared programs in
-jaxlib's StableHLO interpreter (``stablehlo.eval_module``), one at a time, for the process
-that started it (:mod:`.pool`).
+"""An interpreter worker: a process that runs the reference backend's prepared programs,
+one at a time, for the process that started it (:mod:`.pool`): in the NumPy evaluator
+(:mod:`.numpy_eval`) where it implements every op of the program (decided once, when the
+program is first parsed), else in jaxlib's StableHLO interpreter (``stablehlo.eval_module``).
 
-It is run as a script (:data:`BOOT`) and imports only the standard library, NumPy and
-jaxlib's MLIR bindings: nothing of ifrtpy, so it starts in a fraction of a second and
-holds none of ifrtpy's state. Its arguments: where jaxlib's ``register_dialects`` lives
+It is run as a script (:data:`BOOT`) and imports only the standard library, NumPy,
+jaxlib's MLIR bindings and the evaluator's file beside it: nothing else of ifrtpy, so it
+starts in a fraction of a second and holds none of ifrtpy's state. Its arguments: where jaxlib's ``register_dialects`` lives
 ("module:attribute", as ``ifrtpy._jaxlib`` knows it for the installed version), and the
 file descriptor of its lifeline ("-" for none).
 
@@ -34,12 +35,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["BOOT", "EVALUATOR_VARIABLE", "MODULES_KEPT", "send", "receive"]
+__all__ = ["BOOT", "EVALUATOR_VARIABLE", "FALLBACK_LOG_VARIABLE", "MODULES_KEPT", "send", "receive"]
 
 #: The environment variable that chooses how workers run programs: ``numpy`` (the default:
 #: :mod:`.numpy_eval` where it implements every op of the program, else the interpreter)
 #: or ``interpreter`` (always the interpreter).
 EVALUATOR_VARIABLE = "IFRTPY_REFERENCE_EVALUATOR"
+#: Where set, a file to which workers append a line for each program the NumPy evaluator
+#: leaves to the interpreter: its name and the first thing it lacks (to see what to add).
+FALLBACK_LOG_VARIABLE = "IFRTPY_REFERENCE_FALLBACK_LOG"
 
 #: The command line's code: runs this file as ``__main__`` (``runpy.run_path``), without
 #: its folder (or the working directory) on ``sys.path``, where the package's own modules
@@ -147,7 +151,10 @@ def _answer(context: Any, modules: dict[bytes, tuple[Any, Any, Any]], parts: lis
             kept = modules.pop(bytes(key), None)
             if kept is None:
                 module = ir.Module.parse(str(text, "utf-8"))
-                program = None if evaluator is None else evaluator.compile_module(module)
+                why: list[str] = []
+                program = None if evaluator is None else evaluator.compile_module(module, why)
+                if why and os.environ.get(FALLBACK_LOG_VARIABLE):
+                    _log_fallback(os.environ[FALLBACK_LOG_VARIABLE], module, why[0])
                 kept = module, json.loads(bytes(header)), program
                 if len(modules) >= MODULES_KEPT:
                     del modules[next(iter(modules))]
@@ -165,6 +172,16 @@ def _answer(context: Any, modules: dict[bytes, tuple[Any, Any, Any]], parts: lis
         return [b"error", str(e).encode(errors="replace")]
     return [b"ok", json.dumps([out.dtype.str for out in outs]).encode(),
             *(out.tobytes() for out in outs)]
+
+
+def _log_fallback(path: str, module: Any, why: str) -> None:
+    """Appends a line to ``path``: the module's name, and what the evaluator lacks."""
+    from jaxlib.mlir import ir
+
+    name = (ir.StringAttr(module.operation.attributes["sym_name"]).value
+            if "sym_name" in module.operation.attributes else "?")
+    with open(path, "a") as log:
+        log.write(f"{name}: {why}\n")
 
 
 def _run_numpy(program: Any, args: list[memoryview]) -> list[np.ndarray] | None:
