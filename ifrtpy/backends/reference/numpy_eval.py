@@ -44,6 +44,12 @@ _DTYPES = {"i1": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np
            "ui16": np.dtype(np.uint16), "ui32": np.dtype(np.uint32),
            "ui64": np.dtype(np.uint64), "f16": np.dtype(np.float16),
            "f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
+try:  # jaxlib's own dependency
+    import ml_dtypes as _ml_dtypes
+    BF16: np.dtype | None = np.dtype(_ml_dtypes.bfloat16)
+    _DTYPES["bf16"] = BF16
+except ImportError:  # pragma: no cover
+    BF16 = None
 _UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16,
              np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
 
@@ -82,7 +88,7 @@ def _attr(op, name: str, default=None):
 # -- elementwise kernels -------------------------------------------------------------------
 
 def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f"
+    return dtype.kind == "f" or dtype == BF16
 
 
 def _is_int(dtype: np.dtype) -> bool:
@@ -439,6 +445,8 @@ class _Compiler:
             return _reduce(self, op, ins)
         if name == "stablehlo.sort":
             return _sort(self, op, ins)
+        if name == "stablehlo.reduce_window":
+            return _reduce_window(self, op, ins)
         if name == "func.call":
             from jaxlib.mlir import ir
             callee = self.compile_function(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
@@ -516,14 +524,17 @@ _BINARY = frozenset({"add", "subtract", "multiply", "divide", "remainder", "maxi
 _ELEMENTWISE = _UNARY | _BINARY | _ELEMENTWISE_OTHER
 
 
-def _kernel(compiler: _Compiler, op) -> Callable:
-    """The kernel of a stablehlo op (no regions but a reduction's)."""
+def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
+    """The kernel of a stablehlo op (no regions but a reduction's); ``bf16=False``: one
+    that moves bf16 values as they are (:func:`_bf16_kernel` decided so)."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo as hlo
 
     name = op.operation.name[len("stablehlo."):]
     operands = [_tensor(v.type) for v in op.operands]
     results = [_tensor(v.type) for v in op.results]
+    if bf16 and BF16 is not None and BF16 in [d for _, d in operands + results]:
+        return _bf16_kernel(compiler, op, name, operands, results)
     if name in _UNARY or name in _BINARY:
         function = (_unary if name in _UNARY else _binary)(name, operands[0][1])
         if "result_accuracy" in op.attributes and name in _UNARY:
@@ -633,6 +644,93 @@ def _kernel(compiler: _Compiler, op) -> Callable:
     raise Unsupported(op.operation.name)
 
 
+def _to_bf16(v):
+    """f64 values rounded once to bf16 (to nearest, ties to even), as the interpreter
+    rounds: through f32 rounded to odd (truncated, its last bit set where inexact), which
+    keeps the rounding to bf16 right (NumPy's f32 rounding first could round twice)."""
+    v = np.asarray(v, np.float64)
+    f = v.astype(np.float32)
+    back = f.astype(np.float64)
+    inexact = (back != v) & np.isfinite(v) & np.isfinite(f)
+    bits = f.view(np.uint32)
+    bits = np.where(inexact & (np.abs(back) > np.abs(v)), bits - np.uint32(1), bits)
+    bits = np.where(inexact, bits | np.uint32(1), bits).astype(np.uint32)
+    return bits.view(np.float32).astype(BF16)
+
+
+#: Ops on bf16 computed as the interpreter computes them.
+_BF16_EXACT_IN_F64 = (_UNARY | _BINARY) - {"logistic", "popcnt", "count_leading_zeros",
+                                           "not", "and", "or", "xor", "shift_left",
+                                           "shift_right_logical", "shift_right_arithmetic"}
+
+
+def _bf16_kernel(compiler, op, name, operands, results) -> Callable:
+    """The kernel of an op with bf16 operands or results: each value in f64 (exactly),
+    the op there (rounded once in f64, which for bf16's 8 bits is as good as exact), the
+    result rounded once to bf16; ops that only move or pick values as they are."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    source = operands[0][1] if operands else None
+    shape, dtype = results[0] if results else ((), None)
+    if name in _BF16_EXACT_IN_F64 and source == BF16:
+        function = (_unary if name in _UNARY else _binary)(name, np.dtype(np.float64))
+        if name == "is_finite":
+            return lambda x: np.isfinite(x.astype(np.float32))
+        return lambda *xs: _to_bf16(function(*(x.astype(np.float64) for x in xs)))
+    if name == "logistic":  # the interpreter's: 1 / (1 + exp(-x)), each op rounded
+        def logistic(x):
+            e = _to_bf16(np.exp(-x.astype(np.float64)))
+            return _to_bf16(1.0 / _to_bf16(1.0 + e.astype(np.float64)).astype(np.float64))
+        return logistic
+    if name == "convert":
+        if dtype == BF16:
+            if source == BF16:
+                return lambda x: x
+            if source == np.bool_:
+                return lambda x: x.astype(np.float32).astype(BF16)
+            return lambda x: _to_bf16(x.astype(np.float64))
+        widen = _convert(np.dtype(np.float32), dtype)
+        return lambda x: widen(x.astype(np.float32))
+    if name == "compare":
+        compare = _COMPARE[hlo.ComparisonDirectionAttr(op.attributes["comparison_direction"]).value]
+        if _is_total_order(op):
+            return lambda x, y: compare(_total_order(x), _total_order(y))
+        return lambda x, y: compare(x.astype(np.float32), y.astype(np.float32))
+    if name == "clamp":
+        return lambda lo, x, hi: _minimum(_maximum(x.astype(np.float32), lo.astype(np.float32)),
+                                          hi.astype(np.float32)).astype(BF16)
+    if name == "constant":
+        attr = ir.DenseElementsAttr(op.attributes["value"])
+        if attr.is_splat:
+            values = np.full(shape, ir.FloatAttr(attr.get_splat_value()).value)
+        else:
+            fp = ir.DenseFPElementsAttr(attr)
+            values = np.array([fp[i] for i in range(len(fp))], np.float64).reshape(shape)
+        value = values.astype(BF16)  # exact: each is a bf16 value
+        value.flags.writeable = False
+        return lambda: value
+    if name in ("select", "reshape", "broadcast_in_dim", "transpose", "slice", "reverse",
+                "concatenate", "dynamic_slice", "dynamic_update_slice", "pad",
+                "optimization_barrier", "bitcast_convert", "iota", "gather"):
+        if name == "iota":
+            dim = int(ir.IntegerAttr(op.attributes["iota_dimension"]).value)
+            line = _to_bf16(np.arange(shape[dim], dtype=np.float64))
+            value = np.array(np.broadcast_to(
+                line.reshape([-1 if i == dim else 1 for i in range(len(shape))]), shape))
+            value.flags.writeable = False
+            return lambda: value
+        return _kernel(compiler, op, bf16=False)
+    raise Unsupported(f"stablehlo.{name} on bf16")
+
+
+def _is_total_order(op) -> bool:
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    kind = _attr(op, "compare_type")
+    return kind is not None and hlo.ComparisonTypeAttr(kind).value == "TOTALORDER"
+
+
 def _pad(low, high, interior, shape):
     def pad(x, value):
         x = np.asarray(x)
@@ -673,6 +771,8 @@ def _reduce(compiler: _Compiler, op, ins: list[int]) -> Step:
                 and body_ops[1].operands[0] == inner.results[0]):
             single = inner.operation.name[len("stablehlo."):]
     dtype = operands[0][1]
+    if dtype == BF16:  # each step rounded to bf16: the body's own kernels
+        single = None
     if single is not None and (dtype == np.bool_ or _is_int(dtype)):
         ufunc = _binary(single, dtype)
 
@@ -719,6 +819,48 @@ def _reduce(compiler: _Compiler, op, ins: list[int]) -> Step:
         for slot, acc in zip(outs, accs):
             env[slot] = np.broadcast_to(acc, out_shape)
     return reduce_generic
+
+
+def _reduce_window(compiler: _Compiler, op, ins: list[int]) -> Step:
+    """``stablehlo.reduce_window``: the inputs padded with the init values (edges and base
+    dilation), then for each output element the body applied to the init value and each
+    element of its window in row-major order (as the interpreter's reduce does), every
+    output element at once: one strided slice of the padded inputs per window offset."""
+    count = len(op.operands) // 2
+    shape, _ = _tensor(op.operands[0].type)
+    out_shape, _ = _tensor(op.results[0].type)
+    rank = len(shape)
+
+    def ints(name, default):
+        return _ints(op.attributes[name]) if name in op.attributes else [default] * rank
+
+    window = ints("window_dimensions", 1)
+    strides, base, dilation = ints("window_strides", 1), ints("base_dilations", 1), ints(
+        "window_dilations", 1)
+    padding = _ints(op.attributes["padding"]) if "padding" in op.attributes else [0] * (2 * rank)
+    low, high = padding[0::2], padding[1::2]
+    if min(low + high, default=0) < 0:
+        raise Unsupported("reduce_window with negative padding")
+    pad = _pad(low, high, [b - 1 for b in base],
+               [lo + hi + (n - 1) * b + 1 if n else lo + hi
+                for lo, hi, n, b in zip(low, high, shape, base)])
+    offsets = list(np.ndindex(*window))
+    outer, compiler.elementwise = compiler.elementwise, True
+    region = compiler.region(op.regions[0])
+    compiler.elementwise = outer
+    outs = [compiler.define(r) for r in op.results]
+
+    def run_reduce_window(env):
+        values = [env[i] for i in ins]
+        padded = [pad(x, init) for x, init in zip(values[:count], values[count:])]
+        accs = [np.broadcast_to(init, out_shape) for init in values[count:]]
+        for offset in offsets:
+            index = tuple(slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in
+                          zip(offset, dilation, out_shape, strides))
+            accs = region.run(env, [*accs, *(p[index] for p in padded)])
+        for slot, acc in zip(outs, accs):
+            env[slot] = np.broadcast_to(acc, out_shape)
+    return run_reduce_window
 
 
 def _dot_general(op, operands, dtype) -> Callable:
@@ -881,7 +1023,8 @@ def _scatter(op, operands) -> Callable:
         if list(inner.operands) == [current, update] or (
                 commutes and list(inner.operands) == [update, current]):
             kind = name
-    if kind is None or (_is_float(dtype) and kind not in ("replace", "add", "multiply")):
+    if kind is None or (_is_float(dtype) and kind not in ("replace", "add", "multiply")) or (
+            dtype == BF16 and kind != "replace"):
         raise Unsupported("a scatter computation other than a replace or one op")
     ufunc = None if kind == "replace" else _binary(kind, dtype)
     if ufunc is not None and not isinstance(ufunc, np.ufunc):
