@@ -533,14 +533,12 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
     name = op.operation.name[len("stablehlo."):]
     operands = [_tensor(v.type) for v in op.operands]
     results = [_tensor(v.type) for v in op.results]
+    if "result_accuracy" in op.attributes and "DEFAULT" not in str(op.attributes["result_accuracy"]):
+        raise Unsupported(f"result_accuracy {op.attributes['result_accuracy']}")
     if bf16 and BF16 is not None and BF16 in [d for _, d in operands + results]:
         return _bf16_kernel(compiler, op, name, operands, results)
     if name in _UNARY or name in _BINARY:
         function = (_unary if name in _UNARY else _binary)(name, operands[0][1])
-        if "result_accuracy" in op.attributes and name in _UNARY:
-            accuracy = str(op.attributes["result_accuracy"])
-            if "DEFAULT" not in accuracy:
-                raise Unsupported(f"result_accuracy {accuracy}")
         dtype = results[0][1]
         return lambda *xs: np.asarray(function(*xs)).astype(dtype, copy=False)
     shape, dtype = results[0] if results else ((), None)
