@@ -28,6 +28,7 @@ bindings (the worker loads it from its file, without ifrtpy).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -703,8 +704,7 @@ def _bf16_kernel(compiler, op, name, operands, results) -> Callable:
         if attr.is_splat:
             values = np.full(shape, ir.FloatAttr(attr.get_splat_value()).value)
         else:
-            fp = ir.DenseFPElementsAttr(attr)
-            values = np.array([fp[i] for i in range(len(fp))], np.float64).reshape(shape)
+            values = _bf16_elements(str(attr)).reshape(shape)
         value = values.astype(BF16)  # exact: each is a bf16 value
         value.flags.writeable = False
         return lambda: value
@@ -720,6 +720,25 @@ def _bf16_kernel(compiler, op, name, operands, results) -> Callable:
             return lambda: value
         return _kernel(compiler, op, bf16=False)
     raise Unsupported(f"stablehlo.{name} on bf16")
+
+
+_BF16_ELEMENT = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+
+
+def _bf16_elements(text: str) -> np.ndarray:
+    """The elements of a bf16 ``dense<...>`` attribute's text (the Python bindings read
+    no bf16 elements), as f64: hex of the whole data, or each element as a number or
+    the hex of its bits (NaNs, infinities)."""
+    body = text[text.index("<") + 1:text.rindex(">", 0, text.rindex(":"))]
+    if body.startswith('"0x'):
+        return np.frombuffer(bytes.fromhex(body[3:-1]), BF16).astype(np.float64)
+    out = []
+    for token in _BF16_ELEMENT.findall(body):
+        if token.startswith("0x"):
+            out.append(float(np.array([int(token, 16)], np.uint16).view(BF16)[0]))
+        else:
+            out.append(float(token))
+    return np.array(out, np.float64)
 
 
 def _is_total_order(op) -> bool:
@@ -1143,4 +1162,8 @@ def compile_module(module, why: list | None = None) -> Program | None:
     except Unsupported as e:
         if why is not None:
             why.append(str(e))
+        return None
+    except Exception as e:  # noqa: BLE001 - what the bindings cannot read: the interpreter runs it
+        if why is not None:
+            why.append(f"{type(e).__name__}: {e}")
         return None
