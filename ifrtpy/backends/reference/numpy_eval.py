@@ -406,6 +406,15 @@ class _Compiler:
         self.compiled[name] = function
         return function
 
+    def elementwise_region(self, region) -> _Region:
+        """``region`` (a reduction's body, a comparator) compiled to run on whole rows of
+        elements at once: elementwise ops only."""
+        outer, self.elementwise = self.elementwise, True
+        try:
+            return self.region(region)
+        finally:
+            self.elementwise = outer
+
     def slot(self, value) -> int:
         slot = self.slots.get(value)
         if slot is None:
@@ -822,20 +831,25 @@ def _reduce(compiler: _Compiler, op, ins: list[int]) -> Step:
             column = np.broadcast_to(init, out_shape + (1,))
             return ufunc.accumulate(np.concatenate([column, flat(x)], axis=-1), axis=-1)[..., -1]
         return _bind(reduce_in_order, ins, [compiler.define(r) for r in op.results])
-    outer, compiler.elementwise = compiler.elementwise, True
-    region = compiler.region(op.regions[0])
-    compiler.elementwise = outer
+    region = compiler.elementwise_region(op.regions[0])
     outs = [compiler.define(r) for r in op.results]
 
     def reduce_generic(env):
         values = [env[i] for i in ins]
         flats = [flat(x) for x in values[:count]]
-        accs = [np.broadcast_to(init, out_shape) for init in values[count:]]
-        for k in range(size):
-            accs = region.run(env, [*accs, *(f[..., k] for f in flats)])
-        for slot, acc in zip(outs, accs):
-            env[slot] = np.broadcast_to(acc, out_shape)
+        _fold(region, env, values[count:], ([f[..., k] for f in flats] for k in range(size)),
+              outs, out_shape)
     return reduce_generic
+
+
+def _fold(region: _Region, env: list, inits: list, steps, outs: list[int], shape) -> None:
+    """Accumulators from ``inits``, ``region`` applied to them and each item of ``steps``
+    (a list of elements per operand) in turn, the results into the slots ``outs``."""
+    accs = [np.broadcast_to(init, shape) for init in inits]
+    for elements in steps:
+        accs = region.run(env, [*accs, *elements])
+    for slot, acc in zip(outs, accs):
+        env[slot] = np.broadcast_to(acc, shape)
 
 
 def _reduce_window(compiler: _Compiler, op, ins: list[int]) -> Step:
@@ -862,21 +876,16 @@ def _reduce_window(compiler: _Compiler, op, ins: list[int]) -> Step:
                [lo + hi + (n - 1) * b + 1 if n else lo + hi
                 for lo, hi, n, b in zip(low, high, shape, base)])
     offsets = list(np.ndindex(*window))
-    outer, compiler.elementwise = compiler.elementwise, True
-    region = compiler.region(op.regions[0])
-    compiler.elementwise = outer
+    region = compiler.elementwise_region(op.regions[0])
     outs = [compiler.define(r) for r in op.results]
 
     def run_reduce_window(env):
         values = [env[i] for i in ins]
         padded = [pad(x, init) for x, init in zip(values[:count], values[count:])]
-        accs = [np.broadcast_to(init, out_shape) for init in values[count:]]
-        for offset in offsets:
-            index = tuple(slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in
-                          zip(offset, dilation, out_shape, strides))
-            accs = region.run(env, [*accs, *(p[index] for p in padded)])
-        for slot, acc in zip(outs, accs):
-            env[slot] = np.broadcast_to(acc, out_shape)
+        windows = (tuple(slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in
+                         zip(offset, dilation, out_shape, strides)) for offset in offsets)
+        _fold(region, env, values[count:], ([p[index] for p in padded] for index in windows),
+              outs, out_shape)
     return run_reduce_window
 
 
@@ -921,6 +930,15 @@ def _dot_general(op, operands, dtype) -> Callable:
     return dot_float
 
 
+def _index_vectors(indices, index_dim: int) -> np.ndarray:
+    """A gather's or scatter's start indices as int64, each index vector along the last
+    dimension (one of one element where ``index_dim`` is past the last)."""
+    indices = np.asarray(indices).astype(np.int64)
+    if index_dim == indices.ndim:
+        return indices[..., None]
+    return np.moveaxis(indices, index_dim, -1)
+
+
 def _gather(op, operands, shape) -> Callable:
     from jaxlib.mlir.dialects import stablehlo as hlo
 
@@ -946,11 +964,7 @@ def _gather(op, operands, shape) -> Callable:
             batch_seen += 1
 
     def gather(x, indices):
-        x, indices = np.asarray(x), np.asarray(indices).astype(np.int64)
-        if index_dim == indices.ndim:
-            indices = indices[..., None]
-        else:
-            indices = np.moveaxis(indices, index_dim, -1)
+        x, indices = np.asarray(x), _index_vectors(indices, index_dim)
         batch_shape = indices.shape[:-1]
         nb, nw = len(batch_shape), len(window)
         full = []
@@ -994,9 +1008,7 @@ def _sort(compiler: _Compiler, op, ins: list[int]) -> Step:
     n = shape[dim]
     if math.prod(shape) * n > MAX_SORT_PAIRS:
         raise Unsupported(f"a sort of rows of {n}: too many pairs to compare at once")
-    outer, compiler.elementwise = compiler.elementwise, True
-    comparator = compiler.region(op.regions[0])
-    compiler.elementwise = outer
+    comparator = compiler.elementwise_region(op.regions[0])
     outs = [compiler.define(r) for r in op.results]
 
     def run_sort(env):
@@ -1058,11 +1070,7 @@ def _scatter(op, operands) -> Callable:
     grid = np.indices(update_shape, sparse=True)
 
     def scatter(x, indices, updates):
-        indices = np.asarray(indices).astype(np.int64)
-        if index_dim == indices.ndim:
-            indices = indices[..., None]
-        else:
-            indices = np.moveaxis(indices, index_dim, -1)
+        indices = _index_vectors(indices, index_dim)
         batch = tuple(grid[d] for d in scatter_dims)
         full, inside = [], np.ones(update_shape, np.bool_)
         for d in range(len(source)):

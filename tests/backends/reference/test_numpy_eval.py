@@ -121,25 +121,18 @@ def unary_program(op, dtype, n, out=None):
 }}"""
 
 
-@pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("op", UNARY_FLOAT)
+UNARY_CASES = [(op, d) for op in UNARY_FLOAT for d in FLOATS] + [
+    (op, d) for op in UNARY_INT for d in INTS
+    if not (d.kind == "u" and op in ("negate", "abs", "sign"))]  # signed integers only
+
+
+@pytest.mark.parametrize("op,dtype", UNARY_CASES, ids=lambda v: str(v))
 @_SETTINGS
 @given(data=st.data())
-def test_unary_float_ops_agree(context, op, dtype, data):
+def test_unary_ops_agree(context, op, dtype, data):
     x = data.draw(values(dtype, 6))
     assert_same(*run_both(context, unary_program(op, dtype, 6), [x]), f"{op} {x}",
                 bf16=dtype == BF16)
-
-
-@pytest.mark.parametrize("dtype", INTS, ids=str)
-@pytest.mark.parametrize("op", UNARY_INT)
-@_SETTINGS
-@given(data=st.data())
-def test_unary_integer_ops_agree(context, op, dtype, data):
-    if dtype.kind == "u" and op in ("negate", "abs", "sign"):
-        pytest.skip("signed integers only")
-    x = data.draw(values(dtype, 6))
-    assert_same(*run_both(context, unary_program(op, dtype, 6), [x]), f"{op} {x}")
 
 
 def binary_program(op, dtype, n, out=None, extra=""):
@@ -157,26 +150,20 @@ BINARY_FLOAT = ["add", "subtract", "multiply", "divide", "remainder", "maximum",
                 "power", "atan2"]
 
 
-@pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("op", BINARY_FLOAT)
-@_SETTINGS
-@given(data=st.data())
-def test_binary_float_ops_agree(context, op, dtype, data):
-    x, y = data.draw(values(dtype, 6)), data.draw(values(dtype, 6))
-    assert_same(*run_both(context, binary_program(op, dtype, 6), [x, y]), f"{op} {x} {y}",
-                bf16=dtype == BF16)
+BINARY_CASES = [(op, d) for op in BINARY_FLOAT for d in FLOATS] + [
+    (op, d) for op in BINARY_INT for d in INTS]
 
 
-@pytest.mark.parametrize("dtype", INTS, ids=str)
-@pytest.mark.parametrize("op", BINARY_INT)
+@pytest.mark.parametrize("op,dtype", BINARY_CASES, ids=lambda v: str(v))
 @_SETTINGS
 @given(data=st.data())
-def test_binary_integer_ops_agree(context, op, dtype, data):
+def test_binary_ops_agree(context, op, dtype, data):
     x, y = data.draw(values(dtype, 6)), data.draw(values(dtype, 6))
     text = binary_program(op, dtype, 6)
-    # the interpreter runs division guarded (as the backend does); NumPy unguarded too
-    unguarded = text if op in ("divide", "remainder") else None
-    assert_same(*run_both(context, text, [x, y], numpy_text=unguarded), f"{op} {x} {y}")
+    # the interpreter runs integer division guarded (as the backend does); NumPy unguarded too
+    unguarded = text if op in ("divide", "remainder") and dtype.kind in "iu" else None
+    assert_same(*run_both(context, text, [x, y], numpy_text=unguarded), f"{op} {x} {y}",
+                bf16=dtype == BF16)
 
 
 @pytest.mark.parametrize("op", ["add", "multiply", "maximum", "minimum", "and", "or", "xor"])
