@@ -92,9 +92,11 @@ def _meshes(module) -> dict:
 def _check_and_strip(module, name: str, over_replicas: bool) -> int:
     """Raise UnimplementedError for what cannot run on global values (or, in a program
     run over replicas, in :mod:`.replicas`); erase sharding annotations (uses of their
-    result take their operand). Returns the op count."""
+    result take their operand). Returns the op count, and the first op making a tensor
+    too large for the interpreter (None where there is none)."""
     ops = mlir.ops_inside(module.operation)
     strip = []
+    too_large = None
     for op in ops:
         op_name = op.operation.name
         if over_replicas and op_name in replicas.OPS | replicas.IDS or kernels.is_kernel_op(op):
@@ -124,34 +126,60 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> int:
                                         or not op_name.startswith(_INTERPRETED_DIALECTS)):
             raise UnimplementedError(
                 f"{name}: the StableHLO reference interpreter does not run {op_name}")
-        _check_size(name, op)
+        if too_large is None and _too_large(name, op) is not None:
+            too_large = _too_large(name, op)
     for op in strip:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
-    return len(ops) - len(strip)
+    return len(ops) - len(strip), too_large
 
 
 #: The most elements a tensor of a program the interpreter runs may have. The interpreter
 #: holds every element as an object of its own and takes about 1.5 us per element and op
 #: (f32 add on a shared 2-core machine): a tensor of 2**22 elements costs some 6 s an op
 #: and a few hundred MB, while jax's bernoulli over 1e8 elements grew a worker past 10 GB
-#: and ran for hours. A larger one is refused at compile time.
+#: and ran for hours. A larger one is refused at compile time, unless the NumPy evaluator
+#: runs the whole program (up to :data:`NUMPY_MAX_ELEMENTS`).
 MAX_ELEMENTS = 2 ** 22
+#: The most elements a tensor of a program the NumPy evaluator runs may have (512 MiB of
+#: f32; an op on it takes about a second).
+NUMPY_MAX_ELEMENTS = 2 ** 27
 
 
-def _check_size(name: str, op) -> None:
-    """UnimplementedError where ``op`` makes a tensor of more than :data:`MAX_ELEMENTS`."""
+def _too_large(name: str, op) -> str | None:
+    """Why the interpreter cannot run ``op`` (a tensor of more than :data:`MAX_ELEMENTS`),
+    or None; UnimplementedError where nothing can (over :data:`NUMPY_MAX_ELEMENTS`)."""
     from jaxlib.mlir import ir
 
     for result in op.results:
         type_ = result.type
-        if isinstance(type_, ir.RankedTensorType) and type_.has_static_shape and math.prod(
-                type_.shape) > MAX_ELEMENTS:
-            raise UnimplementedError(
-                f"{name}: the StableHLO reference interpreter runs tensors of at most "
-                f"{MAX_ELEMENTS} elements; {op.operation.name} makes {type_} "
-                f"({math.prod(type_.shape)} elements), which would take it hours and tens of "
-                "GB (it holds every element as an object)")
+        if not (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape):
+            continue
+        size = math.prod(type_.shape)
+        if size > MAX_ELEMENTS:
+            why = (f"{name}: the StableHLO reference interpreter runs tensors of at most "
+                   f"{MAX_ELEMENTS} elements; {op.operation.name} makes {type_} "
+                   f"({size} elements), which would take it hours and tens of GB (it holds "
+                   "every element as an object)")
+            if size > NUMPY_MAX_ELEMENTS:
+                raise UnimplementedError(f"{why}, and the NumPy evaluator runs tensors of at "
+                                         f"most {NUMPY_MAX_ELEMENTS} elements")
+            return why
+    return None
+
+
+def _numpy_runs(text: str) -> str | None:
+    """None where the workers' NumPy evaluator runs the program ``text``, else why not."""
+    import os
+
+    from jaxlib.mlir import ir
+
+    from ifrtpy.backends.reference import numpy_eval, worker
+    if os.environ.get(worker.EVALUATOR_VARIABLE, "numpy") == "interpreter":
+        return f"{worker.EVALUATOR_VARIABLE}=interpreter"
+    why: list[str] = []
+    numpy_eval.compile_module(ir.Module.parse(text), why)
+    return why[0] if why else None
 
 
 def _inline_composites(module) -> None:
@@ -208,8 +236,8 @@ def _guard_integer_division(module) -> None:
                 refused = hlo.OrOp(by_zero, overflow).result
             divisor = hlo.SelectOp(refused, constant(1), rhs).result
             if kind == "stablehlo.divide":  # INT_MIN / 1 is XLA's INT_MIN / -1
-                all_ones = -1 if signed else (1 << width) - 1
-                value = hlo.SelectOp(by_zero, constant(all_ones),
+                # -1: all bits set, unsigned too (an attribute of ui64 takes no 2**64 - 1)
+                value = hlo.SelectOp(by_zero, constant(-1),
                                      hlo.DivOp(lhs, divisor).result).result
             else:  # INT_MIN % 1 is XLA's 0
                 value = hlo.SelectOp(by_zero, lhs, hlo.RemOp(lhs, divisor).result).result
@@ -501,7 +529,7 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
             params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
             outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
         _inline_composites(module)
-        op_count = _check_and_strip(module, program.name, over_replicas)
+        op_count, too_large = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)
         _widen_narrow_accumulation(module)
         if over_replicas:
@@ -516,4 +544,10 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
                                          f"this program at its collectives: {e}") from None
         else:
             runner = _runner(module, program)
+        if too_large is not None:  # only the NumPy evaluator can run it
+            why_not = ("it is cut into stages or run over replicas"
+                       if not isinstance(runner, Interpretable) else _numpy_runs(runner.text))
+            if why_not is not None:
+                raise UnimplementedError(f"{too_large}; the NumPy evaluator does not run this "
+                                         f"program ({why_not})")
     return runner, params, outputs, op_count

@@ -1,10 +1,11 @@
-"""An interpreter worker: a process that runs the reference backend's prepared programs in
-jaxlib's StableHLO interpreter (``stablehlo.eval_module``), one at a time, for the process
-that started it (:mod:`.pool`).
+"""An interpreter worker: a process that runs the reference backend's prepared programs,
+one at a time, for the process that started it (:mod:`.pool`): in the NumPy evaluator
+(:mod:`.numpy_eval`) where it implements every op of the program (decided once, when the
+program is first parsed), else in jaxlib's StableHLO interpreter (``stablehlo.eval_module``).
 
-It is run as a script (:data:`BOOT`) and imports only the standard library, NumPy and
-jaxlib's MLIR bindings: nothing of ifrtpy, so it starts in a fraction of a second and
-holds none of ifrtpy's state. Its arguments: where jaxlib's ``register_dialects`` lives
+It is run as a script (:data:`BOOT`) and imports only the standard library, NumPy,
+jaxlib's MLIR bindings and the evaluator's file beside it: nothing else of ifrtpy, so it
+starts in a fraction of a second and holds none of ifrtpy's state. Its arguments: where jaxlib's ``register_dialects`` lives
 ("module:attribute", as ``ifrtpy._jaxlib`` knows it for the installed version), and the
 file descriptor of its lifeline ("-" for none).
 
@@ -34,7 +35,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["BOOT", "MODULES_KEPT", "send", "receive"]
+__all__ = ["BOOT", "EVALUATOR_VARIABLE", "FALLBACK_LOG_VARIABLE", "MODULES_KEPT", "send", "receive"]
+
+#: The environment variable that chooses how workers run programs: ``numpy`` (the default:
+#: :mod:`.numpy_eval` where it implements every op of the program, else the interpreter)
+#: or ``interpreter`` (always the interpreter).
+EVALUATOR_VARIABLE = "IFRTPY_REFERENCE_EVALUATOR"
+#: Where set, a file to which workers append a line for each program the NumPy evaluator
+#: leaves to the interpreter: its name and the first thing it lacks (to see what to add).
+FALLBACK_LOG_VARIABLE = "IFRTPY_REFERENCE_FALLBACK_LOG"
 
 #: The command line's code: runs this file as ``__main__`` (``runpy.run_path``), without
 #: its folder (or the working directory) on ``sys.path``, where the package's own modules
@@ -114,8 +123,25 @@ def _context(register_dialects: str) -> Any:
     return context
 
 
-def _answer(context: Any, modules: dict[bytes, tuple[Any, Any]], parts: list[memoryview]
-            ) -> list[bytes]:
+def _numpy_evaluator() -> Any:
+    """The module :mod:`.numpy_eval`, loaded from its file beside this one (the worker
+    imports nothing of ifrtpy); None where ``IFRTPY_REFERENCE_EVALUATOR`` is
+    ``interpreter`` (every program in the interpreter)."""
+    import importlib.util
+
+    if os.environ.get(EVALUATOR_VARIABLE, "numpy") == "interpreter":
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numpy_eval.py")
+    spec = importlib.util.spec_from_file_location("_ifrtpy_reference_numpy_eval", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _answer(context: Any, modules: dict[bytes, tuple[Any, Any, Any]], parts: list[memoryview],
+            evaluator: Any = None) -> list[bytes]:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
@@ -124,19 +150,51 @@ def _answer(context: Any, modules: dict[bytes, tuple[Any, Any]], parts: list[mem
         with context, ir.Location.unknown():
             kept = modules.pop(bytes(key), None)
             if kept is None:
-                kept = ir.Module.parse(str(text, "utf-8")), json.loads(bytes(header))
+                module = ir.Module.parse(str(text, "utf-8"))
+                why: list[str] = []
+                program = None if evaluator is None else evaluator.compile_module(module, why)
+                if why and os.environ.get(FALLBACK_LOG_VARIABLE):
+                    _log_fallback(os.environ[FALLBACK_LOG_VARIABLE], module, why[0])
+                kept = module, json.loads(bytes(header)), program
                 if len(modules) >= MODULES_KEPT:
                     del modules[next(iter(modules))]
             modules[bytes(key)] = kept  # the most recently used last
-            module, wanted = kept
-            values = [ir.Attribute.parse(f'dense<"0x{data.hex()}"> : {type_text}')
-                      for data, type_text in zip(args, wanted["args"])]
-            outs = [_numpy(out, tuple(dims))
-                    for out, dims in zip(stablehlo.eval_module(module, values), wanted["outs"])]
+            module, wanted, program = kept
+            outs = None
+            if program is not None:
+                outs = _run_numpy(program, args)
+            if outs is None:
+                values = [ir.Attribute.parse(f'dense<"0x{data.hex()}"> : {type_text}')
+                          for data, type_text in zip(args, wanted["args"])]
+                outs = [_numpy(out, tuple(dims)) for out, dims in
+                        zip(stablehlo.eval_module(module, values), wanted["outs"])]
     except Exception as e:  # noqa: BLE001 - the interpreter raises RuntimeError, MLIRError
         return [b"error", str(e).encode(errors="replace")]
     return [b"ok", json.dumps([out.dtype.str for out in outs]).encode(),
             *(out.tobytes() for out in outs)]
+
+
+def _log_fallback(path: str, module: Any, why: str) -> None:
+    """Appends a line to ``path``: the module's name, and what the evaluator lacks."""
+    from jaxlib.mlir import ir
+
+    name = (ir.StringAttr(module.operation.attributes["sym_name"]).value
+            if "sym_name" in module.operation.attributes else "?")
+    with open(path, "a") as log:
+        log.write(f"{name}: {why}\n")
+
+
+def _run_numpy(program: Any, args: list[memoryview]) -> list[np.ndarray] | None:
+    """``program``'s results on the arguments' bytes; None (the interpreter runs it then)
+    where the NumPy evaluator fails, which it should not: a line on stderr says so."""
+    try:
+        values = [np.frombuffer(data, dtype).reshape(shape)
+                  for data, (shape, dtype) in zip(args, program.params)]
+        return program(values)
+    except Exception as e:  # noqa: BLE001 - a bug of the evaluator: the interpreter decides
+        print(f"ifrtpy reference worker: the NumPy evaluator failed ({type(e).__name__}: {e}); "
+              "running the program in the interpreter", file=sys.stderr, flush=True)
+        return None
 
 
 def _numpy(attr: Any, dims: tuple) -> np.ndarray:
@@ -171,14 +229,15 @@ def main(register_dialects: str, lifeline: str) -> None:
     os.dup2(2, 1)  # what jaxlib prints cannot mix into the answers
     sys.stdout = sys.stderr
     context = _context(register_dialects)
-    modules: dict[bytes, tuple[Any, Any]] = {}
+    evaluator = _numpy_evaluator()
+    modules: dict[bytes, tuple[Any, Any, Any]] = {}
     while True:
         try:
             request = receive(0, sys.maxsize)
         except EOFError:
             return
         try:
-            send(answers, _answer(context, modules, request))
+            send(answers, _answer(context, modules, request, evaluator))
         except OSError:  # the parent has gone
             return
 

@@ -10,8 +10,8 @@ import pytest
 
 import ifrtpy as ifrt
 
-DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint32]
-ELEMENT = {np.int8: "i8", np.int32: "i32", np.int64: "i64", np.uint8: "ui8", np.uint32: "ui32"}
+DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint32, np.uint64]
+ELEMENT = {np.int8: "i8", np.int32: "i32", np.int64: "i64", np.uint8: "ui8", np.uint32: "ui32", np.uint64: "ui64"}
 
 
 def xla(op, a, b, dtype):
@@ -81,18 +81,31 @@ def test_a_composite_runs_as_its_decomposition():
 
 def test_a_tensor_too_large_for_the_interpreter_is_refused_at_compile_time():
     """jax's bernoulli over 1e8 elements (random_lax_test.py) grew a worker past 10 GB and
-    ran for hours; the compile now refuses it, naming the op and the limit."""
-    from ifrtpy.backends.reference.rewrite import MAX_ELEMENTS
+    ran for hours in the interpreter; a program with a tensor over the interpreter's limit
+    compiles only where the NumPy evaluator runs all of it, up to its own limit; otherwise
+    the compile refuses it, naming the op and the limit."""
+    from ifrtpy.backends.reference.rewrite import MAX_ELEMENTS, NUMPY_MAX_ELEMENTS
 
     client = ifrt.get_client("reference", device_count=1)
 
-    def program(n):
+    def program(n, op="stablehlo.negate"):
         return (f"module @big {{ func.func @main(%a: tensor<f32>) -> tensor<{n}xf32> {{\n"
                 f"%0 = stablehlo.broadcast_in_dim %a, dims = [] : (tensor<f32>) -> "
-                f"tensor<{n}xf32>\nreturn %0 : tensor<{n}xf32> }} }}")
+                f"tensor<{n}xf32>\n%1 = {op} %0 : tensor<{n}xf32>\n"
+                f"return %1 : tensor<{n}xf32> }} }}")
 
     with pytest.raises(ifrt.errors.UnimplementedError,
                        match=f"at most {MAX_ELEMENTS} elements; stablehlo.broadcast_in_dim "
-                             r"makes tensor<100000000xf32>"):
-        client.compile(program(10 ** 8))
+                             r"makes tensor<200000000xf32>.*NumPy evaluator runs tensors of "
+                             f"at most {NUMPY_MAX_ELEMENTS}"):
+        client.compile(program(2 * 10 ** 8))
+    # stablehlo.reduce_precision: an op the NumPy evaluator leaves to the interpreter
+    with pytest.raises(ifrt.errors.UnimplementedError,
+                       match=f"at most {MAX_ELEMENTS} elements.*the NumPy evaluator does not "
+                             "run this program"):
+        client.compile(program(MAX_ELEMENTS + 1, "stablehlo.reduce_precision").replace(
+            "%0 : tensor", "%0, format = e5m10 : tensor"))
+    big = client.compile(program(MAX_ELEMENTS * 4))  # NumPy runs it
+    out, = big(ifrt.device_put(np.float32(1.5), client.devices()[0]))
+    assert np.asarray(out).shape == (MAX_ELEMENTS * 4,) and (np.asarray(out) == -1.5).all()
     client.compile(program(MAX_ELEMENTS))  # the limit itself compiles
