@@ -16,9 +16,9 @@ its ops, not its elements. It gives the interpreter's results, bit for bit:
   another (not NumPy's pairwise sums or BLAS).
 
 :func:`compile_module` decides once, when a worker parses a program, whether the whole
-program runs here: any op, type or attribute it does not implement (a ``sort``, a
-``scatter``, a convolution, complex or bf16 values, ...) gives None, and the worker runs
-the program in the interpreter as before. ``tests/backends/reference/test_numpy_eval.py``
+program runs here: any op, type or attribute it does not implement (a convolution,
+``select_and_scatter``, an unstable sort, complex, f8 or sub-byte values, ...) gives None,
+and the worker runs the program in the interpreter as before. ``tests/backends/reference/test_numpy_eval.py``
 runs random programs of each op through both and compares the bits.
 
 Like :mod:`.worker`, it imports only the standard library, NumPy and jaxlib's MLIR
