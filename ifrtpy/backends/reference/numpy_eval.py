@@ -47,8 +47,8 @@ _DTYPES = {"i1": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np
            "f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
 try:  # jaxlib's own dependency
     import ml_dtypes as _ml_dtypes
-    BF16: np.dtype | None = np.dtype(_ml_dtypes.bfloat16)
-    _DTYPES["bf16"] = BF16
+    _DTYPES["bf16"] = np.dtype(_ml_dtypes.bfloat16)
+    BF16: np.dtype | None = _DTYPES["bf16"]
 except ImportError:  # pragma: no cover
     BF16 = None
 _UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16,
@@ -68,6 +68,11 @@ def _tensor(type_) -> tuple[tuple[int, ...], np.dtype]:
     if dtype is None:
         raise Unsupported(f"element type {tensor.element_type}")
     return tuple(tensor.shape), dtype
+
+
+def _first(values: list[tuple[tuple[int, ...], np.dtype]]) -> tuple[tuple[int, ...], Any]:
+    """The first (shape, dtype) of an op's operands or results; ((), None) where it has none."""
+    return values[0] if values else ((), None)
 
 
 def _ints(attr) -> list[int]:
@@ -249,14 +254,14 @@ def _unary(name: str, dtype: np.dtype) -> Callable:
         return np.isfinite
     if not floating:
         raise Unsupported(f"stablehlo.{name} on {dtype}")
-    exact = {"floor": np.floor, "ceil": np.ceil, "round_nearest_even": np.rint,
+    exact: dict[str, Callable] = {"floor": np.floor, "ceil": np.ceil, "round_nearest_even": np.rint,
              "round_nearest_afz": _round_afz, "sqrt": np.sqrt}
     if name in exact:
         return exact[name]
     if name == "logistic":
         return _logistic
     # NumPy's own f64 loops agree with the C library's for these (checked by the tests)
-    transcendental = {"exponential": np.exp, "exponential_minus_one": np.expm1,
+    transcendental: dict[str, Callable] = {"exponential": np.exp, "exponential_minus_one": np.expm1,
                       "log": np.log, "log_plus_one": np.log1p, "sine": np.sin,
                       "cosine": np.cos, "cbrt": np.cbrt}
     if name in transcendental:
@@ -273,7 +278,7 @@ def _unary(name: str, dtype: np.dtype) -> Callable:
 def _binary(name: str, dtype: np.dtype) -> Callable:
     floating, integer, boolean = _is_float(dtype), _is_int(dtype), dtype == np.bool_
     if boolean:
-        table = {"add": np.logical_or, "multiply": np.logical_and, "and": np.logical_and,
+        table: dict[str, Callable] = {"add": np.logical_or, "multiply": np.logical_and, "and": np.logical_and,
                  "or": np.logical_or, "xor": np.logical_xor, "maximum": np.logical_or,
                  "minimum": np.logical_and}
         if name in table:
@@ -551,7 +556,7 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
         function = (_unary if name in _UNARY else _binary)(name, operands[0][1])
         dtype = results[0][1]
         return lambda *xs: np.asarray(function(*xs)).astype(dtype, copy=False)
-    shape, dtype = results[0] if results else ((), None)
+    shape, dtype = _first(results)
     if name == "constant":
         value = np.array(ir.DenseElementsAttr(op.attributes["value"]))
         if value.dtype != dtype:
@@ -605,7 +610,7 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
         return lambda x: np.asarray(x)[index]
     if name == "reverse":
         dims = _ints(op.attributes["dimensions"])
-        return lambda x: np.flip(x, dims)
+        return lambda x: np.flip(x, tuple(dims))
     if name == "iota":
         dim = int(ir.IntegerAttr(op.attributes["iota_dimension"]).value)
         line = np.arange(shape[dim]).astype(dtype)
@@ -679,8 +684,8 @@ def _bf16_kernel(compiler, op, name, operands, results) -> Callable:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo as hlo
 
-    source = operands[0][1] if operands else None
-    shape, dtype = results[0] if results else ((), None)
+    _, source = _first(operands)
+    shape, dtype = _first(results)
     if name in _BF16_EXACT_IN_F64 and source == BF16:
         function = (_unary if name in _UNARY else _binary)(name, np.dtype(np.float64))
         if name == "is_finite":
@@ -740,11 +745,11 @@ def _bf16_elements(text: str) -> np.ndarray:
     the hex of its bits (NaNs, infinities)."""
     body = text[text.index("<") + 1:text.rindex(">", 0, text.rindex(":"))]
     if body.startswith('"0x'):
-        return np.frombuffer(bytes.fromhex(body[3:-1]), BF16).astype(np.float64)
+        return np.frombuffer(bytes.fromhex(body[3:-1]), _DTYPES["bf16"]).astype(np.float64)
     out = []
     for token in _BF16_ELEMENT.findall(body):
         if token.startswith("0x"):
-            out.append(float(np.array([int(token, 16)], np.uint16).view(BF16)[0]))
+            out.append(float(np.array([int(token, 16)], np.uint16).view(_DTYPES["bf16"])[0]))
         else:
             out.append(float(token))
     return np.array(out, np.float64)

@@ -89,7 +89,7 @@ def _meshes(module) -> dict:
             for op in module.body.operations if op.operation.name == "sdy.mesh"}
 
 
-def _check_and_strip(module, name: str, over_replicas: bool) -> int:
+def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str | None]:
     """Raise UnimplementedError for what cannot run on global values (or, in a program
     run over replicas, in :mod:`.replicas`); erase sharding annotations (uses of their
     result take their operand). Returns the op count, and the first op making a tensor
