@@ -126,7 +126,7 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
                                         or not op_name.startswith(_INTERPRETED_DIALECTS)):
             raise UnimplementedError(
                 f"{name}: the StableHLO reference interpreter does not run {op_name}")
-        if too_large is None and _too_large(name, op) is not None:
+        if too_large is None:
             too_large = _too_large(name, op)
     for op in strip:
         op.results[0].replace_all_uses_with(op.operands[0])
@@ -170,12 +170,10 @@ def _too_large(name: str, op) -> str | None:
 
 def _numpy_runs(text: str) -> str | None:
     """None where the workers' NumPy evaluator runs the program ``text``, else why not."""
-    import os
-
     from jaxlib.mlir import ir
 
     from ifrtpy.backends.reference import numpy_eval, worker
-    if os.environ.get(worker.EVALUATOR_VARIABLE, "numpy") == "interpreter":
+    if not worker.numpy_chosen():
         return f"{worker.EVALUATOR_VARIABLE}=interpreter"
     why: list[str] = []
     numpy_eval.compile_module(ir.Module.parse(text), why)

@@ -5,9 +5,9 @@ program is first parsed), else in jaxlib's StableHLO interpreter (``stablehlo.ev
 
 It is run as a script (:data:`BOOT`) and imports only the standard library, NumPy,
 jaxlib's MLIR bindings and the evaluator's file beside it: nothing else of ifrtpy, so it
-starts in a fraction of a second and holds none of ifrtpy's state. Its arguments: where jaxlib's ``register_dialects`` lives
-("module:attribute", as ``ifrtpy._jaxlib`` knows it for the installed version), and the
-file descriptor of its lifeline ("-" for none).
+starts in a fraction of a second and holds none of ifrtpy's state. Its arguments: where
+jaxlib's ``register_dialects`` lives ("module:attribute", as ``ifrtpy._jaxlib`` knows it
+for the installed version), and the file descriptor of its lifeline ("-" for none).
 
 Requests come on stdin, answers go out on the original stdout (anything else written to
 stdout goes to stderr), each a message of byte strings (:func:`send`, :func:`receive`). A
@@ -35,7 +35,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["BOOT", "EVALUATOR_VARIABLE", "FALLBACK_LOG_VARIABLE", "MODULES_KEPT", "send", "receive"]
+__all__ = ["BOOT", "EVALUATOR_VARIABLE", "FALLBACK_LOG_VARIABLE", "MODULES_KEPT", "numpy_chosen",
+           "send", "receive"]
 
 #: The environment variable that chooses how workers run programs: ``numpy`` (the default:
 #: :mod:`.numpy_eval` where it implements every op of the program, else the interpreter)
@@ -44,6 +45,11 @@ EVALUATOR_VARIABLE = "IFRTPY_REFERENCE_EVALUATOR"
 #: Where set, a file to which workers append a line for each program the NumPy evaluator
 #: leaves to the interpreter: its name and the first thing it lacks (to see what to add).
 FALLBACK_LOG_VARIABLE = "IFRTPY_REFERENCE_FALLBACK_LOG"
+
+
+def numpy_chosen() -> bool:
+    """Whether :data:`EVALUATOR_VARIABLE` lets the NumPy evaluator run programs."""
+    return os.environ.get(EVALUATOR_VARIABLE, "numpy") != "interpreter"
 
 #: The command line's code: runs this file as ``__main__`` (``runpy.run_path``), without
 #: its folder (or the working directory) on ``sys.path``, where the package's own modules
@@ -129,7 +135,7 @@ def _numpy_evaluator() -> Any:
     ``interpreter`` (every program in the interpreter)."""
     import importlib.util
 
-    if os.environ.get(EVALUATOR_VARIABLE, "numpy") == "interpreter":
+    if not numpy_chosen():
         return None
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numpy_eval.py")
     spec = importlib.util.spec_from_file_location("_ifrtpy_reference_numpy_eval", path)
