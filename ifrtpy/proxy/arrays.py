@@ -25,12 +25,17 @@ from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.kind import Kind, never_blocks
 from ifrtpy.proxy.pool import POOL
 
-__all__ = ["KINDS", "LEAST_PIECE"]
+__all__ = ["KINDS", "LEAST_PIECE", "in_flight"]
 
 #: A lookup's pieces are made smaller, down to this, where less of the host-buffer budget
-#: is left (each piece in flight is counted against it twice: its message and gRPC's copy);
-#: a copy out is refused where its lookup's least piece would not fit beside it.
+#: is left; a copy out is refused where its lookup's least piece would not fit beside it.
 LEAST_PIECE = 64 << 10
+
+
+def in_flight(left: int, piece: int) -> int:
+    """The host-buffer bytes a lookup's next piece (at most ``piece`` of the ``left``
+    bytes to send) is counted for while in flight: twice, its message and gRPC's copy."""
+    return 2 * min(piece, left)
 
 _COPY = {0: ArrayCopySemantics.ALWAYS_COPY, 1: ArrayCopySemantics.ALWAYS_COPY,
          2: ArrayCopySemantics.REUSE_INPUT, 3: ArrayCopySemantics.DONATE_INPUT}
@@ -192,8 +197,8 @@ def copy_to_host_buffer(session: Any, request: Any) -> Any:
     strides = list(request.byte_strides.strides) if request.HasField("byte_strides") else None
     size = _host_buffer_size(array, strides)
     # counted before it is allocated, so reads in flight count against the limits; its
-    # lookup's least piece in flight (twice) must fit beside it, or the lookup is refused
-    least = 2 * min(LEAST_PIECE, size)
+    # lookup's least piece in flight must fit beside it, or the lookup is refused
+    least = in_flight(size, LEAST_PIECE)
     try:
         session.reserve_host_bytes(size + least)
     except ResourceExhaustedError as error:

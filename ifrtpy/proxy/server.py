@@ -38,7 +38,7 @@ from ifrtpy.errors import (FailedPreconditionError, IfrtError, InvalidArgumentEr
                            UnavailableError, UnimplementedError)
 from ifrtpy.proxy import local, peers, steps, wire
 from ifrtpy.proxy._protocol import messages
-from ifrtpy.proxy.arrays import LEAST_PIECE
+from ifrtpy.proxy.arrays import LEAST_PIECE, in_flight
 from ifrtpy.proxy.session import HOST_BUFFER_WAIT_S, Budget, Executions, Limits, Session
 
 __all__ = ["ProxyServer", "SessionInfo", "serve", "PROTOCOL_VERSIONS", "SERDES_VERSIONS"]
@@ -539,7 +539,7 @@ class _Service:
                 left = len(view) - start
                 try:
                     held = session.reserve_host_bytes_up_to(
-                        2 * min(_CHUNK, left), 2 * min(LEAST_PIECE, left))
+                        in_flight(left, _CHUNK), in_flight(left, LEAST_PIECE))
                 except IfrtError as error:
                     await _abort(context, error)
                 try:
