@@ -122,6 +122,9 @@ class HloProgram(Program):
                                  if i not in self._token_parameters)
         self._results = tuple(_tensor_type(t, "result", i) for i, t in enumerate(function_type.results)
                               if i not in self._token_results)
+        self._layout_modes = (
+            _layout_modes(main, "arg_attrs", len(function_type.inputs), self._token_parameters),
+            _layout_modes(main, "res_attrs", len(function_type.results), self._token_results))
         arrays = [i for i in range(len(function_type.inputs)) if i not in self._token_parameters]
         donated = set()
         if "arg_attrs" in main.attributes:
@@ -155,6 +158,13 @@ class HloProgram(Program):
     @property
     def donated_inputs(self) -> frozenset[int]:
         return self._donated
+
+    @property
+    def layout_modes(self) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+        """The ``mhlo.layout_mode`` of each parameter and result (tokens left out), as jax
+        writes it: an XLA layout (``"{0,1}"``), ``"default"`` or ``"auto"``; None where the
+        program names none. A compiler lays the value out so where its options do not."""
+        return self._layout_modes
 
     @property
     def uses_shardy(self) -> bool:
@@ -304,6 +314,20 @@ def _callback_index(attributes, target: str) -> int:
             if "index" in config and isinstance(config["index"], ir.IntegerAttr):
                 return ir.IntegerAttr(config["index"]).value
     raise InvalidArgumentError(f"a custom call to {target} has no integer attribute `index`")
+
+
+def _layout_modes(main: Any, key: str, count: int, tokens: Any) -> tuple[str | None, ...]:
+    """The ``mhlo.layout_mode`` attribute of each of ``count`` values in ``main``'s
+    ``key`` (``arg_attrs`` or ``res_attrs``), the ``tokens`` among them left out."""
+    from jaxlib.mlir import ir
+
+    modes: list[str | None] = [None] * count
+    if key in main.attributes:
+        for i, attrs in enumerate(ir.ArrayAttr(main.attributes[key])):
+            attrs = ir.DictAttr(attrs)
+            if "mhlo.layout_mode" in attrs:
+                modes[i] = ir.StringAttr(attrs["mhlo.layout_mode"]).value
+    return tuple(mode for i, mode in enumerate(modes) if i not in tokens)
 
 
 def _tokens(types) -> tuple[int, ...]:

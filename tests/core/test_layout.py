@@ -289,6 +289,28 @@ def test_reference_result_layout_law(result_layouts):
         np.testing.assert_array_equal(out.shards[0].ravel(order="K"), want.ravel(order=order))
 
 
+def test_reference_reads_the_layouts_a_program_names():
+    """jax names layouts in the program (``mhlo.layout_mode``), as XLA reads them: the
+    reference backend compiles for those its options leave open; ``default`` and
+    ``auto`` are row-major there."""
+    client = ifrt.get_client("reference", device_count=2)
+    named = TWO_OUT.replace(
+        "(%a: tensor<2x3xf32>, %b: tensor<f32>) -> (tensor<2x3xf32>, tensor<3x2xf32>)",
+        '(%a: tensor<2x3xf32> {mhlo.layout_mode = "{0,1}"}, %b: tensor<f32>) -> '
+        '(tensor<2x3xf32> {mhlo.layout_mode = "auto"}, '
+        'tensor<3x2xf32> {mhlo.layout_mode = "{0,1}"})')
+    assert named != TWO_OUT
+    executable = client.compile(named)
+    assert executable.parameter_layouts() == [Layout.column_major(2), Layout.row_major(0)]
+    assert executable.output_layouts() == [Layout.row_major(2), Layout.column_major(2)]
+    x, (doubled, transposed) = _run_two_out(client, executable)
+    assert transposed.layout == Layout.column_major(2)
+    np.testing.assert_array_equal(np.asarray(transposed), x.T)
+    np.testing.assert_array_equal(np.asarray(doubled), x + x)
+    options = ifrt.CompileOptions(result_layouts=[None, Layout.row_major(2)])
+    assert client.compile(named, options).output_layouts()[1] == Layout.row_major(2)
+
+
 def test_reference_layouts_survive_serialization():
     client = ifrt.get_client("reference", device_count=2)
     options = ifrt.CompileOptions(argument_layouts=[Layout.column_major(2), None],

@@ -122,13 +122,17 @@ def _nbytes(tensor_types) -> int:
 
 
 def _layouts(options: CompileOptions, program: HloProgram) -> tuple[list[Layout], list[Layout]]:
-    """The compiled layouts: those ``options`` ask for, row-major elsewhere."""
+    """The compiled layouts: those ``options`` ask for, else those the program names
+    (``layout_modes``: a layout, or ``"default"`` or ``"auto"``), row-major elsewhere."""
     layouts = program_layouts(options, program.parameters, program.results)
     compiled = []
-    for values, asked in zip((program.parameters, program.results), layouts):
+    for values, asked, modes in zip((program.parameters, program.results), layouts,
+                                    program.layout_modes):
         chosen = []
         for i, value in enumerate(values):
             layout = asked[i] if asked is not None else None
+            if layout is None and modes[i] not in (None, "default", "auto"):
+                layout = Layout.parse(modes[i])
             check_layout(layout, len(value.shape.dims))
             chosen.append(layout if layout is not None else Layout.row_major(len(value.shape.dims)))
         compiled.append(chosen)
