@@ -1035,8 +1035,8 @@ def _sort(compiler: _Compiler, op, ins: list[int]) -> Step:
 def _scatter(op, operands) -> Callable:
     """``stablehlo.scatter`` of one operand whose computation replaces (returns the
     update) or is one op of the current value and the update: updates applied in the
-    row-major order of ``updates``; an update whose element falls outside the operand
-    is skipped."""
+    row-major order of ``updates``; an update window that does not fit inside the
+    operand whole is skipped whole, as XLA does."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo as hlo
 
@@ -1057,10 +1057,15 @@ def _scatter(op, operands) -> Callable:
         if list(inner.operands) == [current, update] or (
                 commutes and list(inner.operands) == [update, current]):
             kind = name
-    if kind is None or (_is_float(dtype) and kind not in ("replace", "add", "multiply")) or (
+    floating = _is_float(dtype)
+    if kind is None or (floating and kind not in ("replace", "add", "multiply", "maximum",
+                                                   "minimum")) or (
             dtype == BF16 and kind != "replace"):
         raise Unsupported("a scatter computation other than a replace or one op")
-    ufunc = None if kind == "replace" else _binary(kind, dtype)
+    # a float maximum (minimum) is NumPy's, then IEEE's +0 (-0) among zeros that tie
+    signed_zero = {"maximum": False, "minimum": True}.get(kind) if floating else None
+    ufunc = None if kind == "replace" else (
+        getattr(np, kind) if signed_zero is not None else _binary(kind, dtype))
     if ufunc is not None and not isinstance(ufunc, np.ufunc):
         raise Unsupported(f"a scatter with {kind}")
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
@@ -1079,17 +1084,18 @@ def _scatter(op, operands) -> Callable:
         batch = tuple(grid[d] for d in scatter_dims)
         full, inside = [], np.ones(update_shape, np.bool_)
         for d in range(len(source)):
-            value = np.zeros([1] * len(update_shape), np.int64)
+            start = np.zeros([1] * len(update_shape), np.int64)
             if d in to_operand:
-                value = value + indices[batch + (to_operand.index(d),)]
+                start = start + indices[batch + (to_operand.index(d),)]
             if d in input_batching:
                 axis = indices_batching[input_batching.index(d)]
-                value = value + grid[scatter_dims[axis if axis < index_dim else axis - 1]]
+                start = start + grid[scatter_dims[axis if axis < index_dim else axis - 1]]
+            size, offset = 1, 0
             if d in window_operand:
-                value = value + grid[window_dims[window_operand.index(d)]]
-            value = np.broadcast_to(value, update_shape)
-            inside &= (value >= 0) & (value < source[d])
-            full.append(value)
+                window = window_dims[window_operand.index(d)]
+                size, offset = update_shape[window], grid[window]
+            inside &= (start >= 0) & (start + size <= source[d])  # the whole window fits
+            full.append(np.broadcast_to(start + offset, update_shape))
         out = np.array(x)
         index = tuple(v[inside] for v in full)
         chosen = np.broadcast_to(updates, update_shape)[inside]
@@ -1097,6 +1103,10 @@ def _scatter(op, operands) -> Callable:
             out[index] = chosen
         else:
             ufunc.at(out, index, chosen)
+        if signed_zero is not None:  # a zero of that sign among a zero's values wins
+            wins = (x == 0) & (np.signbit(x) == signed_zero)
+            np.logical_or.at(wins, index, (chosen == 0) & (np.signbit(chosen) == signed_zero))
+            out[wins & (out == 0)] = -0.0 if signed_zero else 0.0
         return out
     return scatter
 

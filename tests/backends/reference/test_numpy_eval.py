@@ -282,6 +282,8 @@ def jax_programs():
         "scatter_max": (lambda x: x.at[jnp.array([0, 2, 0])].max(x[:3] * 3), "i"),
         "scatter_min": (lambda x: x.at[:, jnp.array([1, 1])].min(-x[:, :2]), "i"),
         "scatter_mul": (lambda x: x.at[jnp.array([2, 1])].mul(3), "i"),
+        "scatter_max_float": (lambda x: x.at[jnp.array([0, 2, 0])].max(x[:3] * -1), "f"),
+        "scatter_min_float": (lambda x: x.at[:, jnp.array([1, 1])].min(-x[:, :2]), "f"),
         "while_fori": (lambda x: lax.fori_loop(0, 5, lambda i, c: c * 0.5 + x[i % 3], x[0]), "f"),
         "cond_switch": (lambda x: (lax.cond(x[0, 0] > 0, lambda v: v + 1, lambda v: v * 2, x),
                                    lax.switch(jnp.int32(x[0, 1] > 0) + 1,
@@ -302,7 +304,8 @@ def jax_ops_segment_sum(x):
 
 
 JAX_PROGRAMS = ["sort_rows", "sort_columns", "argsort", "sort_two", "scatter_add", "scatter_set", "scatter_drop", "segment_sum",
-                "scatter_max", "scatter_min", "scatter_mul", "broadcast_transpose_reshape", "slices_pad_reverse", "sum_prod_max_min",
+                "scatter_max", "scatter_min", "scatter_mul", "scatter_max_float", "scatter_min_float",
+                "broadcast_transpose_reshape", "slices_pad_reverse", "sum_prod_max_min",
                 "integer_reductions", "argmax_argmin", "cumulative", "windows", "any_all", "dot_matmul_einsum",
                 "integer_dot", "gather_take_indexing", "dynamic_slice_update", "while_fori",
                 "cond_switch", "iota_shifts_bits", "erf_inv_and_friends"]
@@ -331,12 +334,14 @@ def run_numpy(context, text, args):
         return program([np.asarray(a) for a in args])
 
 
-@pytest.mark.parametrize("name", ["sort_nan_and_zeros", "scatters_of_one_operand"])
+@pytest.mark.parametrize("name", ["sort_nan_and_zeros", "scatters_of_one_operand",
+                                  "scatter_max_and_its_operand", "scatter_windows_that_overhang"])
 def test_where_the_interpreter_is_wrong_the_evaluator_gives_jaxs_results(context, name):
     """jaxlib's interpreter compares in IEEE total order as in float order (a NaN then
-    sorts among the numbers, -0 ties +0), and writes a sort's or scatter's result into
-    its operand's storage (a later use of the operand sees it); XLA, and the evaluator,
-    do neither."""
+    sorts among the numbers, -0 ties +0), writes a sort's or scatter's result into its
+    operand's storage (a later use of the operand sees it), and applies the part of a
+    scatter's update window that fits where XLA skips the window; XLA, and the
+    evaluator, do none of these."""
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
     x = np.array([[0.0, -0.0, 2.0, 0.0], [np.nan, 1.0, -0.0, 3.0], [0.0, 5.0, -1.0, 0.0]],
@@ -347,6 +352,19 @@ def test_where_the_interpreter_is_wrong_the_evaluator_gives_jaxs_results(context
             x.at[jnp.array([0, 2, 0])].add(x[:3] * 2),
             x.at[1, jnp.array([3, 1, 3])].set(jnp.array([1.0, 2.0, 3.0])),
             x.at[jnp.array([5, -9, 1])].add(1.0, mode="drop"), x * 1),
+        # as scatter_max's gradient does: where the operand took the maximum (zeros of both
+        # signs, a NaN among the updates)
+        "scatter_max_and_its_operand": lambda x: (
+            lambda out: (out, out == x, x.at[:, jnp.array([0, 0, 1])].min(-x[:, :3])))(
+                x.at[jnp.array([0, 2, 0])].max(-x)),
+        # XLA skips an update window that does not fit whole (the interpreter, only the
+        # elements that fall outside)
+        "scatter_windows_that_overhang": lambda x: (
+            jax.lax.scatter_add(x.ravel(), jnp.array([[11], [3], [10]]), x[:, :2] + 1,
+                                jax.lax.ScatterDimensionNumbers(
+                                    update_window_dims=(1,), inserted_window_dims=(),
+                                    scatter_dims_to_operand_dims=(0,)),
+                                mode=jax.lax.GatherScatterMode.FILL_OR_DROP),),
     }[name]
     expected = [np.asarray(out) for out in jax.jit(function)(x)]
     assert_same(run_numpy(context, lowered(function, x), [x]), expected, name)
