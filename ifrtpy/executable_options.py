@@ -24,6 +24,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _check_int(owner: str, name: str, value: Any, lo: int, hi: int) -> int:
+    if type(value) is int and lo <= value <= hi:
+        return value
     if not isinstance(value, int):  # numpy ints convert silently; options keep Python ints
         raise invalid_argument(f"{owner}.{name}", "an int", value)
     return check_int(value, f"{owner}.{name}", lo, hi)
@@ -36,7 +38,7 @@ def _check_bool(owner: str, name: str, value: Any, *, optional: bool = False) ->
 
 
 def _check_str_keys(owner: str, name: str, mapping: Any) -> dict[str, Any]:
-    if not isinstance(mapping, Mapping):
+    if type(mapping) is not dict and not isinstance(mapping, Mapping):
         raise InvalidArgumentError(f"{owner}.{name} must be a mapping, got {mapping!r}")
     bad = [k for k in mapping if not isinstance(k, str)]
     if bad:
@@ -216,8 +218,10 @@ class ExecuteOptions:
         _check_int(owner, "launch_id", self.launch_id, *_INT32)
         _check_int(owner, "execution_stream_id", self.execution_stream_id, *_INT64)
         _check_bool(owner, "fill_status", self.fill_status)
+        indices = self.non_donatable_input_indices
         try:
-            indices = frozenset(self.non_donatable_input_indices)
+            if type(indices) is not frozenset:
+                indices = frozenset(indices)
         except TypeError:
             raise InvalidArgumentError(
                 f"{owner}.non_donatable_input_indices must be a set of ints, "

@@ -437,18 +437,18 @@ def is_array_deleted(session: Any, request: Any) -> Any:
 def destruct_array(session: Any, request: Any) -> Any:
     for handle in request.array_handle:
         session.drop(handle)
-    return messages().DestructArrayResponse()
+    return b""  # an empty DestructArrayResponse, serialized
 
 
 def check_value_ready(session: Any, request: Any) -> None:
     values = session.values_of(request.value_handles)
     session.answer_later(join_futures([v.ready_future() for v in values]),
-                         messages().CheckValueReadyResponse)
+                         bytes)  # an empty CheckValueReadyResponse, serialized
 
 
 def check_future(session: Any, request: Any) -> None:
     session.answer_later(session.take_future(request.future_handle),
-                         messages().CheckFutureResponse)
+                         bytes)  # an empty CheckFutureResponse, serialized
 
 
 #: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).

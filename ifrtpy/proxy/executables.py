@@ -5,13 +5,15 @@ layout), on ifrtpy's public ``Client`` / ``LoadedExecutable`` interfaces."""
 from __future__ import annotations
 
 import dataclasses
+import struct
 from typing import Any
 
 from ifrtpy import ffi
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import CompileOptions, ExecuteOptions
-from ifrtpy.future import Future, join_futures
+from ifrtpy._xla import varint_bytes
+from ifrtpy.future import Future
 from ifrtpy.program import HloProgram
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
@@ -59,9 +61,15 @@ class Compiled:
     signature: Signature
     donated: frozenset[int]
     kept: frozenset[int]
-    #: what executes reuse: their outputs' (dtype, shape, sharding) protos per device list
-    output_protos: dict[tuple | None, list[tuple[Any, Any, Any]]] = dataclasses.field(
-        default_factory=dict)
+    #: what executes reuse, per device list: each output's part of the answer up to its
+    #: handle (see _output_heads)
+    output_heads: dict[tuple | None, list[bytes]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def always_fills_status(self) -> bool:
+        """Whether every execute fills its status: a program returning tokens, or nothing,
+        has nothing else that tells when it ends (its executions in flight count it)."""
+        return bool(self.signature.token_results) or not self.signature.num_results
 
 
 def _compiled(executable: Any, program: HloProgram) -> Compiled:
@@ -336,38 +344,50 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 
 # -- execute -----------------------------------------------------------------------------
 
-def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
+def _execute_options(proto: Any, compiled: Compiled, counted: bool) -> ExecuteOptions:
     """The request's options, keeping the inputs the compiled code does not take (made
-    per call: jax sends a new ``launch_id`` with each). A program returning tokens, or
-    nothing, always fills its status: the tokens are ready when it is, and a run with no
-    outputs has nothing else that tells when it ends (its executions in flight count it)."""
-    signature = compiled.signature
-    kept = set(compiled.kept)
-    for i in proto.non_donatable_input_indices:
-        if not 0 <= i < signature.num_parameters:
-            raise InvalidArgumentError(
-                f"Execute: non_donatable_input_indices names argument {i}; the program's main "
-                f"takes {signature.num_parameters}")
-        index = signature.array_index(i)
-        if index is not None:  # not a token
-            kept.add(index)
-    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=frozenset(kept),
-                          fill_status=(proto.fill_status or bool(signature.token_results)
-                                       or not signature.num_results),
+    per call: jax sends a new ``launch_id`` with each), asking for the status where the
+    request or the program needs it, or where the run is ``counted`` among the executions
+    in flight (its status tells when it ends)."""
+    kept = compiled.kept
+    named = proto.non_donatable_input_indices
+    if named:
+        signature = compiled.signature
+        for i in named:
+            if not 0 <= i < signature.num_parameters:
+                raise InvalidArgumentError(
+                    f"Execute: non_donatable_input_indices names argument {i}; the program's "
+                    f"main takes {signature.num_parameters}")
+        kept = kept | {index for index in map(signature.array_index, named) if index is not None}
+    return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=kept,
+                          fill_status=(counted or proto.fill_status
+                                       or compiled.always_fills_status),
                           execution_stream_id=proto.execution_stream_id)
 
 
-def _output_protos(compiled: Compiled, outputs: list[Any], devices: Any) -> list[tuple]:
-    """The outputs' (dtype, shape, sharding) protos: an executable's are the same on every
-    run on the same devices, so they are made once."""
+#: ``LoadedExecutableExecuteResponse`` is written by hand: ``status_handle=1:fixed64``,
+#: then per output ``outputs=2:message`` holding the output's dtype, shape and sharding
+#: and ``array_handle=4:fixed64`` (the numbers checked against jaxlib's by
+#: ifrtpy.proxy.fields).
+_U64 = struct.Struct("<Q")
+_STATUS_HANDLE, _OUTPUT, _ARRAY_HANDLE = b"\x09", b"\x12", b"\x21"
+
+
+def _output_heads(compiled: Compiled, outputs: list[Any], devices: Any) -> list[bytes]:
+    """Each output's part of the answer up to its handle's 8 bytes: an executable's are
+    the same on every run on the same devices, so they are made once."""
     key = None if devices is None else tuple(d.id for d in devices)
-    protos = compiled.output_protos.get(key)
-    if protos is None:
+    heads = compiled.output_heads.get(key)
+    if heads is None:
         m = messages()
-        protos = compiled.output_protos[key] = [
-            (wire.dtype_to_proto(a.dtype), m.ShapeProto(dims=a.shape.dims),
-             wire.sharding_to_proto(a.sharding, a.shape.dims)) for a in outputs]
-    return protos
+        heads = []
+        for a in outputs:
+            spec = m.LoadedExecutableExecuteResponse.Output(
+                dtype=wire.dtype_to_proto(a.dtype), shape=m.ShapeProto(dims=a.shape.dims),
+                sharding=wire.sharding_to_proto(a.sharding, a.shape.dims)).SerializeToString()
+            heads.append(_OUTPUT + varint_bytes(len(spec) + 9) + spec + _ARRAY_HANDLE)
+        compiled.output_heads[key] = heads
+    return heads
 
 
 def execute(session: Any, request: Any) -> Any:
@@ -381,7 +401,8 @@ def execute(session: Any, request: Any) -> Any:
     if request.device_ids:
         named = wire.devices_of(session.client, request.device_ids, "Execute's device_ids")
         devices = named if exe.devices() is None else None
-    options = _execute_options(request.execute_options, compiled)
+    executions = session.executions
+    options = _execute_options(request.execute_options, compiled, executions is not None)
     filled = request.execute_options.fill_status
     # every handle is checked (and room made sure of) before the run donates anything
     handles = session.result_handles(request.result_array_handle, signature.num_results)
@@ -389,25 +410,20 @@ def execute(session: Any, request: Any) -> Any:
     session.check_room(len(handles) + 1)
     result = exe.execute(args, options, devices)
     outputs = result.outputs
-    if signature.token_results or session.executions is not None:
-        ran = (result.status if result.status is not None
-               else join_futures([o.ready_future() for o in outputs]))
-        if session.executions is not None:
-            session.executions.started(ran)
+    if executions is not None:
+        executions.started(result.status)
     if signature.token_results:
         ran_on = devices or exe.devices() or DeviceList(exe.addressable_devices()[:1])
-        outputs = signature.results(outputs, lambda: Token(ran_on, ran))
+        outputs = signature.results(outputs, lambda: Token(ran_on, result.status))
     session.put_arrays(handles, outputs)
-    m = messages()
-    response = m.LoadedExecutableExecuteResponse()
+    answer = []
     if filled:
         session.put_future(status, result.status)
         if not request.result_status_handle:
-            response.status_handle = status
-    protos = _output_protos(compiled, outputs, devices)
-    for handle, (dtype, shape, sharding) in zip(handles, protos):
-        response.outputs.add(dtype=dtype, shape=shape, sharding=sharding, array_handle=handle)
-    return response
+            answer.append(_STATUS_HANDLE + _U64.pack(status))
+    for handle, head in zip(handles, _output_heads(compiled, outputs, devices)):
+        answer += (head, _U64.pack(handle))
+    return b"".join(answer)
 
 
 def execute_cannot_block(session: Any, request: Any) -> bool:
@@ -422,7 +438,7 @@ def execute_cannot_block(session: Any, request: Any) -> bool:
 def fetch_execute_result(session: Any, request: Any) -> None:
     """Answer when the execution's status future completes (and forget the future)."""
     session.answer_later(session.take_future(request.result_status_handle),
-                         messages().LoadedExecutableFetchExecuteResultResponse)
+                         bytes)  # an empty LoadedExecutableFetchExecuteResultResponse
 
 
 # -- lifetime ----------------------------------------------------------------------------

@@ -148,29 +148,43 @@ class Executions:
     """The executions the server has started and not yet seen end, every session's
     together, against the backend's cap (``Client.executions_in_flight_cap``, None: none):
     past the cap the backend's next execute waits for one to end, which an execute on the
-    server's event loop must never do (see :meth:`room`)."""
+    server's event loop must never do (see :meth:`room`). An execution's end is seen by
+    asking its status future (``done()``) when the count matters, never by a callback: a
+    callback would take the GIL on the backend's thread as each run ends."""
 
     def __init__(self, cap: int | None):
         self.cap = cap
-        self.count = 0
+        self._running: list[Any] = []  # the status futures of those not yet seen to end
         self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        """Executions started and not seen to end."""
+        with self._lock:
+            self._forget_ended_locked()
+            return len(self._running)
 
     def room(self) -> bool:
         """Whether an execute may start on the event loop: below half the cap, as the other
         sessions' workers start executions unchecked meanwhile (each one at a time)."""
-        return self.cap is None or self.count < self.cap // 2
+        if self.cap is None:
+            return True
+        with self._lock:
+            if len(self._running) >= self.cap // 2:
+                self._forget_ended_locked()
+            return len(self._running) < self.cap // 2
 
-    def started(self, done: Any) -> None:
-        """Count an execution until ``done`` (its status, or its outputs' readiness) is."""
+    def started(self, status: Any) -> None:
+        """Count an execution until its ``status`` future is done."""
         if self.cap is None:
             return
         with self._lock:
-            self.count += 1
-        done.add_done_callback(self._ended)
+            if len(self._running) >= self.cap:
+                self._forget_ended_locked()
+            self._running.append(status)
 
-    def _ended(self, _: Any) -> None:
-        with self._lock:
-            self.count -= 1
+    def _forget_ended_locked(self) -> None:
+        self._running = [status for status in self._running if not status.done()]
 
 
 class Session:

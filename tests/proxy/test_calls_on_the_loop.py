@@ -107,13 +107,14 @@ def test_an_execute_that_cannot_block_is_answered_on_the_loop(pjrt):
 
         # at half the executions in flight the backend allows, the worker
         executions, half = server._service.executions, pjrt.executions_in_flight_cap // 2
-        with executions._lock:
-            executions.count += half  # as if other sessions had that many running
+        others = [ifrt.Promise() for _ in range(half)]  # as if other sessions ran that many
+        for running in others:
+            executions.started(running.future)
         try:
             sync_call(session, add_one, 1)
         finally:
-            with executions._lock:
-                executions.count -= half
+            for running in others:
+                running.set_result(None)
         assert client.threads[2].startswith(LOOP + "-session-"), client.threads
         sync_call(session, add_one, 1)
         assert client.threads[3] == LOOP
@@ -229,3 +230,30 @@ def test_a_run_with_no_outputs_counts_in_flight_until_it_ends(pjrt):
         client.release.set()
         wait_for(lambda: executions.count == 0, "the run's end to be counted")
         session.close()
+
+
+def test_executions_in_flight_are_seen_to_end_by_asking_their_status():
+    """The server's count of executions in flight asks each run's status whether it is
+    done, when the count matters: it registers no callback, which would take the GIL on
+    the backend's thread as each run ends."""
+    from ifrtpy.proxy.session import Executions
+
+    class Status:
+        ended = False
+
+        def done(self):
+            return self.ended
+
+        def add_done_callback(self, fn):
+            raise AssertionError("the count registered a callback")
+
+    executions = Executions(8)
+    runs = [Status() for _ in range(4)]
+    for run in runs:
+        executions.started(run)
+    assert executions.count == 4
+    assert not executions.room()  # at half the cap
+    runs[1].ended = True
+    assert executions.room()
+    assert executions.count == 3
+    assert Executions(None).room()
