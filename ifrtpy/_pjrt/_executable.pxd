@@ -22,14 +22,14 @@ cdef class ExecutableHandle:
 
     cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
                            Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
-                           int launch_id, non_donatable_input_indices,
+                           int launch_id, tuple non_donatable_input_indices,
                            DeviceHandle execute_device) except -1
     cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
-                               int launch_id, non_donatable_input_indices,
+                               int launch_id, tuple non_donatable_input_indices,
                                DeviceHandle execute_device, frozenset donated,
                                admit_buffer admit)
-    cdef int _execute(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
-                      Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
+    cdef int _execute(self, PyObject** arguments, Py_ssize_t num_args, Py_ssize_t num_devices,
+                      int launch_id, tuple non_donatable_input_indices,
                       DeviceHandle execute_device, frozenset donated, admit_buffer admit,
                       PyObject** results, PyObject** done) except -1
 

@@ -38,10 +38,9 @@ Differences from the C API:
 """
 
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
-from cpython.list cimport PyList_CheckExact
-from cpython.sequence cimport PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
-from cpython.tuple cimport PyTuple_CheckExact, PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.sequence cimport PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memset
@@ -189,21 +188,6 @@ cdef list _checked_lists(object lists, str parameter):
 cdef frozenset _NO_INDICES = frozenset()
 
 
-cdef inline Py_ssize_t _length(object group) except -1:
-    """``len(group)`` of a list or tuple: read directly unless a subclass may override it."""
-    if PyTuple_CheckExact(group) or PyList_CheckExact(group):
-        return PySequence_Fast_GET_SIZE(group)
-    return len(group)
-
-
-cdef inline object _item(object group, Py_ssize_t i):
-    """``group[i]`` of a list or tuple whose length was read by ``_length`` (for an exact
-    list, in the same stretch with the GIL held)."""
-    if PyTuple_CheckExact(group) or PyList_CheckExact(group):
-        return <object>PySequence_Fast_GET_ITEM(group, i)
-    return group[i]
-
-
 cdef tuple _execute_options(launch_id, non_donatable, execute_device, donated):
     """The checked ``(launch_id, non_donatable, execute_device, donated)`` of an execute
     (the defaults pass without a call)."""
@@ -212,7 +196,7 @@ cdef tuple _execute_options(launch_id, non_donatable, execute_device, donated):
     if execute_device is not None and not isinstance(execute_device, DeviceHandle):
         raise _errors.invalid_argument("execute_device", "a DeviceHandle or None", execute_device)
     if not (type(non_donatable) is tuple and not non_donatable):
-        non_donatable = _indices(non_donatable, "non_donatable_input_indices")
+        non_donatable = tuple(_indices(non_donatable, "non_donatable_input_indices"))
     if type(donated) is frozenset or (type(donated) is tuple and not donated):
         donated = frozenset(_indices(donated, "donated_input_indices")) if donated else _NO_INDICES
     else:
@@ -319,7 +303,7 @@ cdef class ExecutableHandle:
 
     cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
                            Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
-                           int launch_id, non_donatable_input_indices,
+                           int launch_id, tuple non_donatable_input_indices,
                            DeviceHandle execute_device) except -1:
         """``_execute``'s call of PJRT_LoadedExecutable_Execute, with the GIL released.
         ``args_flat[d * num_args + k]`` is argument k on device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
@@ -414,173 +398,155 @@ cdef class ExecutableHandle:
                 free(non_donatable)
 
     cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
-                               int launch_id, non_donatable_input_indices,
+                               int launch_id, tuple non_donatable_input_indices,
                                DeviceHandle execute_device, frozenset donated,
                                admit_buffer admit):
-        """``_execute`` of ``groups`` (lists or tuples of BufferHandles) returning
-        ``(outputs, events)``, both tuples."""
-        cdef Py_ssize_t num_results = num_devices if by_device else self.num_outputs
-        cdef Py_ssize_t i
+        """``_execute`` of ``groups`` (lists or tuples of BufferHandles: device d's
+        (``by_device``) or argument k's on each device) returning ``(outputs, events)``,
+        both tuples, the outputs grouped as the arguments are. Each group is copied to a
+        tuple first (a tuple as it is): what a subclass's own code gives, before the
+        execute; the execute reads the copies."""
+        cdef Py_ssize_t num_args, k
         cdef PyObject* small_results[SMALL]
         cdef PyObject** results = small_results
         cdef PyObject* done = NULL
-        # _execute reads the list in place unless a group's own Python code (a subclass of list
-        # or tuple) may change it meanwhile: then a copy.
-        cdef object read = groups
-        for group in groups:
-            if not (PyTuple_CheckExact(group) or PyList_CheckExact(group)):
-                read = tuple(groups)
-                break
-        outputs = PyTuple_New(num_results)  # before the execute: nothing fails after it
-        if num_results > SMALL:
-            results = <PyObject**>malloc(num_results * sizeof(PyObject*))
+        cdef list copies = [tuple(group) for group in groups]
+        if by_device:  # argument k's buffers, one per device
+            num_args = len(copies[0]) if copies else 0
+            for d, group in enumerate(copies):
+                if len(<tuple>group) != num_args:
+                    raise _errors.InvalidArgumentError(
+                        f"argument list {d} has {len(<tuple>group)} buffers, list 0 has {num_args}")
+            arguments = tuple([tuple([(<tuple>group)[k] for group in copies])
+                               for k in range(num_args)])
+        else:
+            arguments = tuple(copies)
+        outputs = PyTuple_New(self.num_outputs)  # before the execute: nothing fails after it
+        if self.num_outputs > SMALL:
+            results = <PyObject**>malloc(self.num_outputs * sizeof(PyObject*))
             if results == NULL:
                 raise MemoryError()
         try:
-            self._execute(PySequence_Fast_ITEMS(read), len(read), by_device, num_devices,
-                      launch_id, non_donatable_input_indices, execute_device, donated,
-                      admit, results, &done)
-            for i in range(num_results):  # the tuple takes over each reference
-                PyTuple_SET_ITEM(outputs, i, <object>results[i])
+            self._execute(PySequence_Fast_ITEMS(arguments), len(arguments), num_devices,
+                          launch_id, non_donatable_input_indices, execute_device, donated,
+                          admit, results, &done)
+            for k in range(self.num_outputs):  # the tuple takes over each reference
+                PyTuple_SET_ITEM(outputs, k, <object>results[k])
         finally:
             if results != small_results:
                 free(results)
         events = <tuple>done
         Py_XDECREF(done)
+        if by_device:  # device d's outputs
+            outputs = tuple([tuple([(<tuple>output)[d] for output in outputs])
+                             for d in range(num_devices)])
         return outputs, events
 
-    cdef int _execute(self, PyObject** groups, Py_ssize_t num_groups, bint by_device,
-                      Py_ssize_t num_devices, int launch_id, non_donatable_input_indices,
+    @cython.cdivision(True)
+    cdef int _execute(self, PyObject** arguments, Py_ssize_t num_args, Py_ssize_t num_devices,
+                      int launch_id, tuple non_donatable_input_indices,
                       DeviceHandle execute_device, frozenset donated, admit_buffer admit,
                       PyObject** results, PyObject** done) except -1:
         """The one routine that hands buffers to the plugin, for every execute (``execute``,
-        ``execute_by_argument`` and the PjRt backend's launches). ``groups[0:num_groups]``
-        are lists or tuples of BufferHandles, referenced by the caller for the call:
-        ``groups[d][k]`` (``by_device``) or ``groups[k][d]`` is argument k's BufferHandle on
-        device d. Each buffer is checked to be a BufferHandle of this client, given to
-        ``admit`` (the caller's rule; unless NULL) and pinned while the plugin takes it,
-        marked ``donating`` where its argument is in ``donated`` (the arguments the call
-        donates, as the caller worked them out); the outputs and events are owned by
-        handles as soon as the plugin returns them (``_execute_flat`` makes the call).
+        ``execute_by_argument`` and the PjRt backend's launches). ``arguments[0:num_args]``
+        are tuples, ``arguments[k][d]`` argument k's BufferHandle on device d, referenced by
+        the caller for the call (a tuple cannot change: neither can the buffers it holds).
+        Each buffer is checked to be a BufferHandle of this client, given to ``admit`` (the
+        caller's rule; unless NULL) and pinned while the plugin takes it, marked
+        ``donating`` where its argument is in ``donated`` (the arguments the call donates,
+        as the caller worked them out); the outputs and events are owned by handles as soon
+        as the plugin returns them (``_execute_flat`` makes the call).
 
-        On success ``results[g]`` (``num_devices`` entries ``by_device``, else one per
-        output) receives a new reference to a tuple of BufferHandles grouped as the
-        arguments are: device g's outputs, or output g on each device; and ``done``, unless
-        NULL, a new reference to the tuple of completion events, one per device (none are
-        asked for with ``done`` NULL). On error neither is written."""
+        On success ``results[k]`` (one per output) receives a new reference to the tuple of
+        output k's BufferHandle on each device; and ``done``, unless NULL, a new reference
+        to the tuple of completion events, one per device (none are asked for with ``done``
+        NULL). On error neither is written."""
         cdef const PJRT_Api* api = self.client.api
-        cdef Py_ssize_t num_args
         cdef Py_ssize_t num_outputs = self.num_outputs
-        cdef Py_ssize_t num_results = num_devices if by_device else num_outputs
-        cdef Py_ssize_t d, g, i, k, size
+        cdef Py_ssize_t d, i, k
         cdef PJRT_Buffer** args_flat = NULL
         cdef PJRT_Buffer** out_flat = NULL
         cdef PJRT_Event** events = NULL
         cdef BufferHandle buffer
         cdef object group
         cdef bint want_events = done != NULL
-        if by_device:
-            num_args = _length(<object>groups[0]) if num_groups else 0
-        else:
-            num_args = num_groups
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
-        # Every buffer passed, referenced and pinned (pin_for_execute) while the plugin takes
-        # it without the GIL (another thread may change the caller's lists meanwhile).
-        cdef PyObject* small_held[SMALL]
-        cdef PyObject** held = NULL
-        cdef Py_ssize_t num_held = 0, num_pinned = 0
+        cdef Py_ssize_t num_pinned = 0  # arguments[i // num_devices][i % num_devices], i < this
         cdef bint donate
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
-        cdef bint executed = False
+        cdef bint executed = False, succeeded = False
         cdef Py_ssize_t num_written = 0
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
                 out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
                 events = <PJRT_Event**>malloc((num_devices + 1) * sizeof(void*))
-                held = <PyObject**>malloc((num_devices * num_args + 1) * sizeof(PyObject*))
-                if args_flat == NULL or out_flat == NULL or events == NULL or held == NULL:
+                if args_flat == NULL or out_flat == NULL or events == NULL:
                     raise MemoryError()
             else:
-                args_flat, out_flat, events, held = small_args, small_outs, small_events, small_held
-            for g in range(num_groups):
-                group = <object>groups[g]
-                size = _length(group)
-                if by_device and size != num_args:
+                args_flat, out_flat, events = small_args, small_outs, small_events
+            for k in range(num_args):
+                group = <object>arguments[k]
+                if not isinstance(group, tuple):
+                    raise _errors.invalid_argument(
+                        f"the buffers of argument {k}", "a tuple of BufferHandles", group)
+                if PyTuple_GET_SIZE(group) != num_devices:
                     raise _errors.InvalidArgumentError(
-                        f"argument list {g} has {size} buffers, list 0 has {num_args}")
-                if not by_device and size != num_devices:
-                    raise _errors.InvalidArgumentError(
-                        f"argument {g} has {size} buffers for {num_devices} devices")
-                for i in range(size):
-                    k = i if by_device else g
-                    item = _item(group, i)
+                        f"argument {k} has {PyTuple_GET_SIZE(group)} buffers for "
+                        f"{num_devices} devices")
+                donate = donates and k in donated
+                for d in range(num_devices):
+                    item = <object>PyTuple_GET_ITEM(group, d)
                     if not isinstance(item, BufferHandle):
                         raise _errors.invalid_argument(
-                            f"the buffer of argument {k} on device {g if by_device else i}",
-                            "a BufferHandle", item)
+                            f"the buffer of argument {k} on device {d}", "a BufferHandle", item)
                     buffer = <BufferHandle>item
                     if buffer.client is not self.client:
                         raise _errors.InvalidArgumentError(
                             f"a buffer of argument {k} belongs to another client")
-                    Py_XINCREF(<PyObject*>buffer)
-                    held[num_held] = <PyObject*>buffer
-                    num_held += 1
-                    donate = donates and k in donated
                     if admit != NULL:
                         admit(buffer, donate, k)
                     pin_for_execute(buffer, donate, k)
                     num_pinned += 1
-                    if by_device:
-                        args_flat[g * num_args + i] = buffer.ptr
-                    else:
-                        args_flat[i * num_args + g] = buffer.ptr
+                    args_flat[d * num_args + k] = buffer.ptr
             memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
-            memset(events, 0, num_devices * sizeof(void*))
+            if want_events:
+                memset(events, 0, num_devices * sizeof(void*))
             self._execute_flat(args_flat, num_devices, num_args, out_flat,
                                events if want_events else NULL, launch_id,
                                non_donatable_input_indices, execute_device)
             executed = True
-            # results[d][k] (by_device) or results[k][d]; out_flat[d * num_outputs + k].
-            for g in range(num_results):
-                if by_device:
-                    group = take_buffers(self.client, out_flat, g * num_outputs, 1, num_outputs)
-                else:
-                    group = take_buffers(self.client, out_flat, g, num_outputs, num_devices)
+            for k in range(num_outputs):  # output k on device d: out_flat[d * num_outputs + k]
+                group = take_buffers(self.client, out_flat, k, num_outputs, num_devices)
                 Py_INCREF(group)
-                results[g] = <PyObject*>group
+                results[k] = <PyObject*>group
                 num_written += 1
             if want_events:
                 group = take_events(self.client, events, num_devices)
                 Py_INCREF(group)
                 done[0] = <PyObject*>group
+            succeeded = True
             return 0
-        except BaseException:
-            for g in range(num_written):  # on error nothing is written
-                Py_XDECREF(results[g])
-                results[g] = NULL
-            if executed:  # wrapping failed (MemoryError): destroy what no handle owns
-                destroy_unowned(api, out_flat, num_devices * num_outputs, events,
-                                num_devices if want_events else 0)
-            raise
         finally:
+            if not succeeded:
+                for k in range(num_written):  # on error nothing is written
+                    Py_XDECREF(results[k])
+                    results[k] = NULL
+                if executed:  # wrapping failed (MemoryError): destroy what no handle owns
+                    destroy_unowned(api, out_flat, num_devices * num_outputs, events,
+                                    num_devices if want_events else 0)
             for i in range(num_pinned):
-                buffer = <BufferHandle>held[i]
-                if by_device:
-                    k = i % num_args
-                else:
-                    k = i // num_devices
-                unpin_after_execute(buffer, donates and k in donated)
-            for i in range(num_held):
-                Py_XDECREF(held[i])
+                k = i // num_devices
+                unpin_after_execute(
+                    <BufferHandle>PyTuple_GET_ITEM(<tuple>arguments[k], i % num_devices),
+                    donates and k in donated)
             if heap:
                 free(args_flat)
                 free(out_flat)
                 free(events)
-                free(held)
 
     @property
     def num_replicas(self):

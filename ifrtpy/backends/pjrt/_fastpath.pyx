@@ -437,7 +437,7 @@ cdef class ExecutableCore:
         code runs (reading the options runs none): no other thread changes what the rules
         read. Returns an ExecuteResult (``as_result``) or the outputs."""
         cdef int launch_id = 0
-        cdef object non_donatable = ()
+        cdef tuple non_donatable = ()
         cdef bint fill_status = False
         if options is not None:
             launch_id = options.launch_id
@@ -475,8 +475,8 @@ cdef class ExecutableCore:
                     device_handle = device._handle
                 if self.max_executions and in_host_callback():
                     self._check_nested(device_handle)
-                self._handle._execute(groups, num_args, False, num_devices, launch_id,
-                                      non_donatable, device_handle, donated, _admit, results,
+                self._handle._execute(groups, num_args, num_devices, launch_id, non_donatable,
+                                      device_handle, donated, _admit, results,
                                       &done if fill_status else NULL)
                 num_results = num_outputs
                 events = <tuple>done if fill_status else None

@@ -238,6 +238,28 @@ def test_arguments_removed_while_the_call_checks_them():
     """, "emptied True ran True")
 
 
+def test_a_repeated_call_checks_each_buffer(client, monkeypatch):
+    """The C path skips the contract, not the checks of the buffers it hands the plugin: an
+    argument whose buffers were replaced by something else is refused, not handed on."""
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    sharding = _sharding(client, devices)
+    x = np.arange(8, dtype=np.float32)
+    _checked_only_once(monkeypatch, executable)
+    executable(client.make_array_from_host_buffer(x, sharding))
+    a = client.make_array_from_host_buffer(x, sharding)
+    buffers = a._buffers
+    for broken, message in (((x,), "argument 0 on device 0 must be a BufferHandle"),
+                            (buffers * 2, "argument 0 has 2 buffers for 1 devices"),
+                            (None, "buffers of argument 0 must be a tuple")):
+        a._buffers = broken
+        with pytest.raises(InvalidArgumentError, match=message):
+            executable(a)
+    a._buffers = buffers
+    [out] = executable(a)
+    np.testing.assert_array_equal(_host(out), x + 1)
+
+
 def test_block_until_ready(client):
     """Ready: the array itself. Deleted, or donated by an execute: FailedPreconditionError.
     An error array: its error."""
