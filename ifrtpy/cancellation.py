@@ -82,11 +82,18 @@ def current_cancellation() -> Cancellation | None:
     return _CURRENT.get()
 
 
-@contextlib.contextmanager
-def cancellation_scope(cancellation: Cancellation) -> Iterator[Cancellation]:
-    """Make ``cancellation`` current on this thread (or task) while the block runs."""
-    token = _CURRENT.set(cancellation)
-    try:
-        yield cancellation
-    finally:
-        _CURRENT.reset(token)
+class cancellation_scope:  # noqa: N801 - a context manager, named as a function
+    """Make ``cancellation`` current on this thread (or task) while the block runs (a
+    class, not a generator: the proxy opens one around every request it handles)."""
+
+    __slots__ = ("_cancellation", "_token")
+
+    def __init__(self, cancellation: Cancellation):
+        self._cancellation = cancellation
+
+    def __enter__(self) -> Cancellation:
+        self._token = _CURRENT.set(self._cancellation)
+        return self._cancellation
+
+    def __exit__(self, *exc_info: object) -> None:
+        _CURRENT.reset(self._token)
