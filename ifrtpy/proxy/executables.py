@@ -13,7 +13,7 @@ from ifrtpy.device import DeviceList
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
 from ifrtpy.executable import CompileOptions, ExecuteOptions
 from ifrtpy._xla import varint_bytes
-from ifrtpy.future import Future
+from ifrtpy.future import Future, join_futures
 from ifrtpy.program import HloProgram
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
@@ -410,8 +410,9 @@ def execute(session: Any, request: Any) -> Any:
     session.check_room(len(handles) + 1)
     result = exe.execute(args, options, devices)
     outputs = result.outputs
-    if executions is not None:
-        executions.started(result.status)
+    if executions is not None:  # a backend that filled no status: its outputs' readiness
+        executions.started(result.status if result.status is not None
+                           else join_futures([o.ready_future() for o in outputs]))
     if signature.token_results:
         ran_on = devices or exe.devices() or DeviceList(exe.addressable_devices()[:1])
         outputs = signature.results(outputs, lambda: Token(ran_on, result.status))

@@ -232,6 +232,29 @@ def test_a_run_with_no_outputs_counts_in_flight_until_it_ends(pjrt):
         session.close()
 
 
+class NoStatusClient(Delegating):
+    """A Client whose executables fill no status, even when asked."""
+
+    def compile(self, *args, **kwargs):
+        return NoStatusExecutable(self._inner.compile(*args, **kwargs))
+
+
+class NoStatusExecutable(Delegating):
+    def execute(self, *args, **kwargs):
+        return ifrt.ExecuteResult(None, self._inner.execute(*args, **kwargs).outputs)
+
+
+def test_a_run_without_a_status_counts_until_its_outputs_are_ready(pjrt):
+    """A backend that fills no status although asked: the server counts the run among
+    the executions in flight by its outputs' readiness, and serves on."""
+    with proxy.serve(NoStatusClient(pjrt)) as server, grpc.insecure_channel(server.address) as ch:
+        session, add_one = add_one_session(ch)
+        for _ in range(3):
+            sync_call(session, add_one, 1)
+        wait_for(lambda: server._service.executions.count == 0, "the runs' ends to be counted")
+        session.close()
+
+
 def test_executions_in_flight_are_seen_to_end_by_asking_their_status():
     """The server's count of executions in flight asks each run's status whether it is
     done, when the count matters: it registers no callback, which would take the GIL on
