@@ -654,6 +654,8 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
         return _gather(op, operands, shape)
     if name == "scatter":
         return _scatter(op, operands)
+    if name == "convolution":
+        return _convolution(op, operands, shape, dtype)
     raise Unsupported(op.operation.name)
 
 
@@ -933,6 +935,82 @@ def _dot_general(op, operands, dtype) -> Callable:
             acc = acc + a[..., i] * b[..., i]
         return acc
     return dot_float
+
+
+def _convolution(op, operands, shape, dtype) -> Callable:
+    """``stablehlo.convolution`` as the interpreter computes it (operands of a narrower
+    type converted to the result's first, as XLA does): per group (of features,
+    or of the batch), the lhs padded and dilated, each output position's window taken
+    (reversed where ``window_reversal`` says), and the window's dot with the kernel,
+    accumulated over the window's spatial dimensions, then its features, in row-major
+    order (floats one product after another from 0, as :func:`_dot_general`)."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    (ls, ldt), (rs, rdt) = operands
+    widens = ldt == rdt and ldt.kind in "iuf" and ldt.itemsize <= dtype.itemsize and (
+        ldt.kind == "f") <= (dtype.kind == "f")  # no float into an integer
+    if not widens or not (_is_int(dtype) or dtype in (np.float32, np.float64)):
+        raise Unsupported(f"a convolution of {ldt} and {rdt} into {dtype}")
+    numbers = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    lb, lf = numbers.input_batch_dimension, numbers.input_feature_dimension
+    lsp = list(numbers.input_spatial_dimensions)
+    ki, ko = numbers.kernel_input_feature_dimension, numbers.kernel_output_feature_dimension
+    ksp = list(numbers.kernel_spatial_dimensions)
+    ob, of = numbers.output_batch_dimension, numbers.output_feature_dimension
+    osp = list(numbers.output_spatial_dimensions)
+    n = len(lsp)
+
+    def ints(name, default):
+        return _ints(op.attributes[name]) if name in op.attributes else [default] * n
+
+    strides, lhs_dilation = ints("window_strides", 1), ints("lhs_dilation", 1)
+    rhs_dilation, reversal = ints("rhs_dilation", 1), ints("window_reversal", 0)
+    padding = (np.array(ir.DenseIntElementsAttr(op.attributes["padding"])).reshape(n, 2)
+               if "padding" in op.attributes else np.zeros((n, 2), np.int64))
+    groups = int(ir.IntegerAttr(op.attributes["feature_group_count"]).value)
+    batch_groups = int(ir.IntegerAttr(op.attributes["batch_group_count"]).value)
+    out_spatial = [shape[d] for d in osp]
+    kernel = [rs[d] for d in ksp]
+    # the lhs as [batch, spatial..., feature], padded and dilated as the interpreter pads
+    dilated = [(ls[d] - 1) * e + 1 if ls[d] else 0 for d, e in zip(lsp, lhs_dilation)]
+    pad = _pad([0, *padding[:, 0], 0], [0, *padding[:, 1], 0],
+               [0, *(e - 1 for e in lhs_dilation), 0],
+               [ls[lb], *(m + lo + hi for m, (lo, hi) in zip(dilated, padding)), ls[lf]])
+    # along spatial dimension d, element k of output position o's window (the window
+    # reversed where window_reversal says), as an index of shape [o..., k...]
+    index = []
+    for d in range(n):
+        at_o, at_k = [1] * (2 * n), [1] * (2 * n)
+        at_o[d] = at_k[n + d] = -1
+        o = np.arange(out_spatial[d]) * strides[d]
+        k = np.arange(kernel[d])[::-1 if reversal[d] else 1] * rhs_dilation[d]
+        index.append(o.reshape(at_o) + k.reshape(at_k))
+
+    def one(x, w):
+        """One group's: x as [batch, spatial..., feature], w as [spatial..., in, out]."""
+        windows = x[(slice(None), *index)]  # [batch, o..., k..., feature]
+        flat = windows.reshape(windows.shape[0], *out_spatial, -1)
+        w = w.reshape(-1, w.shape[-1])  # the window's order: spatial, then feature
+        if _is_int(dtype):
+            return np.multiply(flat[..., :, None], w).sum(axis=-2, dtype=dtype)
+        acc = np.zeros((*flat.shape[:-1], w.shape[-1]), dtype)
+        for i in range(w.shape[0]):
+            acc = acc + flat[..., i, None] * w[i]
+        return acc
+
+    def convolution(x, y):  # a preferred element type: the operands converted to it first
+        x = pad(np.transpose(x, [lb, *lsp, lf]).astype(dtype), np.zeros((), dtype))
+        y = np.transpose(y, [*ksp, ki, ko]).astype(dtype)
+        if batch_groups > 1:
+            xs = np.split(x, batch_groups, axis=0)
+            ys = np.split(y, batch_groups, axis=-1)
+        else:
+            xs = np.split(x, groups, axis=-1)
+            ys = np.split(y, groups, axis=-1)
+        out = np.concatenate([one(a, b) for a, b in zip(xs, ys)], axis=-1)
+        return np.transpose(out, np.argsort([ob, *osp, of]))
+    return convolution
 
 
 def _index_vectors(indices, index_dim: int) -> np.ndarray:

@@ -284,6 +284,17 @@ def jax_programs():
         "scatter_mul": (lambda x: x.at[jnp.array([2, 1])].mul(3), "i"),
         "scatter_max_float": (lambda x: x.at[jnp.array([0, 2, 0])].max(x[:3] * -1), "f"),
         "scatter_min_float": (lambda x: x.at[:, jnp.array([1, 1])].min(-x[:, :2]), "f"),
+        "convolutions": (lambda x: (
+            lax.conv_general_dilated(x[None, None], x[None, None, :2, :2], (1, 1), "SAME"),
+            lax.conv_general_dilated(x[None, None], x[None, None, :2, :3], (2, 1),
+                                     [(1, 0), (0, 2)], lhs_dilation=(1, 2), rhs_dilation=(2, 1)),
+            lax.conv_general_dilated(jnp.stack([x, -x])[None], jnp.stack([x[:2, :2], x[1:, 1:3]])[:, None],
+                                     (1, 1), "VALID", feature_group_count=2),
+            lax.conv_transpose(x[None, :, :, None], x[:2, :2, None, None], (2, 1), "SAME")), "f"),
+        "integer_convolutions": (lambda x: (
+            lax.conv_general_dilated(x[None, None], x[None, None, :2, :2], (1, 2), [(1, 1), (0, 1)]),
+            lax.conv_general_dilated(jnp.stack([x, x * 2])[None], jnp.stack([x[:2, :2], -x[:2, :2]])[:, None],
+                                     (1, 1), "SAME", feature_group_count=2)), "i"),
         "while_fori": (lambda x: lax.fori_loop(0, 5, lambda i, c: c * 0.5 + x[i % 3], x[0]), "f"),
         "cond_switch": (lambda x: (lax.cond(x[0, 0] > 0, lambda v: v + 1, lambda v: v * 2, x),
                                    lax.switch(jnp.int32(x[0, 1] > 0) + 1,
@@ -298,6 +309,18 @@ def jax_programs():
     }
 
 
+def jax_conv_gradients(x):
+    """The gradients of a strided, padded convolution (jax's: window reversal, lhs
+    dilation, and a convolution over the batch for the kernel's)."""
+    jax = pytest.importorskip("jax")
+
+    def loss(a, k):
+        out = jax.lax.conv_general_dilated(a, k, (2, 1), [(1, 2), (0, 1)], rhs_dilation=(1, 2))
+        return (out * out).sum()
+    return jax.grad(loss, argnums=(0, 1))(jax.numpy.stack([x, x * 0.5])[:, None],
+                                         jax.numpy.stack([x[:2, :2], x[1:, :2]])[:, None])
+
+
 def jax_ops_segment_sum(x):
     jax = pytest.importorskip("jax")
     return jax.ops.segment_sum(x, jax.numpy.arange(x.size) % 4, num_segments=4)
@@ -307,7 +330,8 @@ JAX_PROGRAMS = ["sort_rows", "sort_columns", "argsort", "sort_two", "scatter_add
                 "scatter_max", "scatter_min", "scatter_mul", "scatter_max_float", "scatter_min_float",
                 "broadcast_transpose_reshape", "slices_pad_reverse", "sum_prod_max_min",
                 "integer_reductions", "argmax_argmin", "cumulative", "windows", "any_all", "dot_matmul_einsum",
-                "integer_dot", "gather_take_indexing", "dynamic_slice_update", "while_fori",
+                "integer_dot", "gather_take_indexing", "dynamic_slice_update", "convolutions",
+                "integer_convolutions", "while_fori",
                 "cond_switch", "iota_shifts_bits", "erf_inv_and_friends"]
 
 
@@ -368,6 +392,34 @@ def test_where_the_interpreter_is_wrong_the_evaluator_gives_jaxs_results(context
     }[name]
     expected = [np.asarray(out) for out in jax.jit(function)(x)]
     assert_same(run_numpy(context, lowered(function, x), [x]), expected, name)
+
+
+@pytest.mark.parametrize("name", ["gradients", "int8_preferred_f32_and_i32"])
+def test_convolutions_the_interpreter_aborts_on_agree_with_jax(context, name):
+    """jaxlib's interpreter aborts the process on some convolutions: one of a strided,
+    padded convolution's gradients (``LLVM ERROR: Incompatible index and shape found
+    while flattening index``), int8 operands into a wider result (``Element is not an
+    integer``). The evaluator runs them: the gradients within rounding of jax's CPU
+    client (which sums in another order), small integers exactly."""
+    jax = pytest.importorskip("jax")
+    lax = jax.lax
+    x = np.array([[0.5, -1.0, 2.0, 0.0], [1.5, 3.0, -2.5, 1.0], [-0.5, 4.0, 1.0, -3.0]],
+                 np.float32)
+    if name == "gradients":
+        function = jax_conv_gradients
+    else:
+        x = (x * 2).astype(np.int8)
+
+        def function(x):
+            return tuple(lax.conv_general_dilated(x[None, None], x[None, None, :2, :2], (1, 2),
+                                                  [(1, 1), (0, 1)], preferred_element_type=t)
+                         for t in (np.float32, np.int32))
+    ours = run_numpy(context, lowered(function, x), [x])
+    expected = function(x)
+    assert len(ours) == len(expected) == 2
+    for got, want in zip(ours, expected):
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, atol=1e-5)
 
 
 def test_jax_rejection_sampler_agrees(context):
