@@ -937,6 +937,12 @@ def _dot_general(op, operands, dtype) -> Callable:
     return dot_float
 
 
+#: The most elements an array of a program the evaluator runs may have (512 MiB of f32;
+#: an op on it takes about a second): its values (``rewrite`` refuses larger ones), and
+#: what an op makes on the way (a convolution's windows).
+MAX_ELEMENTS = 2 ** 27
+
+
 def _convolution(op, operands, shape, dtype) -> Callable:
     """``stablehlo.convolution`` as the interpreter computes it (operands of a narrower
     type converted to the result's first, as XLA does): per group (of features,
@@ -972,6 +978,11 @@ def _convolution(op, operands, shape, dtype) -> Callable:
     batch_groups = int(ir.IntegerAttr(op.attributes["batch_group_count"]).value)
     out_spatial = [shape[d] for d in osp]
     kernel = [rs[d] for d in ksp]
+    windows = ls[lb] * math.prod(out_spatial) * math.prod(kernel) * ls[lf]
+    if _is_int(dtype):  # every product at once
+        windows *= rs[ko] // (groups * batch_groups)
+    if windows > MAX_ELEMENTS:
+        raise Unsupported(f"a convolution whose windows hold {windows} elements")
     # the lhs as [batch, spatial..., feature], padded and dilated as the interpreter pads
     dilated = [(ls[d] - 1) * e + 1 if ls[d] else 0 for d, e in zip(lsp, lhs_dilation)]
     pad = _pad([0, *padding[:, 0], 0], [0, *padding[:, 1], 0],

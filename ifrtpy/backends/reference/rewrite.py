@@ -22,7 +22,7 @@ from typing import Union
 
 import numpy as np
 
-from ifrtpy.backends.reference import kernels, lapack, replicas, stages
+from ifrtpy.backends.reference import kernels, lapack, numpy_eval, replicas, stages
 from ifrtpy.backends.reference.interpreter import MLIR_LOCK, Interpretable, element_name
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError
@@ -141,9 +141,8 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
 #: and ran for hours. A larger one is refused at compile time, unless the NumPy evaluator
 #: runs the whole program (up to :data:`NUMPY_MAX_ELEMENTS`).
 MAX_ELEMENTS = 2 ** 22
-#: The most elements a tensor of a program the NumPy evaluator runs may have (512 MiB of
-#: f32; an op on it takes about a second).
-NUMPY_MAX_ELEMENTS = 2 ** 27
+#: The most elements a tensor of a program the NumPy evaluator runs may have.
+NUMPY_MAX_ELEMENTS = numpy_eval.MAX_ELEMENTS
 
 
 def _too_large(name: str, op) -> str | None:
@@ -172,7 +171,7 @@ def _numpy_runs(text: str) -> str | None:
     """None where the workers' NumPy evaluator runs the program ``text``, else why not."""
     from jaxlib.mlir import ir
 
-    from ifrtpy.backends.reference import numpy_eval, worker
+    from ifrtpy.backends.reference import worker
     if not worker.numpy_chosen():
         return f"{worker.EVALUATOR_VARIABLE}=interpreter"
     why: list[str] = []

@@ -455,6 +455,23 @@ def test_unsupported_ops_leave_the_program_to_the_interpreter(context):
     np.testing.assert_array_equal(np.asarray(out), np.sort(x))
 
 
+def test_a_convolution_past_the_evaluators_limit_is_left_to_the_interpreter(context, monkeypatch):
+    """A convolution's windows count against the evaluator's limit of elements: past
+    it, the program is left to the interpreter, which holds no such intermediate."""
+    from jaxlib.mlir import ir
+
+    jax = pytest.importorskip("jax")
+    x = np.ones((3, 4), np.float32)
+    text = lowered(lambda x: jax.lax.conv_general_dilated(x[None, None], x[None, None, :2, :2],
+                                                          (1, 1), "SAME"), x)
+    why: list[str] = []
+    with context, ir.Location.unknown():
+        assert numpy_eval.compile_module(ir.Module.parse(prepared(text))) is not None
+        monkeypatch.setattr(numpy_eval, "MAX_ELEMENTS", 47)  # its windows: 1 * 12 * 4 * 1
+        assert numpy_eval.compile_module(ir.Module.parse(prepared(text)), why) is None
+    assert "a convolution whose windows hold 48 elements" in why[0]
+
+
 def test_the_backend_gives_the_same_results_with_either_evaluator(monkeypatch):
     """A worker started with IFRTPY_REFERENCE_EVALUATOR=interpreter runs every program in
     the interpreter; the results are the same bits."""
