@@ -325,10 +325,14 @@ def _convert(source: np.dtype, target: np.dtype) -> Callable:
     return lambda x: x.astype(target)
 
 
-def _bitcast(source: np.dtype, target: np.dtype) -> Callable:
-    if source.itemsize != target.itemsize or np.bool_ in (source, target):
+def _bitcast(source: np.dtype, target: np.dtype, shape: tuple[int, ...]) -> Callable:
+    """``bitcast_convert``; between widths, the narrower type's last dimension holds the
+    wider's bytes, low ones first (this machine's order, as XLA's on it)."""
+    if np.bool_ in (source, target):
         raise Unsupported(f"stablehlo.bitcast_convert from {source} to {target}")
-    return lambda x: np.asarray(x).view(target)
+    if source.itemsize == target.itemsize:
+        return lambda x: np.asarray(x).view(target)
+    return lambda x: np.ascontiguousarray(x).view(target).reshape(shape)
 
 
 def _total_order(x):
@@ -584,9 +588,7 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
     if name == "convert":
         return _convert(operands[0][1], dtype)
     if name == "bitcast_convert":
-        if operands[0][0] != shape:
-            raise Unsupported("bitcast_convert changing the shape")
-        return _bitcast(operands[0][1], dtype)
+        return _bitcast(operands[0][1], dtype, shape)
     if name == "reshape":
         return lambda x: np.reshape(x, shape)
     if name == "broadcast_in_dim":
@@ -656,6 +658,8 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
         return _scatter(op, operands)
     if name == "convolution":
         return _convolution(op, operands, shape, dtype)
+    if name == "rng_bit_generator":
+        return _rng_bit_generator(op, results)
     raise Unsupported(op.operation.name)
 
 
@@ -1022,6 +1026,30 @@ def _convolution(op, operands, shape, dtype) -> Callable:
         out = np.concatenate([one(a, b) for a, b in zip(xs, ys)], axis=-1)
         return np.transpose(out, np.argsort([ob, *osp, of]))
     return convolution
+
+
+def _rng_bit_generator(op, results) -> Callable:
+    """``stablehlo.rng_bit_generator`` as XLA's CPU compiler makes it
+    (:mod:`.bit_generators`): ``DEFAULT`` is Philox there."""
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
+    from ifrtpy.backends.reference import bit_generators
+
+    algorithm = hlo.RngAlgorithmAttr(op.attributes["rng_algorithm"]).value
+    (state_shape, state_dtype), (shape, dtype) = results
+    generate = {"DEFAULT": bit_generators.philox, "PHILOX": bit_generators.philox,
+                "THREE_FRY": bit_generators.three_fry}.get(algorithm)
+    states = [(2,)] if generate is bit_generators.three_fry else [(2,), (3,)]
+    if (generate is None or state_dtype != np.uint64 or tuple(state_shape) not in states
+            or dtype.kind not in "iu"):
+        raise Unsupported(f"rng_bit_generator {algorithm} of a {state_dtype}{list(state_shape)} "
+                          f"state into {dtype}")
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+
+    def rng_bit_generator(state):
+        new, bits = generate(state, shape, unsigned)
+        return new, bits.view(dtype)
+    return rng_bit_generator
 
 
 def _index_vectors(indices, index_dim: int) -> np.ndarray:

@@ -55,17 +55,19 @@ _MANUAL_TARGETS = frozenset({"SPMDFullToShardShape", "SPMDShardToFullShape",
 
 #: StableHLO ops the interpreter does not run: it aborts the process on them, so they are
 #: refused at compile time (UnimplementedError). Ops of other dialects than stablehlo and
-#: func (chlo, mhlo, ...) are refused too.
+#: func (chlo, mhlo, ...) are refused too. Those of _NUMPY_ONLY run where the NumPy
+#: evaluator runs the whole program.
 _NOT_INTERPRETED = frozenset("stablehlo." + name for name in (
     "batch_norm_grad", "batch_norm_inference", "batch_norm_training", "broadcast",
     "composite", "compute_reshape_shape", "create_token", "cross-replica-sum",
     "cstr_reshapable", "dot", "dynamic_broadcast_in_dim", "dynamic_conv", "dynamic_gather",
     "dynamic_iota", "dynamic_pad", "dynamic_reshape", "einsum",
     "get_dimension_size", "infeed", "outfeed", "real_dynamic_slice", "recv",
-    "rng_bit_generator", "send", "set_dimension_size", "torch_index_select", "trace",
+    "send", "set_dimension_size", "torch_index_select", "trace",
     "unary_einsum", "uniform_dequantize", "uniform_quantize",
 ))
 _INTERPRETED_DIALECTS = ("stablehlo.", "func.")
+_NUMPY_ONLY = frozenset({"stablehlo.rng_bit_generator"})
 
 # Result element types np.array() cannot read from an attribute: how the wrapper hands
 # them over (the interpreter turns them back, see interpreter.py).
@@ -93,10 +95,11 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
     """Raise UnimplementedError for what cannot run on global values (or, in a program
     run over replicas, in :mod:`.replicas`); erase sharding annotations (uses of their
     result take their operand). Returns the op count, and the first op making a tensor
-    too large for the interpreter (None where there is none)."""
+    the interpreter cannot run (too large, or of _NUMPY_ONLY), with why; None where
+    there is none."""
     ops = mlir.ops_inside(module.operation)
     strip = []
-    too_large = None
+    numpy_only = None
     for op in ops:
         op_name = op.operation.name
         if over_replicas and op_name in replicas.OPS | replicas.IDS or kernels.is_kernel_op(op):
@@ -122,16 +125,18 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
             else:
                 raise UnimplementedError(f"{name}: the reference backend cannot run custom call "
                                          f"{target!r}{_why_not(target)}")
+        elif op_name in _NUMPY_ONLY:
+            numpy_only = numpy_only or (f"{name}: the StableHLO reference interpreter does "
+                                        f"not run {op_name}")
         elif op_name != "sdy.mesh" and (op_name in _NOT_INTERPRETED
                                         or not op_name.startswith(_INTERPRETED_DIALECTS)):
             raise UnimplementedError(
                 f"{name}: the StableHLO reference interpreter does not run {op_name}")
-        if too_large is None:
-            too_large = _too_large(name, op)
+        numpy_only = _too_large(name, op) or numpy_only  # each op checked for the evaluator
     for op in strip:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
-    return len(ops) - len(strip), too_large
+    return len(ops) - len(strip), numpy_only
 
 
 #: The most elements a tensor of a program the interpreter runs may have. The interpreter
@@ -526,7 +531,7 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
             params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
             outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
         _inline_composites(module)
-        op_count, too_large = _check_and_strip(module, program.name, over_replicas)
+        op_count, numpy_only = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)
         _widen_narrow_accumulation(module)
         if over_replicas:
@@ -541,10 +546,10 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
                                          f"this program at its collectives: {e}") from None
         else:
             runner = _runner(module, program)
-        if too_large is not None:  # only the NumPy evaluator can run it
+        if numpy_only is not None:  # only the NumPy evaluator can run it
             why_not = ("it is cut into stages or run over replicas"
                        if not isinstance(runner, Interpretable) else _numpy_runs(runner.text))
             if why_not is not None:
-                raise UnimplementedError(f"{too_large}; the NumPy evaluator does not run this "
+                raise UnimplementedError(f"{numpy_only}; the NumPy evaluator does not run this "
                                          f"program ({why_not})")
     return runner, params, outputs, op_count

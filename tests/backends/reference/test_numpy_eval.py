@@ -300,6 +300,9 @@ def jax_programs():
                                    lax.switch(jnp.int32(x[0, 1] > 0) + 1,
                                               [lambda v: v, lambda v: -v, lambda v: v * v], x)),
                         "f"),
+        "bitcasts_between_widths": (lambda x: (
+            lax.bitcast_convert_type(x, jnp.uint8),
+            lax.bitcast_convert_type(x.astype(jnp.uint16).reshape(3, 2, 2), jnp.uint32)), "i"),
         "iota_shifts_bits": (lambda x: (jnp.arange(12).reshape(3, 4) << (x % 5),
                                         lax.shift_right_logical(x, jnp.int32(3)),
                                         lax.population_count(x), lax.clz(x)), "i"),
@@ -332,7 +335,7 @@ JAX_PROGRAMS = ["sort_rows", "sort_columns", "argsort", "sort_two", "scatter_add
                 "integer_reductions", "argmax_argmin", "cumulative", "windows", "any_all", "dot_matmul_einsum",
                 "integer_dot", "gather_take_indexing", "dynamic_slice_update", "convolutions",
                 "integer_convolutions", "while_fori",
-                "cond_switch", "iota_shifts_bits", "erf_inv_and_friends"]
+                "cond_switch", "bitcasts_between_widths", "iota_shifts_bits", "erf_inv_and_friends"]
 
 
 @pytest.mark.parametrize("name", JAX_PROGRAMS)
