@@ -296,8 +296,6 @@ def test_op_errors(op, shape, dtype, message):
 
 
 REFUSED = {
-    "rng": (lambda b, x: b.rng_bit_generator(b.constant(np.zeros(2, np.uint64)), (2,))[1],
-            "stablehlo.rng_bit_generator"),
     "batch_norm": (lambda b, x: b.batch_norm_training(x, b.full((2,), 1, F32), b.full((2,), 0, F32),
                                                       1e-3, 1)[0], "stablehlo.batch_norm_training"),
     "custom_call": (lambda b, x: b.custom_call("k", [x], ((2, 2), F32)), "custom call 'k'"),

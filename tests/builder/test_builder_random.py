@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import ifrtpy as ifrt
 from ifrtpy.builder import Builder
-from ifrtpy.errors import InvalidArgumentError, UnimplementedError
+from ifrtpy.errors import InvalidArgumentError
 
 from builder_helpers import client, pjrt_client, run  # noqa: F401  (client is a fixture)
 
@@ -96,11 +96,22 @@ def test_random_normal(seed, dtype):
     assert new_key.dtype == np.uint64 and new_key.shape == (2,)
 
 
-def test_reference_backend_refuses_random_bits():
+@pytest.mark.parametrize("algorithm,dtype", [("THREE_FRY", np.uint32), ("PHILOX", np.uint64),
+                                             ("DEFAULT", np.uint8)])
+def test_reference_backend_draws_the_plugins_bits(algorithm, dtype):
+    """The reference backend has XLA's bit generators (in its NumPy evaluator): its bits
+    and next state are the CPU plugin's."""
     b = Builder()
-    program = b.build(b.rng_bit_generator(b.parameter((2,), np.uint64), (4,))[1])
-    with pytest.raises(UnimplementedError, match="rng_bit_generator"):
-        ifrt.get_client("reference").compile(program, ifrt.CompileOptions())
+    program = b.build(*b.rng_bit_generator(b.parameter((2,), np.uint64), (3, 5), dtype,
+                                            algorithm=algorithm))
+    state = np.array([2**63 + 12345, 2**64 - 3], np.uint64)
+    reference = ifrt.get_client("reference")
+    ours = reference.compile(program, ifrt.CompileOptions())(
+        ifrt.device_put(state, reference.devices()[0]))
+    theirs = run(pjrt_client(), program, state)
+    for got, want in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert np.asarray(got).dtype == want.dtype
 
 
 def test_same_program_runs_again_with_the_same_key():
