@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -1033,8 +1034,10 @@ def _rng_bit_generator(op, results) -> Callable:
     (:mod:`.bit_generators`): ``DEFAULT`` is Philox there."""
     from jaxlib.mlir.dialects import stablehlo as hlo
 
-    from ifrtpy.backends.reference import bit_generators
-
+    if __package__:  # imported from the package
+        from ifrtpy.backends.reference import bit_generators
+    else:  # a worker's copy: it loaded its bit generators beside it, and imports no ifrtpy
+        bit_generators = sys.modules["_ifrtpy_reference_bit_generators"]
     algorithm = hlo.RngAlgorithmAttr(op.attributes["rng_algorithm"]).value
     (state_shape, state_dtype), (shape, dtype) = results
     generate = {"DEFAULT": bit_generators.philox, "PHILOX": bit_generators.philox,

@@ -130,15 +130,22 @@ def _context(register_dialects: str) -> Any:
 
 
 def _numpy_evaluator() -> Any:
-    """The module :mod:`.numpy_eval`, loaded from its file beside this one (the worker
-    imports nothing of ifrtpy); None where ``IFRTPY_REFERENCE_EVALUATOR`` is
-    ``interpreter`` (every program in the interpreter)."""
-    import importlib.util
-
+    """The module :mod:`.numpy_eval`, loaded from its file beside this one, with the
+    :mod:`.bit_generators` it takes (the worker imports nothing of ifrtpy); None where
+    ``IFRTPY_REFERENCE_EVALUATOR`` is ``interpreter`` (every program in the interpreter)."""
     if not numpy_chosen():
         return None
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numpy_eval.py")
-    spec = importlib.util.spec_from_file_location("_ifrtpy_reference_numpy_eval", path)
+    _load_beside("bit_generators")
+    return _load_beside("numpy_eval")
+
+
+def _load_beside(stem: str) -> Any:
+    """The file ``stem``.py beside this one, loaded as the module
+    ``_ifrtpy_reference_<stem>`` (numpy_eval finds its bit generators under that name)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), stem + ".py")
+    spec = importlib.util.spec_from_file_location("_ifrtpy_reference_" + stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -67,3 +67,37 @@ def test_with_the_interpreter_forced_the_program_is_refused(client, monkeypatch)
                        match="does not run stablehlo.rng_bit_generator; the NumPy evaluator "
                              "does not run this program"):
         client.compile(lowered)
+
+
+def test_a_worker_runs_them_importing_nothing_of_ifrtpy(tmp_path):
+    """A worker loads the evaluator and its bit generators from their files: a program
+    with a bit generator runs there without the ifrtpy package imported."""
+    import subprocess
+    import sys
+
+    from ifrtpy import _jaxlib
+    from ifrtpy.backends.reference import worker
+
+    program = """module @rng { func.func public @main(%s: tensor<2xui64>) -> tensor<5xui32> {
+      %0, %1 = stablehlo.rng_bit_generator %s, algorithm = PHILOX
+        : (tensor<2xui64>) -> (tensor<2xui64>, tensor<5xui32>)
+      return %1 : tensor<5xui32> } }"""
+    script = f"""
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("w", {worker.__file__!r})
+w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
+context = w._context({_jaxlib.register_jax_dialects_location()!r})
+evaluator = w._numpy_evaluator()
+from jaxlib.mlir import ir
+with context, ir.Location.unknown():
+    run = evaluator.compile_module(ir.Module.parse({program!r}))
+    bits, = run([np.array([3, 4], np.uint64)])
+print(*bits.tolist(), "ifrtpy" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, expected = lax.rng_bit_generator(np.array([3, 0, 4, 0], np.uint32), (5,),
+                                        algorithm=lax.RandomAlgorithm.RNG_PHILOX)
+    assert done.stdout.split() == [*map(str, np.asarray(expected).tolist()), "False"]
