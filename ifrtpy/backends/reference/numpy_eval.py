@@ -927,19 +927,21 @@ def _dot_general(op, operands, dtype) -> Callable:
         b = np.transpose(y, rb + rf + rc).reshape(rshape)
         return a, b
 
-    if _is_int(dtype):
-        def dot_int(x, y):
-            a, b = operands_of(x, y)
-            return np.multiply(a, b).sum(axis=-1, dtype=dtype).reshape(out_shape)
-        return dot_int
+    def dot(x, y):
+        return _products_summed(*operands_of(x, y), dtype).reshape(out_shape)
+    return dot
 
-    def dot_float(x, y):
-        a, b = operands_of(x, y)
-        acc = np.zeros(out_shape, dtype)
-        for i in range(k):
-            acc = acc + a[..., i] * b[..., i]
-        return acc
-    return dot_float
+
+def _products_summed(a, b, dtype) -> np.ndarray:
+    """The sum over the last axis of ``a * b`` (broadcast): integers at once (they wrap
+    alike in any order), floats one product after another from 0, in the interpreter's
+    order."""
+    if _is_int(dtype):
+        return np.multiply(a, b).sum(axis=-1, dtype=dtype)
+    acc = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-1]), dtype)
+    for i in range(a.shape[-1]):
+        acc = acc + a[..., i] * b[..., i]
+    return acc
 
 
 #: The most elements an array of a program the evaluator runs may have (512 MiB of f32;
@@ -1006,14 +1008,9 @@ def _convolution(op, operands, shape, dtype) -> Callable:
     def one(x, w):
         """One group's: x as [batch, spatial..., feature], w as [spatial..., in, out]."""
         windows = x[(slice(None), *index)]  # [batch, o..., k..., feature]
-        flat = windows.reshape(windows.shape[0], *out_spatial, -1)
-        w = w.reshape(-1, w.shape[-1])  # the window's order: spatial, then feature
-        if _is_int(dtype):
-            return np.multiply(flat[..., :, None], w).sum(axis=-2, dtype=dtype)
-        acc = np.zeros((*flat.shape[:-1], w.shape[-1]), dtype)
-        for i in range(w.shape[0]):
-            acc = acc + flat[..., i, None] * w[i]
-        return acc
+        flat = windows.reshape(windows.shape[0], *out_spatial, 1, -1)
+        w = w.reshape(-1, w.shape[-1]).T  # [out, the window: spatial, then feature]
+        return _products_summed(flat, w, dtype)
 
     def convolution(x, y):  # a preferred element type: the operands converted to it first
         x = pad(np.transpose(x, [lb, *lsp, lf]).astype(dtype), np.zeros((), dtype))

@@ -132,7 +132,8 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
                                         or not op_name.startswith(_INTERPRETED_DIALECTS)):
             raise UnimplementedError(
                 f"{name}: the StableHLO reference interpreter does not run {op_name}")
-        numpy_only = _too_large(name, op) or numpy_only  # each op checked for the evaluator
+        too_large = _too_large(name, op)  # every op: it raises past the evaluator's limit
+        numpy_only = numpy_only or too_large
     for op in strip:
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
