@@ -4,11 +4,12 @@
    the ``exe(x)`` shorthand), ``ifrtpy._pjrt`` (execute + await), jax.jit, and the floor:
    the same PJRT execute + await + destroy called from a Cython loop with no Python in
    between (benchmarks/_floor.pyx); and the floor making the PJRT calls ifrtpy's
-   ``exe(x)[0].block_until_ready()`` makes (no completion event; the output's ready event
-   asked for, read and destroyed), which the plugin answers in slightly more time.
-   Beside them, what the shape of the call costs with nothing behind it
-   (``_floor.EmptyCall``: Python into C, the GIL released once, a new object returned in a
-   list): the floor plus that is the least a Python ``exe(x)`` of this shape can cost.
+   ``exe(x)[0].block_until_ready()`` makes (the completion event asked whether it fired
+   and for its error, not awaited). Beside them, what the shape of the call costs with
+   nothing behind it (``_floor.EmptyCall``: Python into C, the GIL released once, a new
+   object returned in a list), and the floor's calls made by one such Python call
+   (``_floor.FloorCall``, its output an object that destroys the buffer when freed): the
+   least a Python ``exe(x)`` of this shape can cost with the plugin running between calls.
 2. SPMD ``x * 2 + 1`` over an f32 array split over 8 devices, 64 MiB (bound by the
    plugin's own work, the same for both) and 512 bytes (bound by dispatch): ifrtpy vs
    jax.jit.
@@ -79,6 +80,14 @@ def main():
         return time.perf_counter() - start
 
     empty = floor.EmptyCall()
+    floor_call = floor.FloorCall(handle)
+    arg = a.buffers[0]
+
+    def floor_call_loop(n):
+        start = time.perf_counter()
+        for _ in range(n):
+            floor_call(arg)[0].block_until_ready()
+        return time.perf_counter() - start
 
     def empty_loop(n):
         start = time.perf_counter()
@@ -97,6 +106,7 @@ def main():
         "floor, ifrtpy's calls": lambda n: floor.execute_loop(handle, a.buffers[0], n, True),
         "ifrtpy._pjrt": pjrt_loop,
         "ifrtpy Array API": array_loop,
+        "floor as a Python call": floor_call_loop,
         "ifrtpy exe(x)": call_loop,
         "jax.jit": jax_loop,
         "empty call (shape)": empty_loop,

@@ -37,6 +37,9 @@ cdef class BufferHandle:
     cdef bint _donating  # a pinning execute donates it
     cdef bint _executed  # given to an execute: destroying it may wait for that execute
     cdef bint _read_only  # a view of memory its DLPack producer marked read-only
+    # The data is known defined without an error: by the execute that made it, which had
+    # completed when the plugin returned, or by a wait; never true once deleted or donated.
+    cdef bint _ready
     cdef bint _is_deleted(self) except -1
     cdef int _delete_now(self) except -1
     cdef object ready_error(self)

@@ -180,6 +180,7 @@ cdef int pin_for_execute(BufferHandle buffer, bint donate, Py_ssize_t argument) 
     buffer._pins += 1
     if donate:
         buffer._donating = True
+        buffer._ready = False
     buffer._executed = True
     return 0
 
@@ -345,6 +346,7 @@ cdef class BufferHandle:
         exports or NumPy views of the buffer are alive, the memory is freed only when the
         last of them is released (never under a live view)."""
         self._delete_requested = True
+        self._ready = False
         if self._pins == 0:
             self._delete_now()
 
@@ -372,13 +374,16 @@ cdef class BufferHandle:
 
     cdef object ready_error(self):
         """Wait until the data is ready (the GIL released only while it is pending); return
-        its error as an ifrtpy exception, or None. Makes no Python object when ready."""
+        its error as an ifrtpy exception, or None. Makes no Python object when ready, and
+        asks the plugin nothing once the data is known ready (``_ready``)."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_ReadyEvent_Args ready
         cdef PJRT_Event_IsReady_Args is_ready
         cdef PJRT_Event_Error_Args error
         cdef PJRT_Event_Destroy_Args destroy
         cdef PJRT_Error* failure = NULL
+        if self._ready:
+            return None
         ready = PJRT_Buffer_ReadyEvent_Args_new()
         ready.buffer = self.ptr
         PJRT_Buffer_ReadyEvent_raw(api, &ready, &failure)
@@ -395,13 +400,17 @@ cdef class BufferHandle:
                 destroy = PJRT_Event_Destroy_Args_new()
                 destroy.event = ready.event
                 PJRT_Event_Destroy_quiet(api, &destroy)
-                return None if failure == NULL else error_to_exception(api, failure)
+                if failure != NULL:
+                    return error_to_exception(api, failure)
+                self._ready = True
+                return None
         event = EventHandle.wrap(self.client, api, ready.event)  # owns it from here
         try:
             check(api, failure)
             event._await()
         except _errors.IfrtError as e:
             return e
+        self._ready = True
         return None
 
     @property

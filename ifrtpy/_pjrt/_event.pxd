@@ -15,3 +15,4 @@ cdef class EventHandle:
 
 
 cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) except -1
+cdef bint fired_without_error(const PJRT_Api* api, PJRT_Event* event) noexcept nogil

@@ -38,8 +38,6 @@ cdef class ExecutableHandle:
 
 
 cpdef Py_ssize_t callback_executions(DeviceHandle device) except -1
-cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
-                          PJRT_Event** events, Py_ssize_t num_events) noexcept
-cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count)
-cdef tuple take_buffers(ClientHandle client, PJRT_Buffer** buffers, Py_ssize_t first,
-                        Py_ssize_t step, Py_ssize_t count)
+cdef void destroy_events(const PJRT_Api* api, PJRT_Event** events, Py_ssize_t count) noexcept
+cdef tuple new_event_handles(ClientHandle client, Py_ssize_t count)
+cdef tuple new_buffer_handles(ClientHandle client, Py_ssize_t count)

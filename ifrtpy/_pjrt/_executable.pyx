@@ -42,7 +42,7 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
-from libc.stdlib cimport calloc, malloc, free
+from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 cimport cython
 
@@ -50,7 +50,7 @@ from ifrtpy._pjrt._api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, to_str, named_values_to_dict
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_execute, unpin_after_execute
-from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
+from ifrtpy._pjrt._event cimport EventHandle, fired_without_error, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
 from ifrtpy import errors as _errors
@@ -131,48 +131,36 @@ def deserialize_and_load(ClientHandle client not None, bytes serialized not None
     return ExecutableHandle._wrap(client, args.loaded_executable)
 
 
-cdef tuple take_events(ClientHandle client, PJRT_Event** events, Py_ssize_t count):
-    """EventHandles owning ``events[0:count]``; each entry is cleared once owned."""
+cdef tuple new_event_handles(ClientHandle client, Py_ssize_t count):
+    """``count`` EventHandles of ``client`` owning no event yet."""
     cdef tuple out = PyTuple_New(count)
     cdef Py_ssize_t i
     for i in range(count):
-        event = EventHandle.wrap(client, client.api, events[i])
-        events[i] = NULL
+        event = EventHandle.wrap(client, client.api, NULL)
         Py_INCREF(event)
         PyTuple_SET_ITEM(out, i, event)
     return out
 
 
-cdef tuple take_buffers(ClientHandle client, PJRT_Buffer** buffers, Py_ssize_t first,
-                        Py_ssize_t step, Py_ssize_t count):
-    """BufferHandles owning ``buffers[first + i * step]`` for i < ``count``; each entry is
-    cleared once owned."""
+cdef tuple new_buffer_handles(ClientHandle client, Py_ssize_t count):
+    """``count`` BufferHandles of ``client`` owning no buffer yet."""
     cdef tuple out = PyTuple_New(count)
     cdef Py_ssize_t i
     for i in range(count):
-        buffer = BufferHandle.wrap(client, buffers[first + i * step])
-        buffers[first + i * step] = NULL
+        buffer = BufferHandle.wrap(client, NULL)
         Py_INCREF(buffer)
         PyTuple_SET_ITEM(out, i, buffer)
     return out
 
 
-cdef void destroy_unowned(const PJRT_Api* api, PJRT_Buffer** buffers, Py_ssize_t num_buffers,
-                          PJRT_Event** events, Py_ssize_t num_events) noexcept:
-    """Destroy the outputs and events of an execute that no handle took (entries not NULL)."""
-    cdef PJRT_Buffer_Destroy_Args buffer_args
-    cdef PJRT_Event_Destroy_Args event_args
+cdef void destroy_events(const PJRT_Api* api, PJRT_Event** events, Py_ssize_t count) noexcept:
+    """Destroy ``events[0:count]``, which no handle owns."""
+    cdef PJRT_Event_Destroy_Args args
     cdef Py_ssize_t i
-    for i in range(num_buffers):
-        if buffers[i] != NULL:
-            buffer_args = PJRT_Buffer_Destroy_Args_new()
-            buffer_args.buffer = buffers[i]
-            PJRT_Buffer_Destroy_quiet(api, &buffer_args)
-    for i in range(num_events):
-        if events[i] != NULL:
-            event_args = PJRT_Event_Destroy_Args_new()
-            event_args.event = events[i]
-            PJRT_Event_Destroy_quiet(api, &event_args)
+    for i in range(count):
+        args = PJRT_Event_Destroy_Args_new()
+        args.event = events[i]
+        PJRT_Event_Destroy_quiet(api, &args)
 
 
 cdef list _checked_lists(object lists, str parameter):
@@ -306,10 +294,10 @@ cdef class ExecutableHandle:
                            int launch_id, tuple non_donatable_input_indices,
                            DeviceHandle execute_device) except -1:
         """``_execute``'s call of PJRT_LoadedExecutable_Execute, with the GIL released.
-        ``args_flat[d * num_args + k]`` is argument k on device d; the outputs land in ``out_flat[d * num_outputs + k]``, owned by the caller
-        once this returns. ``events`` (one per device) may be NULL: no completion events
-        (with an execute context, events are asked for here, to hold the context until they
-        fire, and destroyed)."""
+        ``args_flat[d * num_args + k]`` is argument k on device d; the outputs land in
+        ``out_flat[d * num_outputs + k]`` and the completion events in ``events[d]``, owned
+        by the caller once this returns (with an execute context, each event holds the
+        context until it fires)."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer*** arg_ptrs = NULL
@@ -335,27 +323,16 @@ cdef class ExecutableHandle:
         cdef PJRT_Buffer** small_arg_ptrs[SMALL]
         cdef PJRT_Buffer** small_out_ptrs[SMALL]
         cdef int64_t small_non_donatable[SMALL]
-        cdef PJRT_Event* small_own_events[SMALL]
-        cdef PJRT_Event** own_events = NULL  # events asked for here (see the docstring)
         cdef bint heap = num_devices >= SMALL or n_nd >= SMALL
-        cdef bint own = context is not None and events == NULL
         try:
             if heap:
                 arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
                 out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
                 non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
-                if own:
-                    own_events = <PJRT_Event**>calloc(num_devices, sizeof(void*))
-                if (arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL
-                        or (own and own_events == NULL)):
+                if arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL:
                     raise MemoryError()
             else:
                 arg_ptrs, out_ptrs, non_donatable = small_arg_ptrs, small_out_ptrs, small_non_donatable
-                if own:
-                    own_events = small_own_events
-                    memset(own_events, 0, num_devices * sizeof(void*))
-            if own:
-                events = own_events
             for d in range(num_devices):
                 arg_ptrs[d] = &args_flat[d * num_args]
                 out_ptrs[d] = &out_flat[d * self.num_outputs]
@@ -388,10 +365,6 @@ cdef class ExecutableHandle:
                     keep_alive_until(api, events[d], (context, running[d]))
             return 0
         finally:
-            if own_events != NULL:  # their callbacks stay registered (as for dropped events)
-                destroy_unowned(api, NULL, 0, own_events, num_devices)
-                if heap:
-                    free(own_events)
             if heap:
                 free(arg_ptrs)
                 free(out_ptrs)
@@ -442,7 +415,6 @@ cdef class ExecutableHandle:
                              for d in range(num_devices)])
         return outputs, events
 
-    @cython.cdivision(True)
     cdef int _execute(self, PyObject** arguments, Py_ssize_t num_args, Py_ssize_t num_devices,
                       int launch_id, tuple non_donatable_input_indices,
                       DeviceHandle execute_device, frozenset donated, admit_buffer admit,
@@ -459,8 +431,10 @@ cdef class ExecutableHandle:
 
         On success ``results[k]`` (one per output) receives a new reference to the tuple of
         output k's BufferHandle on each device; and ``done``, unless NULL, a new reference
-        to the tuple of completion events, one per device (none are asked for with ``done``
-        NULL). On error neither is written."""
+        to the tuple of completion events, one per device. The completion events are asked
+        for in any case: the outputs on a device whose execution had completed without an
+        error when the plugin returned are marked ready (``BufferHandle._ready``), and
+        waiting for them asks the plugin nothing. On error neither is written."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_outputs = self.num_outputs
         cdef Py_ssize_t d, i, k
@@ -469,16 +443,16 @@ cdef class ExecutableHandle:
         cdef PJRT_Event** events = NULL
         cdef BufferHandle buffer
         cdef object group
-        cdef bint want_events = done != NULL
         cdef PJRT_Buffer* small_args[SMALL]
         cdef PJRT_Buffer* small_outs[SMALL]
         cdef PJRT_Event* small_events[SMALL]
-        cdef Py_ssize_t num_pinned = 0  # arguments[i // num_devices][i % num_devices], i < this
+        cdef Py_ssize_t num_pinned = 0  # the first buffers, argument by argument
         cdef bint donate
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
-        cdef bint executed = False, succeeded = False
+        cdef bint ready, succeeded = False
         cdef Py_ssize_t num_written = 0
+        cdef tuple event_handles = None
         try:
             if heap:
                 args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
@@ -512,22 +486,32 @@ cdef class ExecutableHandle:
                     pin_for_execute(buffer, donate, k)
                     num_pinned += 1
                     args_flat[d * num_args + k] = buffer.ptr
-            memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
-            if want_events:
-                memset(events, 0, num_devices * sizeof(void*))
-            self._execute_flat(args_flat, num_devices, num_args, out_flat,
-                               events if want_events else NULL, launch_id,
-                               non_donatable_input_indices, execute_device)
-            executed = True
-            for k in range(num_outputs):  # output k on device d: out_flat[d * num_outputs + k]
-                group = take_buffers(self.client, out_flat, k, num_outputs, num_devices)
+            # Every handle the outputs and events need is made before the plugin is called:
+            # nothing can fail once it returned, so no output is left without an owner.
+            for k in range(num_outputs):
+                group = new_buffer_handles(self.client, num_devices)
                 Py_INCREF(group)
                 results[k] = <PyObject*>group
                 num_written += 1
-            if want_events:
-                group = take_events(self.client, events, num_devices)
-                Py_INCREF(group)
-                done[0] = <PyObject*>group
+            if done != NULL:
+                event_handles = new_event_handles(self.client, num_devices)
+            memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
+            memset(events, 0, num_devices * sizeof(void*))
+            self._execute_flat(args_flat, num_devices, num_args, out_flat, events, launch_id,
+                               non_donatable_input_indices, execute_device)
+            for d in range(num_devices):  # output k on device d: out_flat[d * num_outputs + k]
+                ready = fired_without_error(api, events[d])
+                for k in range(num_outputs):
+                    buffer = <BufferHandle>PyTuple_GET_ITEM(<tuple>results[k], d)
+                    buffer.ptr = out_flat[d * num_outputs + k]
+                    buffer._ready = ready
+            if done != NULL:
+                for d in range(num_devices):
+                    (<EventHandle>PyTuple_GET_ITEM(event_handles, d)).ptr = events[d]
+                Py_INCREF(event_handles)
+                done[0] = <PyObject*>event_handles
+            else:
+                destroy_events(api, events, num_devices)
             succeeded = True
             return 0
         finally:
@@ -535,14 +519,15 @@ cdef class ExecutableHandle:
                 for k in range(num_written):  # on error nothing is written
                     Py_XDECREF(results[k])
                     results[k] = NULL
-                if executed:  # wrapping failed (MemoryError): destroy what no handle owns
-                    destroy_unowned(api, out_flat, num_devices * num_outputs, events,
-                                    num_devices if want_events else 0)
-            for i in range(num_pinned):
-                k = i // num_devices
-                unpin_after_execute(
-                    <BufferHandle>PyTuple_GET_ITEM(<tuple>arguments[k], i % num_devices),
-                    donates and k in donated)
+            i = 0  # the buffers pinned, in the order they were
+            for k in range(num_args):
+                donate = donates and k in donated
+                for d in range(num_devices):
+                    if i == num_pinned:
+                        break
+                    unpin_after_execute(
+                        <BufferHandle>PyTuple_GET_ITEM(<tuple>arguments[k], d), donate)
+                    i += 1
             if heap:
                 free(args_flat)
                 free(out_flat)

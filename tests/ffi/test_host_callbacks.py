@@ -134,6 +134,26 @@ def test_an_exception_is_the_executes_error(default_client):
         np.asarray(exe(x)[0])
 
 
+def test_an_exception_after_the_execute_returned_is_raised_by_the_wait(default_client):
+    """A program the plugin runs on its own threads (not inline: four 256² matmuls first)
+    fails after the execute returned: its output is not known ready, and waiting for it
+    raises the callback's error."""
+    def bad(v):
+        raise ValueError("no such value")
+
+    def f(v):
+        for _ in range(4):
+            v = jax.numpy.tanh(v @ v)
+        return jax.pure_callback(bad, _like(v), v) * 2
+
+    x = np.full((256, 256), 1 / 256, np.float32)
+    exe = default_client.compile(ifrt.HloProgram(jax.jit(f).lower(x)))
+    a = ifrt.device_put(x, default_client.devices()[0])
+    for _ in range(3):
+        with pytest.raises(InternalError, match="host callback 0 raised ValueError: no such value"):
+            exe(a)[0].block_until_ready()
+
+
 def test_a_result_of_the_wrong_type_is_the_executes_error(default_client):
     f = jax.jit(lambda v: jax.pure_callback(lambda t: t, _like(v), v))
     program = ifrt.HloProgram(f.lower(np.ones(3, np.float32)),

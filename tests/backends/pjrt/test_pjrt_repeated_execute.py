@@ -276,6 +276,12 @@ def test_block_until_ready(client):
     out.delete()
     with pytest.raises(FailedPreconditionError, match="deleted"):
         out.block_until_ready()
+    [out] = executable(client.make_array_from_host_buffer(x, sharding))
+    assert out.block_until_ready() is out
+    for buffer in out._buffers:  # deleted under the array: no longer known ready
+        buffer.delete()
+    with pytest.raises(FailedPreconditionError, match="deleted"):
+        out.block_until_ready()
     spec = ArraySpec(ifrt.DType.from_numpy(np.float32), ifrt.Shape([8]), sharding)
     [bad] = client.make_error_arrays(RuntimeError("upstream failure"), [spec])
     with pytest.raises(RuntimeError, match="upstream failure"):
