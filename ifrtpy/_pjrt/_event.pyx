@@ -96,11 +96,11 @@ cdef int keep_alive_until(const PJRT_Api* api, PJRT_Event* event, object obj) ex
 
 cdef bint fired_without_error(const PJRT_Api* api, PJRT_Event* event) noexcept nogil:
     """Whether ``event`` has fired without an error, asked without waiting; False where
-    the plugin cannot tell so (no PJRT_Event_IsReady or PJRT_Event_Error)."""
+    the plugin cannot tell so (no PJRT_Event_IsReady or PJRT_Event_Error, or no event)."""
     cdef PJRT_Event_IsReady_Args is_ready
     cdef PJRT_Event_Error_Args error
     cdef PJRT_Error* failure = NULL
-    if not (has_PJRT_Event_IsReady(api) and has_PJRT_Event_Error(api)):
+    if event == NULL or not (has_PJRT_Event_IsReady(api) and has_PJRT_Event_Error(api)):
         return False
     is_ready = PJRT_Event_IsReady_Args_new()
     is_ready.event = event

@@ -154,10 +154,12 @@ cdef tuple new_buffer_handles(ClientHandle client, Py_ssize_t count):
 
 
 cdef void destroy_events(const PJRT_Api* api, PJRT_Event** events, Py_ssize_t count) noexcept:
-    """Destroy ``events[0:count]``, which no handle owns."""
+    """Destroy ``events[0:count]`` (entries not NULL), which no handle owns."""
     cdef PJRT_Event_Destroy_Args args
     cdef Py_ssize_t i
     for i in range(count):
+        if events[i] == NULL:
+            continue
         args = PJRT_Event_Destroy_Args_new()
         args.event = events[i]
         PJRT_Event_Destroy_quiet(api, &args)
