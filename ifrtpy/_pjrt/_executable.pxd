@@ -18,6 +18,7 @@ cdef class ExecutableHandle:
     cdef readonly Py_ssize_t num_outputs
     cdef readonly tuple addressable_devices
     cdef public bint needs_context
+    cdef public bint reads_completion
     cdef ExecuteContext _execute_context
 
     cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,

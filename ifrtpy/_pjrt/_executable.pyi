@@ -20,6 +20,7 @@ class ExecutableHandle:
     @property
     def addressable_devices(self) -> tuple[DeviceHandle, ...]: ...
     needs_context: bool
+    reads_completion: bool
     @property
     def execute_context(self) -> ExecuteContext | None: ...
     @execute_context.setter

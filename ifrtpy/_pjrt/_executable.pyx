@@ -20,6 +20,11 @@ Differences from the C API:
   makes host callbacks) runs only with an ``execute_context`` set (the plugin crashes on
   one executed without); each execute holds the context until its completion events fire
   (asked for if the caller did not).
+* An executable marked ``reads_completion`` (by its owner, where the plugin runs small
+  programs inline: the CPU) asks for every execute's completion events and reads them as
+  the plugin returns: the outputs of an execution complete by then are marked ready, and
+  waiting for them asks the plugin nothing. (An accelerator's execute returns while its
+  program runs; there the events would cost each execute and mark nothing.)
 * The executions of programs with host callbacks not yet complete are counted per device
   (``callback_executions``), for the caller's limits on executes made inside a callback
   (the PjRt backend's, ``ifrtpy.backends.pjrt.execute_limits``). An execute whose inline
@@ -297,9 +302,9 @@ cdef class ExecutableHandle:
                            DeviceHandle execute_device) except -1:
         """``_execute``'s call of PJRT_LoadedExecutable_Execute, with the GIL released.
         ``args_flat[d * num_args + k]`` is argument k on device d; the outputs land in
-        ``out_flat[d * num_outputs + k]`` and the completion events in ``events[d]``, owned
-        by the caller once this returns (with an execute context, each event holds the
-        context until it fires)."""
+        ``out_flat[d * num_outputs + k]`` and the completion events in ``events[d]`` (none
+        asked for where ``events`` is NULL; it may not be with an execute context, which
+        each event holds until it fires), owned by the caller once this returns."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
         cdef PJRT_Buffer*** arg_ptrs = NULL
@@ -433,10 +438,10 @@ cdef class ExecutableHandle:
 
         On success ``results[k]`` (one per output) receives a new reference to the tuple of
         output k's BufferHandle on each device; and ``done``, unless NULL, a new reference
-        to the tuple of completion events, one per device. The completion events are asked
-        for in any case: the outputs on a device whose execution had completed without an
-        error when the plugin returned are marked ready (``BufferHandle._ready``), and
-        waiting for them asks the plugin nothing. On error neither is written."""
+        to the tuple of completion events, one per device. Where completion events are
+        asked for (``done``, ``reads_completion`` or an execute context), the outputs on a
+        device whose execution had completed without an error when the plugin returned are
+        marked ready (``BufferHandle._ready``). On error neither is written."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_outputs = self.num_outputs
         cdef Py_ssize_t d, i, k
@@ -452,7 +457,9 @@ cdef class ExecutableHandle:
         cdef bint donate
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
-        cdef bint ready, succeeded = False
+        cdef bint ready = False, succeeded = False
+        cdef bint completion = (done != NULL or self.reads_completion
+                                or self._execute_context is not None)
         cdef Py_ssize_t num_written = 0
         cdef tuple event_handles = None
         try:
@@ -499,10 +506,12 @@ cdef class ExecutableHandle:
                 event_handles = new_event_handles(self.client, num_devices)
             memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
             memset(events, 0, num_devices * sizeof(void*))
-            self._execute_flat(args_flat, num_devices, num_args, out_flat, events, launch_id,
+            self._execute_flat(args_flat, num_devices, num_args, out_flat,
+                               events if completion else NULL, launch_id,
                                non_donatable_input_indices, execute_device)
             for d in range(num_devices):  # output k on device d: out_flat[d * num_outputs + k]
-                ready = fired_without_error(api, events[d])
+                if completion:
+                    ready = fired_without_error(api, events[d])
                 for k in range(num_outputs):
                     buffer = <BufferHandle>PyTuple_GET_ITEM(<tuple>results[k], d)
                     buffer.ptr = out_flat[d * num_outputs + k]
@@ -512,7 +521,7 @@ cdef class ExecutableHandle:
                     (<EventHandle>PyTuple_GET_ITEM(event_handles, d)).ptr = events[d]
                 Py_INCREF(event_handles)
                 done[0] = <PyObject*>event_handles
-            else:
+            elif completion:
                 destroy_events(api, events, num_devices)
             succeeded = True
             return 0

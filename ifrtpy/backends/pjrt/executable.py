@@ -209,6 +209,9 @@ class PjrtLoadedExecutable(ExecutableCore, LoadedExecutable):
         # context, see ifrtpy.ffi). The plugin crashes on an execute of a program with host
         # callbacks without them.
         handle.needs_context = bool(program.custom_call_targets & HOST_CALLBACK_TARGETS)
+        # The CPU plugin runs small programs inline: their outputs are known ready as the
+        # execute returns, and waiting for them then asks the plugin nothing.
+        handle.reads_completion = client._host_platform
         if callbacks is not None:
             handle.execute_context = ffi.execute_context(client._handle, program, callbacks)
 

@@ -260,12 +260,16 @@ def test_a_repeated_call_checks_each_buffer(client, monkeypatch):
     np.testing.assert_array_equal(_host(out), x + 1)
 
 
-def test_block_until_ready(client):
+@pytest.mark.parametrize("reads_completion", [True, False], ids=["completion", "ready-events"])
+def test_block_until_ready(client, reads_completion):
     """Ready: the array itself. Deleted, or donated by an execute: FailedPreconditionError.
-    An error array: its error."""
+    An error array: its error. The same whether the execute read its completion events
+    (the CPU platform's choice) or the outputs' ready events are waited for."""
     devices = client.addressable_devices()[:8]
     sharding = _sharding(client, devices)
     executable = _compile(client, lambda x: x * 2, 1, devices, donate=(0,))
+    assert executable._handle.reads_completion  # the CPU runs small programs inline
+    executable._handle.reads_completion = reads_completion
     x = np.arange(8, dtype=np.float32)
     for _ in range(2):  # checked, then repeated
         donated = client.make_array_from_host_buffer(x, sharding)
