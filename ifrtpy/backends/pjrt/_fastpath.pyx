@@ -212,8 +212,6 @@ cdef class ArrayCore(ArrayFields):
         for item in self._buffers:
             buffer = <BufferHandle?>item
             if not self._deleted:
-                if buffer._ready:  # known ready: nothing to ask the plugin
-                    continue
                 error = buffer.ready_error()  # that of a deleted (or donated) buffer fails
                 if error is None:
                     continue
