@@ -46,6 +46,28 @@ cdef extern from *:
             Py_DECREF(ifrtpy_outputs_type);  /* PyObject_Init takes it again */
     }
 
+    /* outputs[index]: an exact int in range read in place, as Python's own fast path for
+       list[i] does (which takes no subclass of list); any other index as list reads it. */
+    static PyObject* ifrtpy_outputs_subscript(PyObject* o, PyObject* index) {
+        Py_ssize_t i, size = PyList_GET_SIZE(o);
+        PyObject* item;
+        if (PyLong_CheckExact(index)) {
+            i = PyLong_AsSsize_t(index);
+            if (i == -1 && PyErr_Occurred()) {
+                PyErr_Clear();  /* out of range: list's own error below */
+            } else {
+                if (i < 0)
+                    i += size;
+                if (i >= 0 && i < size) {
+                    item = PyList_GET_ITEM(o, i);
+                    Py_INCREF(item);
+                    return item;
+                }
+            }
+        }
+        return PyList_Type.tp_as_mapping->mp_subscript(o, index);
+    }
+
     static void ifrtpy_outputs_install(PyTypeObject* type) {
         ifrtpy_outputs_type = type;
         ifrtpy_outputs_base_dealloc = type->tp_dealloc;
@@ -66,16 +88,20 @@ cdef extern from *:
     """
     void ifrtpy_outputs_install(PyTypeObject* type)
     object ifrtpy_outputs_new(object empty)
+    object ifrtpy_outputs_subscript(object outputs, object index)
 
 
 cdef class Outputs(list):
     """The output arrays of an execute, in the program's result order: a list, which NumPy
     refuses to read as one array (``np.asarray(exe(a))`` would stack the outputs, a mistake
     for ``out, = exe(a)``; say ``np.stack(exe(a))`` to stack them). Made and freed as
-    cheaply as a list: a free list of its own (above)."""
+    cheaply as a list: a free list of its own, and ``outputs[i]`` read in place (above)."""
 
     def __array__(self, dtype=None, copy=None):
         raise TypeError(_NOT_ONE_ARRAY)
+
+    def __getitem__(self, index):
+        return ifrtpy_outputs_subscript(self, index)
 
     def __reduce__(self):
         return Outputs, (list(self),)

@@ -782,6 +782,23 @@ def test_outputs_reused_from_their_free_list_drop_their_items():
         np.asarray(made)
 
 
+@given(st.lists(st.integers(), max_size=5),
+       st.one_of(st.integers(-8, 8), st.integers(), st.booleans(), st.floats(), st.text(max_size=1),
+                 st.builds(slice, st.none() | st.integers(-6, 6), st.none() | st.integers(-6, 6),
+                           st.none() | st.integers(-3, 3).filter(bool))))
+def test_outputs_index_as_a_list_does(items, index):
+    # outputs[i] reads an int in place; every index gives what the list's would, or its error.
+    from ifrtpy.executable import Outputs
+
+    def read(sequence):
+        try:
+            return "ok", sequence[index]
+        except Exception as error:  # the same class and message as the list's
+            return type(error), str(error)
+
+    assert read(Outputs(items)) == read(list(items))
+
+
 # -- backend registry -----------------------------------------------------------------------
 
 
