@@ -1150,14 +1150,13 @@ cdef inline PJRT_LoadedExecutable_Execute_Args PJRT_LoadedExecutable_Execute_Arg
 cdef inline bint has_PJRT_LoadedExecutable_Execute(const PJRT_Api* api) noexcept nogil:
     return _in_table(api, &api.PJRT_LoadedExecutable_Execute) and api.PJRT_LoadedExecutable_Execute != NULL
 
-cdef inline int PJRT_LoadedExecutable_Execute_raw(const PJRT_Api* api, PJRT_LoadedExecutable_Execute_Args* args,
-        PJRT_Error** error) except -1:
+cdef inline bint PJRT_LoadedExecutable_Execute_unlocked(const PJRT_Api* api, PJRT_LoadedExecutable_Execute_Args* args,
+        PJRT_Error** error) noexcept nogil:
     error[0] = NULL
     if not has_PJRT_LoadedExecutable_Execute(api):
-        return raise_unimplemented(api, b"PJRT_LoadedExecutable_Execute")
-    with nogil:
-        error[0] = api.PJRT_LoadedExecutable_Execute(args)
-    return 0
+        return False
+    error[0] = api.PJRT_LoadedExecutable_Execute(args)
+    return True
 
 
 # -- PJRT_Executable_DeserializeAndLoad (releases the GIL)

@@ -42,7 +42,7 @@ cdef class BufferHandle:
     cdef bint _ready
     cdef bint _is_deleted(self) except -1
     cdef int _delete_now(self) except -1
-    cdef object ready_error(self)
+    cdef object _wait_for_data(self)
     cdef object memory_order(self)
     cdef tuple element_strides(self)
 
@@ -51,6 +51,48 @@ cdef class BufferHandle:
 
 
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil
-cdef int pin_for_execute(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
-cdef void unpin_after_execute(BufferHandle buffer, bint donate) noexcept
+cdef int refuse_deleted(Py_ssize_t argument) except -1
+cdef void delete_after_execute(BufferHandle buffer) noexcept
+
+
+# The calls every execute makes on each buffer, inline where they are made.
+
+cdef inline object ready_error(BufferHandle buffer):
+    """Wait until ``buffer``'s data is ready (the GIL released only while it is pending);
+    return its error as an ifrtpy exception, or None. Makes no Python object when ready,
+    and asks the plugin nothing once the data is known ready (``_ready``)."""
+    if buffer._ready:
+        return None
+    return buffer._wait_for_data()
+
+
+cdef inline int pin_for_execute(BufferHandle buffer, bint donate,
+                                Py_ssize_t argument) except -1:
+    """Pin ``buffer`` (argument ``argument``) for an execute about to call the plugin, which
+    ``donate``\ s it or not: ``delete()`` of a pinned buffer waits for the last execute
+    pinning it to return (``unpin_after_execute``), and ``pins``/``donating`` tell other
+    executes that one holds it (which executes may share a buffer is the caller's rule:
+    the PjRt backend's, ``ifrtpy.backends.pjrt._fastpath``). A buffer whose delete was
+    asked for is refused (InvalidArgumentError): there is nothing to pin.
+
+    Multi-device executes hand the plugin one device after another: a buffer deleted while
+    the plugin is taking them would fail some devices after others started, leaving their
+    outputs waiting forever; hence the pin, from here (with the GIL held) to the return."""
+    if buffer._delete_requested:
+        return refuse_deleted(argument)
+    buffer._pins += 1
+    if donate:
+        buffer._donating = True
+        buffer._ready = False
+    buffer._executed = True
+    return 0
+
+
+cdef inline void unpin_after_execute(BufferHandle buffer, bint donate) noexcept:
+    """Undo ``pin_for_execute`` once the plugin returned; do a delete that waited for it."""
+    buffer._pins -= 1
+    if donate:
+        buffer._donating = False
+    if buffer._pins == 0 and buffer._delete_requested:
+        delete_after_execute(buffer)
 

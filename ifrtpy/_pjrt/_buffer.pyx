@@ -164,37 +164,17 @@ cdef class TiledLayout:
         self.c.tiled.num_tiles = len(tiles)
 
 
-cdef int pin_for_execute(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
-    """Pin ``buffer`` (argument ``argument``) for an execute about to call the plugin, which
-    ``donate``\ s it or not: ``delete()`` of a pinned buffer waits for the last execute
-    pinning it to return (``unpin_after_execute``), and ``pins``/``donating`` tell other
-    executes that one holds it (which executes may share a buffer is the caller's rule:
-    the PjRt backend's, ``ifrtpy.backends.pjrt._fastpath``). A buffer whose delete was
-    asked for is refused (InvalidArgumentError): there is nothing to pin.
-
-    Multi-device executes hand the plugin one device after another: a buffer deleted while
-    the plugin is taking them would fail some devices after others started, leaving their
-    outputs waiting forever; hence the pin, from here (with the GIL held) to the return."""
-    if buffer._delete_requested:
-        raise _errors.InvalidArgumentError(f"argument {argument} has been deleted")
-    buffer._pins += 1
-    if donate:
-        buffer._donating = True
-        buffer._ready = False
-    buffer._executed = True
-    return 0
+cdef int refuse_deleted(Py_ssize_t argument) except -1:
+    """``pin_for_execute``'s refusal of a buffer whose delete was asked for."""
+    raise _errors.InvalidArgumentError(f"argument {argument} has been deleted")
 
 
-cdef void unpin_after_execute(BufferHandle buffer, bint donate) noexcept:
-    """Undo ``pin_for_execute`` once the plugin returned; do a delete that waited for it."""
-    buffer._pins -= 1
-    if donate:
-        buffer._donating = False
-    if buffer._pins == 0 and buffer._delete_requested:
-        try:
-            buffer._delete_now()
-        except _errors.IfrtError:
-            pass  # deleting a buffer the execute donated: nothing is left to free
+cdef void delete_after_execute(BufferHandle buffer) noexcept:
+    """``unpin_after_execute``'s delete that waited for the last execute to return."""
+    try:
+        buffer._delete_now()
+    except _errors.IfrtError:
+        pass  # deleting a buffer the execute donated: nothing is left to free
 
 
 @cython.no_gc  # holds only its client: never part of a cycle
@@ -372,10 +352,9 @@ cdef class BufferHandle:
         PJRT_Buffer_ReadyEvent(self.client.api, &args)
         return EventHandle.wrap(self.client, self.client.api, args.event)
 
-    cdef object ready_error(self):
-        """Wait until the data is ready (the GIL released only while it is pending); return
-        its error as an ifrtpy exception, or None. Makes no Python object when ready, and
-        asks the plugin nothing once the data is known ready (``_ready``)."""
+    cdef object _wait_for_data(self):
+        """``ready_error`` where the data is not known ready: wait through the buffer's
+        ready event."""
         cdef const PJRT_Api* api = self.client.api
         cdef PJRT_Buffer_ReadyEvent_Args ready
         cdef PJRT_Event_IsReady_Args is_ready

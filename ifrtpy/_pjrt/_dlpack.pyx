@@ -36,7 +36,7 @@ from ifrtpy._pjrt._api cimport *
 from ifrtpy._pjrt._base cimport callback_enter, callback_leave, check, raise_unimplemented
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
-                                   DELETE_DEFERRED, DELETE_DONE)
+                                   ready_error, DELETE_DEFERRED, DELETE_DONE)
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import DLPACK_OF_PJRT_BUFFER_TYPE, NUMPY_OF_PJRT_BUFFER_TYPE
 
@@ -184,7 +184,7 @@ cdef Export* _pin(BufferHandle buffer, int device_type, int device_id) except NU
     dims = buffer.dims
     ndim = len(dims)
     strides = buffer.element_strides()  # the device layout's order (row-major by default)
-    error = buffer.ready_error()
+    error = ready_error(buffer)
     if error is not None:
         raise error
     pointer = PJRT_Buffer_UnsafePointer_Args_new()

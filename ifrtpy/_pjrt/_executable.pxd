@@ -1,4 +1,5 @@
 from cpython.object cimport PyObject
+from libc.stdlib cimport malloc
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._buffer cimport BufferHandle
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
@@ -21,24 +22,31 @@ cdef class ExecutableHandle:
     cdef public bint reads_completion
     cdef ExecuteContext _execute_context
 
-    cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
-                           Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
-                           int launch_id, tuple non_donatable_input_indices,
-                           DeviceHandle execute_device) except -1
     cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
                                int launch_id, tuple non_donatable_input_indices,
                                DeviceHandle execute_device, frozenset donated,
                                admit_buffer admit)
-    cdef int _execute(self, PyObject** arguments, Py_ssize_t num_args, Py_ssize_t num_devices,
+    cdef int _execute(self, PyObject** buffers, Py_ssize_t num_args, Py_ssize_t num_devices,
                       int launch_id, tuple non_donatable_input_indices,
                       DeviceHandle execute_device, frozenset donated, admit_buffer admit,
-                      PyObject** results, PyObject** done) except -1
+                      PyObject** outputs, PyObject** done) except -1
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)
 
 
 cpdef Py_ssize_t callback_executions(DeviceHandle device) except -1
-cdef void destroy_events(const PJRT_Api* api, PJRT_Event** events, Py_ssize_t count) noexcept
-cdef tuple new_event_handles(ClientHandle client, Py_ssize_t count)
-cdef tuple new_buffer_handles(ClientHandle client, Py_ssize_t count)
+cdef int hold_buffers(object group, Py_ssize_t k, Py_ssize_t num_devices,
+                      PyObject** held) except -1
+
+
+cdef inline PyObject** handle_slots(PyObject** small, Py_ssize_t capacity,
+                                    Py_ssize_t count) except NULL:
+    """Room for ``count`` references: ``small`` (``capacity`` slots on the caller's stack)
+    where they fit, else new memory, which the caller frees (where it is not ``small``)."""
+    if count <= capacity:
+        return small
+    cdef PyObject** out = <PyObject**>malloc(count * sizeof(PyObject*))
+    if out == NULL:
+        raise MemoryError()
+    return out

@@ -44,7 +44,6 @@ Differences from the C API:
 
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.sequence cimport PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
@@ -52,7 +51,8 @@ from libc.string cimport memset
 cimport cython
 
 from ifrtpy._pjrt._api cimport *
-from ifrtpy._pjrt._base cimport PluginHandle, check, drop_error, to_str, named_values_to_dict
+from ifrtpy._pjrt._base cimport (PluginHandle, check, drop_error, named_values_to_dict,
+                                 raise_unimplemented, to_str)
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_execute, unpin_after_execute
 from ifrtpy._pjrt._event cimport EventHandle, fired_without_error, keep_alive_until
@@ -60,7 +60,8 @@ from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
 from ifrtpy import errors as _errors
 
-DEF SMALL = 64
+DEF SMALL = 8
+DEF SCRATCH = 32  # pointer-sized slots of an execute's arrays kept on the stack
 
 
 #: Per DeviceHandle: the executions of programs with host callbacks on that device and not
@@ -147,18 +148,42 @@ cdef tuple new_event_handles(ClientHandle client, Py_ssize_t count):
     return out
 
 
-cdef tuple new_buffer_handles(ClientHandle client, Py_ssize_t count):
-    """``count`` BufferHandles of ``client`` owning no buffer yet."""
+cdef int hold_buffers(object group, Py_ssize_t k, Py_ssize_t num_devices,
+                      PyObject** held) except -1:
+    """Argument ``k``'s buffers, ``group`` (a tuple, one per device), written to
+    ``held[0:num_devices]`` as new references, for ``_execute``; nothing is written where
+    ``group`` is not such a tuple (InvalidArgumentError)."""
+    cdef Py_ssize_t d
+    cdef PyObject* item
+    if not isinstance(group, tuple):
+        raise _errors.invalid_argument(
+            f"the buffers of argument {k}", "a tuple of BufferHandles", group)
+    if PyTuple_GET_SIZE(group) != num_devices:
+        raise _errors.InvalidArgumentError(
+            f"argument {k} has {PyTuple_GET_SIZE(group)} buffers for {num_devices} devices")
+    for d in range(num_devices):
+        item = PyTuple_GET_ITEM(group, d)
+        Py_INCREF(<object>item)
+        held[d] = item
+    return 0
+
+
+cdef extern from "Python.h":
+    void tuple_set_taking "PyTuple_SET_ITEM"(object p, Py_ssize_t pos, PyObject* o)
+
+
+cdef tuple _tuple_taking(PyObject** items, Py_ssize_t start, Py_ssize_t step, Py_ssize_t count):
+    """The tuple of ``items[start + i * step]`` for i < ``count``, each a new reference
+    it takes over (the entry is set to NULL)."""
     cdef tuple out = PyTuple_New(count)
     cdef Py_ssize_t i
     for i in range(count):
-        buffer = BufferHandle.wrap(client, NULL)
-        Py_INCREF(buffer)
-        PyTuple_SET_ITEM(out, i, buffer)
+        tuple_set_taking(out, i, items[start + i * step])
+        items[start + i * step] = NULL
     return out
 
 
-cdef void destroy_events(const PJRT_Api* api, PJRT_Event** events, Py_ssize_t count) noexcept:
+cdef void destroy_events(const PJRT_Api* api, PJRT_Event** events, Py_ssize_t count) noexcept nogil:
     """Destroy ``events[0:count]`` (entries not NULL), which no handle owns."""
     cdef PJRT_Event_Destroy_Args args
     cdef Py_ssize_t i
@@ -296,26 +321,118 @@ cdef class ExecutableHandle:
         return self._execute_tuples(arguments, False, num_devices, launch_id, non_donatable,
                                     device, donated, NULL)
 
-    cdef int _execute_flat(self, PJRT_Buffer** args_flat, Py_ssize_t num_devices,
-                           Py_ssize_t num_args, PJRT_Buffer** out_flat, PJRT_Event** events,
-                           int launch_id, tuple non_donatable_input_indices,
-                           DeviceHandle execute_device) except -1:
-        """``_execute``'s call of PJRT_LoadedExecutable_Execute, with the GIL released.
-        ``args_flat[d * num_args + k]`` is argument k on device d; the outputs land in
-        ``out_flat[d * num_outputs + k]`` and the completion events in ``events[d]`` (none
-        asked for where ``events`` is NULL; it may not be with an execute context, which
-        each event holds until it fires), owned by the caller once this returns."""
+    cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
+                               int launch_id, tuple non_donatable_input_indices,
+                               DeviceHandle execute_device, frozenset donated,
+                               admit_buffer admit):
+        """``_execute`` of ``groups`` (lists or tuples of BufferHandles: device d's
+        (``by_device``) or argument k's on each device) returning ``(outputs, events)``,
+        both tuples, the outputs grouped as the arguments are. Each group is copied to a
+        tuple first (a tuple as it is): what a subclass's own code gives, before the
+        execute; the execute reads the copies."""
+        cdef Py_ssize_t num_args, num_outputs = self.num_outputs, k, d
+        cdef PyObject* small_held[SMALL]
+        cdef PyObject* small_results[SMALL]
+        cdef PyObject** held = small_held
+        cdef PyObject** results = small_results
+        cdef PyObject* done = NULL
+        cdef Py_ssize_t num_held = 0, num_results = 0
+        cdef list copies = [tuple(group) for group in groups]
+        if by_device:  # argument k's buffers, one per device
+            num_args = len(copies[0]) if copies else 0
+            for d, group in enumerate(copies):
+                if len(<tuple>group) != num_args:
+                    raise _errors.InvalidArgumentError(
+                        f"argument list {d} has {len(<tuple>group)} buffers, list 0 has {num_args}")
+            arguments = [tuple([(<tuple>group)[k] for group in copies]) for k in range(num_args)]
+        else:
+            arguments = copies
+            num_args = len(arguments)
+        try:
+            held = handle_slots(small_held, SMALL, num_args * num_devices)
+            results = handle_slots(small_results, SMALL, num_outputs * num_devices)
+            for k in range(num_args):
+                hold_buffers(arguments[k], k, num_devices, &held[k * num_devices])
+                num_held += num_devices
+            self._execute(held, num_args, num_devices, launch_id, non_donatable_input_indices,
+                          execute_device, donated, admit, results, &done)
+            num_results = num_outputs * num_devices
+            events = <tuple>done
+            # Output k on device d: results[k * num_devices + d], a reference each tuple takes.
+            if by_device:
+                outputs = tuple([_tuple_taking(results, d, num_devices, num_outputs)
+                                 for d in range(num_devices)])
+            else:
+                outputs = tuple([_tuple_taking(results, k * num_devices, 1, num_devices)
+                                 for k in range(num_outputs)])
+        finally:
+            for k in range(num_held):
+                Py_XDECREF(held[k])
+            for k in range(num_results):  # those no tuple took
+                Py_XDECREF(results[k])
+            if held != small_held:
+                free(held)
+            if results != small_results:
+                free(results)
+            Py_XDECREF(done)
+        return outputs, events
+
+    cdef int _execute(self, PyObject** buffers, Py_ssize_t num_args, Py_ssize_t num_devices,
+                      int launch_id, tuple non_donatable_input_indices,
+                      DeviceHandle execute_device, frozenset donated, admit_buffer admit,
+                      PyObject** outputs, PyObject** done) except -1:
+        """The one routine that hands buffers to the plugin, for every execute (``execute``,
+        ``execute_by_argument`` and the PjRt backend's launches). ``buffers[k * num_devices
+        + d]`` is argument k's BufferHandle on device d (``hold_buffers``), referenced by
+        the caller for the call. Each buffer is checked to be a BufferHandle of this client,
+        given to ``admit`` (the caller's rule; unless NULL) and pinned while the plugin
+        takes it, marked ``donating`` where its argument is in ``donated`` (the arguments
+        the call donates, as the caller worked them out); the outputs and events are owned
+        by handles made before the plugin is called, so that nothing can fail once it
+        returned. PJRT_LoadedExecutable_Execute is called with the GIL released.
+
+        On success ``outputs[k * num_devices + d]`` receives a new reference to output k's
+        BufferHandle on device d; and ``done``, unless NULL, a new reference to the tuple
+        of completion events, one per device. Where completion events are asked for
+        (``done``, ``reads_completion`` or an execute context, which each event holds
+        until it fires), they are read as the plugin returns, the GIL still released: the
+        outputs on a device whose execution had completed without an error are marked
+        ready (``BufferHandle._ready``), and events no one holds are destroyed there. On
+        error neither is written."""
         cdef const PJRT_Api* api = self.client.api
-        cdef Py_ssize_t d, k, n_nd = len(non_donatable_input_indices)
-        cdef PJRT_Buffer*** arg_ptrs = NULL
-        cdef PJRT_Buffer*** out_ptrs = NULL
-        cdef int64_t* non_donatable = NULL
-        cdef PJRT_ExecuteOptions options
-        cdef PJRT_LoadedExecutable_Execute_Args args
-        cdef PJRT_Error* error
-        cdef Py_ssize_t expected = 1 if execute_device is not None else len(self.addressable_devices)
+        cdef Py_ssize_t num_outputs = self.num_outputs
+        cdef Py_ssize_t n_nd = len(non_donatable_input_indices)
+        cdef Py_ssize_t expected = (1 if execute_device is not None
+                                    else len(self.addressable_devices))
         cdef ExecuteContext context = self._execute_context
         cdef tuple running = None  # a _Running per device, for a program with callbacks
+        cdef Py_ssize_t d, i, k
+        cdef BufferHandle buffer
+        cdef bint donate
+        cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
+        cdef bint completion = done != NULL or self.reads_completion or context is not None
+        cdef bint keep_events = done != NULL or context is not None
+        cdef bint called, succeeded = False
+        cdef Py_ssize_t num_pinned = 0  # the first buffers, argument by argument
+        cdef Py_ssize_t num_written = 0
+        cdef tuple event_handles = None
+        cdef PJRT_ExecuteOptions options
+        cdef PJRT_LoadedExecutable_Execute_Args args
+        cdef PJRT_Error* error = NULL
+        # The call's arrays, in one block of pointer-sized slots (on the stack unless the
+        # call is large): the arguments and outputs flat (device d's k-th at d * count +
+        # k), the events, each device's lists, whether each fired, the non-donatable
+        # indices.
+        cdef Py_ssize_t slots = num_devices * (num_args + num_outputs + 4) + n_nd
+        cdef void* small[SCRATCH]
+        cdef void** scratch = small
+        cdef PJRT_Buffer** args_flat
+        cdef PJRT_Buffer** out_flat
+        cdef PJRT_Event** events
+        cdef PJRT_Buffer*** arg_ptrs
+        cdef PJRT_Buffer*** out_ptrs
+        cdef Py_ssize_t* fired
+        cdef int64_t* non_donatable
         if num_devices != expected:
             raise _errors.InvalidArgumentError(
                 f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
@@ -326,163 +443,23 @@ cdef class ExecutableHandle:
         if context is not None:
             devices = (execute_device,) if execute_device is not None else self.addressable_devices
             running = tuple([_Running(device) for device in devices])
-        # Small calls (the common case) use arrays on the stack; larger ones the heap.
-        cdef PJRT_Buffer** small_arg_ptrs[SMALL]
-        cdef PJRT_Buffer** small_out_ptrs[SMALL]
-        cdef int64_t small_non_donatable[SMALL]
-        cdef bint heap = num_devices >= SMALL or n_nd >= SMALL
-        try:
-            if heap:
-                arg_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
-                out_ptrs = <PJRT_Buffer***>malloc(num_devices * sizeof(void*))
-                non_donatable = <int64_t*>malloc((n_nd + 1) * sizeof(int64_t))
-                if arg_ptrs == NULL or out_ptrs == NULL or non_donatable == NULL:
-                    raise MemoryError()
-            else:
-                arg_ptrs, out_ptrs, non_donatable = small_arg_ptrs, small_out_ptrs, small_non_donatable
-            for d in range(num_devices):
-                arg_ptrs[d] = &args_flat[d * num_args]
-                out_ptrs[d] = &out_flat[d * self.num_outputs]
-            for k in range(n_nd):
-                non_donatable[k] = non_donatable_input_indices[k]
-            options = PJRT_ExecuteOptions_new()
-            options.launch_id = launch_id
-            options.non_donatable_input_indices = non_donatable
-            options.num_non_donatable_input_indices = n_nd
-            args = PJRT_LoadedExecutable_Execute_Args_new()
-            args.executable = self.ptr
-            args.options = &options
-            args.argument_lists = <PJRT_Buffer* const* const*>arg_ptrs
-            args.num_devices = num_devices
-            args.num_args = num_args
-            args.output_lists = <PJRT_Buffer** const*>out_ptrs
-            args.device_complete_events = events
-            if execute_device is not None:
-                args.execute_device = execute_device.ptr
-            if context is not None:
-                options.context = context.ptr
-            forget_interrupt()
-            PJRT_LoadedExecutable_Execute_raw(api, &args, &error)
-            if error != NULL and take_interrupt():  # Ctrl-C in a callback run inline
-                drop_error(api, error)
-                raise KeyboardInterrupt
-            check(api, error)
-            if context is not None:  # the plugin reads it until the execution completes
-                for d in range(num_devices):
-                    keep_alive_until(api, events[d], (context, running[d]))
-            return 0
-        finally:
-            if heap:
-                free(arg_ptrs)
-                free(out_ptrs)
-                free(non_donatable)
-
-    cdef tuple _execute_tuples(self, list groups, bint by_device, Py_ssize_t num_devices,
-                               int launch_id, tuple non_donatable_input_indices,
-                               DeviceHandle execute_device, frozenset donated,
-                               admit_buffer admit):
-        """``_execute`` of ``groups`` (lists or tuples of BufferHandles: device d's
-        (``by_device``) or argument k's on each device) returning ``(outputs, events)``,
-        both tuples, the outputs grouped as the arguments are. Each group is copied to a
-        tuple first (a tuple as it is): what a subclass's own code gives, before the
-        execute; the execute reads the copies."""
-        cdef Py_ssize_t num_args, k
-        cdef PyObject* small_results[SMALL]
-        cdef PyObject** results = small_results
-        cdef PyObject* done = NULL
-        cdef list copies = [tuple(group) for group in groups]
-        if by_device:  # argument k's buffers, one per device
-            num_args = len(copies[0]) if copies else 0
-            for d, group in enumerate(copies):
-                if len(<tuple>group) != num_args:
-                    raise _errors.InvalidArgumentError(
-                        f"argument list {d} has {len(<tuple>group)} buffers, list 0 has {num_args}")
-            arguments = tuple([tuple([(<tuple>group)[k] for group in copies])
-                               for k in range(num_args)])
-        else:
-            arguments = tuple(copies)
-        outputs = PyTuple_New(self.num_outputs)  # before the execute: nothing fails after it
-        if self.num_outputs > SMALL:
-            results = <PyObject**>malloc(self.num_outputs * sizeof(PyObject*))
-            if results == NULL:
+        if slots > SCRATCH:
+            scratch = <void**>malloc(slots * sizeof(void*))
+            if scratch == NULL:
                 raise MemoryError()
+        args_flat = <PJRT_Buffer**>scratch
+        out_flat = args_flat + num_devices * num_args
+        events = <PJRT_Event**>(out_flat + num_devices * num_outputs)
+        arg_ptrs = <PJRT_Buffer***>(events + num_devices)
+        out_ptrs = arg_ptrs + num_devices
+        fired = <Py_ssize_t*>(out_ptrs + num_devices)
+        non_donatable = <int64_t*>(fired + num_devices)
         try:
-            self._execute(PySequence_Fast_ITEMS(arguments), len(arguments), num_devices,
-                          launch_id, non_donatable_input_indices, execute_device, donated,
-                          admit, results, &done)
-            for k in range(self.num_outputs):  # the tuple takes over each reference
-                PyTuple_SET_ITEM(outputs, k, <object>results[k])
-        finally:
-            if results != small_results:
-                free(results)
-        events = <tuple>done
-        Py_XDECREF(done)
-        if by_device:  # device d's outputs
-            outputs = tuple([tuple([(<tuple>output)[d] for output in outputs])
-                             for d in range(num_devices)])
-        return outputs, events
-
-    cdef int _execute(self, PyObject** arguments, Py_ssize_t num_args, Py_ssize_t num_devices,
-                      int launch_id, tuple non_donatable_input_indices,
-                      DeviceHandle execute_device, frozenset donated, admit_buffer admit,
-                      PyObject** results, PyObject** done) except -1:
-        """The one routine that hands buffers to the plugin, for every execute (``execute``,
-        ``execute_by_argument`` and the PjRt backend's launches). ``arguments[0:num_args]``
-        are tuples, ``arguments[k][d]`` argument k's BufferHandle on device d, referenced by
-        the caller for the call (a tuple cannot change: neither can the buffers it holds).
-        Each buffer is checked to be a BufferHandle of this client, given to ``admit`` (the
-        caller's rule; unless NULL) and pinned while the plugin takes it, marked
-        ``donating`` where its argument is in ``donated`` (the arguments the call donates,
-        as the caller worked them out); the outputs and events are owned by handles as soon
-        as the plugin returns them (``_execute_flat`` makes the call).
-
-        On success ``results[k]`` (one per output) receives a new reference to the tuple of
-        output k's BufferHandle on each device; and ``done``, unless NULL, a new reference
-        to the tuple of completion events, one per device. Where completion events are
-        asked for (``done``, ``reads_completion`` or an execute context), the outputs on a
-        device whose execution had completed without an error when the plugin returned are
-        marked ready (``BufferHandle._ready``). On error neither is written."""
-        cdef const PJRT_Api* api = self.client.api
-        cdef Py_ssize_t num_outputs = self.num_outputs
-        cdef Py_ssize_t d, i, k
-        cdef PJRT_Buffer** args_flat = NULL
-        cdef PJRT_Buffer** out_flat = NULL
-        cdef PJRT_Event** events = NULL
-        cdef BufferHandle buffer
-        cdef object group
-        cdef PJRT_Buffer* small_args[SMALL]
-        cdef PJRT_Buffer* small_outs[SMALL]
-        cdef PJRT_Event* small_events[SMALL]
-        cdef Py_ssize_t num_pinned = 0  # the first buffers, argument by argument
-        cdef bint donate
-        cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
-        cdef bint heap = num_devices * max(num_args, num_outputs, 1) >= SMALL
-        cdef bint ready = False, succeeded = False
-        cdef bint completion = (done != NULL or self.reads_completion
-                                or self._execute_context is not None)
-        cdef Py_ssize_t num_written = 0
-        cdef tuple event_handles = None
-        try:
-            if heap:
-                args_flat = <PJRT_Buffer**>malloc((num_devices * num_args + 1) * sizeof(void*))
-                out_flat = <PJRT_Buffer**>malloc((num_devices * num_outputs + 1) * sizeof(void*))
-                events = <PJRT_Event**>malloc((num_devices + 1) * sizeof(void*))
-                if args_flat == NULL or out_flat == NULL or events == NULL:
-                    raise MemoryError()
-            else:
-                args_flat, out_flat, events = small_args, small_outs, small_events
+            i = 0
             for k in range(num_args):
-                group = <object>arguments[k]
-                if not isinstance(group, tuple):
-                    raise _errors.invalid_argument(
-                        f"the buffers of argument {k}", "a tuple of BufferHandles", group)
-                if PyTuple_GET_SIZE(group) != num_devices:
-                    raise _errors.InvalidArgumentError(
-                        f"argument {k} has {PyTuple_GET_SIZE(group)} buffers for "
-                        f"{num_devices} devices")
                 donate = donates and k in donated
                 for d in range(num_devices):
-                    item = <object>PyTuple_GET_ITEM(group, d)
+                    item = <object>buffers[i]
                     if not isinstance(item, BufferHandle):
                         raise _errors.invalid_argument(
                             f"the buffer of argument {k} on device {d}", "a BufferHandle", item)
@@ -495,54 +472,84 @@ cdef class ExecutableHandle:
                     pin_for_execute(buffer, donate, k)
                     num_pinned += 1
                     args_flat[d * num_args + k] = buffer.ptr
-            # Every handle the outputs and events need is made before the plugin is called:
-            # nothing can fail once it returned, so no output is left without an owner.
-            for k in range(num_outputs):
-                group = new_buffer_handles(self.client, num_devices)
-                Py_INCREF(group)
-                results[k] = <PyObject*>group
+                    i += 1
+            for i in range(num_outputs * num_devices):
+                buffer = BufferHandle.wrap(self.client, NULL)
+                Py_INCREF(buffer)
+                outputs[i] = <PyObject*>buffer
                 num_written += 1
             if done != NULL:
                 event_handles = new_event_handles(self.client, num_devices)
+            for d in range(num_devices):
+                arg_ptrs[d] = &args_flat[d * num_args]
+                out_ptrs[d] = &out_flat[d * num_outputs]
+                events[d] = NULL
+                fired[d] = False
             memset(out_flat, 0, num_devices * num_outputs * sizeof(void*))
-            memset(events, 0, num_devices * sizeof(void*))
-            self._execute_flat(args_flat, num_devices, num_args, out_flat,
-                               events if completion else NULL, launch_id,
-                               non_donatable_input_indices, execute_device)
+            for k in range(n_nd):
+                non_donatable[k] = non_donatable_input_indices[k]
+            options = PJRT_ExecuteOptions_new()
+            options.launch_id = launch_id
+            options.non_donatable_input_indices = non_donatable
+            options.num_non_donatable_input_indices = n_nd
+            if context is not None:
+                options.context = context.ptr
+            args = PJRT_LoadedExecutable_Execute_Args_new()
+            args.executable = self.ptr
+            args.options = &options
+            args.argument_lists = <PJRT_Buffer* const* const*>arg_ptrs
+            args.num_devices = num_devices
+            args.num_args = num_args
+            args.output_lists = <PJRT_Buffer** const*>out_ptrs
+            args.device_complete_events = events if completion else NULL
+            if execute_device is not None:
+                args.execute_device = execute_device.ptr
+            if context is not None:  # only its callbacks run inline, and may be interrupted
+                forget_interrupt()
+            with nogil:
+                called = PJRT_LoadedExecutable_Execute_unlocked(api, &args, &error)
+                if called and error == NULL and completion:
+                    for d in range(num_devices):
+                        fired[d] = fired_without_error(api, events[d])
+                    if not keep_events:
+                        destroy_events(api, events, num_devices)
+            if not called:
+                raise_unimplemented(api, b"PJRT_LoadedExecutable_Execute")
+            if error != NULL:
+                if context is not None and take_interrupt():  # Ctrl-C in a callback run inline
+                    drop_error(api, error)
+                    raise KeyboardInterrupt
+                check(api, error)
             for d in range(num_devices):  # output k on device d: out_flat[d * num_outputs + k]
-                if completion:
-                    ready = fired_without_error(api, events[d])
                 for k in range(num_outputs):
-                    buffer = <BufferHandle>PyTuple_GET_ITEM(<tuple>results[k], d)
+                    buffer = <BufferHandle>outputs[k * num_devices + d]
                     buffer.ptr = out_flat[d * num_outputs + k]
-                    buffer._ready = ready
+                    buffer._ready = fired[d]
+            if context is not None:  # the plugin reads it until the execution completes
+                for d in range(num_devices):
+                    keep_alive_until(api, events[d], (context, running[d]))
             if done != NULL:
                 for d in range(num_devices):
                     (<EventHandle>PyTuple_GET_ITEM(event_handles, d)).ptr = events[d]
                 Py_INCREF(event_handles)
                 done[0] = <PyObject*>event_handles
-            elif completion:
-                destroy_events(api, events, num_devices)
             succeeded = True
             return 0
         finally:
             if not succeeded:
-                for k in range(num_written):  # on error nothing is written
-                    Py_XDECREF(results[k])
-                    results[k] = NULL
+                for i in range(num_written):  # on error nothing is written
+                    Py_XDECREF(outputs[i])
+                    outputs[i] = NULL
             i = 0  # the buffers pinned, in the order they were
             for k in range(num_args):
                 donate = donates and k in donated
                 for d in range(num_devices):
                     if i == num_pinned:
                         break
-                    unpin_after_execute(
-                        <BufferHandle>PyTuple_GET_ITEM(<tuple>arguments[k], d), donate)
+                    unpin_after_execute(<BufferHandle>buffers[i], donate)
                     i += 1
-            if heap:
-                free(args_flat)
-                free(out_flat)
-                free(events)
+            if scratch != small:
+                free(scratch)
 
     @property
     def num_replicas(self):

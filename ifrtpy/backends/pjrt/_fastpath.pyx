@@ -22,14 +22,15 @@ from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport (
     PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS)
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.contextvars cimport get_value
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free
 
-from ifrtpy._pjrt._buffer cimport BufferHandle, atomic_load
+from ifrtpy._pjrt._buffer cimport BufferHandle, atomic_load, ready_error
 from ifrtpy._pjrt._client cimport DeviceHandle
 from ifrtpy._pjrt._event cimport EventHandle
-from ifrtpy._pjrt._executable cimport ExecutableHandle, callback_executions
+from ifrtpy._pjrt._executable cimport (ExecutableHandle, callback_executions, handle_slots,
+                                      hold_buffers)
 from ifrtpy._pjrt._host_callback cimport in_host_callback
 from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
 from ifrtpy.backends._repeat cimport (
@@ -45,7 +46,7 @@ from ifrtpy.user_context import ACTIVE as _user_context
 
 cnp.import_array()
 
-DEF SMALL = 64  # arguments and outputs of an execute kept on the stack
+DEF SMALL = 8  # arguments and outputs of an execute kept on the stack
 
 
 cdef extern from *:
@@ -192,33 +193,60 @@ cdef extern from *:
 
 cdef class ArrayCore(ArrayFields):
     """The fields of a PjrtArray (see ``ifrtpy.backends.pjrt.array``): those of every
-    array held in C, its buffers and its layout."""
+    array held in C, its buffers and its layout.
 
-    cdef public tuple _buffers
+    ``_buffers``, the BufferHandle of each addressable shard in device order (a tuple),
+    is held as the one BufferHandle itself where there is one (``_buffer``; a
+    single-device array, as every output of a single-device execute is: no tuple to
+    make and free), else as the tuple (``_shards``)."""
+
+    cdef object _buffer  # the only buffer, where there is one; else None
+    cdef tuple _shards  # the buffers, where there are none or several; else None
     cdef public object _layout  # None: the default layout of its memory
+
+    @property
+    def _buffers(self):
+        """The BufferHandle of each addressable shard, in device order (a tuple)."""
+        return (self._buffer,) if self._buffer is not None else self._shards
+
+    @_buffers.setter
+    def _buffers(self, tuple buffers):
+        if buffers is not None and PyTuple_GET_SIZE(buffers) == 1:
+            self._buffer, self._shards = <object>PyTuple_GET_ITEM(buffers, 0), None
+        else:
+            self._buffer, self._shards = None, buffers
 
     def is_deleted(self):
         """Whether the array was deleted or donated (or its buffers deleted through it)."""
         if self._deleted:
             return True
-        return bool(self._buffers) and (<BufferHandle?>self._buffers[0])._is_deleted()
+        first = self._buffer if self._buffer is not None else (
+            self._shards[0] if self._shards else None)
+        return first is not None and (<BufferHandle?>first)._is_deleted()
 
     def block_until_ready(self):
         """Wait for every shard (the GIL released while one is pending); raise the array's
         error, or FailedPreconditionError if it was deleted; return the array."""
-        cdef BufferHandle buffer
         if self._error is not None:
             raise self._error
-        for item in self._buffers:
-            buffer = <BufferHandle?>item
-            if not self._deleted:
-                error = buffer.ready_error()  # that of a deleted (or donated) buffer fails
-                if error is None:
-                    continue
-            if self._deleted or buffer._is_deleted():
-                raise _deleted_error(self)
-            raise error
+        if self._buffer is not None:
+            self._wait(self._buffer)
+        else:
+            for item in self._shards:
+                self._wait(item)
         return self
+
+    @cython.final
+    cdef int _wait(self, object item) except -1:
+        """``block_until_ready`` of one of its buffers, ``item``."""
+        cdef BufferHandle buffer = <BufferHandle?>item
+        if not self._deleted:
+            error = ready_error(buffer)  # that of a deleted (or donated) buffer fails
+            if error is None:
+                return 0
+        if self._deleted or buffer._is_deleted():
+            raise _deleted_error(self)
+        raise error
 
 
 def free_directly(cls):
@@ -444,56 +472,58 @@ cdef class ExecutableCore:
             if options.non_donatable_input_indices:
                 non_donatable = tuple(sorted(options.non_donatable_input_indices))
             fill_status = options.fill_status
-        cdef Py_ssize_t num_outputs = len(kinds.outputs), k
+        cdef Py_ssize_t num_outputs = len(kinds.outputs), k, d
         cdef Py_ssize_t num_devices = (1 if device is not None
                                        else len(self._handle.addressable_devices))
-        # The buffer tuple of each argument, and the outputs' buffer tuples (one per
-        # output), each referenced until handed on; on the stack unless there are many.
-        cdef PyObject* small_groups[SMALL]
+        # Argument k's buffer on device d, held[k * num_devices + d], and output k's,
+        # results[k * num_devices + d], each referenced until handed on; on the stack
+        # unless there are many.
+        cdef PyObject* small_held[SMALL]
         cdef PyObject* small_results[SMALL]
-        cdef PyObject** groups = small_groups
+        cdef PyObject** held = small_held
         cdef PyObject** results = small_results
-        cdef Py_ssize_t num_groups = 0, num_results = 0
+        cdef Py_ssize_t num_held = 0, num_results = 0
         cdef PyObject* done = NULL
-        cdef tuple buffers
+        cdef ArrayCore array
         cdef DeviceHandle device_handle = None
         cdef ExecuteResult result
         try:
-            if num_args > SMALL:
-                groups = <PyObject**>malloc(num_args * sizeof(PyObject*))
-            if num_outputs > SMALL:
-                results = <PyObject**>malloc(num_outputs * sizeof(PyObject*))
-            if groups == NULL or results == NULL:
-                raise MemoryError()
+            held = handle_slots(small_held, SMALL, num_args * num_devices)
+            results = handle_slots(small_results, SMALL, num_outputs * num_devices)
             for k in range(num_args):
-                buffers = (<ArrayCore>arrays[k])._buffers
-                Py_INCREF(buffers)
-                groups[k] = <PyObject*>buffers
-                num_groups += 1
+                array = <ArrayCore>arrays[k]
+                if array._buffer is not None and num_devices == 1:
+                    Py_INCREF(array._buffer)
+                    held[k] = <PyObject*>array._buffer
+                else:
+                    hold_buffers(array._buffers, k, num_devices, &held[k * num_devices])
+                num_held += num_devices
             if self.effects is None:
                 if device is not None:
                     device_handle = device._handle
                 if self.max_executions and in_host_callback():
                     self._check_nested(device_handle)
-                self._handle._execute(groups, num_args, num_devices, launch_id, non_donatable,
+                self._handle._execute(held, num_args, num_devices, launch_id, non_donatable,
                                       device_handle, donated, _admit, results,
                                       &done if fill_status else NULL)
-                num_results = num_outputs
+                num_results = num_outputs * num_devices
                 events = <tuple>done if fill_status else None
             else:
                 made, events = self.effects.launch(
-                    self._launch_buffers, [<object>groups[k] for k in range(num_args)], launch_id,
+                    self._launch_buffers,
+                    [(<ArrayCore>arrays[k])._buffers for k in range(num_args)], launch_id,
                     non_donatable, device, donated,
                     [device] if device is not None else self._addressable)
                 for k in range(num_outputs):
-                    item = made[k]
-                    Py_INCREF(item)
-                    results[k] = <PyObject*>item
-                    num_results += 1
+                    for d in range(num_devices):
+                        item = (<tuple>made[k])[d]
+                        Py_INCREF(item)
+                        results[num_results] = <PyObject*>item
+                        num_results += 1
             if donated:  # their buffers are the outputs': they read as deleted
                 for k in donated:
                     (<ArrayCore>arrays[k])._deleted = True
-            outputs = self._outputs(kinds, results)
+            outputs = self._outputs(kinds, results, num_devices)
             if not as_result:
                 return outputs
             result = ExecuteResult.__new__(ExecuteResult)
@@ -501,13 +531,13 @@ cdef class ExecutableCore:
             result.outputs = outputs
             return result
         finally:
-            for k in range(num_groups):
-                Py_XDECREF(groups[k])
+            for k in range(num_held):
+                Py_XDECREF(held[k])
             for k in range(num_results):
                 Py_XDECREF(results[k])
             Py_XDECREF(done)
-            if groups != small_groups:
-                free(groups)
+            if held != small_held:
+                free(held)
             if results != small_results:
                 free(results)
 
@@ -539,17 +569,27 @@ cdef class ExecutableCore:
         return 0
 
     @cython.final
-    cdef Outputs _outputs(self, CheckedKinds kinds, PyObject** results):
-        """The output arrays of a launch, output ``k`` holding the buffer tuple
-        ``results[k]``: the one way every execute makes them."""
-        cdef Py_ssize_t num_outputs = len(kinds.outputs), k
+    cdef Outputs _outputs(self, CheckedKinds kinds, PyObject** results, Py_ssize_t num_devices):
+        """The output arrays of a launch, output ``k`` holding the buffers
+        ``results[k * num_devices:(k + 1) * num_devices]``, one per device: the one way
+        every execute makes them."""
+        cdef Py_ssize_t num_outputs = len(kinds.outputs), k, d
         cdef Outputs outputs = new_outputs()
         cdef object array_type = self.array_type, client = self._client
         cdef ArrayCore array
+        cdef tuple shards
         context = get_value(_active_user_context)
         for k in range(num_outputs):
             array = <ArrayCore>new_output(kinds, array_type, k, client, context)
-            array._buffers = <tuple>results[k]
+            if num_devices == 1:
+                array._buffer = <object>results[k]
+            else:
+                shards = PyTuple_New(num_devices)
+                for d in range(num_devices):
+                    item = <object>results[k * num_devices + d]
+                    Py_INCREF(item)
+                    PyTuple_SET_ITEM(shards, d, item)
+                array._shards = shards
             array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
             PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
         return outputs
