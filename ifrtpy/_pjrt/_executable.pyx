@@ -533,6 +533,8 @@ cdef class ExecutableHandle:
                     (<EventHandle>PyTuple_GET_ITEM(event_handles, d)).ptr = events[d]
                 Py_INCREF(event_handles)
                 done[0] = <PyObject*>event_handles
+            elif keep_events:  # kept only to hold the context until they fire
+                destroy_events(api, events, num_devices)
             succeeded = True
             return 0
         finally:
