@@ -38,6 +38,7 @@ cdef class ExecutableHandle:
 cpdef Py_ssize_t callback_executions(DeviceHandle device) except -1
 cdef int hold_buffers(object group, Py_ssize_t k, Py_ssize_t num_devices,
                       PyObject** held) except -1
+cdef tuple tuple_taking(PyObject** items, Py_ssize_t start, Py_ssize_t step, Py_ssize_t count)
 
 
 cdef inline PyObject** handle_slots(PyObject** small, Py_ssize_t capacity,

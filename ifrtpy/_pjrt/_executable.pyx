@@ -172,7 +172,7 @@ cdef extern from "Python.h":
     void tuple_set_taking "PyTuple_SET_ITEM"(object p, Py_ssize_t pos, PyObject* o)
 
 
-cdef tuple _tuple_taking(PyObject** items, Py_ssize_t start, Py_ssize_t step, Py_ssize_t count):
+cdef tuple tuple_taking(PyObject** items, Py_ssize_t start, Py_ssize_t step, Py_ssize_t count):
     """The tuple of ``items[start + i * step]`` for i < ``count``, each a new reference
     it takes over (the entry is set to NULL)."""
     cdef tuple out = PyTuple_New(count)
@@ -360,10 +360,10 @@ cdef class ExecutableHandle:
             events = <tuple>done
             # Output k on device d: results[k * num_devices + d], a reference each tuple takes.
             if by_device:
-                outputs = tuple([_tuple_taking(results, d, num_devices, num_outputs)
+                outputs = tuple([tuple_taking(results, d, num_devices, num_outputs)
                                  for d in range(num_devices)])
             else:
-                outputs = tuple([_tuple_taking(results, k * num_devices, 1, num_devices)
+                outputs = tuple([tuple_taking(results, k * num_devices, 1, num_devices)
                                  for k in range(num_outputs)])
         finally:
             for k in range(num_held):

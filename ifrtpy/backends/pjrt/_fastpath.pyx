@@ -22,7 +22,7 @@ from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport (
     PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS)
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.contextvars cimport get_value
 from libc.stdlib cimport free
 
@@ -30,7 +30,7 @@ from ifrtpy._pjrt._buffer cimport BufferHandle, atomic_load, ready_error
 from ifrtpy._pjrt._client cimport DeviceHandle
 from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport (ExecutableHandle, callback_executions, handle_slots,
-                                      hold_buffers)
+                                      hold_buffers, tuple_taking)
 from ifrtpy._pjrt._host_callback cimport in_host_callback
 from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
 from ifrtpy.backends._repeat cimport (
@@ -198,10 +198,10 @@ cdef class ArrayCore(ArrayFields):
     ``_buffers``, the BufferHandle of each addressable shard in device order (a tuple),
     is held as the one BufferHandle itself where there is one (``_buffer``; a
     single-device array, as every output of a single-device execute is: no tuple to
-    make and free), else as the tuple (``_shards``)."""
+    make and free), else as the tuple (``_shards``); it reads back as it was set."""
 
-    cdef object _buffer  # the only buffer, where there is one; else None
-    cdef tuple _shards  # the buffers, where there are none or several; else None
+    cdef BufferHandle _buffer  # the only buffer, where there is one; else None
+    cdef tuple _shards  # the buffers, where not one BufferHandle; else None
     cdef public object _layout  # None: the default layout of its memory
 
     @property
@@ -211,9 +211,10 @@ cdef class ArrayCore(ArrayFields):
 
     @_buffers.setter
     def _buffers(self, tuple buffers):
-        if buffers is not None and PyTuple_GET_SIZE(buffers) == 1:
-            self._buffer, self._shards = <object>PyTuple_GET_ITEM(buffers, 0), None
-        else:
+        if (buffers is not None and PyTuple_GET_SIZE(buffers) == 1
+                and isinstance(<object>PyTuple_GET_ITEM(buffers, 0), BufferHandle)):
+            self._buffer, self._shards = <BufferHandle>PyTuple_GET_ITEM(buffers, 0), None
+        else:  # any other tuple as it is (an execute refuses what is not BufferHandles)
             self._buffer, self._shards = None, buffers
 
     def is_deleted(self):
@@ -571,25 +572,20 @@ cdef class ExecutableCore:
     @cython.final
     cdef Outputs _outputs(self, CheckedKinds kinds, PyObject** results, Py_ssize_t num_devices):
         """The output arrays of a launch, output ``k`` holding the buffers
-        ``results[k * num_devices:(k + 1) * num_devices]``, one per device: the one way
+        ``results[k * num_devices:(k + 1) * num_devices]``, one per device (those of
+        several devices taken over by its tuple; the caller releases the rest): the one way
         every execute makes them."""
-        cdef Py_ssize_t num_outputs = len(kinds.outputs), k, d
+        cdef Py_ssize_t num_outputs = len(kinds.outputs), k
         cdef Outputs outputs = new_outputs()
         cdef object array_type = self.array_type, client = self._client
         cdef ArrayCore array
-        cdef tuple shards
         context = get_value(_active_user_context)
         for k in range(num_outputs):
             array = <ArrayCore>new_output(kinds, array_type, k, client, context)
             if num_devices == 1:
-                array._buffer = <object>results[k]
+                array._buffer = <BufferHandle>results[k]
             else:
-                shards = PyTuple_New(num_devices)
-                for d in range(num_devices):
-                    item = <object>results[k * num_devices + d]
-                    Py_INCREF(item)
-                    PyTuple_SET_ITEM(shards, d, item)
-                array._shards = shards
+                array._shards = tuple_taking(results, k * num_devices, 1, num_devices)
             array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
             PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
         return outputs

@@ -253,6 +253,7 @@ def test_a_repeated_call_checks_each_buffer(client, monkeypatch):
                             (buffers * 2, "argument 0 has 2 buffers for 1 devices"),
                             (None, "buffers of argument 0 must be a tuple")):
         a._buffers = broken
+        assert a._buffers is broken  # read back as set, whatever it holds
         with pytest.raises(InvalidArgumentError, match=message):
             executable(a)
     a._buffers = buffers
