@@ -397,7 +397,8 @@ cdef class ExecutableHandle:
         (``done``, ``reads_completion`` or an execute context, which each event holds
         until it fires), they are read as the plugin returns, the GIL still released: the
         outputs on a device whose execution had completed without an error are marked
-        ready (``BufferHandle._ready``), and events no one holds are destroyed there. On
+        ready (``BufferHandle._ready``), and events no one keeps are destroyed there; those
+        an execute context holds on to are destroyed once it is registered on them. On
         error neither is written."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_outputs = self.num_outputs
