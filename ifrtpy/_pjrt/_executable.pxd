@@ -6,8 +6,9 @@ from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 
 
-#: The caller's rule for each buffer an execute hands the plugin (``_execute``): raise to
-#: refuse ``buffer`` as argument ``argument``, which the execute donates or not.
+#: The caller's rule for the buffers an execute hands the plugin that are donated, by it or
+#: by an execute in flight (``_execute``; any other buffer may be shared): raise to refuse
+#: ``buffer`` as argument ``argument``, which the execute donates or not.
 ctypedef int (*admit_buffer)(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1
 
 

@@ -231,6 +231,28 @@ cdef list _indices(values, str name):
     return sorted({_errors.check_int(v, f"{name} entry", 0, 2**63 - 1) for v in values})
 
 
+cdef int refuse_buffer(object item, Py_ssize_t k, Py_ssize_t d) except -1:
+    """``_execute``'s refusal of ``item`` as the buffer of argument ``k`` on device ``d``:
+    not a BufferHandle, or one of another client."""
+    if not isinstance(item, BufferHandle):
+        raise _errors.invalid_argument(
+            f"the buffer of argument {k} on device {d}", "a BufferHandle", item)
+    raise _errors.InvalidArgumentError(f"a buffer of argument {k} belongs to another client")
+
+
+cdef int refuse_call(ExecutableHandle handle, Py_ssize_t num_devices,
+                     Py_ssize_t expected) except -1:
+    """``_execute``'s refusal of a call with ``num_devices`` argument lists where the
+    executable runs on ``expected`` devices, or without the execute context its host
+    callbacks need."""
+    if num_devices != expected:
+        raise _errors.InvalidArgumentError(
+            f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
+    raise _errors.FailedPreconditionError(
+        f"{handle.name!r} makes host callbacks: it runs only with an execute_context "
+        "holding their callables (the plugin crashes on an execute without)")
+
+
 @cython.no_gc_clear
 cdef class ExecutableHandle:
     """Owns a ``PJRT_LoadedExecutable*`` and its ``PJRT_Executable*``."""
@@ -385,7 +407,8 @@ cdef class ExecutableHandle:
         ``execute_by_argument`` and the PjRt backend's launches). ``buffers[k * num_devices
         + d]`` is argument k's BufferHandle on device d (``hold_buffers``), referenced by
         the caller for the call. Each buffer is checked to be a BufferHandle of this client,
-        given to ``admit`` (the caller's rule; unless NULL) and pinned while the plugin
+        given to ``admit`` (the caller's rule, unless NULL; only a buffer this call donates
+        or another execute is donating, ``_donating``) and pinned while the plugin
         takes it, marked ``donating`` where its argument is in ``donated`` (the arguments
         the call donates, as the caller worked them out); the outputs and events are owned
         by handles made before the plugin is called, so that nothing can fail once it
@@ -434,13 +457,8 @@ cdef class ExecutableHandle:
         cdef PJRT_Buffer*** out_ptrs
         cdef Py_ssize_t* fired
         cdef int64_t* non_donatable
-        if num_devices != expected:
-            raise _errors.InvalidArgumentError(
-                f"execute got {num_devices} argument lists, the executable runs on {expected} devices")
-        if context is None and self.needs_context:
-            raise _errors.FailedPreconditionError(
-                f"{self.name!r} makes host callbacks: it runs only with an execute_context "
-                "holding their callables (the plugin crashes on an execute without)")
+        if num_devices != expected or (context is None and self.needs_context):
+            refuse_call(self, num_devices, expected)
         if context is not None:
             devices = (execute_device,) if execute_device is not None else self.addressable_devices
             running = tuple([_Running(device) for device in devices])
@@ -461,18 +479,14 @@ cdef class ExecutableHandle:
                 donate = donates and k in donated
                 for d in range(num_devices):
                     item = <object>buffers[i]
-                    if not isinstance(item, BufferHandle):
-                        raise _errors.invalid_argument(
-                            f"the buffer of argument {k} on device {d}", "a BufferHandle", item)
-                    buffer = <BufferHandle>item
-                    if buffer.client is not self.client:
-                        raise _errors.InvalidArgumentError(
-                            f"a buffer of argument {k} belongs to another client")
-                    if admit != NULL:
-                        admit(buffer, donate, k)
-                    pin_for_execute(buffer, donate, k)
+                    if (not isinstance(item, BufferHandle)
+                            or (<BufferHandle>item).client is not self.client):
+                        refuse_buffer(item, k, d)
+                    if admit != NULL and (donate or (<BufferHandle>item)._donating):
+                        admit(<BufferHandle>item, donate, k)
+                    pin_for_execute(<BufferHandle>item, donate, k)
                     num_pinned += 1
-                    args_flat[d * num_args + k] = buffer.ptr
+                    args_flat[d * num_args + k] = (<BufferHandle>item).ptr
                     i += 1
             for i in range(num_outputs * num_devices):
                 buffer = BufferHandle.wrap(self.client, NULL)
@@ -523,9 +537,8 @@ cdef class ExecutableHandle:
                 check(api, error)
             for d in range(num_devices):  # output k on device d: out_flat[d * num_outputs + k]
                 for k in range(num_outputs):
-                    buffer = <BufferHandle>outputs[k * num_devices + d]
-                    buffer.ptr = out_flat[d * num_outputs + k]
-                    buffer._ready = fired[d]
+                    (<BufferHandle>outputs[k * num_devices + d]).ptr = out_flat[d * num_outputs + k]
+                    (<BufferHandle>outputs[k * num_devices + d])._ready = fired[d]
             if context is not None:  # the plugin reads it until the execution completes
                 for d in range(num_devices):
                     keep_alive_until(api, events[d], (context, running[d]))

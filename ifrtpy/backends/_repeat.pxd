@@ -51,18 +51,19 @@ cdef inline bint admits(CheckedKinds kinds, ArrayFields array, Py_ssize_t k) noe
         return False
 
 
-cdef inline ArrayFields new_output(CheckedKinds kinds, object array_type, Py_ssize_t k,
-                                   object client, object context):
+cdef inline ArrayFields new_output(CheckedKinds kinds, PyObject* array_type, Py_ssize_t k,
+                                   PyObject* client, PyObject* context):
     """A new ``array_type`` (an ArrayFields) for output ``k`` (< ``len(kinds.outputs)``) of
-    a call of ``kinds``, of ``client``, made under the user context ``context``: its
-    dtype, shape and sharding those of ``kinds.outputs[k]``, its backend fields left to
-    the caller. The one way every execute of a backend with a C path makes its outputs."""
-    cdef tuple spec = <tuple>PyTuple_GET_ITEM(kinds.outputs, k)
+    a call of ``kinds``, of ``client``, made under the user context ``context`` (the three
+    held by the caller): its dtype, shape and sharding those of ``kinds.outputs[k]``, its
+    backend fields left to the caller. The one way every execute of a backend with a C
+    path makes its outputs."""
+    cdef PyObject* spec = PyTuple_GET_ITEM(kinds.outputs, k)
     cdef ArrayFields array = <ArrayFields>(<PyTypeObject*>array_type).tp_new(
-        array_type, <PyObject*>(), NULL)
-    array._client = client
-    array._dtype = <object>PyTuple_GET_ITEM(spec, 0)
-    array._shape = <object>PyTuple_GET_ITEM(spec, 1)
-    array._sharding = <object>PyTuple_GET_ITEM(spec, 2)
-    array._user_context = context
+        <type>array_type, <PyObject*>(), NULL)
+    array._client = <object>client
+    array._dtype = <object>PyTuple_GET_ITEM(<tuple>spec, 0)
+    array._shape = <object>PyTuple_GET_ITEM(<tuple>spec, 1)
+    array._sharding = <object>PyTuple_GET_ITEM(<tuple>spec, 2)
+    array._user_context = <object>context
     return array

@@ -11,6 +11,7 @@ and hands every other call to the checked path. Importing it does not import jax
 """
 
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.contextvars cimport get_value
 
@@ -123,9 +124,10 @@ cdef class JaxExecutableCore:
             raise AssertionError(f"jax returned {len(values)} outputs, expected {num_outputs}")
         cdef Outputs arrays = new_outputs()
         cdef JaxArrayCore array
-        context = get_value(_user_context)
+        array_type, client, context = self._array_type, self._client, get_value(_user_context)
         for k in range(num_outputs):
-            array = <JaxArrayCore>new_output(kinds, self._array_type, k, self._client, context)
+            array = <JaxArrayCore>new_output(kinds, <PyObject*>array_type, k, <PyObject*>client,
+                                             <PyObject*>context)
             array._value = values[k]
             array._reads = ()
             arrays.append(array)

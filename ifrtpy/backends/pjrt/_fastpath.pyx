@@ -231,7 +231,8 @@ cdef class ArrayCore(ArrayFields):
         if self._error is not None:
             raise self._error
         if self._buffer is not None:
-            self._wait(self._buffer)
+            if not self._buffer._ready or self._deleted:  # else known ready: nothing to ask
+                self._wait(self._buffer)
         else:
             for item in self._shards:
                 self._wait(item)
@@ -439,13 +440,12 @@ cdef class ExecutableCore:
         cdef frozenset donated = self.donated
         cdef Py_ssize_t k
         cdef object array_type = self.array_type
-        cdef ArrayCore array
+        cdef PyObject* item
         for k in range(num_args):
-            item = <object>items[k]
-            if type(item) is not array_type:
+            item = items[k]
+            if <PyObject*>Py_TYPE(<object>item) != <PyObject*>array_type:
                 return None
-            array = <ArrayCore>item
-            if array._layout is not None or not admits(kinds, array, k):
+            if (<ArrayCore>item)._layout is not None or not admits(kinds, <ArrayCore>item, k):
                 return None
         if options is not None:
             donated = _donated_arguments(donated, options)
@@ -473,7 +473,7 @@ cdef class ExecutableCore:
             if options.non_donatable_input_indices:
                 non_donatable = tuple(sorted(options.non_donatable_input_indices))
             fill_status = options.fill_status
-        cdef Py_ssize_t num_outputs = len(kinds.outputs), k, d
+        cdef Py_ssize_t num_outputs = PyTuple_GET_SIZE(kinds.outputs), k
         cdef Py_ssize_t num_devices = (1 if device is not None
                                        else len(self._handle.addressable_devices))
         # Argument k's buffer on device d, held[k * num_devices + d], and output k's,
@@ -485,19 +485,20 @@ cdef class ExecutableCore:
         cdef PyObject** results = small_results
         cdef Py_ssize_t num_held = 0, num_results = 0
         cdef PyObject* done = NULL
-        cdef ArrayCore array
+        cdef PyObject* buffer
         cdef DeviceHandle device_handle = None
         cdef ExecuteResult result
         try:
             held = handle_slots(small_held, SMALL, num_args * num_devices)
             results = handle_slots(small_results, SMALL, num_outputs * num_devices)
-            for k in range(num_args):
-                array = <ArrayCore>arrays[k]
-                if array._buffer is not None and num_devices == 1:
-                    Py_INCREF(array._buffer)
-                    held[k] = <PyObject*>array._buffer
+            for k in range(num_args):  # the caller holds the arrays: none is referenced
+                buffer = <PyObject*>(<ArrayCore>arrays[k])._buffer
+                if buffer != <PyObject*>None and num_devices == 1:
+                    Py_INCREF(<object>buffer)
+                    held[k] = buffer
                 else:
-                    hold_buffers(array._buffers, k, num_devices, &held[k * num_devices])
+                    hold_buffers((<ArrayCore>arrays[k])._buffers, k, num_devices,
+                                 &held[k * num_devices])
                 num_held += num_devices
             if self.effects is None:
                 if device is not None:
@@ -510,17 +511,9 @@ cdef class ExecutableCore:
                 num_results = num_outputs * num_devices
                 events = <tuple>done if fill_status else None
             else:
-                made, events = self.effects.launch(
-                    self._launch_buffers,
-                    [(<ArrayCore>arrays[k])._buffers for k in range(num_args)], launch_id,
-                    non_donatable, device, donated,
-                    [device] if device is not None else self._addressable)
-                for k in range(num_outputs):
-                    for d in range(num_devices):
-                        item = (<tuple>made[k])[d]
-                        Py_INCREF(item)
-                        results[num_results] = <PyObject*>item
-                        num_results += 1
+                events = self._launch_ordered(arrays, num_args, launch_id, non_donatable, device,
+                                              donated, results, num_outputs * num_devices)
+                num_results = num_outputs * num_devices
             if donated:  # their buffers are the outputs': they read as deleted
                 for k in donated:
                     (<ArrayCore>arrays[k])._deleted = True
@@ -541,6 +534,27 @@ cdef class ExecutableCore:
                 free(held)
             if results != small_results:
                 free(results)
+
+    @cython.final
+    cdef object _launch_ordered(self, PyObject** arrays, Py_ssize_t num_args, int launch_id,
+                                tuple non_donatable, object device, frozenset donated,
+                                PyObject** results, Py_ssize_t num_results):
+        """``_launch_arrays``' launch of a program with ordered effects, through its
+        ``effects.OrderedEffects``: output k's buffer on device d written to ``results[k *
+        num_devices + d]`` (``num_results`` new references, all or none); returns the
+        completion events."""
+        cdef Py_ssize_t i
+        made, events = self.effects.launch(
+            self._launch_buffers, [(<ArrayCore>arrays[k])._buffers for k in range(num_args)],
+            launch_id, non_donatable, device, donated,
+            [device] if device is not None else self._addressable)
+        cdef list items = [item for buffers in made for item in <tuple?>buffers]
+        if len(items) != num_results:
+            raise AssertionError(f"the launch made {len(items)} output buffers, not {num_results}")
+        for i in range(num_results):
+            Py_INCREF(items[i])
+            results[i] = <PyObject*>items[i]
+        return events
 
     def _launch_buffers(self, arguments, launch_id, non_donatable, device, donated):
         """``_launch_arrays``' hand-over to ``_pjrt``, of ``arguments`` (a list: argument
@@ -575,18 +589,20 @@ cdef class ExecutableCore:
         ``results[k * num_devices:(k + 1) * num_devices]``, one per device (those of
         several devices taken over by its tuple; the caller releases the rest): the one way
         every execute makes them."""
-        cdef Py_ssize_t num_outputs = len(kinds.outputs), k
+        cdef tuple specs = kinds.outputs
+        cdef Py_ssize_t num_outputs = PyTuple_GET_SIZE(specs), k
         cdef Outputs outputs = new_outputs()
         cdef object array_type = self.array_type, client = self._client
         cdef ArrayCore array
         context = get_value(_active_user_context)
         for k in range(num_outputs):
-            array = <ArrayCore>new_output(kinds, array_type, k, client, context)
+            array = <ArrayCore>new_output(kinds, <PyObject*>array_type, k, <PyObject*>client,
+                                          <PyObject*>context)
             if num_devices == 1:
                 array._buffer = <BufferHandle>results[k]
             else:
                 array._shards = tuple_taking(results, k * num_devices, 1, num_devices)
-            array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(kinds.outputs, k), 3)
+            array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(specs, k), 3)
             PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
         return outputs
 
@@ -596,17 +612,16 @@ cdef object _call(object self, PyObject** args, size_t nargsf, PyObject* kwnames
     place; a call with keywords, or to a type whose ``__call__`` was changed, goes through
     the type's ``tp_call``."""
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-    cdef ExecutableCore core
-    cdef CheckedKinds kinds
+    cdef PyObject* kinds
     if (kwnames != NULL and PyTuple_GET_SIZE(<tuple>kwnames)) or not ifrtpy_calls_by_vector(
             Py_TYPE(self)):
         return ifrtpy_call_through_tp_call(self, args, nargs, kwnames)
-    core = <ExecutableCore>self
-    kinds = core.kinds
-    if kinds is not None and nargs == PyTuple_GET_SIZE(kinds.arguments):
-        outputs = core._repeat_items(args, nargs, None, False)
+    kinds = <PyObject*>(<ExecutableCore>self).kinds  # read, not kept: no code runs meanwhile
+    if kinds != <PyObject*>None and nargs == PyTuple_GET_SIZE((<CheckedKinds>kinds).arguments):
+        outputs = (<ExecutableCore>self)._repeat_items(args, nargs, None, False)
         if outputs is not None:
             return outputs
+    core = <ExecutableCore>self
     return core._launch_checked(core._execute_contract.check(
         core, [<object>args[k] for k in range(nargs)], None, None), False)
 
@@ -657,9 +672,8 @@ cpdef object donation_refusal(Py_ssize_t argument, bint donate, Py_ssize_t pins,
 
 
 cdef int _admit(BufferHandle buffer, bint donate, Py_ssize_t argument) except -1:
-    """:func:`donation_refusal` of ``buffer`` as ``_pjrt`` is about to pin it."""
-    if not (donate or buffer._donating):  # the rules refuse no other buffer
-        return 0
+    """:func:`donation_refusal` of ``buffer`` as ``_pjrt`` is about to pin it (``_pjrt``
+    asks only about a buffer that is donated: the rules refuse no other)."""
     error = donation_refusal(argument, donate, buffer._pins, buffer._donating, buffer._read_only,
                              atomic_load(&buffer.exports))
     if error is not None:
