@@ -20,15 +20,13 @@ cimport numpy as cnp
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from cpython.sequence cimport (
-    PySequence_Fast_GET_ITEM, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS)
+from cpython.sequence cimport PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.contextvars cimport get_value
 from libc.stdlib cimport free
 
 from ifrtpy._pjrt._buffer cimport BufferHandle, atomic_load, ready_error
 from ifrtpy._pjrt._client cimport DeviceHandle
-from ifrtpy._pjrt._event cimport EventHandle
 from ifrtpy._pjrt._executable cimport (ExecutableHandle, callback_executions, handle_slots,
                                       hold_buffers, tuple_taking)
 from ifrtpy._pjrt._host_callback cimport in_host_callback
