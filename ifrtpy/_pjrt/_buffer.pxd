@@ -50,6 +50,15 @@ cdef class BufferHandle:
     cdef BufferHandle wrap(ClientHandle client, PJRT_Buffer* ptr)
 
 
+# A buffer an execute made that no BufferHandle owns yet: whoever holds the entry owns the
+# buffer, until ``take_buffer`` (or ``destroy_new_buffers``) sets ``ptr`` to NULL.
+cdef struct NewBuffer:
+    PJRT_Buffer* ptr
+    bint ready  # its data is known defined without an error (``BufferHandle._ready``)
+
+
+cdef void destroy_buffer(const PJRT_Api* api, PJRT_Buffer* ptr) noexcept nogil
+cdef BufferHandle take_buffer(ClientHandle client, NewBuffer* made)
 cdef int delete_now(const PJRT_Api* api, PJRT_Buffer* buffer) noexcept nogil
 cdef int refuse_deleted(Py_ssize_t argument) except -1
 cdef void delete_after_execute(BufferHandle buffer) noexcept
@@ -86,6 +95,25 @@ cdef inline int pin_for_execute(BufferHandle buffer, bint donate,
         buffer._ready = False
     buffer._executed = True
     return 0
+
+
+cdef inline void destroy_new_buffers(const PJRT_Api* api, NewBuffer* made,
+                                     Py_ssize_t count) noexcept:
+    """Destroy the buffers of ``made[0:count]`` that were not taken (``ptr`` not NULL)."""
+    cdef Py_ssize_t i
+    for i in range(count):
+        if made[i].ptr != NULL:
+            destroy_buffer(api, made[i].ptr)
+            made[i].ptr = NULL
+
+
+cdef inline NewBuffer release_buffer(BufferHandle buffer) noexcept:
+    """The buffer of ``buffer``, a handle no one else holds (an execute's output, just
+    made), handed to the caller: ``buffer`` owns nothing from then on."""
+    cdef NewBuffer made
+    made.ptr, made.ready = buffer.ptr, buffer._ready
+    buffer.ptr = NULL
+    return made
 
 
 cdef inline void unpin_after_execute(BufferHandle buffer, bint donate) noexcept:

@@ -164,6 +164,24 @@ cdef class TiledLayout:
         self.c.tiled.num_tiles = len(tiles)
 
 
+cdef void destroy_buffer(const PJRT_Api* api, PJRT_Buffer* ptr) noexcept nogil:
+    """PJRT_Buffer_Destroy of ``ptr``, which no handle owns. A buffer never given to an
+    execute is destroyed without waiting (PJRT defers the release to its last use): the
+    GIL may be kept, releasing it costs more."""
+    cdef PJRT_Buffer_Destroy_Args args = PJRT_Buffer_Destroy_Args_new()
+    args.buffer = ptr
+    PJRT_Buffer_Destroy_quiet(api, &args)
+
+
+cdef BufferHandle take_buffer(ClientHandle client, NewBuffer* made):
+    """A BufferHandle of ``client`` owning ``made``'s buffer (``made.ptr`` set to NULL),
+    known ready where ``made`` is; ``made`` is left as it was where this fails."""
+    cdef BufferHandle buffer = BufferHandle.wrap(client, made.ptr)
+    buffer._ready = made.ready
+    made.ptr = NULL
+    return buffer
+
+
 cdef int refuse_deleted(Py_ssize_t argument) except -1:
     """``pin_for_execute``'s refusal of a buffer whose delete was asked for."""
     raise _errors.InvalidArgumentError(f"argument {argument} has been deleted")
@@ -193,23 +211,19 @@ cdef class BufferHandle:
         return self
 
     def __dealloc__(self):
-        cdef PJRT_Buffer_Destroy_Args args
         cdef const PJRT_Api* api
-        if self.ptr != NULL:
-            args = PJRT_Buffer_Destroy_Args_new()
-            args.buffer = self.ptr
+        cdef PJRT_Buffer* ptr = self.ptr
+        if ptr != NULL:
             self.ptr = NULL
+            api = self.client.api
             if self._executed:
                 # The 0.81 build waits here until an execute this buffer was donated to
                 # finishes (newer builds return at once; the C layer may not know which
                 # arguments a program donates): other threads must run meanwhile.
-                api = self.client.api
                 with nogil:
-                    PJRT_Buffer_Destroy_quiet(api, &args)
+                    destroy_buffer(api, ptr)
             else:
-                # Destroying a buffer never given to an execute never waits (PJRT defers the
-                # release to its last use): the GIL is kept, releasing it costs more.
-                PJRT_Buffer_Destroy_quiet(self.client.api, &args)
+                destroy_buffer(api, ptr)
 
     @property
     def element_type(self):

@@ -1,7 +1,7 @@
 from cpython.object cimport PyObject
 from libc.stdlib cimport malloc
 from ifrtpy._pjrt.pjrt_c_api cimport *
-from ifrtpy._pjrt._buffer cimport BufferHandle
+from ifrtpy._pjrt._buffer cimport BufferHandle, NewBuffer
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 
@@ -30,7 +30,7 @@ cdef class ExecutableHandle:
     cdef int _execute(self, PyObject** buffers, Py_ssize_t num_args, Py_ssize_t num_devices,
                       int launch_id, tuple non_donatable_input_indices,
                       DeviceHandle execute_device, frozenset donated, admit_buffer admit,
-                      PyObject** outputs, PyObject** done) except -1
+                      NewBuffer* outputs, PyObject** done) except -1
 
     @staticmethod
     cdef ExecutableHandle _wrap(ClientHandle client, PJRT_LoadedExecutable* ptr)
@@ -39,16 +39,16 @@ cdef class ExecutableHandle:
 cpdef Py_ssize_t callback_executions(DeviceHandle device) except -1
 cdef int hold_buffers(object group, Py_ssize_t k, Py_ssize_t num_devices,
                       PyObject** held) except -1
-cdef tuple tuple_taking(PyObject** items, Py_ssize_t start, Py_ssize_t step, Py_ssize_t count)
+cdef tuple handles_taking(ClientHandle client, NewBuffer* made, Py_ssize_t start,
+                          Py_ssize_t step, Py_ssize_t count)
 
 
-cdef inline PyObject** handle_slots(PyObject** small, Py_ssize_t capacity,
-                                    Py_ssize_t count) except NULL:
-    """Room for ``count`` references: ``small`` (``capacity`` slots on the caller's stack)
-    where they fit, else new memory, which the caller frees (where it is not ``small``)."""
-    if count <= capacity:
+cdef inline void* room(void* small, size_t small_size, size_t size) except NULL:
+    """``size`` bytes of room: ``small`` (``small_size`` bytes on the caller's stack) where
+    they fit, else new memory, which the caller frees (where it is not ``small``)."""
+    if size <= small_size:
         return small
-    cdef PyObject** out = <PyObject**>malloc(count * sizeof(PyObject*))
+    cdef void* out = malloc(size)
     if out == NULL:
         raise MemoryError()
     return out

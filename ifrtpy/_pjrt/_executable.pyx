@@ -54,7 +54,8 @@ from ifrtpy._pjrt._api cimport *
 from ifrtpy._pjrt._base cimport (PluginHandle, check, drop_error, named_values_to_dict,
                                  raise_unimplemented, to_str)
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
-from ifrtpy._pjrt._buffer cimport BufferHandle, pin_for_execute, unpin_after_execute
+from ifrtpy._pjrt._buffer cimport (BufferHandle, NewBuffer, destroy_new_buffers,
+                                   pin_for_execute, take_buffer, unpin_after_execute)
 from ifrtpy._pjrt._event cimport EventHandle, fired_without_error, keep_alive_until
 from ifrtpy._pjrt._ffi cimport ExecuteContext
 from ifrtpy._pjrt._host_callback cimport forget_interrupt, in_host_callback, take_interrupt
@@ -168,18 +169,16 @@ cdef int hold_buffers(object group, Py_ssize_t k, Py_ssize_t num_devices,
     return 0
 
 
-cdef extern from "Python.h":
-    void tuple_set_taking "PyTuple_SET_ITEM"(object p, Py_ssize_t pos, PyObject* o)
-
-
-cdef tuple tuple_taking(PyObject** items, Py_ssize_t start, Py_ssize_t step, Py_ssize_t count):
-    """The tuple of ``items[start + i * step]`` for i < ``count``, each a new reference
-    it takes over (the entry is set to NULL)."""
+cdef tuple handles_taking(ClientHandle client, NewBuffer* made, Py_ssize_t start,
+                          Py_ssize_t step, Py_ssize_t count):
+    """The tuple of BufferHandles of ``client`` taking the buffers ``made[start + i *
+    step]`` for i < ``count`` (``take_buffer``: those taken set to NULL)."""
     cdef tuple out = PyTuple_New(count)
     cdef Py_ssize_t i
     for i in range(count):
-        tuple_set_taking(out, i, items[start + i * step])
-        items[start + i * step] = NULL
+        buffer = take_buffer(client, &made[start + i * step])
+        Py_INCREF(buffer)
+        PyTuple_SET_ITEM(out, i, buffer)
     return out
 
 
@@ -354,9 +353,9 @@ cdef class ExecutableHandle:
         execute; the execute reads the copies."""
         cdef Py_ssize_t num_args, num_outputs = self.num_outputs, k, d
         cdef PyObject* small_held[SMALL]
-        cdef PyObject* small_results[SMALL]
+        cdef NewBuffer small_results[SMALL]
         cdef PyObject** held = small_held
-        cdef PyObject** results = small_results
+        cdef NewBuffer* results = small_results
         cdef PyObject* done = NULL
         cdef Py_ssize_t num_held = 0, num_results = 0
         cdef list copies = [tuple(group) for group in groups]
@@ -371,8 +370,10 @@ cdef class ExecutableHandle:
             arguments = copies
             num_args = len(arguments)
         try:
-            held = handle_slots(small_held, SMALL, num_args * num_devices)
-            results = handle_slots(small_results, SMALL, num_outputs * num_devices)
+            held = <PyObject**>room(small_held, sizeof(small_held),
+                                    num_args * num_devices * sizeof(PyObject*))
+            results = <NewBuffer*>room(small_results, sizeof(small_results),
+                                       num_outputs * num_devices * sizeof(NewBuffer))
             for k in range(num_args):
                 hold_buffers(arguments[k], k, num_devices, &held[k * num_devices])
                 num_held += num_devices
@@ -380,18 +381,17 @@ cdef class ExecutableHandle:
                           execute_device, donated, admit, results, &done)
             num_results = num_outputs * num_devices
             events = <tuple>done
-            # Output k on device d: results[k * num_devices + d], a reference each tuple takes.
+            # Output k on device d: results[k * num_devices + d], taken by a handle.
             if by_device:
-                outputs = tuple([tuple_taking(results, d, num_devices, num_outputs)
+                outputs = tuple([handles_taking(self.client, results, d, num_devices, num_outputs)
                                  for d in range(num_devices)])
             else:
-                outputs = tuple([tuple_taking(results, k * num_devices, 1, num_devices)
-                                 for k in range(num_outputs)])
+                outputs = tuple([handles_taking(self.client, results, k * num_devices, 1,
+                                                num_devices) for k in range(num_outputs)])
         finally:
             for k in range(num_held):
                 Py_XDECREF(held[k])
-            for k in range(num_results):  # those no tuple took
-                Py_XDECREF(results[k])
+            destroy_new_buffers(self.client.api, results, num_results)  # those not taken
             if held != small_held:
                 free(held)
             if results != small_results:
@@ -402,7 +402,7 @@ cdef class ExecutableHandle:
     cdef int _execute(self, PyObject** buffers, Py_ssize_t num_args, Py_ssize_t num_devices,
                       int launch_id, tuple non_donatable_input_indices,
                       DeviceHandle execute_device, frozenset donated, admit_buffer admit,
-                      PyObject** outputs, PyObject** done) except -1:
+                      NewBuffer* outputs, PyObject** done) except -1:
         """The one routine that hands buffers to the plugin, for every execute (``execute``,
         ``execute_by_argument`` and the PjRt backend's launches). ``buffers[k * num_devices
         + d]`` is argument k's BufferHandle on device d (``hold_buffers``), referenced by
@@ -410,19 +410,20 @@ cdef class ExecutableHandle:
         given to ``admit`` (the caller's rule, unless NULL; only a buffer this call donates
         or another execute is donating, ``_donating``) and pinned while the plugin
         takes it, marked ``donating`` where its argument is in ``donated`` (the arguments
-        the call donates, as the caller worked them out); the outputs and events are owned
-        by handles made before the plugin is called, so that nothing can fail once it
-        returned. PJRT_LoadedExecutable_Execute is called with the GIL released.
+        the call donates, as the caller worked them out); the events are owned by handles
+        made before the plugin is called, so that nothing can fail once it returned (where
+        anything does, the outputs are destroyed). PJRT_LoadedExecutable_Execute is called
+        with the GIL released.
 
-        On success ``outputs[k * num_devices + d]`` receives a new reference to output k's
-        BufferHandle on device d; and ``done``, unless NULL, a new reference to the tuple
-        of completion events, one per device. Where completion events are asked for
-        (``done``, ``reads_completion`` or an execute context, which each event holds
-        until it fires), they are read as the plugin returns, the GIL still released: the
-        outputs on a device whose execution had completed without an error are marked
-        ready (``BufferHandle._ready``), and events no one keeps are destroyed there; those
-        an execute context holds on to are destroyed once it is registered on them. On
-        error neither is written."""
+        On success ``outputs[k * num_devices + d]`` receives output k's buffer on device d,
+        which the caller owns from then on (``take_buffer``, ``destroy_new_buffers``); and
+        ``done``, unless NULL, a new reference to the tuple of completion events, one per
+        device. Where completion events are asked for (``done``, ``reads_completion`` or an
+        execute context, which each event holds until it fires), they are read as the
+        plugin returns, the GIL still released: the outputs on a device whose execution had
+        completed without an error are marked ready (``NewBuffer.ready``), and events no
+        one keeps are destroyed there; those an execute context holds on to are destroyed
+        once it is registered on them. On error neither is written."""
         cdef const PJRT_Api* api = self.client.api
         cdef Py_ssize_t num_outputs = self.num_outputs
         cdef Py_ssize_t n_nd = len(non_donatable_input_indices)
@@ -431,14 +432,12 @@ cdef class ExecutableHandle:
         cdef ExecuteContext context = self._execute_context
         cdef tuple running = None  # a _Running per device, for a program with callbacks
         cdef Py_ssize_t d, i, k
-        cdef BufferHandle buffer
         cdef bint donate
         cdef bint donates = bool(donated)  # else no argument is donated: skip the lookups
         cdef bint completion = done != NULL or self.reads_completion or context is not None
         cdef bint keep_events = done != NULL or context is not None
-        cdef bint called, succeeded = False
+        cdef bint called, written = False, succeeded = False
         cdef Py_ssize_t num_pinned = 0  # the first buffers, argument by argument
-        cdef Py_ssize_t num_written = 0
         cdef tuple event_handles = None
         cdef PJRT_ExecuteOptions options
         cdef PJRT_LoadedExecutable_Execute_Args args
@@ -488,11 +487,6 @@ cdef class ExecutableHandle:
                     num_pinned += 1
                     args_flat[d * num_args + k] = (<BufferHandle>item).ptr
                     i += 1
-            for i in range(num_outputs * num_devices):
-                buffer = BufferHandle.wrap(self.client, NULL)
-                Py_INCREF(buffer)
-                outputs[i] = <PyObject*>buffer
-                num_written += 1
             if done != NULL:
                 event_handles = new_event_handles(self.client, num_devices)
             for d in range(num_devices):
@@ -537,8 +531,9 @@ cdef class ExecutableHandle:
                 check(api, error)
             for d in range(num_devices):  # output k on device d: out_flat[d * num_outputs + k]
                 for k in range(num_outputs):
-                    (<BufferHandle>outputs[k * num_devices + d]).ptr = out_flat[d * num_outputs + k]
-                    (<BufferHandle>outputs[k * num_devices + d])._ready = fired[d]
+                    outputs[k * num_devices + d].ptr = out_flat[d * num_outputs + k]
+                    outputs[k * num_devices + d].ready = fired[d]
+            written = True
             if context is not None:  # the plugin reads it until the execution completes
                 for d in range(num_devices):
                     keep_alive_until(api, events[d], (context, running[d]))
@@ -552,10 +547,8 @@ cdef class ExecutableHandle:
             succeeded = True
             return 0
         finally:
-            if not succeeded:
-                for i in range(num_written):  # on error nothing is written
-                    Py_XDECREF(outputs[i])
-                    outputs[i] = NULL
+            if written and not succeeded:  # on error nothing is written
+                destroy_new_buffers(api, outputs, num_outputs * num_devices)
             i = 0  # the buffers pinned, in the order they were
             for k in range(num_args):
                 donate = donates and k in donated

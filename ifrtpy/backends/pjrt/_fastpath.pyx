@@ -25,10 +25,11 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.contextvars cimport get_value
 from libc.stdlib cimport free
 
-from ifrtpy._pjrt._buffer cimport BufferHandle, atomic_load, ready_error
-from ifrtpy._pjrt._client cimport DeviceHandle
-from ifrtpy._pjrt._executable cimport (ExecutableHandle, callback_executions, handle_slots,
-                                      hold_buffers, tuple_taking)
+from ifrtpy._pjrt._buffer cimport (BufferHandle, NewBuffer, atomic_load, destroy_buffer,
+                                   destroy_new_buffers, ready_error, release_buffer, take_buffer)
+from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle
+from ifrtpy._pjrt._executable cimport (ExecutableHandle, callback_executions, handles_taking,
+                                      hold_buffers, room)
 from ifrtpy._pjrt._host_callback cimport in_host_callback
 from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
 from ifrtpy.backends._repeat cimport (
@@ -196,19 +197,52 @@ cdef class ArrayCore(ArrayFields):
     ``_buffers``, the BufferHandle of each addressable shard in device order (a tuple),
     is held as the one BufferHandle itself where there is one (``_buffer``; a
     single-device array, as every output of a single-device execute is: no tuple to
-    make and free), else as the tuple (``_shards``); it reads back as it was set."""
+    make and free), else as the tuple (``_shards``); it reads back as it was set. The
+    only buffer of an execute's output is held as the execute made it (``_made``, no
+    handle to make and free), until its handle is first asked for (``_only_buffer``)."""
 
     cdef BufferHandle _buffer  # the only buffer, where there is one; else None
     cdef tuple _shards  # the buffers, where not one BufferHandle; else None
+    # An output's only buffer, before its handle was asked for (else NULL): owned here,
+    # with a reference to its ClientHandle (which keeps the plugin alive) of its own,
+    # which the GC never clears.
+    cdef NewBuffer _made
+    cdef PyObject* _made_client
     cdef public object _layout  # None: the default layout of its memory
+
+    def __dealloc__(self):
+        self._drop_made()
+
+    @cython.final
+    cdef void _drop_made(self) noexcept:
+        """Destroy the output's buffer it holds as the execute made it, if any."""
+        cdef ClientHandle client
+        if self._made.ptr != NULL:
+            client = <ClientHandle>self._made_client
+            destroy_buffer(client.api, self._made.ptr)
+            self._made.ptr = NULL
+        Py_XDECREF(self._made_client)
+        self._made_client = NULL
+
+    @cython.final
+    cdef BufferHandle _only_buffer(self):
+        """The BufferHandle of its only buffer (None where it has several), made for an
+        output's buffer (``_made``) the first time it is asked for."""
+        if self._made.ptr != NULL:
+            self._buffer = take_buffer(<ClientHandle>self._made_client, &self._made)
+            Py_XDECREF(self._made_client)  # the handle holds the client now
+            self._made_client = NULL
+        return self._buffer
 
     @property
     def _buffers(self):
         """The BufferHandle of each addressable shard, in device order (a tuple)."""
-        return (self._buffer,) if self._buffer is not None else self._shards
+        buffer = self._only_buffer()
+        return (buffer,) if buffer is not None else self._shards
 
     @_buffers.setter
     def _buffers(self, tuple buffers):
+        self._drop_made()
         if (buffers is not None and PyTuple_GET_SIZE(buffers) == 1
                 and isinstance(<object>PyTuple_GET_ITEM(buffers, 0), BufferHandle)):
             self._buffer, self._shards = <BufferHandle>PyTuple_GET_ITEM(buffers, 0), None
@@ -219,8 +253,9 @@ cdef class ArrayCore(ArrayFields):
         """Whether the array was deleted or donated (or its buffers deleted through it)."""
         if self._deleted:
             return True
-        first = self._buffer if self._buffer is not None else (
-            self._shards[0] if self._shards else None)
+        first = self._only_buffer()
+        if first is None:
+            first = self._shards[0] if self._shards else None
         return first is not None and (<BufferHandle?>first)._is_deleted()
 
     def block_until_ready(self):
@@ -228,9 +263,12 @@ cdef class ArrayCore(ArrayFields):
         error, or FailedPreconditionError if it was deleted; return the array."""
         if self._error is not None:
             raise self._error
-        if self._buffer is not None:
-            if not self._buffer._ready or self._deleted:  # else known ready: nothing to ask
-                self._wait(self._buffer)
+        if self._made.ptr != NULL and self._made.ready and not self._deleted:
+            return self  # an output known ready: nothing to ask
+        buffer = self._only_buffer()
+        if buffer is not None:
+            if not buffer._ready or self._deleted:  # else known ready: nothing to ask
+                self._wait(buffer)
         else:
             for item in self._shards:
                 self._wait(item)
@@ -474,22 +512,26 @@ cdef class ExecutableCore:
         cdef Py_ssize_t num_outputs = PyTuple_GET_SIZE(kinds.outputs), k
         cdef Py_ssize_t num_devices = (1 if device is not None
                                        else len(self._handle.addressable_devices))
-        # Argument k's buffer on device d, held[k * num_devices + d], and output k's,
-        # results[k * num_devices + d], each referenced until handed on; on the stack
-        # unless there are many.
+        # Argument k's buffer on device d, held[k * num_devices + d] (referenced until the
+        # plugin returned), and output k's, results[k * num_devices + d] (owned until an
+        # output array takes it); on the stack unless there are many.
         cdef PyObject* small_held[SMALL]
-        cdef PyObject* small_results[SMALL]
+        cdef NewBuffer small_results[SMALL]
         cdef PyObject** held = small_held
-        cdef PyObject** results = small_results
+        cdef NewBuffer* results = small_results
         cdef Py_ssize_t num_held = 0, num_results = 0
         cdef PyObject* done = NULL
         cdef PyObject* buffer
         cdef DeviceHandle device_handle = None
         cdef ExecuteResult result
         try:
-            held = handle_slots(small_held, SMALL, num_args * num_devices)
-            results = handle_slots(small_results, SMALL, num_outputs * num_devices)
+            held = <PyObject**>room(small_held, sizeof(small_held),
+                                    num_args * num_devices * sizeof(PyObject*))
+            results = <NewBuffer*>room(small_results, sizeof(small_results),
+                                       num_outputs * num_devices * sizeof(NewBuffer))
             for k in range(num_args):  # the caller holds the arrays: none is referenced
+                if (<ArrayCore>arrays[k])._made.ptr != NULL:
+                    (<ArrayCore>arrays[k])._only_buffer()
                 buffer = <PyObject*>(<ArrayCore>arrays[k])._buffer
                 if buffer != <PyObject*>None and num_devices == 1:
                     Py_INCREF(<object>buffer)
@@ -525,8 +567,7 @@ cdef class ExecutableCore:
         finally:
             for k in range(num_held):
                 Py_XDECREF(held[k])
-            for k in range(num_results):
-                Py_XDECREF(results[k])
+            destroy_new_buffers(self._handle.client.api, results, num_results)  # not taken
             Py_XDECREF(done)
             if held != small_held:
                 free(held)
@@ -536,11 +577,11 @@ cdef class ExecutableCore:
     @cython.final
     cdef object _launch_ordered(self, PyObject** arrays, Py_ssize_t num_args, int launch_id,
                                 tuple non_donatable, object device, frozenset donated,
-                                PyObject** results, Py_ssize_t num_results):
+                                NewBuffer* results, Py_ssize_t num_results):
         """``_launch_arrays``' launch of a program with ordered effects, through its
         ``effects.OrderedEffects``: output k's buffer on device d written to ``results[k *
-        num_devices + d]`` (``num_results`` new references, all or none); returns the
-        completion events."""
+        num_devices + d]`` (``num_results`` buffers, all or none, taken from the handles
+        the launch made); returns the completion events."""
         cdef Py_ssize_t i
         made, events = self.effects.launch(
             self._launch_buffers, [(<ArrayCore>arrays[k])._buffers for k in range(num_args)],
@@ -550,8 +591,7 @@ cdef class ExecutableCore:
         if len(items) != num_results:
             raise AssertionError(f"the launch made {len(items)} output buffers, not {num_results}")
         for i in range(num_results):
-            Py_INCREF(items[i])
-            results[i] = <PyObject*>items[i]
+            results[i] = release_buffer(<BufferHandle>items[i])  # _execute_tuples' own
         return events
 
     def _launch_buffers(self, arguments, launch_id, non_donatable, device, donated):
@@ -582,24 +622,29 @@ cdef class ExecutableCore:
         return 0
 
     @cython.final
-    cdef Outputs _outputs(self, CheckedKinds kinds, PyObject** results, Py_ssize_t num_devices):
-        """The output arrays of a launch, output ``k`` holding the buffers
-        ``results[k * num_devices:(k + 1) * num_devices]``, one per device (those of
-        several devices taken over by its tuple; the caller releases the rest): the one way
+    cdef Outputs _outputs(self, CheckedKinds kinds, NewBuffer* results, Py_ssize_t num_devices):
+        """The output arrays of a launch, output ``k`` taking the buffers ``results[k *
+        num_devices:(k + 1) * num_devices]``, one per device (its only one as it is, those
+        of several devices by handles; the caller destroys those not taken): the one way
         every execute makes them."""
         cdef tuple specs = kinds.outputs
         cdef Py_ssize_t num_outputs = PyTuple_GET_SIZE(specs), k
         cdef Outputs outputs = new_outputs()
         cdef object array_type = self.array_type, client = self._client
+        cdef ClientHandle handle_client = self._handle.client
         cdef ArrayCore array
         context = get_value(_active_user_context)
         for k in range(num_outputs):
             array = <ArrayCore>new_output(kinds, <PyObject*>array_type, k, <PyObject*>client,
                                           <PyObject*>context)
             if num_devices == 1:
-                array._buffer = <BufferHandle>results[k]
+                array._made = results[k]
+                results[k].ptr = NULL
+                Py_INCREF(handle_client)
+                array._made_client = <PyObject*>handle_client
             else:
-                array._shards = tuple_taking(results, k * num_devices, 1, num_devices)
+                array._shards = handles_taking(handle_client, results, k * num_devices, 1,
+                                               num_devices)
             array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(specs, k), 3)
             PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
         return outputs
