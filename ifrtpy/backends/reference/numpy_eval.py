@@ -141,6 +141,71 @@ def _logistic(x):
     return one / (one + e)
 
 
+def _fma(a, b, c):
+    """``stablehlo.fma``: ``a * b + c`` rounded once. Below f64 the product is exact in f64
+    and the sum there is rounded to odd, which the one rounding to the type keeps right;
+    in f64 the product is split into two f64s (Dekker's) and the three summed with one
+    rounding (Boldo and Melquiond's sum rounded to odd); elements near either end of f64's
+    range, where the split is not exact, are computed exactly one by one."""
+    dtype = a.dtype
+    with np.errstate(all="ignore"):
+        if dtype != np.float64:
+            x, y, z = (np.asarray(v, np.float64) for v in (a, b, c))
+            odd = _add_to_odd(x * y, z)
+            return _to_bf16(odd) if dtype == BF16 else odd.astype(dtype)
+        a, b, c = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in (a, b, c)))
+        high = a * b
+        split = 134217729.0  # 2**27 + 1
+        ah = a * split - (a * split - a)
+        bh = b * split - (b * split - b)
+        low = ((ah * bh - high) + ah * (b - bh) + (a - ah) * bh) + (a - ah) * (b - bh)
+        mid, mid_error = _two_sum(low, c)
+        top, top_error = _two_sum(high, mid)
+        out = np.asarray(top + _add_to_odd(top_error, mid_error), np.float64)
+        size = np.abs(high)
+        exact = ~((size > 2.0 ** -900) & (size < 2.0 ** 1020) & (np.abs(c) < 2.0 ** 1020)
+                  & (np.abs(a) < 2.0 ** 995) & (np.abs(b) < 2.0 ** 995))
+    if exact.any():
+        out = np.array(out)
+        out[exact] = [_fma_exactly(*v) for v in zip(a[exact], b[exact], c[exact])]
+    return out
+
+
+def _two_sum(x, y):
+    """``(s, e)``: ``s = x + y`` rounded and ``e`` its error, ``x + y == s + e`` exactly."""
+    s = x + y
+    t = s - x
+    return s, (x - (s - t)) + (y - t)
+
+
+def _add_to_odd(x, y):
+    """``x + y`` rounded to odd: truncated, its last bit set where inexact."""
+    s, e = _two_sum(x, y)
+    bits = np.asarray(s, np.float64).view(np.int64)
+    even_inexact = (e != 0) & np.isfinite(s) & ((bits & 1) == 0)
+    away = (e > 0) == (s > 0)  # the exact sum is farther from zero than s
+    return np.where(even_inexact, bits + np.where(away, 1, -1), bits).view(np.float64)
+
+
+def _fma_exactly(a: float, b: float, c: float) -> float:
+    """One f64 ``a * b + c`` in exact rational arithmetic, rounded once (Python's
+    int division rounds correctly, subnormals included)."""
+    from fractions import Fraction
+
+    a, b, c = float(a), float(b), float(c)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a * b + c  # the product is exactly inf or NaN
+    if not math.isfinite(c):
+        return c
+    value = Fraction(a) * Fraction(b) + Fraction(c)
+    if value == 0:
+        return a * b + c  # the product is exact: IEEE's sign of a zero sum
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _sign(x):
     if x.dtype == np.bool_:
         return x
@@ -555,6 +620,8 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
     results = [_tensor(v.type) for v in op.results]
     if "result_accuracy" in op.attributes and "DEFAULT" not in str(op.attributes["result_accuracy"]):
         raise Unsupported(f"result_accuracy {op.attributes['result_accuracy']}")
+    if name == "fma" and _is_float(operands[0][1]):
+        return _fma
     if bf16 and BF16 is not None and BF16 in [d for _, d in operands + results]:
         return _bf16_kernel(compiler, op, name, operands, results)
     if name in _UNARY or name in _BINARY:
