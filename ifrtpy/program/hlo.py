@@ -20,8 +20,9 @@ them from one execute to the next (:attr:`~HloProgram.token_parameters`).
 
 Version negotiation: :meth:`HloProgram.serialize_for` produces a portable artifact
 targeted at the consumer's StableHLO version, which an older compiler can read, its CHLO
-ops expanded into StableHLO first; modules using Shardy (``sdy``) cannot be serialized that
-way by jaxlib and go as text.
+ops expanded into StableHLO first and ``stablehlo.fma`` rewritten for a version before it
+(:mod:`ifrtpy.program.fma`); Shardy's (``sdy``) ops and attributes travel in it as plain
+MLIR bytecode beside the versioned StableHLO.
 """
 
 from __future__ import annotations
@@ -207,16 +208,18 @@ class HloProgram(Program):
 
     def serialize_for(self, target_version: Sequence[int] | None) -> tuple[bytes, str]:
         """``(code, how)``: a portable artifact for StableHLO ``target_version`` (capped at
-        jaxlib's own version; CHLO ops expanded into StableHLO), or the text where that is
-        impossible (Shardy modules, no target, or a module the version cannot hold), with
-        nothing printed. ``how`` says which: "bytecode <version>" or "text"."""
-        if target_version is None or self._uses_shardy:
+        jaxlib's own version; CHLO ops expanded into StableHLO, ``fma`` rewritten for a
+        version before it, Shardy's ops and attributes kept beside the versioned ones), or
+        the text where that is impossible (no target, or a module the version cannot
+        hold; ``fma`` rewritten there too), with nothing printed. ``how`` says which:
+        "bytecode <version>" or "text"."""
+        if target_version is None:
             return self._text.encode(), "text"
         target = min(tuple(target_version), stablehlo_version())
         version = ".".join(map(str, target))
         code = mlir.portable_artifact(self._text, version)
-        if code is None:  # it needs a newer version, or holds another dialect's ops
-            return self._text.encode(), "text"
+        if code is None:  # it needs a newer version
+            return mlir.text_for_version(self._text, version).encode(), "text"
         return code, f"bytecode {version}"
 
     def __str__(self) -> str:

@@ -1,7 +1,7 @@
 """jaxlib's MLIR, as ifrtpy uses it: one context with every dialect a program may use
 (shared by the program readers, the builder and the reference backend's interpreter), the
 element types of StableHLO by name, the StableHLO version jaxlib writes, CHLO's expansion
-into StableHLO, and portable artifacts."""
+into StableHLO, and portable artifacts (and text) for an older StableHLO."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ifrtpy.dtypes import DType
 from ifrtpy.errors import InvalidArgumentError
 
 __all__ = ["ELEMENT_TYPES", "context", "parse", "stablehlo_version", "legalize_chlo",
-           "portable_artifact", "ops_inside", "functions"]
+           "portable_artifact", "text_for_version", "ops_inside", "functions"]
 
 K = DType.Kind
 #: StableHLO's element type names and the DType kind of each.
@@ -99,25 +99,61 @@ def legalize_chlo(text: str) -> str:
         return module.operation.get_asm(enable_debug_info=True)
 
 
+#: The dialects a portable artifact may carry besides StableHLO's (as plain MLIR bytecode).
+_BESIDE_STABLEHLO = ("sdy",)
+
+
 def portable_artifact(text: str, version: str) -> bytes | None:
     """The portable artifact of StableHLO ``text`` for StableHLO ``version`` (CHLO ops
-    expanded first), or None where the module cannot be one (it needs a newer version, or
-    holds ops of another dialect). Quiet: MLIR's diagnostics of a failure are dropped."""
-    from jaxlib.mlir import ir
+    expanded first, and ``fma`` where the version predates it; Shardy's ops and
+    attributes as plain MLIR bytecode beside the versioned StableHLO), or None where the
+    module cannot be one (it needs a newer version, or holds ops of another dialect).
+    Quiet: MLIR's diagnostics of a failure are dropped."""
     from jaxlib.mlir.dialects import stablehlo
 
     ctx = context()
     with ctx:
         handler = ctx.attach_diagnostic_handler(lambda diagnostic: True)
         try:
-            module = ir.Module.parse(text)
-            if "chlo." in text:
-                _expand_chlo(module)
-            return stablehlo.serialize_portable_artifact(module, version)
+            module = _for_version(text, version)
+            dialects = {op.operation.name.partition(".")[0] for op in ops_inside(module.operation)}
+            if dialects - {"stablehlo", "func", *_BESIDE_STABLEHLO}:
+                return None
+            return stablehlo.serialize_portable_artifact(module, version, True)
         except Exception:  # noqa: BLE001 - MLIRError, ValueError, ...: the text goes instead
             return None
         finally:
             handler.detach()
+
+
+def text_for_version(text: str, version: str) -> str:
+    """StableHLO ``text`` with the ops newer than ``version`` that ifrtpy can rewrite
+    (``fma``) rewritten: the text a consumer of that version parses where no portable
+    artifact could be made; ``text`` itself where nothing needs rewriting."""
+    from ifrtpy.program.fma import FMA_VERSION
+
+    if "stablehlo.fma" not in text or _version_tuple(version) >= FMA_VERSION:
+        return text
+    with context():
+        return _for_version(text, version).operation.get_asm(enable_debug_info=True)
+
+
+def _for_version(text: str, version: str) -> Any:
+    """The module of ``text``, its CHLO ops expanded, and ``fma`` for a version before it."""
+    from jaxlib.mlir import ir
+
+    from ifrtpy.program.fma import FMA_VERSION, expand_fma
+
+    module = ir.Module.parse(text)
+    if "chlo." in text:
+        _expand_chlo(module)
+    if "stablehlo.fma" in text and _version_tuple(version) < FMA_VERSION:
+        expand_fma(module)
+    return module
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
 
 
 def _expand_chlo(module: Any) -> None:
