@@ -10,18 +10,23 @@ too: each jax release requires the jaxlib of its own version. jax and jaxlib are
 only when a function here is called; where jax (or jaxlib) is not installed at all, the
 ModuleNotFoundError comes through unchanged.
 
-Supported (and tested): jaxlib 0.10.x, 0.11.x and 0.12.x (``SUPPORTED``); see
-docs/pjrt-backend.md for what was run with which.
+Supported (and tested): jaxlib 0.10.x, 0.11.x and 0.12.x (``SUPPORTED``), up to
+``NEWEST_TESTED``; see README "Supported versions" for what CI runs with which.
+:func:`jax_problem` names a jax/jaxlib pair that cannot work together, or a release newer
+than any tested, with the command that installs a tested pair.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 import os
-from typing import Any, Sequence
+import re
+import warnings
+from typing import Any, NamedTuple, Sequence
 
-from ifrtpy.errors import UnimplementedError, error_from_status_text
+from ifrtpy.errors import FailedPreconditionError, UnimplementedError, error_from_status_text
 
 __all__ = [
     "SUPPORTED", "version", "version_text", "xla_client", "hlo_module_class",
@@ -33,14 +38,20 @@ __all__ = [
     "result_handler", "runtime_error_type", "gspmd_sharding", "buffer_to_dlpack",
     "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
     "tile_form", "reduction_op", "with_reduction_op",
-    "ffi_kernels", "load_ffi_kernels", "set_native_log_level",
+    "ffi_kernels", "load_ffi_kernels", "set_native_log_level", "device_assignment",
+    "to_xla_hlo_sharding", "single_device_sharding", "is_single_device_sharding",
+    "NEWEST_TESTED", "JaxProblem", "jax_problem", "check_jax",
 ]
 
 #: The jaxlib (major, minor) versions ifrtpy is tested with.
 SUPPORTED = ((0, 10), (0, 11), (0, 12))
+#: The newest jax/jaxlib release ifrtpy is tested with (CI's newest leg installs the
+#: newest the index serves, so a newer release shows up there first).
+NEWEST_TESTED = (0, 12, 1)
 
 #: name -> [(first jaxlib version, "module:attribute")], newest first: the version switch.
-_LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
+#: Versions are whole tuples: (0, 12, 1) is a release of its own.
+_LOCATIONS: dict[str, list[tuple[tuple[int, ...], str]]] = {
     # CompileOptions, DeviceAssignment, HloSharding and OpSharding.
     "xla_client": [((0, 10), "jaxlib.xla_client:")],
     # HloModule.from_serialized_hlo_module_proto, spmd_*_sharding(s).
@@ -70,6 +81,11 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "GSPMDSharding": [((0, 10), "jax._src.sharding_impls:GSPMDSharding")],
     "get_backend": [((0, 10), "jax.extend.backend:get_backend")],
     "ShapedArray": [((0, 10), "jax.core:ShapedArray")],
+    # One device's sharding: 0.12.1 deprecates the class for a constructor and a test.
+    "make_single_device_sharding": [((0, 12, 1), "jax.sharding:make_single_device_sharding"),
+                                    ((0, 10), "jax.sharding:SingleDeviceSharding")],
+    "is_single_device_sharding": [((0, 12, 1), "jax.sharding:is_single_device_sharding"),
+                                  ((0, 10), "jax.sharding:SingleDeviceSharding")],
     # jax.Array's class: built from checked per-device arrays without jax's checks.
     "ArrayImpl": [((0, 10), "jax._src.array:ArrayImpl")],
     "JaxRuntimeError": [((0, 10), "jax.errors:JaxRuntimeError")],
@@ -80,6 +96,9 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
     "lapack": [((0, 10), "jaxlib.lapack:")],
     "lapack_initialize": [((0, 10), "jaxlib.lapack:_lapack")],
     "cpu_sparse": [((0, 10), "jaxlib.cpu_sparse:")],
+    # lgamma and digamma (jax lowers them to these on CPU from 0.12.1): registrations()
+    # -> {name: capsule}.
+    "cpu_math": [((0, 12, 1), "jaxlib.cpu._math:")],
     "gpu_solver": [((0, 10), "jaxlib.gpu_solver:")],
     "gpu_linalg": [((0, 10), "jaxlib.gpu_linalg:")],
     "gpu_prng": [((0, 10), "jaxlib.gpu_prng:")],
@@ -90,14 +109,14 @@ _LOCATIONS: dict[str, list[tuple[tuple[int, int], str]]] = {
 
 #: The jaxlib modules with XLA FFI kernels, per platform (as their registrations() name it).
 _FFI_KERNEL_MODULES = {
-    "cpu": ("lapack", "cpu_sparse"),
+    "cpu": ("lapack", "cpu_sparse", "cpu_math"),
     "CUDA": ("gpu_solver", "gpu_linalg", "gpu_prng", "gpu_sparse"),
     "ROCM": ("gpu_solver", "gpu_linalg", "gpu_prng", "gpu_sparse"),
 }
 
 #: array_result_handler's keyword arguments beyond (aval, sharding, committed), newest first:
 #: jaxlib 0.11 (extension version 489) dropped ``_skip_checks`` along with the checks.
-_RESULT_HANDLER_KWARGS: list[tuple[tuple[int, int], dict[str, Any]]] = [
+_RESULT_HANDLER_KWARGS: list[tuple[tuple[int, ...], dict[str, Any]]] = [
     ((0, 11), {}),
     ((0, 10), {"_skip_checks": True}),
 ]
@@ -129,19 +148,108 @@ def package_dir() -> str:
     return os.path.dirname(jaxlib.__file__)
 
 
+class JaxProblem(NamedTuple):
+    """What :func:`jax_problem` found: its message (with the command that fixes it), and
+    whether jax cannot work at all (else it is only untested)."""
+    message: str
+    fatal: bool
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:4])
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def jax_problem() -> JaxProblem | None:
+    """What is wrong with the installed jax and jaxlib (read from their package metadata,
+    without importing jax): a pair that cannot work together (the jaxlib outside the range
+    the jax requires, or jax without jaxlib), a release older than ifrtpy supports, or one
+    newer than any it was tested with; None where all is well or jax is not installed."""
+    jax_text, jaxlib_text = _installed("jax"), _installed("jaxlib")
+    if jax_text is None:
+        return None
+    tested = ".".join(map(str, NEWEST_TESTED))
+    requirement = next((r for r in importlib.metadata.requires("jax") or ()
+                        if re.match(r"jaxlib\s*[<>=!~]", r) and ";" not in r), None)
+    if jaxlib_text is None or requirement is not None and not _satisfies(jaxlib_text, requirement):
+        wanted = (requirement or "jaxlib").replace(" ", "")
+        return JaxProblem(
+            f"jax {jax_text} cannot work with jaxlib {jaxlib_text or '(not installed)'}: it "
+            f"requires {wanted}. Install a matching pair: pip install \"jax=={jax_text}\" "
+            f"\"{wanted}\"", fatal=True)
+    jax_version, jaxlib_version = _numbers(jax_text), _numbers(jaxlib_text)
+    if min(jax_version, jaxlib_version)[:2] < min(SUPPORTED):
+        return JaxProblem(
+            f"jax {jax_text} with jaxlib {jaxlib_text} is older than ifrtpy supports "
+            f"({_supported_text()}): pip install --upgrade \"jax>=0.10\" \"jaxlib>=0.10\"",
+            fatal=True)
+    if max(jax_version, jaxlib_version) > NEWEST_TESTED:
+        return JaxProblem(
+            f"jax {jax_text} with jaxlib {jaxlib_text} is newer than any ifrtpy was tested "
+            f"with ({_supported_text()}); where something fails, install the newest tested: "
+            f"pip install \"jax=={tested}\" \"jaxlib=={tested}\"", fatal=False)
+    return None
+
+
+def _satisfies(version_text: str, requirement: str) -> bool:
+    """Whether ``version_text`` meets a requirement's clauses (``<=``, ``>=``, ``==``,
+    ``<``, ``>``, ``!=`` on release numbers; others are taken as met)."""
+    have = _numbers(version_text)
+    checks = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
+              ">": lambda a, b: a > b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+    def padded(v: tuple[int, ...]) -> tuple[int, ...]:
+        return v + (0,) * (4 - len(v))
+    for op, number in re.findall(r"(<=|>=|==|!=|<|>)\s*([\d.]+)", requirement):
+        if not checks[op](padded(have), padded(_numbers(number))):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_untested(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def check_jax() -> None:
+    """Called where ifrtpy first uses jax: FailedPreconditionError naming a jax/jaxlib pair
+    that cannot work (before ``import jax`` fails with jax's own message), a warning (once)
+    for one newer than any tested."""
+    problem = jax_problem()
+    if problem is None:
+        return
+    if problem.fatal:
+        raise FailedPreconditionError(problem.message)
+    _warn_untested(problem.message)
+
+
 def _location(name: str) -> str:
     """Where ``name`` lives in the installed jaxlib ("module:attribute")."""
     installed = version()
     for first, location in _LOCATIONS[name]:
-        if installed[:2] >= first:
+        if installed >= first:
             return location
-    raise UnimplementedError(f"jaxlib {installed} is older than any ifrtpy supports ({SUPPORTED})")
+    shown = ".".join(map(str, installed))
+    if installed[:2] < min(SUPPORTED):
+        raise UnimplementedError(f"jaxlib {shown} is older than any ifrtpy supports "
+                                 f"({_supported_text()})")
+    raise UnimplementedError(f"jaxlib {shown} has no {name} (jaxlib "
+                             f"{'.'.join(map(str, _LOCATIONS[name][-1][0]))} and later have it)")
 
 
 @functools.lru_cache(maxsize=None)
 def _lookup(name: str) -> Any:
     location = _location(name)
     module_name, _, attr = location.partition(":")
+    if module_name.partition(".")[0] == "jax":
+        check_jax()
     try:
         module = importlib.import_module(module_name)
         return getattr(module, attr) if attr else module
@@ -156,8 +264,12 @@ def _lookup(name: str) -> Any:
 def _moved(installed: tuple[int, ...], location: str, error: Exception) -> UnimplementedError:
     return UnimplementedError(
         f"jaxlib {'.'.join(map(str, installed))} has no {location} ({error}); ifrtpy "
-        f"supports jaxlib {', '.join('%d.%d' % v for v in SUPPORTED)} (and the jax of the "
-        f"same version)")
+        f"supports {_supported_text()}")
+
+
+def _supported_text() -> str:
+    return (f"jaxlib {', '.join('%d.%d' % v for v in SUPPORTED)} up to "
+            f"{'.'.join(map(str, NEWEST_TESTED))} (and the jax of the same version)")
 
 
 def xla_client() -> Any:
@@ -270,7 +382,7 @@ def compile_options(serialized: bytes) -> Any:
 def result_handler(dtype: Any, dims: tuple[int, ...], jax_sharding: Any) -> Any:
     """What turns one output of ``execute_sharded`` into a ``jax.Array`` (as jax's jit does)."""
     shaped_array = _lookup("ShapedArray")(dims, dtype)
-    kwargs = next(k for first, k in _RESULT_HANDLER_KWARGS if version()[:2] >= first)
+    kwargs = next(k for first, k in _RESULT_HANDLER_KWARGS if version() >= first)
     return _lookup("array_result_handler")(shaped_array, jax_sharding, committed=True, **kwargs)
 
 
@@ -282,6 +394,31 @@ def array_from_single_device_arrays(dims: tuple[int, ...], dtype: Any, jax_shard
     aval = _lookup("ShapedArray")(dims, dtype)
     return _lookup("ArrayImpl")(aval, jax_sharding, list(arrays), committed=True,
                                 _skip_checks=True)
+
+
+def device_assignment(jax_sharding: Any) -> list[Any]:
+    """The devices of a jax sharding in its HLO sharding's order (jax's private
+    ``Sharding._device_assignment``)."""
+    return list(jax_sharding._device_assignment)
+
+
+def to_xla_hlo_sharding(jax_sharding: Any, ndim: int) -> Any:
+    """A jax sharding as jaxlib's HloSharding for an array of rank ``ndim`` (jax's private
+    ``Sharding._to_xla_hlo_sharding``), its devices numbered as in :func:`device_assignment`."""
+    return jax_sharding._to_xla_hlo_sharding(ndim)
+
+
+def single_device_sharding(jax_device: Any, memory_kind: str | None = None) -> Any:
+    """jax's sharding of one device (``make_single_device_sharding`` from 0.12.1, which
+    deprecates the ``SingleDeviceSharding`` class)."""
+    return _lookup("make_single_device_sharding")(jax_device, memory_kind=memory_kind)
+
+
+def is_single_device_sharding(jax_sharding: Any) -> bool:
+    """Whether ``jax_sharding`` is jax's sharding of one device (and not a Named or other
+    sharding that happens to have one device)."""
+    test = _lookup("is_single_device_sharding")
+    return isinstance(jax_sharding, test) if isinstance(test, type) else bool(test(jax_sharding))
 
 
 def addressable_device_assignment(jax_sharding: Any) -> list[Any]:
@@ -316,9 +453,13 @@ def ffi_kernels(platform: str) -> dict[str, Any]:
             module = _lookup(name)
         except (ModuleNotFoundError, UnimplementedError):
             continue
-        for target, capsule, api_version in module.registrations().get(platform, ()):
-            if api_version == 1:
-                kernels[target] = capsule
+        registrations = module.registrations()
+        if all(isinstance(v, list) for v in registrations.values()):
+            for target, capsule, api_version in registrations.get(platform, ()):
+                if api_version == 1:
+                    kernels[target] = capsule
+        elif platform == "cpu":  # {name: capsule}: typed FFI handlers (jaxlib.cpu._math)
+            kernels.update(registrations)
     return kernels
 
 

@@ -109,10 +109,11 @@ def sharding_from_jax(sharding: Any, client: Any, ndim: int | None = None) -> Sh
     for a NamedSharding with unreduced axes, which becomes an HloSharding (ifrtpy's
     NamedSharding has no form for them; jax's ``reduced`` axes are replicated ones). Index
     domains equal jax's ``devices_indices_map`` (which jax refuses for unreduced axes)."""
+    _jaxlib.check_jax()
     import jax
     if isinstance(sharding, jax.Device):
         return SingleDeviceSharding(_ifrt_device(client, sharding))
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    if _jaxlib.is_single_device_sharding(sharding):
         (device,) = sharding.device_set
         return SingleDeviceSharding(_ifrt_device(client, device), _memory_kind(sharding))
     if isinstance(sharding, jax.sharding.NamedSharding) and not getattr(sharding.spec, "unreduced", None):
@@ -125,8 +126,8 @@ def sharding_from_jax(sharding: Any, client: Any, ndim: int | None = None) -> Sh
         if ndim is None:
             raise InvalidArgumentError(
                 f"sharding_from_jax of a {type(sharding).__name__} needs ndim (the array's rank)")
-        devices = [_ifrt_device(client, d) for d in sharding._device_assignment]
-        return HloSharding(devices, sharding._to_xla_hlo_sharding(ndim), _memory_kind(sharding))
+        devices = [_ifrt_device(client, d) for d in _jaxlib.device_assignment(sharding)]
+        return HloSharding(devices, _jaxlib.to_xla_hlo_sharding(sharding, ndim), _memory_kind(sharding))
     raise InvalidArgumentError(f"expected a jax Sharding or Device, got {type(sharding).__name__}")
 
 
@@ -142,11 +143,12 @@ def sharding_to_jax(sharding: Sharding) -> Any:
     """The jax sharding equivalent to an ifrtpy ``sharding``, over jax's devices with the
     same ids: Single -> SingleDeviceSharding, Named -> NamedSharding, Hlo -> GSPMDSharding.
     Other kinds raise UnimplementedError (jax has no uneven or explicit-shape shardings)."""
+    _jaxlib.check_jax()
     import jax
     devices = _jax_devices_by_id(sharding.devices[0].client.platform_name)
     kind = None if not sharding.memory_kind else str(sharding.memory_kind)
     if isinstance(sharding, SingleDeviceSharding):
-        return jax.sharding.SingleDeviceSharding(_jax_device(sharding.devices[0], devices), memory_kind=kind)
+        return _jaxlib.single_device_sharding(_jax_device(sharding.devices[0], devices), kind)
     if isinstance(sharding, NamedSharding):
         mesh = sharding.mesh
         jax_devices = np.vectorize(lambda d: _jax_device(d, devices), otypes=[object])(mesh.devices)

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Callable
 
 import ifrtpy
+from ifrtpy import _jaxlib
 from ifrtpy.plugins import available_plugins, plugins_report
 from ifrtpy.plugins.builds import installed_builds
 
@@ -30,6 +31,9 @@ def _version(distribution: str) -> str:
 def print_versions(client: Any) -> None:
     packages = ", ".join(f"{name} {_version(name)}" for name in ("numpy", "jaxlib", "xla-cpu-pjrt", "fastatomstruct-xla-cpu", "jax"))
     print(f"ifrtpy   {ifrtpy.__version__} (Python {sys.version.split()[0]}; {packages})")
+    problem = _jaxlib.jax_problem()
+    if problem is not None:
+        print(f"{'ERROR' if problem.fatal else 'warning'}: {problem.message}")
 
 
 def print_plugin(client: Any) -> None:

@@ -62,6 +62,7 @@ def from_jax(x: Any, client: Client | None = None) -> Array:
     client can alias jax's memory (host memory: CPU), else one copy per shard
     (:meth:`ifrtpy.Client.assemble_array_from_dlpack`). ``x`` stays valid and unchanged;
     its shards' memory is held while the ifrtpy array lives."""
+    _jaxlib.check_jax()
     if not is_jax_array(x):
         raise InvalidArgumentError(f"from_jax needs a jax.Array, got {type(x).__name__}")
     client = client or default_client()
@@ -82,6 +83,7 @@ def to_jax(array: Array) -> Any:
     once, as jax imports DLPack tensors into device memory). The ifrtpy buffers stay allocated while the jax array lives
     (``delete()`` of ``array`` is deferred until then; donating it is refused). The shards
     come from :meth:`ifrtpy.Array.dlpack_shards`."""
+    _jaxlib.check_jax()
     if not isinstance(array, Array):
         raise InvalidArgumentError(f"to_jax needs an ifrtpy Array, got {type(array).__name__}")
     jax_sharding, targets, order, to_kind = _to_jax_plan(array.sharding)
@@ -89,7 +91,7 @@ def to_jax(array: Array) -> Any:
     if to_kind is not None:
         import jax
         # jax takes DLPack tensors into device memory: one copy into the memory kind
-        arrays = [jax.device_put(a, jax.sharding.SingleDeviceSharding(d, memory_kind=to_kind))
+        arrays = [jax.device_put(a, _jaxlib.single_device_sharding(d, to_kind))
                   for a, d in zip(arrays, targets)]
     if isinstance(array.sharding, SingleDeviceSharding):
         return arrays[0]

@@ -54,6 +54,7 @@ def create_client(platform: str | None = None, device_count: int | None = None) 
             raise InvalidArgumentError(
                 f"device_count applies to the cpu platform only, got platform {platform!r}")
         platform = "cpu"
+    _jaxlib.check_jax()
     distributed.attach_jax_runtime()
     if device_count is not None:
         import jax

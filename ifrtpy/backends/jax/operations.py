@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ifrtpy import _jaxlib
 from ifrtpy.array import ArrayCopySemantics, ArraySpec
 from ifrtpy.array_plans import (
     canonical_kind, plan_assemble, plan_copy, plan_error_arrays, plan_reshard,
@@ -111,7 +112,7 @@ def _moved_by_shard(value: Any, source: Sharding, target: Sharding, may_alias: b
     for old, new in zip(source.devices, target.devices):
         if old.is_addressable:
             pieces.append(shards[old.id])
-            places.append(jax.sharding.SingleDeviceSharding(jax_device(new), memory_kind=kind))
+            places.append(_jaxlib.single_device_sharding(jax_device(new), kind))
     moved = _device_put(pieces, places, may_alias=may_alias)
     return jax.make_array_from_single_device_arrays(
         value.shape, to_jax_sharding(target), moved)

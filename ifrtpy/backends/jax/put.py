@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ifrtpy import _jaxlib
 from ifrtpy.array import HostBufferSemantics
 from ifrtpy.array_plans import addressable_domains, check_placement, default_shard_layout
 from ifrtpy.backends.jax.array import JaxArray, _device_put, jax_device, to_jax_sharding
@@ -140,6 +141,6 @@ def _put_by_shard(data: np.ndarray, shape: Shape, sharding: Sharding, jax_shardi
     for i, piece in zip(copies, copied):
         pieces[i] = piece
     kind = str(sharding.memory_kind) if sharding.memory_kind else None
-    places = [jax.sharding.SingleDeviceSharding(jax_device(d), memory_kind=kind) for d in devices]
+    places = [_jaxlib.single_device_sharding(jax_device(d), kind) for d in devices]
     return jax.make_array_from_single_device_arrays(
         tuple(shape.dims), jax_sharding, _device_put(pieces, places))
