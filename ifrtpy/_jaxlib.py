@@ -39,6 +39,7 @@ __all__ = [
     "dlpack_to_buffer", "jax_distributed_state", "cpu_cost_analysis", "lowered_host_callbacks",
     "tile_form", "reduction_op", "with_reduction_op",
     "ffi_kernels", "load_ffi_kernels", "set_native_log_level", "device_assignment",
+    "lowered_unreduced_values",
     "to_xla_hlo_sharding", "single_device_sharding", "is_single_device_sharding",
     "NEWEST_TESTED", "JaxProblem", "jax_problem", "check_jax",
 ]
@@ -441,6 +442,27 @@ def lowered_host_callbacks(lowered: Any) -> tuple[Any, ...]:
     if not isinstance(compile_args, dict):
         return ()
     return tuple(compile_args.get("host_callbacks") or ())
+
+
+def lowered_unreduced_values(lowered: Any) -> list[str]:
+    """Where a jax ``Lowered`` stage's parameters and results are unreduced, each as
+    "parameter 0 f32[4,6] unreduced over ('y',)", where jax lowers them as arrays with a
+    leading axis per unreduced mesh axis (jax 0.12.1 and later; its private
+    ``Lowered._in_types``/``_out_types`` hold the values' own types); [] elsewhere."""
+    if version() < (0, 12, 1):
+        return []
+    found = []
+    for what, types in (("parameter", getattr(lowered, "_in_types", None)),
+                        ("result", getattr(lowered, "_out_types", None))):
+        avals = types[1] if isinstance(types, tuple) and len(types) == 2 else ()
+        for i, aval in enumerate(avals):
+            spec = getattr(getattr(aval, "sharding", None), "spec", None)
+            unreduced = getattr(spec, "unreduced", None)
+            if unreduced:
+                shape = ",".join(map(str, getattr(aval, "shape", ())))
+                found.append(f"{what} {i} {getattr(aval, 'dtype', '')}[{shape}] unreduced "
+                             f"over {tuple(sorted(unreduced))}")
+    return found
 
 
 def ffi_kernels(platform: str) -> dict[str, Any]:

@@ -100,6 +100,8 @@ def _source(program: Any) -> str | tuple[bytes, str]:
             "a TensorFlow function needs example arguments: use "
             "ifrtpy.program.from_tensorflow(function, *args)")
     if hasattr(program, "as_text"):  # a jax Lowered stage, or alike
+        if kind == "Lowered" and module.startswith("jax"):
+            _refuse_unreduced_lowering(program)
         text = program.as_text()
         if isinstance(text, str):
             return _source(text)
@@ -107,6 +109,19 @@ def _source(program: Any) -> str | tuple[bytes, str]:
         f"HloProgram takes StableHLO or HLO text, MLIR bytecode, a serialized HloModuleProto "
         f"or jax Exported, an MLIR module, an XlaComputation, or a jax Lowered/Compiled/"
         f"Exported object, not {type(program).__name__}")
+
+
+def _refuse_unreduced_lowering(lowered: Any) -> None:
+    """UnimplementedError for a jax ``Lowered`` stage whose jax lowered unreduced values as
+    arrays with a leading axis per unreduced mesh axis (jax 0.12.1 and later): the program's
+    signature is not the arrays its caller has, and ifrtpy cannot map one to the other."""
+    found = _jaxlib.lowered_unreduced_values(lowered)
+    if found:
+        raise UnimplementedError(
+            f"jax {_jaxlib.version_text()} lowers unreduced values as arrays with a leading "
+            f"axis per unreduced mesh axis, which ifrtpy cannot run from a Lowered stage "
+            f"({'; '.join(found)}): reduce them inside the function (jax.sharding.reshard), or "
+            f"give the program as StableHLO whose shardings say unreduced={{...}}")
 
 
 def host_callbacks(program: Any) -> tuple[Any, ...]:
