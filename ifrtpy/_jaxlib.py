@@ -269,8 +269,9 @@ def _moved(installed: tuple[int, ...], location: str, error: Exception) -> Unimp
 
 
 def _supported_text() -> str:
-    return (f"jaxlib {', '.join('%d.%d' % v for v in SUPPORTED)} up to "
-            f"{'.'.join(map(str, NEWEST_TESTED))} (and the jax of the same version)")
+    minors = ['%d.%d' % v for v in SUPPORTED]
+    return (f"jaxlib {', '.join(minors[:-1])} and {minors[-1]} up to "
+            f"{'.'.join(map(str, NEWEST_TESTED))}, each with the jax of its version")
 
 
 def xla_client() -> Any:
