@@ -26,6 +26,8 @@ FMA_VERSION = (1, 24, 0)
 def expand_fma(module: Any) -> int:
     """Rewrite every ``stablehlo.fma`` of floats of a static shape in ``module`` (in
     place, in the current MLIR context); the number rewritten."""
+    from jaxlib.mlir import ir
+
     from ifrtpy.program.mlir import ops_inside
 
     fmas = [op for op in ops_inside(module.operation) if op.operation.name == "stablehlo.fma"]
@@ -35,8 +37,6 @@ def expand_fma(module: Any) -> int:
         kind = _float_kind(value.type)
         if kind is None:
             continue
-        from jaxlib.mlir import ir
-
         with ir.InsertionPoint(op), op.location:
             a, b, c = op.operands
             fused = _Ops(ir.RankedTensorType(value.type).shape).fma(a, b, c, kind)
@@ -47,7 +47,8 @@ def expand_fma(module: Any) -> int:
 
 
 def _float_kind(type_: Any) -> str | None:
-    """"f16", "bf16", "f32" or "f64" for a static-shaped tensor of those; else None."""
+    """The element type's name for a static-shaped tensor of f16, bf16, f32 or f64;
+    else None."""
     from jaxlib.mlir import ir
 
     try:
