@@ -15,7 +15,7 @@ of floats rewritten into ops every StableHLO version has, rounded once as ``fma`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 __all__ = ["FMA_VERSION", "expand_fma"]
 
@@ -23,16 +23,13 @@ __all__ = ["FMA_VERSION", "expand_fma"]
 FMA_VERSION = (1, 24, 0)
 
 
-def expand_fma(module: Any) -> int:
-    """Rewrite every ``stablehlo.fma`` of floats of a static shape in ``module`` (in
-    place, in the current MLIR context); the number rewritten."""
+def expand_fma(ops: Iterable[Any]) -> int:
+    """Rewrite each of the ``stablehlo.fma`` ``ops`` (of a module, in its MLIR context) on
+    floats of a static shape, in place; the number rewritten."""
     from jaxlib.mlir import ir
 
-    from ifrtpy.program.mlir import ops_inside
-
-    fmas = [op for op in ops_inside(module.operation) if op.operation.name == "stablehlo.fma"]
     done = 0
-    for op in fmas:
+    for op in ops:
         value = op.operation.results[0]
         kind = _float_kind(value.type)
         if kind is None:

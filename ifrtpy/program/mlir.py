@@ -148,7 +148,8 @@ def _for_version(text: str, version: str) -> Any:
     if "chlo." in text:
         _expand_chlo(module)
     if "stablehlo.fma" in text and _version_tuple(version) < FMA_VERSION:
-        expand_fma(module)
+        expand_fma([op for op in ops_inside(module.operation)
+                    if op.operation.name == "stablehlo.fma"])
     return module
 
 
