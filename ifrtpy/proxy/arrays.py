@@ -22,7 +22,7 @@ from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
 from ifrtpy.proxy import steps, wire
 from ifrtpy.proxy._protocol import messages
-from ifrtpy.proxy.kind import Kind, never_blocks
+from ifrtpy.proxy.kind import Kind, Later
 from ifrtpy.proxy.pool import POOL
 
 __all__ = ["KINDS", "LEAST_PIECE", "in_flight"]
@@ -208,7 +208,7 @@ def copy_to_host_buffer(session: Any, request: Any) -> Any:
             f"it: {error}") from None
     session.release_host_bytes(least)
     try:
-        session.expect_host_buffer(handle)
+        copy = session.expect_host_buffer(handle)
     except BaseException:
         session.release_host_bytes(size)
         raise
@@ -237,9 +237,9 @@ def copy_to_host_buffer(session: Any, request: Any) -> Any:
         if data is None:
             assert error is not None
             session.release_host_bytes(held)
-            session.copied_host_buffer(handle, None, error)
+            session.copied_host_buffer(handle, copy, None, error)
         else:
-            session.copied_host_buffer(handle, data)
+            session.copied_host_buffer(handle, copy, data)
 
     failed = future.exception() if future.done() else None
     if failed is not None:  # failed at once: answer it
@@ -440,15 +440,15 @@ def destruct_array(session: Any, request: Any) -> Any:
     return b""  # an empty DestructArrayResponse, serialized
 
 
-def check_value_ready(session: Any, request: Any) -> None:
+def check_value_ready(session: Any, request: Any) -> Later:
     values = session.values_of(request.value_handles)
-    session.answer_later(join_futures([v.ready_future() for v in values]),
-                         bytes)  # an empty CheckValueReadyResponse, serialized
+    return Later(join_futures([v.ready_future() for v in values]),
+                 bytes)  # an empty CheckValueReadyResponse, serialized
 
 
-def check_future(session: Any, request: Any) -> None:
-    session.answer_later(session.take_future(request.future_handle),
-                         bytes)  # an empty CheckFutureResponse, serialized
+def check_future(session: Any, request: Any) -> Later:
+    return Later(session.take_future(request.future_handle),
+                 bytes)  # an empty CheckFutureResponse, serialized
 
 
 #: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
@@ -467,7 +467,7 @@ KINDS = {
     "remap_arrays_request": Kind(remap_arrays, 23, ("result_handles",)),
     "delete_array_request": Kind(delete_array, 9),
     "is_array_deleted_request": Kind(is_array_deleted, 11),
-    "destruct_array_request": Kind(destruct_array, 12, cannot_block=never_blocks),
-    "check_value_ready_request": Kind(check_value_ready, 8, cannot_block=never_blocks),
-    "check_future_request": Kind(check_future, 3, cannot_block=never_blocks),
+    "destruct_array_request": Kind(destruct_array, 12),
+    "check_value_ready_request": Kind(check_value_ready, 8),
+    "check_future_request": Kind(check_future, 3),
 }

@@ -40,9 +40,9 @@ class Recording(Session):
         super().__init__(*args, **kwargs)
         self.errors: list[BaseException] = []
 
-    def answer_error(self, op_id: int, error: BaseException, send: Any = None) -> None:
+    def answer_error(self, op_id: int, error: BaseException) -> None:
         self.errors.append(error)
-        super().answer_error(op_id, error, send)
+        super().answer_error(op_id, error)
 
 
 class Driver:
