@@ -124,6 +124,18 @@ def _semantics(taken: list[Any], devices_per_buffer: int) -> HostBufferSemantics
     return HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
 
 
+def _aliases(array: Any, data: Any) -> bool:
+    """Whether ``array`` may hold the memory of the host buffer ``data`` it was made from
+    with zero-copy semantics: True unless the backend tells the array's address and it
+    lies outside ``data`` (the backend copied, as into a device's own memory)."""
+    try:
+        address = array.unsafe_buffer_pointer()
+        start = np.frombuffer(data, np.uint8).ctypes.data
+    except Exception:  # noqa: BLE001 - no address told: it may alias
+        return True
+    return start <= address < start + max(1, len(data))
+
+
 def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     dtype = wire.dtype_from_proto(request.dtype)
     dims = wire.array_shape(dtype, request.shape)
@@ -144,8 +156,10 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     def ready(_: Any) -> None:
         steps.LOG.mark(session.id, buffer, "put ready", nbytes)
         # the memory of a put the backend copied (a device's own memory) is the next put
-        # file's; one the array aliases stays the array's (the pool sees it referred to)
-        POOL.give(held)
+        # file's; one the array may alias stays the array's
+        if semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL or not _aliases(
+                array, held[0]):
+            POOL.give(held)
 
     steps.LOG.mark(session.id, buffer, "put made", nbytes)
     array.ready_future().add_done_callback(ready)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import secrets
 import threading
 import time
-from typing import Any, AsyncIterator, Callable, NoReturn
+from typing import Any, AsyncIterator, Callable, Iterator, NoReturn
 
 import ifrtpy_jax_plugin
 from ifrtpy._xla import varint, varint_bytes
@@ -290,7 +291,7 @@ class Service:
                                _header(context, _STORE_HEADER), f"the {_STORE_HEADER} header")
             session = self.session(metadata.session_id, context)
             self._rpc_started(session)
-            with session.rpc():
+            with session.rpc(), _ends_with(session):
                 await _store(session, metadata, chunks)
         except IfrtError as error:
             await _abort(context, error)
@@ -377,7 +378,7 @@ class Service:
             if stream is None:
                 raise FailedPreconditionError(f"session {session.id} is closed")
             self._rpc_started(session)
-            with session.rpc():
+            with session.rpc(), _ends_with(session):
                 steps.LOG.mark(session.id, metadata.handle, "file arrived", metadata.buffer_size)
                 session.reserve_host_bytes(metadata.buffer_size)
                 try:
@@ -394,6 +395,21 @@ class Service:
         except IfrtError as error:
             await _abort(context, error)
         return messages().GrpcHostBufferReadFromDiskResponse()
+
+
+@contextlib.contextmanager
+def _ends_with(session: Session) -> Iterator[None]:
+    """A host-buffer RPC cancelled because its session ended (see ``Service._end_rpcs``)
+    fails with FailedPreconditionError, which ends the RPC with that status; other
+    cancellations go on."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        if not session.closed:
+            raise
+        raise FailedPreconditionError(
+            f"session {session.id} ended (its client is gone, it was idle past the "
+            "server's idle_timeout_s, or the server stops)") from None
 
 
 async def _handed_over(executor: Any, fn: Callable[..., Any], *args: Any) -> Any:
