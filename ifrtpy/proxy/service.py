@@ -139,19 +139,20 @@ class Service:
         broken: IfrtError | None = None
         iterator = requests.__aiter__()
         try:
-            while True:
-                if self.limits.idle_timeout_s is None:
-                    raw = await iterator.__anext__()
-                else:
-                    raw = await self._next_or_idle(iterator, session, stream)
-                if self.stopping.is_set():
-                    break
-                session.progressed()
-                stream.take(raw)
-                if stream.full():
-                    await stream.room()
-        except StopAsyncIteration:  # the client half-closed: answer what it sent
-            await stream.drained()
+            try:
+                while True:
+                    if self.limits.idle_timeout_s is None:
+                        raw = await iterator.__anext__()
+                    else:
+                        raw = await self._next_or_idle(iterator, session, stream)
+                    if self.stopping.is_set():
+                        break
+                    session.progressed()
+                    stream.take(raw)
+                    if stream.full():
+                        await stream.room()
+            except StopAsyncIteration:  # the client half-closed: answer what it sent
+                await stream.drained()
         except UnavailableError as error:  # idle past idle_timeout_s
             broken = error
         except asyncio.CancelledError:
