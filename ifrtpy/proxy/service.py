@@ -58,6 +58,8 @@ _CHUNK = 4 << 20
 #: How long a session refused at a limit waits for its first request, to answer it with
 #: the refusal (seconds).
 _REFUSAL_WAIT_S = 2.0
+
+
 def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) -> int:
     low, high = max(client_min, ours[0]), min(client_max, ours[1])
     if low > high:
@@ -65,7 +67,6 @@ def _pick(client_min: int, client_max: int, ours: tuple[int, int], what: str) ->
             f"the client speaks {what} versions {client_min}-{client_max}; this server "
             f"{ours[0]}-{ours[1]}")
     return high
-
 
 
 def _host(peer: str) -> str:
@@ -535,12 +536,14 @@ def _chunk_of(raw: bytes) -> Any:
         if start + length == len(raw):
             return memoryview(raw)[start:]
     return wire.parse(messages().GrpcHostBufferStoreRequest, raw,
-                   "a HostBufferStore chunk").data
+                      "a HostBufferStore chunk").data
 
 
 def _chunk_message(chunk: Any) -> bytes:
     """A serialized ``GrpcHostBufferLookupResponse`` holding ``chunk``."""
     return b"".join((b"\x0a", varint_bytes(len(chunk)), chunk)) if len(chunk) else b""
+
+
 def handlers(service: Service) -> Any:
     """The service's method handlers. Requests arrive as bytes and are decoded by the
     handlers (a malformed one is answered INVALID_ARGUMENT, naming what was wrong); the
