@@ -485,11 +485,24 @@ async def _refuse(requests: AsyncIterator[bytes], context: Any, error: IfrtError
     report a stream's own status), then the stream ends with it."""
     try:
         raw = await asyncio.wait_for(requests.__anext__(), _REFUSAL_WAIT_S)
-        op_id = messages().IfrtRequest.FromString(raw).request_metadata.op_id
-        await context.write(_error_response(op_id, error))
+        await context.write(_error_response(_op_id_of(raw), error))
     except Exception:  # noqa: BLE001 - no request came, or not a readable one
         pass
     await _abort(context, error)
+
+
+def _op_id_of(raw: bytes) -> int:
+    """The op_id of a serialized ``IfrtRequest`` whose first field is its
+    ``request_metadata`` (as every client writes it), read without decoding the rest (a
+    bounded amount of work on the loop, whatever the request holds); 0 otherwise."""
+    if raw[:1] != b"\x0a":
+        return 0
+    try:
+        length, start = varint(raw, 1)
+        metadata = messages().RequestMetadata.FromString(raw[start:start + length])
+    except Exception:  # noqa: BLE001 - not a readable one
+        return 0
+    return int(metadata.op_id)
 
 
 def _error_response(op_id: int, error: BaseException) -> bytes:

@@ -186,6 +186,31 @@ def test_every_request_runs_on_its_sessions_worker(pjrt):
     assert all(t.startswith(LOOP + "-session-") for t in client.threads), client.threads
 
 
+def test_requests_are_decoded_on_the_sessions_worker(pjrt, monkeypatch):
+    """The loop decodes no request of a session stream (a large one, 1 M argument
+    handles here, would hold it while parsed and walked): each is decoded, and its
+    handles resolved, on its session's worker."""
+    from ifrtpy.proxy import wire
+
+    decoded, parse = [], wire.parse
+
+    def recording(cls, raw, what):
+        if what == "a request of the session stream":
+            decoded.append(threading.current_thread().name)
+        return parse(cls, raw, what)
+
+    monkeypatch.setattr(wire, "parse", recording)
+    with proxy.serve(pjrt) as server, grpc.insecure_channel(
+            server.address, [("grpc.max_send_message_length", -1)]) as ch:
+        session, add_one = add_one_session(ch)
+        huge = execute_request(add_one, [1] * (1 << 20), 60)
+        assert session.call("loaded_executable_execute_request", huge).response_metadata \
+            .status.code == 3  # INVALID_ARGUMENT: 1 M arguments for a program of one
+        sync_call(session, add_one, 1)
+        session.close()
+    assert decoded and all(t.startswith(LOOP + "-session-") for t in decoded), set(decoded)
+
+
 def test_a_long_program_delays_no_other_session(pjrt):
     """While one session runs a program of about 10 s (on the CPU plugin, device 0; its
     execute holding the calling thread as long, though the backend says it only
