@@ -15,7 +15,7 @@ import numpy as np
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, ResourceExhaustedError
+from ifrtpy.errors import InvalidArgumentError, ResourceExhaustedError, UnimplementedError
 from ifrtpy.future import join_futures
 from ifrtpy.remap import Interval, Mapping, RemapPlan
 from ifrtpy.shape import Shape
@@ -465,6 +465,12 @@ def check_future(session: Any, request: Any) -> Later:
                  bytes)  # an empty CheckFutureResponse, serialized
 
 
+def hash_values(session: Any, request: Any) -> Any:
+    raise UnimplementedError(
+        "HashValues is not served by the ifrtpy proxy: its backends keep no hash of an "
+        "array's contents that a client could compare with its own")
+
+
 #: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
 KINDS = {
     "make_array_from_host_buffer_request": Kind(make_array_from_host_buffer, 4, ("array_handle",)),
@@ -484,4 +490,10 @@ KINDS = {
     "destruct_array_request": Kind(destruct_array, 12),
     "check_value_ready_request": Kind(check_value_ready, 8),
     "check_future_request": Kind(check_future, 3),
+}
+
+#: Kinds that newer jaxlibs' protocols have (0.12.1), refused by name: served where the
+#: installed jaxlib's ``IfrtRequest`` has them.
+NEWER_KINDS = {
+    "hash_values_request": Kind(hash_values, 36),
 }

@@ -472,6 +472,20 @@ def default_layout(session: Any, request: Any) -> Any:
     return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout))
 
 
+def cancel_execution(session: Any, request: Any) -> Any:
+    raise UnimplementedError(
+        "CancelExecution is not served by the ifrtpy proxy: the backends it serves cannot "
+        "stop an execution they have started (a session's programs end with the session: "
+        "disconnect to stop the reference backend's)")
+
+
+def deserialize_executable(session: Any, request: Any) -> Any:
+    raise UnimplementedError(
+        "DeserializeLoadedExecutable is not served by the ifrtpy proxy: it loads no "
+        "serialized executables (their format is the runtime's that made them); send the "
+        "program to compile instead")
+
+
 #: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
 KINDS = {
     "compile_request": Kind(compile_program, 13),
@@ -491,4 +505,11 @@ KINDS = {
     "loaded_host_callback_return_request": Kind(host_callback, 22),
     "get_default_device_assignment_request": Kind(default_device_assignment, 19),
     "get_default_layout_request": Kind(default_layout, 27),
+}
+
+#: Kinds that newer jaxlibs' protocols have (0.12.1), refused by name: served where the
+#: installed jaxlib's ``IfrtRequest`` has them.
+NEWER_KINDS = {
+    "cancel_execution_request": Kind(cancel_execution, 35),
+    "deserialize_loaded_executable_request": Kind(deserialize_executable, 37),
 }

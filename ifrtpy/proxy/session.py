@@ -299,6 +299,10 @@ def kinds() -> dict[str, Kind]:
                 built: dict[str, Kind] = {}
                 for module in (topology, arrays, executables):
                     built.update(module.KINDS)
+                fields = messages().IfrtRequest.DESCRIPTOR.fields_by_name
+                for module in (arrays, executables):  # those the installed jaxlib speaks
+                    built.update({name: kind for name, kind in module.NEWER_KINDS.items()
+                                  if name in fields})
                 _KINDS = built
             table = _KINDS
     return table
