@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from ifrtpy._xla import varint_bytes
 from ifrtpy.cancellation import Cancellation, cancellation_scope
-from ifrtpy.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError, UnimplementedError
+from ifrtpy.errors import (InvalidArgumentError, NotFoundError, ResourceExhaustedError,
+                           UnimplementedError)
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import messages
 from ifrtpy.proxy.host_buffers import HOST_BUFFER_WAIT_S, HostBuffers, bare
