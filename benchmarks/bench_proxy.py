@@ -378,7 +378,7 @@ def measure(backend, device_count, address, n, repeats):
     import ifrtpy as ifrt
     from ifrtpy import proxy
     from ifrtpy.proxy.jax_client import jax_target
-    from ifrtpy.proxy.server import _CHUNK as LOOKUP_PIECE
+    from ifrtpy.proxy.service import _CHUNK as LOOKUP_PIECE
     from ifrtpy.proxy.steps import LOG
 
     import ifrtpy_jax_plugin

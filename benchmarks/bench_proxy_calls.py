@@ -12,12 +12,12 @@ process started from here (``JAX_PLATFORMS=cpu,proxy``) times, the loops taking 
    pipeline (100 messages written, then their 100 echoes read, per two messages).
 
 With ``--steps`` the server's request path is timed too, by wrapping its functions in
-this process (nothing of the server is changed): per request kind, the loop's decode,
-the hand-off to the session's worker (queued to the handler's start), the handler, the
-answer's encode, the hand-back to the loop (answer queued to its write) and the write.
-A request answered on the loop (the fast path, docs/proxy.md) has no hand-off.
+this process (nothing of the server is changed): per request kind, the hand-off to the
+session's worker (queued by the loop to its decode on the worker), the decode, the
+handler, the answer's encode, the hand-back to the loop (answer queued to its write) and
+the write.
 
-Targets (issue 50): sync <= 1.3x two echo round trips; chained <= 1.3x two pipelined
+Targets: sync <= 1.3x two echo round trips; chained <= 1.3x two pipelined
 messages. The machine is shared: compare only within a run, and take several runs.
 
     python benchmarks/bench_proxy_calls.py [--backend pjrt] [--n 300] [--repeats 7] [--steps]
@@ -97,47 +97,46 @@ class Steps:
     """The server's request path timed by wrapping its functions (see the docstring)."""
 
     def __init__(self):
-        from ifrtpy.proxy import server, session, wire
+        from ifrtpy.proxy import processor, session, wire
 
         self.samples = collections.defaultdict(list)  # (kind, step) -> seconds
-        self._queued = {}  # id(request) -> when it was queued for the worker
-        self._sent = collections.deque()  # (kind, when its answer was queued)
+        self._queued = {}  # id(raw request) -> when the loop queued it for the worker
+        self._sent = collections.deque()  # when each answer was queued
         self._lock = threading.Lock()
         steps = self
-        parse, put, handle = wire.parse, server._Stream.put, session.Session.handle
-        answer, write = session.Session.answer, server._Stream.write
-        queue = server._Stream._queue if hasattr(server._Stream, "_queue") else None
-        send = server._Stream.send
+        parse, take, handle = wire.parse, processor.Processor.take, session.Session.handle
+        answer, write = session.Session.answer, processor.Processor.write
+        send = processor.Processor.send
 
         def timed_parse(cls, raw, what):
             start = time.perf_counter()
+            queued = steps._queued.pop(id(raw), None)
             message = parse(cls, raw, what)
             if what == "a request of the session stream":
-                steps.add(message.WhichOneof("request"), "decode", time.perf_counter() - start)
+                kind = message.WhichOneof("request")
+                if queued is not None:
+                    steps.add(kind, "to the worker", start - queued)
+                steps.add(kind, "decode", time.perf_counter() - start)
             return message
 
-        def timed_put(self, request, size):
-            steps._queued[id(request)] = time.perf_counter()
-            put(self, request, size)
+        def timed_take(self, raw):
+            steps._queued[id(raw)] = time.perf_counter()
+            take(self, raw)
 
-        def timed_handle(self, request, *send):
+        def timed_handle(self, request):
             start = time.perf_counter()
-            queued = steps._queued.pop(id(request), None)
-            kind = request.WhichOneof("request")
-            if queued is not None:
-                steps.add(kind, "to the worker", start - queued)
-            handle(self, request, *send)
-            steps.add(kind, "handler", time.perf_counter() - start)
+            handle(self, request)
+            steps.add(request.WhichOneof("request"), "handler", time.perf_counter() - start)
 
-        def timed_answer(self, op_id, kind, inner, *send):
+        def timed_answer(self, op_id, kind, inner):
             start = time.perf_counter()
-            answer(self, op_id, kind, inner, *send)
+            answer(self, op_id, kind, inner)
             steps.add(kind, "encode", time.perf_counter() - start)
 
-        def timed_send(self, data, *last):
+        def timed_send(self, data):
             with steps._lock:
                 steps._sent.append(time.perf_counter())
-            (queue or send)(self, data, *last)
+            send(self, data)
 
         class Context:
             def __init__(self, context):
@@ -152,18 +151,15 @@ class Steps:
                 await self._context.write(data)
                 steps.add("answer", "write", time.perf_counter() - start)
 
-        async def timed_write(self, context):
-            await write(self, Context(context))
+        async def timed_write(self, context, written):
+            await write(self, Context(context), written)
 
         wire.parse = timed_parse
-        server._Stream.put = timed_put
+        processor.Processor.take = timed_take
         session.Session.handle = timed_handle
         session.Session.answer = timed_answer
-        if queue is None:  # a server without a fast path
-            server._Stream.send = timed_send
-        else:  # every answer, the worker's last ones too, is queued here
-            server._Stream._queue = timed_send
-        server._Stream.write = timed_write
+        processor.Processor.send = timed_send
+        processor.Processor.write = timed_write
 
     def add(self, kind, step, seconds):
         self.samples[(kind, step)].append(seconds)

@@ -5,7 +5,9 @@ over one ifrtpy client (docs/proxy.md).
 When it is ready it prints one line, ``ifrtpy proxy: serving <client> at grpc://ADDRESS``,
 then who can connect there and how to point jax at it. Without ``--address`` it listens on
 a unix socket in a new directory only this user may enter. SIGINT (Ctrl-C) and SIGTERM stop
-it: the server stops, the command exits 0. The address must be a loopback host or a unix
+it within 5 s whatever runs: the server stops and the command exits 0; where a session
+still runs a program the backend cannot stop (a PjRt program that never ends), it says so
+and exits at once with 128 + the signal's number, leaving that program behind. The address must be a loopback host or a unix
 socket unless ``--allow-remote`` says otherwise; with it, a warning says what that means.
 Each field of :class:`ifrtpy.proxy.Limits` is an option (``--max-sessions``,
 ``--max-host-buffer-bytes 8G``, ...; byte counts take K, M, G, T, powers of 1024), and
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import signal
 import sys
@@ -29,7 +32,10 @@ import ifrtpy as ifrt
 __all__ = ["configure", "serve"]
 
 #: How long clients get to finish their requests when the server stops (seconds).
-STOP_GRACE_S = 2.0
+STOP_GRACE_S = 1.0
+#: How long, past the grace, the sessions' workers get to end (seconds): with the grace
+#: and the signal's poll, the command ends within 5 s of the signal.
+STOP_WAIT_S = 2.5
 #: How often the main thread wakes to run a signal's handler (seconds).
 SIGNAL_POLL_S = 0.2
 
@@ -57,12 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "limits", "what clients may make the server hold (docs/proxy.md, \"Limits and errors\")")
     for name, help_text in _LIMITS.items():
         limits.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="N",
-                            type=_bytes if name.endswith("_bytes") else _count,
+                            type=_bytes(name) if name.endswith("_bytes") else _count(name),
                             help=help_text)
     limits.add_argument("--idle-timeout", dest="idle_timeout_s", metavar="SECONDS",
-                        type=_seconds, help="end a session that has had nothing to do for "
-                        "this long, and drop its arrays (default: never; an idle notebook "
-                        "keeps its arrays)")
+                        type=_seconds, help="end a session that has made no progress for "
+                        "this long (1 to 1e7), and drop its arrays (default: none, never; "
+                        "an idle notebook keeps its arrays)")
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the traceback of an error")
 
@@ -85,28 +91,59 @@ _LIMITS = {
 _SIZE = re.compile(r"(\d+)([KMGT]?)(?:i?B)?", re.IGNORECASE)
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
+def _range(name: str) -> tuple[int, int]:
+    """The range of the limit ``name`` (read when an option is given: the proxy's
+    modules are not imported by the other commands)."""
+    from ifrtpy.proxy.limits import RANGES
+
+    return RANGES[name]
 
 
-def _bytes(text: str) -> int:
-    """A byte count: digits, then K, M, G or T (powers of 1024) if any."""
-    found = _SIZE.fullmatch(text.strip())
-    if found is None or int(found.group(1)) < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a byte count >= 1 (digits, then K, M, G or T if any)")
-    return int(found.group(1)) << 10 * " KMGT".index(found.group(2).upper() or " ")
+def _count(name: str) -> Any:
+    """The type of a count option: a whole number within the limit's range."""
+
+    def count(text: str) -> int:
+        low, high = _range(name)
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number from {low} to {high}")
+        return int(text)
+
+    return count
 
 
-def _seconds(text: str) -> float:
+def _bytes(name: str) -> Any:
+    """The type of a byte count option: digits, then K, M, G or T (powers of 1024) if
+    any, within the limit's range."""
+
+    def byte_count(text: str) -> int:
+        low, high = _range(name)
+        found = _SIZE.fullmatch(text.strip())
+        value = (-1 if found is None else
+                 int(found.group(1)) << 10 * " KMGT".index(found.group(2).upper() or " "))
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a byte count from {low} to {high} (digits, then K, M, G "
+                "or T if any)")
+        return value
+
+    return byte_count
+
+
+def _seconds(text: str) -> float | None:
+    """The idle timeout: seconds within the range, or ``none`` (no idle timeout)."""
+    from ifrtpy.proxy.limits import IDLE_TIMEOUT_RANGE
+
+    if text.strip().lower() == "none":
+        return None
+    low, high = IDLE_TIMEOUT_RANGE
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds from {low:g} to {high:g}, or none")
     return value
 
 
@@ -162,8 +199,20 @@ def serve(args: argparse.Namespace) -> int:
         while not stop.wait(SIGNAL_POLL_S):
             pass
     finally:
-        server.stop(grace=STOP_GRACE_S)
+        if not server.stop(grace=STOP_GRACE_S, timeout=STOP_WAIT_S):
+            _exit_forced(stop)
     return 0
+
+
+def _exit_forced(stop: _Stop) -> None:
+    """End the process now, leaving behind the programs the backend cannot stop: the
+    server has stopped serving and removed its socket and directories; the status, 128 +
+    the signal's number (1 without one), says the stop was forced."""
+    status = 128 + stop.signal if stop.signal else 1
+    print("ifrtpy proxy: stopped; a session still runs a program the backend cannot stop: "
+          f"exiting without it (status {status})", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(status)
 
 
 def _client(backend: str, device_count: int | None) -> ifrt.Client:
@@ -174,9 +223,19 @@ def _client(backend: str, device_count: int | None) -> ifrt.Client:
     return ifrt.get_client(backend, **options)
 
 
-def _stop_on_signals() -> threading.Event:
-    """An event that SIGINT and SIGTERM set (instead of KeyboardInterrupt or death)."""
-    stop = threading.Event()
+class _Stop(threading.Event):
+    """An event that SIGINT and SIGTERM set (instead of KeyboardInterrupt or death), and
+    the first such signal's number (0: none yet)."""
+
+    signal = 0
+
+    def received(self, number: int, frame: object) -> None:
+        self.signal = self.signal or number
+        self.set()
+
+
+def _stop_on_signals() -> _Stop:
+    stop = _Stop()
     for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, lambda *_: stop.set())
+        signal.signal(number, stop.received)
     return stop

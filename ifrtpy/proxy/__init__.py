@@ -9,9 +9,13 @@ server starts.
 
 * :mod:`._protocol`: the message classes, read from the installed jaxlib's descriptors;
 * :mod:`.wire`: IFRT serdes of dtypes, shardings, layouts and statuses;
-* :mod:`.session`: a session's handle tables, host buffers, limits and request dispatch;
+* :mod:`.server`: :class:`ProxyServer` and :func:`serve`;
+* :mod:`.service`: the gRPC service's RPC handlers (on the server's event loop);
+* :mod:`.processor`: a session's in-order processor (its worker thread) and its end;
+* :mod:`.session`: a session's handle tables and request dispatch;
+* :mod:`.host_buffers`: a session's host buffers (storage, waiters, byte budgets);
+* :mod:`.limits`: what clients may make the server hold, each limit's range;
 * :mod:`.topology`, :mod:`.arrays`, :mod:`.executables`: the request handlers;
-* :mod:`.server`: the gRPC service (a worker thread per session) and :class:`ProxyServer`;
 * :mod:`.local`: addresses, the private default socket and the shared directory for puts
   through files;
 * :mod:`.fields`: the table of the fields the handlers use, checked against jaxlib's;
@@ -22,6 +26,6 @@ from ifrtpy.proxy.jax_client import connect_jax as connect_jax
 from ifrtpy.proxy.server import ProxyServer as ProxyServer
 from ifrtpy.proxy.server import SessionInfo as SessionInfo
 from ifrtpy.proxy.server import serve as serve
-from ifrtpy.proxy.session import Limits as Limits
+from ifrtpy.proxy.limits import Limits as Limits
 
 __all__ = ["serve", "ProxyServer", "SessionInfo", "Limits", "connect_jax"]

@@ -15,14 +15,14 @@ import numpy as np
 from ifrtpy.array import ArrayCopySemantics, ArraySpec, HostBufferSemantics
 from ifrtpy.client import HostBufferShards
 from ifrtpy.dtypes import DType
-from ifrtpy.errors import InvalidArgumentError, ResourceExhaustedError
+from ifrtpy.errors import InvalidArgumentError, ResourceExhaustedError, UnimplementedError
 from ifrtpy.future import join_futures
 from ifrtpy.remap import Interval, Mapping, RemapPlan
 from ifrtpy.shape import Shape
 from ifrtpy.sharding import ConcreteEvenSharding, ConcreteSharding, SingleDeviceShardSemantics
 from ifrtpy.proxy import steps, wire
 from ifrtpy.proxy._protocol import messages
-from ifrtpy.proxy.kind import Kind, never_blocks
+from ifrtpy.proxy.kind import Kind, Later
 from ifrtpy.proxy.pool import POOL
 
 __all__ = ["KINDS", "LEAST_PIECE", "in_flight"]
@@ -124,6 +124,18 @@ def _semantics(taken: list[Any], devices_per_buffer: int) -> HostBufferSemantics
     return HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
 
 
+def _aliases(array: Any, data: Any) -> bool:
+    """Whether ``array`` may hold the memory of the host buffer ``data`` it was made from
+    with zero-copy semantics: True unless the backend tells the array's address and it
+    lies outside ``data`` (the backend copied, as into a device's own memory)."""
+    try:
+        address = array.unsafe_buffer_pointer()
+        start = np.frombuffer(data, np.uint8).ctypes.data
+    except Exception:  # noqa: BLE001 - no address told: it may alias
+        return True
+    return start <= address < start + max(1, len(data))
+
+
 def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     dtype = wire.dtype_from_proto(request.dtype)
     dims = wire.array_shape(dtype, request.shape)
@@ -144,8 +156,10 @@ def make_array_from_host_buffer(session: Any, request: Any) -> Any:
     def ready(_: Any) -> None:
         steps.LOG.mark(session.id, buffer, "put ready", nbytes)
         # the memory of a put the backend copied (a device's own memory) is the next put
-        # file's; one the array aliases stays the array's (the pool sees it referred to)
-        POOL.give(held)
+        # file's; one the array may alias stays the array's
+        if semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL or not _aliases(
+                array, held[0]):
+            POOL.give(held)
 
     steps.LOG.mark(session.id, buffer, "put made", nbytes)
     array.ready_future().add_done_callback(ready)
@@ -208,7 +222,7 @@ def copy_to_host_buffer(session: Any, request: Any) -> Any:
             f"it: {error}") from None
     session.release_host_bytes(least)
     try:
-        session.expect_host_buffer(handle)
+        copy = session.expect_host_buffer(handle)
     except BaseException:
         session.release_host_bytes(size)
         raise
@@ -237,9 +251,9 @@ def copy_to_host_buffer(session: Any, request: Any) -> Any:
         if data is None:
             assert error is not None
             session.release_host_bytes(held)
-            session.copied_host_buffer(handle, None, error)
+            session.copied_host_buffer(handle, copy, None, error)
         else:
-            session.copied_host_buffer(handle, data)
+            session.copied_host_buffer(handle, copy, data)
 
     failed = future.exception() if future.done() else None
     if failed is not None:  # failed at once: answer it
@@ -440,15 +454,21 @@ def destruct_array(session: Any, request: Any) -> Any:
     return b""  # an empty DestructArrayResponse, serialized
 
 
-def check_value_ready(session: Any, request: Any) -> None:
+def check_value_ready(session: Any, request: Any) -> Later:
     values = session.values_of(request.value_handles)
-    session.answer_later(join_futures([v.ready_future() for v in values]),
-                         bytes)  # an empty CheckValueReadyResponse, serialized
+    return Later(join_futures([v.ready_future() for v in values]),
+                 bytes)  # an empty CheckValueReadyResponse, serialized
 
 
-def check_future(session: Any, request: Any) -> None:
-    session.answer_later(session.take_future(request.future_handle),
-                         bytes)  # an empty CheckFutureResponse, serialized
+def check_future(session: Any, request: Any) -> Later:
+    return Later(session.take_future(request.future_handle),
+                 bytes)  # an empty CheckFutureResponse, serialized
+
+
+def hash_values(session: Any, request: Any) -> Any:
+    raise UnimplementedError(
+        "HashValues is not served by the ifrtpy proxy: its backends keep no hash of an "
+        "array's contents that a client could compare with its own")
 
 
 #: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
@@ -467,7 +487,13 @@ KINDS = {
     "remap_arrays_request": Kind(remap_arrays, 23, ("result_handles",)),
     "delete_array_request": Kind(delete_array, 9),
     "is_array_deleted_request": Kind(is_array_deleted, 11),
-    "destruct_array_request": Kind(destruct_array, 12, cannot_block=never_blocks),
-    "check_value_ready_request": Kind(check_value_ready, 8, cannot_block=never_blocks),
-    "check_future_request": Kind(check_future, 3, cannot_block=never_blocks),
+    "destruct_array_request": Kind(destruct_array, 12),
+    "check_value_ready_request": Kind(check_value_ready, 8),
+    "check_future_request": Kind(check_future, 3),
+}
+
+#: Kinds that newer jaxlibs' protocols have (0.12.1), refused by name: served where the
+#: installed jaxlib's ``IfrtRequest`` has them.
+NEWER_KINDS = {
+    "hash_values_request": Kind(hash_values, 36),
 }

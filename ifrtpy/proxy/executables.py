@@ -17,7 +17,7 @@ from ifrtpy.future import Future, join_futures
 from ifrtpy.program import HloProgram
 from ifrtpy.proxy import wire
 from ifrtpy.proxy._protocol import message_class, messages
-from ifrtpy.proxy.kind import Kind, never_blocks
+from ifrtpy.proxy.kind import Kind, Later
 from ifrtpy.proxy.tokens import Signature, Token
 
 __all__ = ["KINDS", "XLA_CUSTOM_CALLS", "PLATFORM_CUSTOM_CALLS", "JAX_CUSTOM_CALLS"]
@@ -68,7 +68,7 @@ class Compiled:
     @property
     def always_fills_status(self) -> bool:
         """Whether every execute fills its status: a program returning tokens, or nothing,
-        has nothing else that tells when it ends (its executions in flight count it)."""
+        has nothing else that tells when it ends."""
         return bool(self.signature.token_results) or not self.signature.num_results
 
 
@@ -344,11 +344,10 @@ def mpmd_cost_analysis(session: Any, request: Any) -> Any:
 
 # -- execute -----------------------------------------------------------------------------
 
-def _execute_options(proto: Any, compiled: Compiled, counted: bool) -> ExecuteOptions:
+def _execute_options(proto: Any, compiled: Compiled) -> ExecuteOptions:
     """The request's options, keeping the inputs the compiled code does not take (made
     per call: jax sends a new ``launch_id`` with each), asking for the status where the
-    request or the program needs it, or where the run is ``counted`` among the executions
-    in flight (its status tells when it ends)."""
+    request or the program needs it."""
     kept = compiled.kept
     named = proto.non_donatable_input_indices
     if named:
@@ -360,8 +359,7 @@ def _execute_options(proto: Any, compiled: Compiled, counted: bool) -> ExecuteOp
                     f"main takes {signature.num_parameters}")
         kept = kept | {index for index in map(signature.array_index, named) if index is not None}
     return ExecuteOptions(launch_id=proto.launch_id, non_donatable_input_indices=kept,
-                          fill_status=(counted or proto.fill_status
-                                       or compiled.always_fills_status),
+                          fill_status=proto.fill_status or compiled.always_fills_status,
                           execution_stream_id=proto.execution_stream_id)
 
 
@@ -401,8 +399,7 @@ def execute(session: Any, request: Any) -> Any:
     if request.device_ids:
         named = wire.devices_of(session.client, request.device_ids, "Execute's device_ids")
         devices = named if exe.devices() is None else None
-    executions = session.executions
-    options = _execute_options(request.execute_options, compiled, executions is not None)
+    options = _execute_options(request.execute_options, compiled)
     filled = request.execute_options.fill_status
     # every handle is checked (and room made sure of) before the run donates anything
     handles = session.result_handles(request.result_array_handle, signature.num_results)
@@ -410,9 +407,6 @@ def execute(session: Any, request: Any) -> Any:
     session.check_room(len(handles) + 1)
     result = exe.execute(args, options, devices)
     outputs = result.outputs
-    if executions is not None:  # a backend that filled no status: its outputs' readiness
-        executions.started(result.status if result.status is not None
-                           else join_futures([o.ready_future() for o in outputs]))
     if signature.token_results:
         ran_on = devices or exe.devices() or DeviceList(exe.addressable_devices()[:1])
         outputs = signature.results(outputs, lambda: Token(ran_on, result.status))
@@ -427,19 +421,10 @@ def execute(session: Any, request: Any) -> Any:
     return b"".join(answer)
 
 
-def execute_cannot_block(session: Any, request: Any) -> bool:
-    """An execute cannot block where the backend's execute only dispatches, a slot of
-    its executions in flight is free, and the executable and every input are known."""
-    executions = session.executions
-    return (executions is not None and executions.room()
-            and request.loaded_executable_handle in session.executables
-            and all(h in session.arrays for h in request.args_handles))
-
-
-def fetch_execute_result(session: Any, request: Any) -> None:
+def fetch_execute_result(session: Any, request: Any) -> Later:
     """Answer when the execution's status future completes (and forget the future)."""
-    session.answer_later(session.take_future(request.result_status_handle),
-                         bytes)  # an empty LoadedExecutableFetchExecuteResultResponse
+    return Later(session.take_future(request.result_status_handle),
+                 bytes)  # an empty LoadedExecutableFetchExecuteResultResponse
 
 
 # -- lifetime ----------------------------------------------------------------------------
@@ -487,6 +472,20 @@ def default_layout(session: Any, request: Any) -> Any:
     return messages().GetDefaultLayoutResponse(serialized_pjrt_layout=wire.layout_text(layout))
 
 
+def cancel_execution(session: Any, request: Any) -> Any:
+    raise UnimplementedError(
+        "CancelExecution is not served by the ifrtpy proxy: the backends it serves cannot "
+        "stop an execution they have started (a session's programs end with the session: "
+        "disconnect to stop the reference backend's)")
+
+
+def deserialize_executable(session: Any, request: Any) -> Any:
+    raise UnimplementedError(
+        "DeserializeLoadedExecutable is not served by the ifrtpy proxy: it loads no "
+        "serialized executables (their format is the runtime's that made them); send the "
+        "program to compile instead")
+
+
 #: The request kinds of this module (see :class:`~ifrtpy.proxy.session.Kind`).
 KINDS = {
     "compile_request": Kind(compile_program, 13),
@@ -496,9 +495,9 @@ KINDS = {
     "loaded_executable_mpmd_metadata_request": Kind(mpmd_metadata, 30),
     "loaded_executable_mpmd_cost_analysis_request": Kind(mpmd_cost_analysis, 31),
     "loaded_executable_execute_request":
-        Kind(execute, 15, ("result_array_handle", "result_status_handle"), execute_cannot_block),
+        Kind(execute, 15, ("result_array_handle", "result_status_handle")),
     "loaded_executable_fetch_execute_result_request":
-        Kind(fetch_execute_result, 32, cannot_block=never_blocks),
+        Kind(fetch_execute_result, 32),
     "loaded_executable_delete_request": Kind(delete_executable, 16),
     "loaded_executable_is_deleted_request": Kind(is_executable_deleted, 17),
     "loaded_executable_destruct_request": Kind(destruct_executable, 18),
@@ -506,4 +505,11 @@ KINDS = {
     "loaded_host_callback_return_request": Kind(host_callback, 22),
     "get_default_device_assignment_request": Kind(default_device_assignment, 19),
     "get_default_layout_request": Kind(default_layout, 27),
+}
+
+#: Kinds that newer jaxlibs' protocols have (0.12.1), refused by name: served where the
+#: installed jaxlib's ``IfrtRequest`` has them.
+NEWER_KINDS = {
+    "cancel_execution_request": Kind(cancel_execution, 35),
+    "deserialize_loaded_executable_request": Kind(deserialize_executable, 37),
 }

@@ -4,16 +4,17 @@ A get copies the array into a host buffer, streams it and deletes it. Fresh memo
 each copy costs its page faults every time, about as much as the copy itself (on a TPU
 machine's sandbox twice as much: 64 MiB copied in 11 ms into mapped memory, 38-42 ms into
 fresh). So a deleted host buffer's memory is kept, up to :data:`KEPT_BYTES` in all, and
-the next copy out of the same size writes into it. Memory is kept only when nothing else
-refers to it (a view, a lookup still streaming it, an array made from it): NumPy's views
-all refer to the array that owns the memory, so its reference count tells.
+the next copy out of the same size writes into it. Memory is given back only when nothing
+reads it any more, which the host-buffer store knows (:mod:`ifrtpy.proxy.host_buffers`:
+a buffer a lookup streams goes back when the lookup ends; one a request consumed, which
+an array may alias, never does); reference counts, which Python may read lower than the
+references held, decide nothing here.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import sys
 import threading
 from typing import Any
 
@@ -68,18 +69,17 @@ class HostPool:
         return block
 
     def give(self, held: list[Any]) -> bool:
-        """Keep the memory of the host buffer in ``held`` (a list of one, emptied: the
-        caller holds no other reference to it) if nothing else refers to the array owning
-        it; whether it was kept."""
+        """Keep the memory of the host buffer in ``held`` (a list of one, emptied), which
+        nothing reads any more (the caller's promise: see the module docstring), where it
+        is a flat block NumPy owns; whether it was kept."""
         data = held.pop()
         if not isinstance(data, np.ndarray):
             return False
         owner = data if data.base is None else data.base
         del data
-        # the owner's references now: ``owner`` here and getrefcount's argument
         if (not isinstance(owner, np.ndarray) or not owner.flags.owndata
                 or not owner.flags.c_contiguous or owner.nbytes < SMALLEST
-                or owner.nbytes > self.limit or sys.getrefcount(owner) > 2):
+                or owner.nbytes > self.limit):
             return False
         block = owner.reshape(-1).view(np.uint8)
         del owner

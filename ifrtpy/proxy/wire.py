@@ -184,8 +184,9 @@ def sharding_from_proto(client: Any, proto: Any) -> Sharding:
 def _check_hlo_form(proto: Any, device_count: int) -> None:
     """The checks of an HloSharding's OpSharding before jaxlib reads it: the tile-assignment
     form (UnimplementedError for the mesh-based one), not a tuple, fields jaxlib reads safely
-    (:func:`~ifrtpy.sharding.hlo.check_op_sharding`), no more tiles than devices, a maximal
-    sharding's device among them (a tiled one's are checked once read: one tile each)."""
+    (:func:`~ifrtpy.sharding.hlo.check_op_sharding`), no more tiles than devices, no device
+    named twice, a maximal sharding's device among them (a tiled one's are checked once
+    read: one tile each)."""
     if "named_sharding" in proto.DESCRIPTOR.fields_by_name and proto.HasField("named_sharding"):
         raise UnimplementedError(
             "an HloSharding in the mesh-based OpSharding form (named_sharding) is not served; "
@@ -193,6 +194,14 @@ def _check_hlo_form(proto: Any, device_count: int) -> None:
     if proto.type == _TUPLE:
         raise InvalidArgumentError("an HloSharding of an array is not a tuple OpSharding")
     check_op_sharding(proto, max_tiles=device_count)
+    if proto.type == _OTHER:  # ifrtpy's own check: jaxlib 0.12.1 raises one of its own
+        positions = list(proto.tile_assignment_devices)
+        if len(set(positions)) != len(positions):
+            repeated = sorted({p for p in positions if positions.count(p) > 1})
+            raise InvalidArgumentError(
+                f"an HloSharding's tile_assignment_devices {positions} name device position"
+                f"{'s' if len(repeated) > 1 else ''} {', '.join(map(str, repeated))} more than "
+                "once: each tile is one device's")
     if proto.type == _MAXIMAL and proto.tile_assignment_devices[0] >= device_count:
         raise InvalidArgumentError(
             f"a maximal HloSharding names device position {proto.tile_assignment_devices[0]} "

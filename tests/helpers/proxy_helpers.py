@@ -255,3 +255,13 @@ def execute_request(executable, args, result_handle=0):
     if result_handle:
         request.result_array_handle.append(result_handle)
     return request
+
+
+def sync_pjrt_client(**options):
+    """``serve --backend proxy_helpers:sync_pjrt_client``: the PjRt client, its execute
+    holding the caller until the outputs are ready, as a plugin that runs a program on
+    the calling thread does."""
+    import ifrtpy as ifrt
+
+    ifrt.Client.register(SyncClient)  # it is one, by delegation
+    return SyncClient(ifrt.get_client("pjrt", **options))

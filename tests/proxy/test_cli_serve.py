@@ -2,6 +2,7 @@
 when asked), who can connect there, a clean stop on SIGTERM and SIGINT, and no non-loopback
 address without ``--allow-remote``."""
 
+import argparse
 import ctypes
 import os
 import pathlib
@@ -154,11 +155,28 @@ def test_the_limits_are_options():
     assert (code, err) == (0, "")
 
 
-@pytest.mark.parametrize("option, value", [("--max-sessions", "0"), ("--max-handles", "x"),
-                                           ("--max-message-bytes", "1Q"),
-                                           ("--idle-timeout", "-1"), ("--idle-timeout", "nan")])
-def test_a_bad_limit_is_refused_by_name(option, value, capsys):
+@pytest.mark.parametrize("option, value, range_", [
+    ("--max-sessions", "0", "from 1 to 4096"), ("--max-handles", "x", "from 1 to 2147483648"),
+    ("--max-message-bytes", "1Q", "from 1 to 2147483647"),
+    ("--max-sessions", str(10 ** 12), "from 1 to 4096"),
+    ("--max-host-buffer-rpcs", str(10 ** 9), "from 1 to 65536"),
+    ("--max-pending-requests", str(10 ** 15), "from 1 to 1048576"),
+    ("--max-host-buffer-bytes", "2000000T", "from 1 to 1152921504606846976"),
+    ("--idle-timeout", "-1", "from 1 to 1e+07, or none"), ("--idle-timeout", "nan", "or none"),
+    ("--idle-timeout", "1e-9", "from 1 to 1e+07")])
+def test_a_bad_limit_is_refused_by_name_and_range(option, value, range_, capsys):
     with pytest.raises(SystemExit) as exited:
         main(["serve", option, value])
     assert exited.value.code == 2
-    assert f"argument {option}: {value!r} is not " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"argument {option}: {value!r} is not " in err and range_ in err, err
+
+
+def test_no_idle_timeout_is_spelled_none():
+    from ifrtpy.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.configure(parser)
+    assert serve.limits_of(parser.parse_args(["--idle-timeout", "none"])) == {}
+    assert serve.limits_of(parser.parse_args(["--idle-timeout", "30"])) == {
+        "idle_timeout_s": 30.0}
