@@ -431,8 +431,8 @@ class Array(Value, metaclass=ArrayType):
         shards = self.disassemble_into_single_device_arrays(
             ArrayCopySemantics.REUSE_INPUT, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         )
-        futures = [
-            shard.copy_to_host_buffer(out[domain.slices()])
+        futures = [  # (..., a view also of a rank-0 out, where out[()] is a NumPy scalar)
+            shard.copy_to_host_buffer(out[(*domain.slices(), ...)])
             for domain, shard in distinct_shards(self, shards).items()
         ]
         return then_value(join_futures(futures), out)
