@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import importlib
 import threading
 import contextlib
 from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Sequence
@@ -371,6 +372,14 @@ class Array(Value, metaclass=ArrayType):
         self.ready_future().result()
         return self
 
+    def __jax_array__(self) -> Any:
+        """jax's protocol: ``jnp.asarray(a)``, ``jnp.array(a)`` and jax.numpy's functions
+        take the array as :func:`ifrtpy.to_jax` gives it (without a copy where that is).
+        ``jax.jit(f)(a)`` does not (jax refuses the protocol in its arguments): pass
+        ``ifrt.to_jax(a)``."""
+        module, _, name = JAX_BRIDGE.partition(":")
+        return getattr(importlib.import_module(module), name)(self)
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         if copy is False:
             raise ValueError("an ifrtpy Array cannot be viewed as NumPy without a copy")
@@ -439,6 +448,10 @@ class Array(Value, metaclass=ArrayType):
 
 
 install_refusals(Array)
+
+#: What :meth:`Array.__jax_array__` converts with, imported on first use as the backends'
+#: registry imports a factory: the jax bridge sits above the interfaces.
+JAX_BRIDGE = "ifrtpy.interop.jax:to_jax"
 
 
 class StoredArray(Array):
