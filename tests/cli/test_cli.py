@@ -96,6 +96,8 @@ def test_an_unknown_option_names_the_nearest(capsys):
 def test_each_command_says_how_many_devices_it_runs_on_and_why(capsys):
     assert main(["demo", "--devices", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == "demo: 2 cpu devices (--devices 2)"
+    assert main(["info", "--devices", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "info: 1 cpu device (--devices 1)"
 
 
 @pytest.mark.parametrize("flags, first", [
