@@ -440,14 +440,21 @@ class Array(Value, metaclass=ArrayType):
         shards = self.disassemble_into_single_device_arrays(
             ArrayCopySemantics.REUSE_INPUT, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         )
-        futures = [  # (..., a view also of a rank-0 out, where out[()] is a NumPy scalar)
-            shard.copy_to_host_buffer(out[(*domain.slices(), ...)])
+        futures = [
+            shard.copy_to_host_buffer(_view(out, domain.slices()))
             for domain, shard in distinct_shards(self, shards).items()
         ]
         return then_value(join_futures(futures), out)
 
 
 install_refusals(Array)
+
+
+def _view(out: np.ndarray, slices: tuple[slice, ...]) -> np.ndarray:
+    """``out[slices]`` as an array: a view also of a rank-0 ``out``, where ``out[()]``
+    would be a NumPy scalar."""
+    index: tuple[Any, ...] = (*slices, Ellipsis)
+    return out[index]
 
 #: What :meth:`Array.__jax_array__` converts with, imported on first use as the backends'
 #: registry imports a factory: the jax bridge sits above the interfaces.
