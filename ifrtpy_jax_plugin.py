@@ -83,9 +83,9 @@ def register(target: str, priority: int = -1) -> None:
     in a directory of this process's own there (unless
     ``IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY`` is already set), which the
     session names to the server. The connection is made when jax first uses the backend,
-    after :func:`check_server`: where nothing can serve at ``target`` (no socket at a unix
-    path, a port that refuses) the process stops at once with :class:`NoServer`'s lines;
-    while a server does not answer it says so on stderr, and it fails after
+    after :func:`check_server`: where nothing can serve at ``target`` the process stops
+    with :class:`NoServer`'s lines (at once, or after waiting for a server that may still
+    be starting); while a server does not answer it says so on stderr, and it fails after
     ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default). ``target`` may also be
     given as :func:`normalized_target` takes it.
     """

@@ -80,9 +80,8 @@ def tree_sources(pyx: str, tree: str = HERE, package: str = "ifrtpy") -> set[str
             if module.split(".")[0] == package:
                 todo.append(os.path.join(tree, *module.split(".")) + ".pxd")
         todo += [os.path.join(os.path.dirname(path), name) for name in _INCLUDE.findall(text)]
-        pxd = os.path.splitext(path)[0] + ".pxd"  # a .pyx's own declarations
-        if path.endswith(".pyx"):
-            todo.append(pxd)
+        if path.endswith(".pyx"):  # its own declarations
+            todo.append(os.path.splitext(path)[0] + ".pxd")
     return found
 
 

@@ -456,6 +456,7 @@ def _view(out: np.ndarray, slices: tuple[slice, ...]) -> np.ndarray:
     index: tuple[Any, ...] = (*slices, Ellipsis)
     return out[index]
 
+
 #: What :meth:`Array.__jax_array__` converts with, imported on first use as the backends'
 #: registry imports a factory: the jax bridge sits above the interfaces.
 JAX_BRIDGE = "ifrtpy.interop.jax:to_jax"
