@@ -1,9 +1,9 @@
 """jax's plugin hook for ifrtpy's IFRT Proxy server (docs/proxy.md).
 
 jax imports this module through the ``jax_plugins`` entry point and calls :func:`initialize`
-when it starts its backends. Only when ``JAX_PLATFORMS`` names ``proxy`` and
-``JAX_BACKEND_TARGET`` holds the server's address does it register jax's own IFRT Proxy
-client as the backend ``proxy``; otherwise it does nothing and imports nothing. It is a
+when it starts its backends. Only when ``JAX_PLATFORMS`` names ``proxy`` does it register
+jax's own IFRT Proxy client as the backend ``proxy``, for the server at
+``JAX_BACKEND_TARGET``; otherwise it does nothing and imports nothing. It is a
 top-level module, apart from the ``ifrtpy`` package, so that jax's start never pays for
 importing ifrtpy.
 """
@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 __all__ = ["initialize", "register", "is_local", "shared_directory", "is_private_directory",
-           "transfer_subdirectory", "check_server", "NoServer", "PLATFORM", "TRANSFER_KEY"]
+           "transfer_subdirectory", "check_server", "normalized_target", "NoServer", "PLATFORM",
+           "TRANSFER_KEY"]
 
 #: The name of the jax backend (and platform) the server's devices appear under.
 PLATFORM = "proxy"
@@ -51,12 +52,24 @@ _transfer: tuple[str, str] | None = None
 
 
 def initialize() -> None:
-    """Register the ``proxy`` backend if ``JAX_PLATFORMS`` and ``JAX_BACKEND_TARGET`` ask
-    for it; do nothing otherwise."""
+    """Register the ``proxy`` backend if ``JAX_PLATFORMS`` names it (without
+    ``JAX_BACKEND_TARGET``, a backend that stops the process saying so); do nothing
+    otherwise."""
     platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",")]
-    target = os.environ.get("JAX_BACKEND_TARGET", "").strip()
-    if PLATFORM in platforms and target:
-        register(target)
+    if PLATFORM in platforms:
+        register(os.environ.get("JAX_BACKEND_TARGET", ""))
+
+
+def normalized_target(target: str) -> str:
+    """``target`` as jaxlib's client takes it: ``grpc://`` before the address ``python -m
+    ifrtpy serve`` takes and prints (``unix:PATH``, ``HOST:PORT``), and a socket's path
+    alone as ``grpc://unix:PATH``."""
+    target = target.strip()
+    if not target or target.startswith("grpc://"):
+        return target
+    if target.startswith(("/", "./", "../", "~")):
+        return f"grpc://unix:{os.path.abspath(os.path.expanduser(target))}"
+    return f"grpc://{target}"
 
 
 def register(target: str, priority: int = -1) -> None:
@@ -70,11 +83,13 @@ def register(target: str, priority: int = -1) -> None:
     in a directory of this process's own there (unless
     ``IFRT_PROXY_GRPC_LARGE_TRANSFER_OPTIMIZATION_DIRECTORY`` is already set), which the
     session names to the server. The connection is made when jax first uses the backend,
-    after :func:`check_server`: where nothing can serve at ``target`` (no socket at a unix
-    path, a port that refuses) the process stops at once with :class:`NoServer`'s lines;
-    while a server does not answer it says so on stderr, and it fails after
-    ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default).
+    after :func:`check_server`: where nothing can serve at ``target`` the process stops
+    with :class:`NoServer`'s lines (at once, or after waiting for a server that may still
+    be starting); while a server does not answer it says so on stderr, and it fails after
+    ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default). ``target`` may also be
+    given as :func:`normalized_target` takes it.
     """
+    target = normalized_target(target)
     if is_local(target):
         os.environ.setdefault(INSECURE_CREDENTIALS, "true")
     # Through jax.extend: importing jaxlib's proxy extension before jax's own crashes.
@@ -109,28 +124,56 @@ class NoServer(SystemExit):
     status 1, no traceback), as a command-line error does; jax cannot start without it."""
 
 
-def check_server(target: str) -> None:
-    """Raise :class:`NoServer` where nothing can serve at ``target``: a unix socket path
-    that does not exist, is not a socket or has no server behind it, a TCP port that
-    refuses, a host name that does not resolve. A server that does not answer within
-    :data:`PROBE_S` is left to jaxlib's client, which retries until its timeout."""
+#: The second line of every :class:`NoServer`: what to do.
+START = ("Start one with `python -m ifrtpy serve` and set JAX_BACKEND_TARGET to the address "
+         "it prints (docs/proxy.md).")
+
+
+def check_server(target: str, wait_s: float | None = None) -> None:
+    """Raise :class:`NoServer` where nothing can serve at ``target``: none given, a unix
+    socket path that is not a socket, a host name that does not resolve; or, after
+    ``wait_s`` seconds (default: ``IFRTPY_PROXY_CONNECT_TIMEOUT_S``, 30) of trying again,
+    a socket path that does not exist or has no server behind it, a TCP port that refuses
+    (a server may still be starting: said on stderr at once). A server that does not
+    answer within :data:`PROBE_S` is left to jaxlib's client, which retries until its
+    timeout."""
+    if not target:
+        raise NoServer("ifrtpy_jax_plugin: JAX_PLATFORMS names proxy, but JAX_BACKEND_TARGET "
+                       f"is not set.\n{START}")
     address = target.removeprefix("grpc://")
-    problem = _unix_problem(address[5:]) if address.startswith("unix:") else _tcp_problem(address)
+    problem, may_start = _problem(address)
+    if problem is not None and may_start:
+        wait_s = _connect_timeout() if wait_s is None else wait_s
+        print(f"ifrtpy_jax_plugin: no IFRT Proxy server at {target} yet ({problem}); "
+              f"waiting up to {wait_s:g} s for one to start ({CONNECT_TIMEOUT_VARIABLE} sets "
+              "another number of seconds)", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + wait_s
+        while problem is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            problem, _ = _problem(address)
     if problem is not None:
         raise NoServer(f"ifrtpy_jax_plugin: no IFRT Proxy server at {target}: {problem}.\n"
-                       "Start one with `python -m ifrtpy serve` and set JAX_BACKEND_TARGET to "
-                       "the address it prints (docs/proxy.md).")
+                       f"{START}")
 
 
-def _unix_problem(path: str) -> str | None:
+def _problem(address: str) -> tuple[str | None, bool]:
+    """What keeps a client from ``address`` (None: nothing known), and whether a server
+    starting there would mend it."""
+    if address.startswith("unix:"):
+        return _unix_problem(address[5:])
+    problem = _tcp_problem(address)
+    return problem, problem is not None and "refuses" in problem
+
+
+def _unix_problem(path: str) -> tuple[str | None, bool]:
     try:
         mode = os.stat(path).st_mode
     except OSError as error:
-        return f"{path}: {error.strerror.lower() if error.strerror else error}"
+        return f"{path}: {error.strerror.lower() if error.strerror else error}", True
     if not stat.S_ISSOCK(mode):
-        return f"{path} is not a socket"
+        return f"{path} is not a socket", False
     return _refused(socket.AF_UNIX, path, f"nothing listens on the socket {path} (its server "
-                                          "is gone)")
+                                          "is gone)"), True
 
 
 def _tcp_problem(address: str) -> str | None:

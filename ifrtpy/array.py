@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import importlib
 import threading
 import contextlib
 from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Sequence
@@ -371,6 +372,14 @@ class Array(Value, metaclass=ArrayType):
         self.ready_future().result()
         return self
 
+    def __jax_array__(self) -> Any:
+        """jax's protocol: ``jnp.asarray(a)``, ``jnp.array(a)`` and jax.numpy's functions
+        take the array as :func:`ifrtpy.to_jax` gives it (without a copy where that is).
+        ``jax.jit(f)(a)`` does not (jax refuses the protocol in its arguments): pass
+        ``ifrt.to_jax(a)``."""
+        module, _, name = JAX_BRIDGE.partition(":")
+        return getattr(importlib.import_module(module), name)(self)
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         if copy is False:
             raise ValueError("an ifrtpy Array cannot be viewed as NumPy without a copy")
@@ -432,13 +441,25 @@ class Array(Value, metaclass=ArrayType):
             ArrayCopySemantics.REUSE_INPUT, SingleDeviceShardSemantics.ADDRESSABLE_SHARDS
         )
         futures = [
-            shard.copy_to_host_buffer(out[domain.slices()])
+            shard.copy_to_host_buffer(_view(out, domain.slices()))
             for domain, shard in distinct_shards(self, shards).items()
         ]
         return then_value(join_futures(futures), out)
 
 
 install_refusals(Array)
+
+
+def _view(out: np.ndarray, slices: tuple[slice, ...]) -> np.ndarray:
+    """``out[slices]`` as an array: a view also of a rank-0 ``out``, where ``out[()]``
+    would be a NumPy scalar."""
+    index: tuple[Any, ...] = (*slices, Ellipsis)
+    return out[index]
+
+
+#: What :meth:`Array.__jax_array__` converts with, imported on first use as the backends'
+#: registry imports a factory: the jax bridge sits above the interfaces.
+JAX_BRIDGE = "ifrtpy.interop.jax:to_jax"
 
 
 class StoredArray(Array):

@@ -269,7 +269,7 @@ class _NumpyOnly:
     AttributeError (so ``hasattr`` stays false) saying what to do instead."""
 
     def __init__(self, name: str, method: bool):
-        self.name, self.then = name, f".{name}()" if method else f".{name}"
+        self.name, self.then = name, f".{name}(...)" if method else f".{name}"
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         owner = type(obj) if obj is not None else owner

@@ -104,6 +104,8 @@ def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: 
     sharding does."""
     if arg.sharding == sharding:
         return
+    reshard = (f"client.reshard_arrays([array], [ArraySpec(array.dtype, array.shape, "
+               f"executable.parameter_shardings()[{i}])])")
     if arg.sharding.devices != sharding.devices:
         held, wanted = arg.sharding.devices, sharding.devices
         if len(held) == len(wanted) and set(held) == set(wanted):
@@ -111,18 +113,20 @@ def check_argument_placement(name: str, i: int, arg: Any, param: Any, sharding: 
                 f"argument {i} of {name} is on the devices the executable runs on, but in "
                 f"another order: {held.to_string()}, the executable's order is "
                 f"{wanted.to_string()} (a mesh built in another device order?). "
-                f"client.reshard_arrays([array], [ArraySpec(array.dtype, array.shape, "
-                f"executable.parameter_shardings()[{i}])]) moves it to the executable's "
+                f"{reshard} moves it to the executable's "
                 "order; or build the mesh in that order, or compile for the array's")
+        move = (f"client.copy_arrays([array], devices=executable.devices()) copies it there"
+                if len(held) == len(wanted) else f"{reshard} puts it there")
         raise InvalidArgumentError(
             f"argument {i} of {name} is on {held.to_string()}, the executable runs on "
-            f"{wanted.to_string()}")
+            f"{wanted.to_string()}: {move}, or compile for the array's devices")
     if compare_domains and not same_domains(arg.sharding, sharding, param.shape):
         partial = arg.sharding.has_unreduced_axes or sharding.has_unreduced_axes
         raise InvalidArgumentError(
             f"argument {i} of {name} has sharding {arg.sharding!r}; the compiled "
             f"parameter {i} has sharding {sharding!r} ("
-            f"{'partial values on one side only' if partial else 'different shards per device'})")
+            + ("partial values on one side only)" if partial else
+               f"different shards per device): {reshard} reshards it as the executable takes it"))
 
 
 class ArgumentChecks:

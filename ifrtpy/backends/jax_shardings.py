@@ -90,7 +90,8 @@ def _jax_device(device: Any, jax_devices: dict[int, Any]) -> Any:
         platform, ours = device.client.platform_name, len(device.client.devices())
         raise InvalidArgumentError(
             f"ifrtpy device {device.id} has no jax counterpart: jax has {len(jax_devices)} "
-            f"{platform} devices, this client {ours} (devices are matched by id). "
+            f"{platform} device{'' if len(jax_devices) == 1 else 's'}, this client {ours} "
+            "(devices are matched by id). "
             f"{_same_count(platform, ours, len(jax_devices))}")
     return jax_device
 

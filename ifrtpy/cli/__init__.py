@@ -128,7 +128,7 @@ def _devices_line(args: argparse.Namespace, client: Any, default: int | None) ->
     else:
         why = ("the CPU plugin's default, as for ifrt.get_client(); --devices N or XLA_FLAGS="
                "--xla_force_host_platform_device_count=N for another")
-    return f"{args.command}: {count} {platform} devices ({why})"
+    return f"{args.command}: {count} {platform} device{'' if count == 1 else 's'} ({why})"
 
 
 def _first_plugin(command: str) -> str:

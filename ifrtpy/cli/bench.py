@@ -32,11 +32,17 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: seconds per call, ``None`` where not measured."""
+    """One line of the table: seconds per call, ``None`` where not measured; ``noisy``
+    where its repeats differed by more than :data:`NOISY` times (a busy machine)."""
 
     operation: str
     ifrtpy: float
     jax: Optional[float]
+    noisy: bool = False
+
+
+#: Repeats of a row further apart than this factor mark it noisy in the table.
+NOISY = 2.0
 
 
 def _timed(body: Callable[[], object]) -> Loop:
@@ -61,14 +67,17 @@ def _timed_after(setup: Callable[[], Any], body: Callable[[Any], object]) -> Loo
     return run
 
 
-def _median_per_call(loops: list[Loop], n: int, repeats: int) -> list[float]:
+def _median_per_call(loops: list[Loop], n: int, repeats: int) -> tuple[list[float], bool]:
+    """The median seconds per call of each loop, and whether the repeats of one of them
+    differed by more than :data:`NOISY` times."""
     for loop in loops:
         loop(max(1, n // 10))
     samples: list[list[float]] = [[] for _ in loops]
     for _ in range(repeats):
         for loop, out in zip(loops, samples):
             out.append(loop(n) / n)
-    return [statistics.median(s) for s in samples]
+    noisy = any(max(s) > NOISY * min(s) for s in samples)
+    return [statistics.median(s) for s in samples], noisy
 
 
 def _import_jax(devices: int) -> Any:
@@ -212,8 +221,8 @@ def run(client: Any, *, quick: bool = False, progress: Callable[[str], None] = p
         progress(f"[{i}/{len(cases)}] {name}")
         ours, theirs = make()
         loops = [ours] if theirs is None else [ours, theirs]
-        times = _median_per_call(loops, n, repeats)
-        rows.append(Row(name, times[0], times[1] if theirs is not None else None))
+        times, noisy = _median_per_call(loops, n, repeats)
+        rows.append(Row(name, times[0], times[1] if theirs is not None else None, noisy))
     return rows
 
 
@@ -227,14 +236,19 @@ def _fmt(seconds: Optional[float]) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    """The rows as an aligned text table with the ratio ifrtpy / jax."""
+    """The rows as an aligned text table with the ratio ifrtpy / jax (two significant
+    digits below 0.1, never 0.00), ``~`` after the ratio of a noisy row."""
     lines = [("operation", "ifrtpy", "jax", "ifrtpy/jax")]
     for r in rows:
-        ratio = f"{r.ifrtpy / r.jax:.2f}" if r.jax else "-"
-        lines.append((r.operation, _fmt(r.ifrtpy), _fmt(r.jax), ratio))
+        ratio = "-" if not r.jax else _ratio(r.ifrtpy / r.jax)
+        lines.append((r.operation, _fmt(r.ifrtpy), _fmt(r.jax), ratio + (" ~" if r.noisy else "")))
     width = [max(len(line[i]) for line in lines) for i in range(4)]
     return "\n".join(
         f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d:>{width[3]}}" for a, b, c, d in lines)
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
 
 
 def require_matplotlib() -> None:
@@ -277,6 +291,9 @@ def bench(client: Any, quick: bool = False, plot_file: str | None = None) -> Non
     print(f"median time per call, {len(client.addressable_devices())} devices"
           f"{' (--quick: small sizes, rough figures)' if quick else ''}")
     print(table(rows))
+    if any(row.noisy for row in rows):
+        print(f"~: its repeats differed by more than {NOISY:g} times (a busy machine): rough "
+              "figures; run again on quiet cores")
     if client.platform_name != "cpu":
         print(f"no jax column on {client.platform_name}: benchmarks/accelerator_check.py "
               f"--parts speed times jax and ifrtpy there, each in its own process")

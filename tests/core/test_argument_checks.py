@@ -1,6 +1,8 @@
 """The per-argument contract of execute (``ifrtpy.execute_checks.ArgumentChecks``): one
 check for every backend, with a bounded memo of the placements it accepted."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -69,3 +71,37 @@ def test_a_backend_that_does_not_know_its_parameters_still_gets_the_contract():
     with pytest.raises(errors.FailedPreconditionError, match="deleted"):
         exe(a)
     assert len(calls) == 1  # only the first call reached the launch
+
+
+#: x + 1 over two devices, its parameter split in two
+SPLIT_ADD_ONE = """func.func public @main(%x: tensor<8xf32> {mhlo.sharding = "{devices=[2]<=[2]}"})
+    -> (tensor<8xf32> {mhlo.sharding = "{devices=[2]<=[2]}"}) {
+  %c = stablehlo.constant dense<1.0> : tensor<8xf32>
+  %y = stablehlo.add %x, %c : tensor<8xf32>
+  return %y : tensor<8xf32>
+}"""
+
+
+def test_an_argument_on_other_devices_is_refused_saying_how_to_copy_it(client):
+    exe = client.compile(ifrt.HloProgram(ADD_ONE))  # on device 0
+    x = np.arange(8, dtype=np.float32)
+    a = client.make_array_from_host_buffer(x, ifrt.SingleDeviceSharding(client.devices()[1]))
+    hint = "client.copy_arrays([array], devices=executable.devices()) copies it there"
+    with pytest.raises(errors.InvalidArgumentError, match=re.escape(hint)):
+        exe.execute([a])
+    (moved,) = client.copy_arrays([a], devices=exe.devices())  # what it says, done
+    np.testing.assert_array_equal(np.asarray(exe.execute([moved]).outputs[0]), x + 1)
+
+
+def test_an_argument_in_another_sharding_is_refused_saying_how_to_reshard_it(client):
+    devices = client.make_device_list(client.devices()[:2])
+    exe = client.compile(ifrt.HloProgram(SPLIT_ADD_ONE), ifrt.CompileOptions(devices=devices, num_partitions=2))
+    x = np.arange(8, dtype=np.float32)
+    mesh = ifrt.Mesh(np.array(client.devices()[:2]), ("x",))
+    a = client.make_array_from_host_buffer(x, ifrt.NamedSharding(mesh, ifrt.PartitionSpec()))
+    hint = ("client.reshard_arrays([array], [ArraySpec(array.dtype, array.shape, "
+            "executable.parameter_shardings()[0])]) reshards it as the executable takes it")
+    with pytest.raises(errors.InvalidArgumentError, match=re.escape(hint)):
+        exe.execute([a])
+    (moved,) = client.reshard_arrays([a], [ifrt.ArraySpec(a.dtype, a.shape, exe.parameter_shardings()[0])])
+    np.testing.assert_array_equal(np.asarray(exe.execute([moved]).outputs[0]), x + 1)

@@ -270,7 +270,7 @@ def test_attribute_messages_give_the_same_call_on_numpy_and_jax(clients):
     a = ifrt.device_put(np.arange(4, dtype=np.float32), clients("pjrt").devices()[0])
     with pytest.raises(AttributeError) as info:
         a.sum()
-    assert "np.asarray(a).sum()" in str(info.value) and "ifrt.to_jax(a).sum()" in str(info.value)
+    assert "np.asarray(a).sum(...)" in str(info.value) and "ifrt.to_jax(a).sum(...)" in str(info.value)
     with pytest.raises(AttributeError) as info:
         a.T
     assert "np.asarray(a).T" in str(info.value) and "np.asarray(a).T()" not in str(info.value)

@@ -453,6 +453,18 @@ def test_gather_to_host_buffer_tiled_2x2(client):
     np.testing.assert_array_equal(strided, x)
 
 
+@pytest.mark.parametrize("strides", [None, ()])
+def test_gather_to_host_buffer_of_a_rank_0_array_on_several_devices(client, strides):
+    """A rank-0 array's every shard is the whole value: the helper copies it into a 0-d
+    ``out`` (a view of it, never the NumPy scalar that indexing a 0-d array gives)."""
+    sharding = ShardingParamSharding(ShardingParam([], [0], [4]), client.devices())
+    a = client.make_array_from_host_buffer(np.float32(2.5), sharding)
+    got = a._gather_to_host_buffer(None, strides).result()
+    assert isinstance(got, np.ndarray) and got.shape == () and got == np.float32(2.5)
+    out = np.zeros((), np.float32)
+    assert a._gather_to_host_buffer(out).result() is out and out == np.float32(2.5)
+
+
 def test_gather_copies_each_replicated_domain_once(client, monkeypatch):
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     # dim 0 split in 2, the other mesh axis (2) replicates: 4 devices, 2 distinct domains

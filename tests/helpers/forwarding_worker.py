@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import sys
 import traceback
@@ -25,7 +26,11 @@ from ifrtpy.device import MemoryKind
 from ifrtpy.errors import UnimplementedError
 
 PARALLEL = 4
-TIMEOUT = 60.0  # seconds for one operation
+#: A bound on a runaway operation, in CPU seconds (what the machine's load leaves alone):
+#: one takes well under one.
+CPU_LIMIT_S = 60
+#: The last resort against one that hangs without using the CPU (a deadlock), in seconds.
+HANG_S = 1800
 
 ADD_ONE = """module @add_one {
   func.func public @main(%arg0: tensor<4xf32>) -> (tensor<4xf32>) {
@@ -154,7 +159,8 @@ def _start(operation, path):
     pid = os.fork()
     if pid == 0:  # the child: run, report, leave without the parent's exit handlers
         os.close(read)
-        signal.alarm(int(TIMEOUT))
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 5))
+        signal.alarm(HANG_S)
         try:
             _child(operation, path, write)
         finally:

@@ -121,6 +121,26 @@ def test_single_device_both_ways(client):
     assert ij.sharding_from_jax(jd, client) == ifrt.SingleDeviceSharding(client.lookup_device(5))
 
 
+def test_jax_numpy_takes_an_ifrtpy_array_as_to_jax_gives_it(client):
+    """jax's ``__jax_array__`` protocol: ``jnp.asarray(a)`` is ``ifrt.to_jax(a)``, its
+    shards without a copy; ``jnp.array(a)`` copies, and jax arrays take one as an operand."""
+    jnp = pytest.importorskip("jax.numpy")
+    mesh = ifrt.Mesh(np.array(client.devices()[:4]).reshape(2, 2), ("x", "y"))
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    a = client.make_array_from_host_buffer(x, ifrt.NamedSharding(mesh, ifrt.PartitionSpec("x")))
+    got = jnp.asarray(a)
+    assert isinstance(got, jax.Array) and got.sharding.is_equivalent_to(ij.sharding_to_jax(a.sharding), 2)
+    assert ({s.sharding.devices[0].id: s.unsafe_buffer_pointer()
+             for s in a.disassemble_into_single_device_arrays()}
+            == {s.device.id: s.data.unsafe_buffer_pointer() for s in got.addressable_shards})
+    copied = jnp.array(a)
+    np.testing.assert_array_equal(copied, x)
+    assert all(s.data.unsafe_buffer_pointer() != got.addressable_shards[0].data.unsafe_buffer_pointer()
+               for s in copied.addressable_shards)
+    np.testing.assert_array_equal(jnp.ones((4, 6), np.float32) + a, x + 1)
+    np.testing.assert_array_equal(jax.jit(lambda v: v * 2)(jnp.asarray(a)), x * 2)
+
+
 def test_ifrt_arrays_outlive_their_jax_source_and_back(client):
     x = np.arange(64, dtype=np.float64)
     ia = ij.from_jax(jax.device_put(x, jax.devices()[1]), client)  # the jax array is gone

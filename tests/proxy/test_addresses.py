@@ -131,21 +131,72 @@ def _wrong_addresses(tmp_path):
     }
 
 
+def _jax_devices(target, **env):
+    """``jax.devices()`` in a process whose JAX_BACKEND_TARGET is ``target`` (None: unset),
+    JAX_PLATFORMS=proxy: the Popen."""
+    env = {**{k: v for k, v in os.environ.items()
+              if not k.startswith("IFRT_PROXY_") and k != "JAX_BACKEND_TARGET"},
+           "JAX_PLATFORMS": "proxy", "IFRTPY_PROXY_CONNECT_TIMEOUT_S": "1", **env}
+    if target is not None:
+        env["JAX_BACKEND_TARGET"] = target
+    return subprocess.Popen([sys.executable, "-c", "import jax; print(len(jax.devices()))"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+START = ("Start one with `python -m ifrtpy serve` and set JAX_BACKEND_TARGET to the address it "
+         "prints (docs/proxy.md).")
+
+
+@pytest.mark.parametrize("form", ["grpc://", "as serve --address takes it"])
 @pytest.mark.parametrize("case", ["missing", "not a socket", "gone", "refused"])
-def test_a_jax_client_pointed_where_nothing_serves_stops_at_once_in_two_lines(tmp_path, case):
+def test_a_jax_client_pointed_where_nothing_serves_stops_in_two_lines(tmp_path, case, form):
     """Before jaxlib's client connects (which retries for 30 s, then prints two chained
-    tracebacks): the plugin's check names the address, what is wrong, and the command."""
+    tracebacks): the plugin's check names the address, what is wrong, and the command;
+    where a server may still be starting, after saying so at once and trying for
+    IFRTPY_PROXY_CONNECT_TIMEOUT_S (1 s here)."""
     address, problem = _wrong_addresses(tmp_path)[case]
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("IFRT_PROXY_") and k != "IFRTPY_PROXY_CONNECT_TIMEOUT_S"}
-    env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=f"grpc://{address}")
-    done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
-                          capture_output=True, text=True, timeout=HANG_S)
-    assert done.returncode == 1
-    assert done.stderr.splitlines() == [
-        f"ifrtpy_jax_plugin: no IFRT Proxy server at grpc://{address}: {problem}.",
-        "Start one with `python -m ifrtpy serve` and set JAX_BACKEND_TARGET to the address it "
-        "prints (docs/proxy.md)."], done.stderr
+    target = f"grpc://{address}" if form == "grpc://" else address
+    out, err = _jax_devices(target).communicate(timeout=HANG_S)
+    waited = ([f"ifrtpy_jax_plugin: no IFRT Proxy server at grpc://{address} yet ({problem}); "
+               "waiting up to 1 s for one to start (IFRTPY_PROXY_CONNECT_TIMEOUT_S sets another "
+               "number of seconds)"] if case != "not a socket" else [])
+    assert err.splitlines() == [
+        *waited, f"ifrtpy_jax_plugin: no IFRT Proxy server at grpc://{address}: {problem}.",
+        START], err
+
+
+def test_a_socket_path_alone_is_a_unix_target(tmp_path):
+    assert ifrtpy_jax_plugin.normalized_target(f"{tmp_path}/x.sock") == f"grpc://unix:{tmp_path}/x.sock"
+    assert ifrtpy_jax_plugin.normalized_target("unix:/a.sock") == "grpc://unix:/a.sock"
+    assert ifrtpy_jax_plugin.normalized_target("localhost:5000") == "grpc://localhost:5000"
+    out, err = _jax_devices(str(tmp_path)).communicate(timeout=HANG_S)
+    assert err.splitlines() == [
+        f"ifrtpy_jax_plugin: no IFRT Proxy server at grpc://unix:{tmp_path}: {tmp_path} is not "
+        "a socket.", START], err
+
+
+def test_jax_platforms_proxy_without_a_target_says_what_to_set():
+    out, err = _jax_devices(None).communicate(timeout=HANG_S)
+    assert err.splitlines() == [
+        "ifrtpy_jax_plugin: JAX_PLATFORMS names proxy, but JAX_BACKEND_TARGET is not set.",
+        START], err
+
+
+def test_a_jax_client_started_before_its_server_waits_for_it(tmp_path, pjrt):
+    """A job script that starts both: the client says at once that it waits, and uses the
+    server once it listens (the wait's bound is far off: what is observed is the order)."""
+    address = f"unix:{tmp_path}/later.sock"
+    client = _jax_devices(address, IFRTPY_PROXY_CONNECT_TIMEOUT_S=str(HANG_S))
+    try:
+        said = client.stderr.readline()
+        assert said.startswith(f"ifrtpy_jax_plugin: no IFRT Proxy server at grpc://{address} "
+                               "yet"), said
+        with proxy.serve(pjrt, address):
+            out, err = client.communicate(timeout=HANG_S)
+    finally:
+        client.kill()
+        client.wait()
+    assert client.returncode == 0 and out == "1\n", err
 
 
 def test_the_check_passes_a_listening_server_to_jaxlib(tmp_path):

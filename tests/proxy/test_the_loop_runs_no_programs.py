@@ -245,8 +245,9 @@ CALLS = 15
 
 def test_a_session_chaining_long_programs_delays_no_other_sessions_call(pjrt):
     """Session 1 sends 100 chained long programs at once (on the CPU plugin, device 0);
-    session 2's synchronous calls (device 1) made while they run take less than 50 ms
-    longer than the same calls with session 1 idle (medians, measured in this test)."""
+    session 2's synchronous calls (device 1) made while they run take less than one of
+    those programs longer than the same calls with session 1 idle (or 50 ms: medians, and
+    the programs' time, measured in this test, so that a busy machine slows both)."""
     _, steps = slow_call(pjrt, PROGRAM_S)
     with proxy.serve(pjrt) as server, grpc.insecure_channel(server.address) as ch:
         busy, (other, add_one) = RawSession(ch), add_one_session(ch, device_id=1)
@@ -265,6 +266,7 @@ def test_a_session_chaining_long_programs_delays_no_other_sessions_call(pjrt):
 
         idle = timed_calls()
         last = 1
+        chain_start = time.perf_counter()
         for i in range(CHAINED):
             busy.send("loaded_executable_execute_request",
                       execute_request(slow, [last, 2], 1000 + i))
@@ -285,7 +287,8 @@ def test_a_session_chaining_long_programs_delays_no_other_sessions_call(pjrt):
         other.close()
     assert chain_done > calls_done  # the calls were made while the chain ran
     delay = statistics.median(meanwhile) - statistics.median(idle)
-    assert delay < 0.05, (sorted(idle), sorted(meanwhile))
+    program_s = (chain_done - chain_start) / CHAINED  # one chained program, now
+    assert delay < max(0.05, 1.25 * program_s), (program_s, sorted(idle), sorted(meanwhile))
 
 
 @pytest.mark.parametrize("program, backend", [

@@ -56,3 +56,51 @@ def test_the_documented_runs_are_green(run, tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == pytest.ExitCode.OK, out[-4000:]
     assert " passed" in out and " failed" not in out, out[-4000:]
+
+
+PLUGIN_RUN = ["-p", "no:cacheprovider", "-p", "ifrtpy.testing.conformance.plugin", "--pyargs",
+              "ifrtpy.testing.conformance"]
+
+
+@pytest.mark.parametrize("backend, message", [
+    ("no_such_package.backend:create_client",
+     "the client factory cannot be imported: ModuleNotFoundError: No module named "
+     "'no_such_package'"),
+    ("ifrtpy.testing.example_backend:no_such_function",
+     "the client factory cannot be imported: AttributeError"),
+    ("ifrtpy.testing.example_backend:EXPECTED_SKIPS", "EXPECTED_SKIPS is a dict, not a client factory"),
+    ("no_such_backend", "get_client knows no backend of that name (it knows jax, pjrt, reference)"),
+], ids=["module", "function", "not callable", "name"])
+def test_a_backend_that_cannot_be_made_is_one_usage_error(backend, message, tmp_path):
+    """Before any case runs, one line (not an error and a traceback for each case)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *PLUGIN_RUN,
+                           f"--ifrtpy-backend={backend}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, out[-3000:]
+    assert f"--ifrtpy-backend={backend}: {message}" in out, out[-3000:]
+    assert len(out.strip().splitlines()) <= 3, out[-3000:]
+
+
+#: Runs pytest as though hypothesis were not installed (its import finds no module).
+WITHOUT_HYPOTHESIS = """
+import sys
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "hypothesis":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NotInstalled())
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+def test_a_missing_test_tool_names_itself_and_the_extra(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_HYPOTHESIS, "-q", *PLUGIN_RUN,
+                           "--ifrtpy-backend=reference"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("the ifrtpy conformance suite needs hypothesis, which is not installed: pip "
+            'install pytest hypothesis (from a checkout: pip install -e ".[conformance]")') in out, out
+    assert len(out.strip().splitlines()) <= 6, out

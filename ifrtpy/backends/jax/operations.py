@@ -86,9 +86,10 @@ def _moved_whole(value: Any, source: Sharding, target: Sharding, may_alias: bool
     import jax
 
     kind = canonical_kind(source)
-    if kind != canonical_kind(target) and set(source.devices) != set(target.devices):
-        # jax refuses a move onto other devices and into another memory kind at once when
-        # a shard is already in place ("Memory kind mismatch"): the devices first
+    if kind != canonical_kind(target) and source.devices != target.devices:
+        # jax refuses a move onto other devices, or the same ones in another order, and
+        # into another memory kind at once ("Memory kind mismatch", "PjRtBuffer's memory
+        # kind does not match"): the devices first
         step = target.with_device_assignment(None, kind)
         value, source = _moved_whole(value, source, step, may_alias=False), step
     jax_target = to_jax_sharding(target)

@@ -9,6 +9,8 @@ runs an s32 buffer as an f32 parameter).
 
 from __future__ import annotations
 
+import re
+
 import threading
 import weakref
 from typing import Any
@@ -98,6 +100,10 @@ def _compile_through(cache, client, program: HloProgram, target, compile_options
     return handle
 
 
+#: XLA's verifier on a sharding over another device count than the compile's.
+_TILE_COUNT = re.compile(r"tile_assignment should have (?P<should>\d+) devices but has (?P<has>\d+)")
+
+
 def _compile(client, program: HloProgram, target, compile_options: bytes):
     code, how = program.serialize_for(target)
     try:
@@ -106,6 +112,13 @@ def _compile(client, program: HloProgram, target, compile_options: bytes):
         clearer = ffi.explain_compile_error(e)
         if clearer is not None:
             raise clearer from None
+        tiles = _TILE_COUNT.search(str(e))
+        if tiles is not None:
+            raise type(e)(
+                f"the program's shardings are for {tiles['has']} devices, the compile for "
+                f"{tiles['should']} (num_replicas * num_partitions): compile it with "
+                f"CompileOptions(devices=<{tiles['has']} devices>, num_partitions="
+                f"{tiles['has']}), or lower it for {tiles['should']} devices\n(XLA: {e})") from None
         if "pars" in str(e).lower():
             producer = ".".join(map(str, stablehlo_version()))
             consumer = ".".join(map(str, target)) if target else "unknown"

@@ -66,8 +66,18 @@ import importlib
 import inspect
 from typing import Any, Callable, Mapping, Union
 
-from ifrtpy.testing.conformance import outcomes
-from ifrtpy.testing.conformance.declarations import (
+try:  # what the suite runs on: said at once where one is missing, not a traceback
+    import hypothesis  # noqa: F401
+    import pytest  # noqa: F401
+except ModuleNotFoundError as _missing:
+    _root = (_missing.name or "pytest or hypothesis").split(".")[0]
+    raise ModuleNotFoundError(
+        f"the ifrtpy conformance suite needs {_root}, which is not installed: "
+        'pip install pytest hypothesis (from a checkout: pip install -e ".[conformance]")',
+        name=_root) from None
+
+from ifrtpy.testing.conformance import outcomes  # noqa: E402
+from ifrtpy.testing.conformance.declarations import (  # noqa: E402
     ONE_PROCESS_SKIPS, Declaration, declaration_of,
 )
 

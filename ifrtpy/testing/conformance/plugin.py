@@ -31,10 +31,10 @@ import pathlib
 
 import pytest
 
-from ifrtpy.testing import strategies as _strategies  # noqa: F401  (registers the profiles)
-from ifrtpy.testing.conformance import (
+from ifrtpy.testing.conformance import (  # first: it says what is missing of pytest, hypothesis
     CASE_MODULES, all_case_names, core_case_names, is_core, outcomes,
 )
+from ifrtpy.testing import strategies as _strategies  # noqa: F401  (registers the profiles)
 from ifrtpy.testing.conformance.declarations import Declaration, declaration_of
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -156,8 +156,37 @@ def _declared(config) -> Declaration:
     return (declaration_of(backend) if backend else None) or Declaration()
 
 
+def _check_backend(config) -> None:
+    """Stop before collecting, on one line, where ``--ifrtpy-backend`` names no client
+    factory: a ``module:function`` whose module does not import or lacks the function, or
+    a name :func:`ifrtpy.get_client` does not know (not one error per case)."""
+    backend = config.getoption("--ifrtpy-backend", default=None)
+    if not backend:
+        return
+    module, sep, function = backend.partition(":")
+    if sep:
+        try:
+            factory = getattr(importlib.import_module(module), function)
+        except Exception as e:  # noqa: BLE001  (whatever the module raises as it imports)
+            raise pytest.UsageError(f"--ifrtpy-backend={backend}: the client factory cannot be "
+                                    f"imported: {type(e).__name__}: {e}") from None
+        if not callable(factory):
+            raise pytest.UsageError(f"--ifrtpy-backend={backend}: {function} is a "
+                                    f"{type(factory).__name__}, not a client factory")
+        return
+    import ifrtpy
+
+    if backend not in ifrtpy.registered_backends():
+        raise pytest.UsageError(
+            f"--ifrtpy-backend={backend}: get_client knows no backend of that name (it knows "
+            f"{', '.join(ifrtpy.registered_backends())}); give module:function of a client "
+            "factory for another")
+
+
 def pytest_configure(config):
-    """Read the declaration (:func:`_declared`) and check it against the cases."""
+    """Check the backend (:func:`_check_backend`), read the declaration (:func:`_declared`)
+    and check it against the cases."""
+    _check_backend(config)
     declaration = _declared(config)
     try:
         config.stash[_DECLARATION] = outcomes.check_declaration(declaration, all_case_names(),

@@ -165,6 +165,24 @@ def test_reshard_onto_fewer_devices_and_into_another_memory_kind(client, target)
     np.testing.assert_array_equal(array.copy_to_host_buffer().result(timeout=30), x)
 
 
+@pytest.mark.parametrize("x, spec", [(np.float32(2.5), ()), (np.arange(8, dtype=np.float32), ()),
+                                     (np.arange(8, dtype=np.float32), ("x",))],
+                         ids=["f32[]", "f32[8]", "f32[8] split"])
+def test_reshard_onto_the_same_devices_in_another_order_and_memory_kind(client, x, spec):
+    """jax refuses the move in one step ("PjRtBuffer's memory kind does not match
+    sharding's memory kind"): the devices reversed first, then the memory kind."""
+    devices = client.devices()[:8]
+    if len(devices) < 2:
+        pytest.skip(f"needs 2 devices, jax has {len(devices)}")
+    source = ifrt.NamedSharding(ifrt.Mesh(np.array(devices), ("x",)), ifrt.PartitionSpec())
+    array = client.make_array_from_host_buffer(x, source)
+    target = ifrt.NamedSharding(ifrt.Mesh(np.array(devices[::-1]), ("x",)),
+                                ifrt.PartitionSpec(*spec), "pinned_host")
+    (out,) = client.reshard_arrays([array], [ifrt.ArraySpec(array.dtype, array.shape, target)])
+    assert out.sharding is target
+    np.testing.assert_array_equal(out.copy_to_host_buffer().result(timeout=30), x)
+
+
 ADD_ONE = """module @add_one {
   func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
     %one = stablehlo.constant dense<1.0> : tensor<4xf32>

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 
 import jax
@@ -29,7 +30,7 @@ from ifrtpy.sharding import (
 from ifrtpy.testing import strategies as ist
 from pjrt_helpers import REFUSED_AS_TOO_NEW, shardy_lowering, too_new_for_the_plugin
 
-TIMEOUT_S = 10.0
+TIMEOUT_S = 120.0  # a bound on a hang, not a timing assertion
 BF16 = np.dtype(ml_dtypes.bfloat16)
 JAX_DEVICES = {d.id: d for d in jax.devices()}
 
@@ -896,3 +897,19 @@ def test_debug_options_reach_the_compiler(client, tmp_path):
 def test_unknown_debug_option_is_refused(client):
     with pytest.raises(InvalidArgumentError, match="xla_no_such_option"):
         client.compile(ADD_ONE, ifrt.CompileOptions(debug_options={"xla_no_such_option": 1}))
+
+
+def test_a_program_for_more_devices_than_the_compile_says_how_to_compile_it(client):
+    """XLA's verifier says 'tile_assignment should have 4 devices but has 8'; the error
+    says which count the program needs and the options that give it."""
+    from ifrtpy.cli.demo import DEMO_PROGRAM  # rows split over n devices
+
+    program = ifrt.HloProgram(DEMO_PROGRAM.format(rows=16, n=8))
+    four = client.make_device_list(client.devices()[:4])
+    with pytest.raises(InvalidArgumentError, match=re.escape(
+            "the program's shardings are for 8 devices, the compile for 4 (num_replicas * "
+            "num_partitions): compile it with CompileOptions(devices=<8 devices>, "
+            "num_partitions=8), or lower it for 4 devices")):
+        client.compile(program, ifrt.CompileOptions(devices=four, num_partitions=4))
+    eight = client.make_device_list(client.devices()[:8])
+    client.compile(program, ifrt.CompileOptions(devices=eight, num_partitions=8))  # as it says

@@ -23,7 +23,7 @@ from ifrtpy.sharding import SingleDeviceSharding
 
 from pjrt_helpers import assert_survives
 
-TIMEOUT_S = 10.0
+TIMEOUT_S = 120.0  # a bound on a hang, not a timing assertion
 
 
 @pytest.fixture(scope="module")

@@ -465,7 +465,7 @@ def test_the_put_fast_path_makes_whole_arrays(client):
         array = client.make_array_from_host_buffer(data, sharding)
         assert array.client is client and array.sharding is sharding
         assert array.dtype == ifrt.DType.from_numpy(data.dtype) and array.shape == ifrt.Shape([2, 3])
-        assert not array.is_deleted() and array.ready_future().result(timeout=10) is None
+        assert not array.is_deleted() and array.ready_future().result(timeout=120) is None
         np.testing.assert_array_equal(np.asarray(array), data)
     with pytest.raises(InvalidArgumentError):
         client.make_array_from_host_buffer(data, sharding, 7)
