@@ -133,6 +133,7 @@ def require_proxy_extra() -> None:
 def serve(args: argparse.Namespace) -> int:
     """Serve ``args.backend``'s client until SIGINT or SIGTERM; the exit status."""
     require_proxy_extra()  # before the backend starts, not after
+    ifrtpy_jax_plugin.tune_allocator()  # before the backend's and gRPC's threads start
     if args.address is not None:
         from ifrtpy.proxy.local import check_address
 
