@@ -177,9 +177,20 @@ def _first_put_and_get(cases, put, values):
     ``values``: its cold path, timed once; the values got are checked."""
     held = {}
     cases.once("first put of the process", lambda _: held.setdefault("x", put()))
+    rss = _rss_mib()
     cases.once("first get of the process", lambda _: held.setdefault("got", np.asarray(held["x"])))
+    cases.extra[FIRST_GET_RSS] = _rss_mib() - rss
     if "got" in held:
         cases.extra["values"] = "equal" if np.array_equal(held.pop("got"), values) else "DIFFER"
+
+
+#: The memory the process's first get added to its RSS (MiB): the pages it touched first.
+FIRST_GET_RSS = "RSS added by the first get (MiB)"
+
+
+def _rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) >> 10 for line in f if line.startswith("VmRSS"))
 
 
 def _synchronous_calls(cases, jax, device, fresh):
@@ -552,7 +563,7 @@ def _record_jax_through(cases, mode, target, args, env, deadline):
         cases.cpu[f"jax, puts through {mode}: {name}"] = entry.get("cpu_s", [])
         if "error" in entry:
             cases.errors[f"jax, puts through {mode}: {name}"] = entry["error"]
-    for key in ("values", "allocator"):
+    for key in ("values", "allocator", FIRST_GET_RSS):
         if key in result:
             cases.extra[f"{key}, puts through {mode}"] = result[key]
 
@@ -776,6 +787,10 @@ HEADLINES = [
      ("floors", "file write+read + jax's put")),
     ("the put floor's bandwidth / jax direct's (the most a put through a file reaches)",
      ("jax", "put, default host array"), ("floors", "file write+read + jax's put")),
+    ("the first get's excess over a steady one / the page faults of the memory it adds to the "
+     "process (its RSS growth, at the floors' cost per 64 MiB), python -m ifrtpy serve",
+     ("serve-cli", "first get - steady get (files)"),
+     ("serve-cli", "page faults of the first get's new memory (files)")),
     ("jaxlib's client's CPU time, the first get of a process / a steady get (python -m ifrtpy serve)",
      ("serve-cli", "jax, puts through files: first get of the process, CPU"),
      ("serve-cli", "jax, puts through files: get 64 MiB, CPU")),
@@ -851,6 +866,17 @@ def main():
         found = [p50s.get(k) if isinstance(k, tuple) else k for k in parts]
         if None not in found:
             p50s["floors", name] = sum(found)
+    faults = p50s.get(("floors", "page faults of 64 MiB np.empty (a write per 4 KiB page; NumPy "
+                                 "asks for huge pages)"))
+    for part, result in results:
+        for key, value in result.items():
+            if key.startswith(FIRST_GET_RSS) and faults is not None and (part, key) not in p50s:
+                mode = key[len(FIRST_GET_RSS):].removeprefix(", puts through ")
+                p50s[part, f"page faults of the first get's new memory ({mode})"] = value / 64 * faults
+                first = p50s.get((part, f"jax, puts through {mode}: first get of the process"))
+                steady = p50s.get((part, f"jax, puts through {mode}: get 64 MiB"))
+                if first is not None and steady is not None:
+                    p50s[part, f"first get - steady get ({mode})"] = first - steady
     echo = p50s.get(("floors", "grpc.aio echo on a unix socket: 20 round trips of an empty message"))
     if echo is not None:
         p50s["floors", "two echo round trips"] = echo / 10
