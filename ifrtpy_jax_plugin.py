@@ -107,7 +107,8 @@ def register(target: str, priority: int = -1) -> None:
 #: One arena (every thread allocates from the main heap), no ``mmap`` for large blocks, and
 #: up to 256 MiB of free memory kept at the heap's top: a transfer's buffers (jaxlib's
 #: client flattens each get into a fresh 64 MiB block) reuse the memory the last one freed
-#: instead of taking page faults on freshly mapped pages (docs/proxy.md, "The allocator").
+#: instead of taking page faults on freshly mapped pages (docs/proxy.md, "The jax
+#: process's allocator").
 MALLOPT = (("M_ARENA_MAX", -8, 1), ("M_MMAP_MAX", -4, 0), ("M_TRIM_THRESHOLD", -1, 256 << 20))
 #: ``0`` in this variable leaves glibc's allocator as it is.
 MALLOPT_VARIABLE = "IFRTPY_MALLOPT"
