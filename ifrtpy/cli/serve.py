@@ -133,7 +133,6 @@ def require_proxy_extra() -> None:
 def serve(args: argparse.Namespace) -> int:
     """Serve ``args.backend``'s client until SIGINT or SIGTERM; the exit status."""
     require_proxy_extra()  # before the backend starts, not after
-    ifrtpy_jax_plugin.tune_allocator()  # before the backend's and gRPC's threads start
     if args.address is not None:
         from ifrtpy.proxy.local import check_address
 
@@ -150,6 +149,7 @@ def serve(args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     client = _client(args.backend, args.device_count)
+    ifrtpy_jax_plugin.tune_allocator()  # before the server's threads (gRPC's, the readers')
     server = proxy.serve(client, args.address, allow_remote=args.allow_remote,
                          **limits_of(args))
     try:

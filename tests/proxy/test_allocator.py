@@ -1,6 +1,6 @@
 """glibc's allocator in a process that moves large arrays through the proxy: the plugin
-hook sets ``ifrtpy_jax_plugin.MALLOPT`` when jax runs through the proxy, ``python -m
-ifrtpy serve`` sets it too, ``IFRTPY_MALLOPT=0`` leaves glibc alone, and nothing is set
+hook sets ``ifrtpy_jax_plugin.MALLOPT`` when jax runs through the proxy (and a jax
+program runs right with it), ``python -m ifrtpy serve`` sets it too, ``IFRTPY_MALLOPT=0`` leaves glibc alone, and nothing is set
 elsewhere (another C library, jax not through the proxy).
 
 Each case runs in a fresh process and reads glibc's own account of its heap
@@ -9,6 +9,7 @@ own mapping, stays in the heap once freed, and a new thread allocates from the o
 without it, glibc maps such a block on its own, and a thread gets an arena of its own."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -16,8 +17,7 @@ import pytest
 
 import ifrtpy_jax_plugin
 
-GLIBC = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc") if hasattr(
-    os, "confstr") and "CS_GNU_LIBC_VERSION" in os.confstr_names else False
+GLIBC = platform.libc_ver()[0] == "glibc"
 glibc_only = pytest.mark.skipif(not GLIBC, reason="mallopt and malloc_info are glibc's")
 
 #: Generous: a bound on a hang, not a timing assertion.
@@ -114,6 +114,41 @@ def test_the_plugin_sets_it_when_jax_runs_through_the_proxy():
     assert_set(found)
 
 
+#: A jax program through the proxy: 16 MiB put and got back, then jit'd, with what the
+#: plugin set in its process.
+JAX_PROGRAM = """
+import json, numpy as np, jax, ifrtpy_jax_plugin
+x = np.arange(4 << 20, dtype=np.float32)
+y = jax.device_put(x)
+back = np.asarray(y)
+z = np.asarray(jax.jit(lambda v: v * 2 + 1)(y))
+print(json.dumps({"equal": bool((back == x).all() and (z == x * 2 + 1).all()),
+                  "tuned": ifrtpy_jax_plugin.tune_allocator()}))
+"""
+
+
+@glibc_only
+def test_jax_runs_through_the_proxy_with_the_setting():
+    pytest.importorskip("jax")
+    pytest.importorskip("grpc")
+    import json
+
+    import ifrtpy as ifrt
+    from ifrtpy import proxy
+    from ifrtpy.proxy.jax_client import jax_target
+
+    env = {k: v for k, v in os.environ.items()
+           if k != ifrtpy_jax_plugin.MALLOPT_VARIABLE and not k.startswith("MALLOC_")}
+    with proxy.serve(ifrt.get_client("pjrt", device_count=1)) as server:
+        env.update(JAX_PLATFORMS="proxy", JAX_BACKEND_TARGET=jax_target(server.address))
+        done = subprocess.run([sys.executable, "-c", JAX_PROGRAM], env=env,
+                              capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"equal": True,
+                    "tuned": {name: value for name, _, value in ifrtpy_jax_plugin.MALLOPT}}
+
+
 @glibc_only
 def test_the_variable_turns_it_off():
     pytest.importorskip("jax")
@@ -133,30 +168,33 @@ def test_nothing_is_set_when_jax_does_not_run_through_the_proxy(platforms):
     assert_unset(found)
 
 
-@glibc_only
-def test_serve_sets_it_before_its_backend_starts(monkeypatch):
-    """``python -m ifrtpy serve`` tunes the allocator first (in this process the call is
-    recorded, not made)."""
+def test_serve_sets_it_before_the_server_starts(monkeypatch):
+    """``python -m ifrtpy serve`` tunes the allocator once its backend's client is made,
+    before the server starts its threads (in this process the calls are recorded, not
+    made)."""
     pytest.importorskip("grpc")
+    from ifrtpy import proxy
     from ifrtpy.cli import serve
 
     calls = []
 
-    def record():
-        calls.append("tune")
-        return {}
+    def record(name, result=None):
+        def call(*args, **kwargs):
+            calls.append(name)
+            if result is None:
+                raise RuntimeError("stop here")
+            return result
+        return call
 
-    def no_client(*args):
-        calls.append("client")
-        raise RuntimeError("stop here")
-
-    monkeypatch.setattr(ifrtpy_jax_plugin, "tune_allocator", record)
-    monkeypatch.setattr(serve, "_client", no_client)
+    monkeypatch.setattr(serve, "_stop_on_signals", record("signals", object()))
+    monkeypatch.setattr(serve, "_client", record("client", object()))
+    monkeypatch.setattr(ifrtpy_jax_plugin, "tune_allocator", record("tune", {}))
+    monkeypatch.setattr(proxy, "serve", record("serve"))
     args = serve.argparse.Namespace(address=None, allow_remote=False, backend="pjrt",
                                     device_count=None)
     with pytest.raises(RuntimeError, match="stop here"):
         serve.serve(args)
-    assert calls == ["tune", "client"]
+    assert calls == ["signals", "client", "tune", "serve"]
 
 
 def test_nothing_is_set_on_another_c_library(monkeypatch):
