@@ -126,9 +126,10 @@ def tune_allocator() -> dict[str, int]:
     if _tuned is None:
         _tuned = {}
         libc = None if os.environ.get(MALLOPT_VARIABLE, "").strip() == "0" else _glibc()
-        for name, number, value in MALLOPT if libc is not None else ():
-            if libc.mallopt(number, value) == 1:
-                _tuned[name] = value
+        if libc is not None:
+            for name, number, value in MALLOPT:
+                if libc.mallopt(number, value) == 1:
+                    _tuned[name] = value
     return dict(_tuned)
 
 

@@ -149,7 +149,6 @@ def serve(args: argparse.Namespace) -> int:
 
     stop = _stop_on_signals()
     client = _client(args.backend, args.device_count)
-    ifrtpy_jax_plugin.tune_allocator()  # before the server's threads (gRPC's, the readers')
     server = proxy.serve(client, args.address, allow_remote=args.allow_remote,
                          **limits_of(args))
     try:

@@ -8,10 +8,12 @@ Each case runs in a fresh process and reads glibc's own account of its heap
 own mapping, stays in the heap once freed, and a new thread allocates from the one arena;
 without it, glibc maps such a block on its own, and a thread gets an arena of its own."""
 
+import json
 import os
 import platform
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -67,14 +69,17 @@ UNSET = {"mapped on its own": 1}
 
 def probe(setup, tuned="None", **env):
     """The heap's answers in a fresh process running ``setup`` first."""
-    import json
+    return run_probe([sys.executable, "-c", PROBE.format(setup=setup, tuned=tuned)], **env)
 
+
+def run_probe(argv, **env):
+    """The JSON line the process ``argv`` prints last, its environment this one's without
+    the allocator's variables, plus ``env``."""
     variables = {k: v for k, v in os.environ.items()
                  if k not in ("JAX_PLATFORMS", "JAX_BACKEND_TARGET", ifrtpy_jax_plugin.MALLOPT_VARIABLE)
                  and not k.startswith("MALLOC_")}
     variables.update(env)
-    done = subprocess.run([sys.executable, "-c", PROBE.format(setup=setup, tuned=tuned)],
-                          env=variables, capture_output=True, text=True, timeout=HANG_S)
+    done = subprocess.run(argv, env=variables, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -131,8 +136,6 @@ print(json.dumps({"equal": bool((back == x).all() and (z == x * 2 + 1).all()),
 def test_jax_runs_through_the_proxy_with_the_setting():
     pytest.importorskip("jax")
     pytest.importorskip("grpc")
-    import json
-
     import ifrtpy as ifrt
     from ifrtpy import proxy
     from ifrtpy.proxy.jax_client import jax_target
@@ -168,33 +171,20 @@ def test_nothing_is_set_when_jax_does_not_run_through_the_proxy(platforms):
     assert_unset(found)
 
 
-def test_serve_sets_it_before_the_server_starts(monkeypatch):
-    """``python -m ifrtpy serve`` tunes the allocator once its backend's client is made,
-    before the server starts its threads (in this process the calls are recorded, not
-    made)."""
+@glibc_only
+@pytest.mark.parametrize("setting", ["", "0"])
+def test_python_m_ifrtpy_serve_sets_it_as_it_starts(tmp_path, setting):
+    """The server's process, probed where its backend is made (a factory that reports
+    the heap and ends the process), with the setting and with ``IFRTPY_MALLOPT=0``."""
     pytest.importorskip("grpc")
-    from ifrtpy import proxy
-    from ifrtpy.cli import serve
-
-    calls = []
-
-    def record(name, result=None):
-        def call(*args, **kwargs):
-            calls.append(name)
-            if result is None:
-                raise RuntimeError("stop here")
-            return result
-        return call
-
-    monkeypatch.setattr(serve, "_stop_on_signals", record("signals", object()))
-    monkeypatch.setattr(serve, "_client", record("client", object()))
-    monkeypatch.setattr(ifrtpy_jax_plugin, "tune_allocator", record("tune", {}))
-    monkeypatch.setattr(proxy, "serve", record("serve"))
-    args = serve.argparse.Namespace(address=None, allow_remote=False, backend="pjrt",
-                                    device_count=None)
-    with pytest.raises(RuntimeError, match="stop here"):
-        serve.serve(args)
-    assert calls == ["signals", "client", "tune", "serve"]
+    body = PROBE.format(setup="", tuned="None") + "sys.stdout.flush()\nos._exit(0)\n"
+    (tmp_path / "heap_probe_backend.py").write_text(
+        "def make(**options):\n" + textwrap.indent(body, "    "))
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    found = run_probe([sys.executable, "-m", "ifrtpy", "serve", "--backend",
+                       "heap_probe_backend:make"], PYTHONPATH=path,
+                      **({ifrtpy_jax_plugin.MALLOPT_VARIABLE: setting} if setting else {}))
+    (assert_unset if setting == "0" else assert_set)(found)
 
 
 def test_nothing_is_set_on_another_c_library(monkeypatch):
