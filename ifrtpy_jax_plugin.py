@@ -3,7 +3,8 @@
 jax imports this module through the ``jax_plugins`` entry point and calls :func:`initialize`
 when it starts its backends. Only when ``JAX_PLATFORMS`` names ``proxy`` does it register
 jax's own IFRT Proxy client as the backend ``proxy``, for the server at
-``JAX_BACKEND_TARGET``; otherwise it does nothing and imports nothing. It is a
+``JAX_BACKEND_TARGET`` (first setting glibc's allocator for large transfers,
+:func:`tune_allocator`); otherwise it does nothing and imports nothing. It is a
 top-level module, apart from the ``ifrtpy`` package, so that jax's start never pays for
 importing ifrtpy.
 """
@@ -53,11 +54,14 @@ _transfer: tuple[str, str] | None = None
 
 def initialize() -> None:
     """Register the ``proxy`` backend if ``JAX_PLATFORMS`` names it (without
-    ``JAX_BACKEND_TARGET``, a backend that stops the process saying so); do nothing
-    otherwise."""
+    ``JAX_BACKEND_TARGET``, a backend that stops the process saying so), first setting
+    glibc's allocator for transfers (:func:`tune_allocator`); do nothing otherwise."""
     platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",")]
     if PLATFORM in platforms:
-        register(os.environ.get("JAX_BACKEND_TARGET", ""))
+        target = os.environ.get("JAX_BACKEND_TARGET", "")
+        if target.strip():
+            tune_allocator()  # before jaxlib's client starts its threads
+        register(target)
 
 
 def normalized_target(target: str) -> str:
@@ -112,6 +116,49 @@ def register(target: str, priority: int = -1) -> None:
         return client
 
     backend.register_backend_factory(PLATFORM, make_client, priority=priority)
+
+
+#: glibc's allocator parameters for a process that moves large arrays through the proxy
+#: (the jax process, the server): (name, mallopt's number for it, value), in the order set.
+#: One arena (every thread allocates from the main heap), no ``mmap`` for large blocks, and
+#: up to 256 MiB of free memory kept at the heap's top: a transfer's buffers (jaxlib's
+#: client flattens each get into a fresh 64 MiB block) reuse the memory the last one freed
+#: instead of taking page faults on freshly mapped pages (docs/proxy.md, "The jax
+#: process's allocator").
+MALLOPT = (("M_ARENA_MAX", -8, 1), ("M_MMAP_MAX", -4, 0), ("M_TRIM_THRESHOLD", -1, 256 << 20))
+#: ``0`` in this variable leaves glibc's allocator as it is.
+MALLOPT_VARIABLE = "IFRTPY_MALLOPT"
+
+#: What :func:`tune_allocator` set in this process (None before its first call).
+_tuned: dict[str, int] | None = None
+
+
+def tune_allocator() -> dict[str, int]:
+    """Set :data:`MALLOPT` with glibc's ``mallopt``, once per process; the parameters set,
+    by name. Nothing is set (``{}``) where ``IFRTPY_MALLOPT`` is ``0`` or the C library is
+    not glibc. Set before the process's threads first allocate: an arena limit does not
+    move threads that already have an arena of their own."""
+    global _tuned
+    if _tuned is None:
+        _tuned = {}
+        libc = None if os.environ.get(MALLOPT_VARIABLE, "").strip() == "0" else _glibc()
+        if libc is not None:
+            for name, number, value in MALLOPT:
+                if libc.mallopt(number, value) == 1:
+                    _tuned[name] = value
+    return dict(_tuned)
+
+
+def _glibc() -> Any:
+    """glibc's C library, or None where the process runs on another one."""
+    try:
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+            return None
+    except (ValueError, OSError):  # no such name: not glibc
+        return None
+    import ctypes
+
+    return ctypes.CDLL(None)
 
 
 #: How long :func:`check_server` waits for a TCP connection (seconds); a server that does

@@ -77,8 +77,9 @@ def variants(transfer_threshold):
     return {
         "base": ({}, 4 << 20),
         "base again": ({}, 4 << 20),
-        "glibc thresholds in the jax process": (
-            {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(4 << 30)},
+        "glibc thresholds in the jax process": (  # in place of ifrtpy_jax_plugin's setting
+            {"IFRTPY_MALLOPT": "0", "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+             "MALLOC_TRIM_THRESHOLD_": str(4 << 30)},
             4 << 20),
         "pieces of 64 KiB": ({}, 64 << 10),
         "pieces of 1 MiB": ({}, 1 << 20),

@@ -34,7 +34,10 @@ of an array it has read once.
   the first put and get, then steady-state puts and gets; once with puts through files
   (the default on a unix socket), once with puts streamed over gRPC.
 * ``serve-cli``: jax's figures through ``python -m ifrtpy serve --backend PLUGIN`` in a
-  process of its own, as a user runs it.
+  process of its own, as a user runs it: with glibc's allocator set by ifrtpy in both
+  processes (the default: ``ifrtpy_jax_plugin.MALLOPT``), then with it left as glibc's in
+  the jax process (``IFRTPY_MALLOPT=0``), then in both. Each jax process says what its
+  allocator runs with (``allocator, ...`` beside the figures).
 
 The summary ends with the ratios the proxy is held to, each against floors of the same
 run: the first get of a process against a steady get; the server's share of a get
@@ -53,6 +56,7 @@ platform has the same name (``tpu``; ``cpu`` for any CPU build).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import mmap
 import os
@@ -173,9 +177,20 @@ def _first_put_and_get(cases, put, values):
     ``values``: its cold path, timed once; the values got are checked."""
     held = {}
     cases.once("first put of the process", lambda _: held.setdefault("x", put()))
+    rss = _rss_mib()
     cases.once("first get of the process", lambda _: held.setdefault("got", np.asarray(held["x"])))
+    cases.extra[FIRST_GET_RSS] = _rss_mib() - rss
     if "got" in held:
         cases.extra["values"] = "equal" if np.array_equal(held.pop("got"), values) else "DIFFER"
+
+
+#: The memory the process's first get added to its RSS (MiB): the pages it touched first.
+FIRST_GET_RSS = "RSS added by the first get (MiB)"
+
+
+def _rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) >> 10 for line in f if line.startswith("VmRSS"))
 
 
 def _synchronous_calls(cases, jax, device, fresh):
@@ -463,6 +478,7 @@ def part_serve(cases, args):
 
     from ifrtpy.proxy.steps import LOG
 
+    ifrtpy_jax_plugin.tune_allocator()  # as python -m ifrtpy serve does
     client = ifrt.get_client(args.plugin)
     folder = tempfile.mkdtemp()
     with proxy.serve(client, f"unix:{folder}/proxy.sock") as server:
@@ -476,19 +492,46 @@ def part_serve(cases, args):
             _server_steps(cases, mode, LOG.take())
 
 
+#: The jax process's environment that leaves glibc's allocator as it is (ifrtpy_jax_plugin).
+ALLOCATOR_OFF = {"IFRTPY_MALLOPT": "0"}
+#: serve-cli's runs: (the server's extra environment, [(mode, the jax process's extra
+#: environment)]): ifrtpy's allocator setting in both processes (the default), then left
+#: off in the jax process, then in both (what a run showed before ifrtpy set it).
+SERVE_CLI_RUNS = (
+    ({}, [("files", {}), ("files, allocator setting off in jax", ALLOCATOR_OFF)]),
+    (ALLOCATOR_OFF, [("files, allocator setting off in both", ALLOCATOR_OFF)]),
+)
+
+
 def part_serve_cli(cases, args):
     """jax through ``python -m ifrtpy serve`` in a process of its own (its output in
-    ``serve-cli-server.log``)."""
+    ``serve-cli-server.log``), each of :data:`SERVE_CLI_RUNS` in turn."""
+    runs = [(server_env, mode, env) for server_env, jax_runs in SERVE_CLI_RUNS
+            for mode, env in jax_runs]
+    done = 0
+    for i, (server_env, jax_runs) in enumerate(SERVE_CLI_RUNS):
+        log_path = os.path.join(os.path.dirname(os.path.abspath(args.save or ".")),
+                                f"serve-cli-server{'-' + str(i + 1) if i else ''}.log")
+        with _serve_cli(args.plugin, server_env, log_path, cases.deadline) as target:
+            for mode, env in jax_runs:
+                share = (cases.deadline - time.monotonic()) / (len(runs) - done)
+                _record_jax_through(cases, mode, target, args, env, time.monotonic() + share)
+                cases.extra[f"the server's allocator, puts through {mode}"] = (
+                    "glibc's own (IFRTPY_MALLOPT=0)" if server_env else "set by ifrtpy serve")
+                done += 1
+
+
+@contextlib.contextmanager
+def _serve_cli(plugin, env, log_path, deadline):
+    """``python -m ifrtpy serve --backend PLUGIN`` on a unix socket, with ``env`` added to
+    its environment: its jax target while it serves; stopped after."""
     socket_path = os.path.join(tempfile.mkdtemp(), "proxy.sock")
-    log_path = os.path.join(os.path.dirname(os.path.abspath(args.save or ".")),
-                            "serve-cli-server.log")
     with open(log_path, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "ifrtpy", "serve", "--backend",
-                                   args.plugin, "--address", f"unix:{socket_path}"],
-                                  stdout=log, stderr=subprocess.STDOUT)
+                                   plugin, "--address", f"unix:{socket_path}"],
+                                  stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **env))
     try:
-        target = _serving_at(log_path, server, min(120.0, cases.deadline - time.monotonic()))
-        _record_jax_through(cases, "files", target, args, {}, cases.deadline)
+        yield _serving_at(log_path, server, min(120.0, deadline - time.monotonic()))
     finally:
         server.terminate()
         try:
@@ -520,8 +563,9 @@ def _record_jax_through(cases, mode, target, args, env, deadline):
         cases.cpu[f"jax, puts through {mode}: {name}"] = entry.get("cpu_s", [])
         if "error" in entry:
             cases.errors[f"jax, puts through {mode}: {name}"] = entry["error"]
-    if "values" in result:
-        cases.extra[f"values, puts through {mode}"] = result["values"]
+    for key in ("values", "allocator", FIRST_GET_RSS):
+        if key in result:
+            cases.extra[f"{key}, puts through {mode}"] = result[key]
 
 
 def _jax_through(target, args, env, deadline):
@@ -544,8 +588,11 @@ def part_proxy_jax(cases, args):
     get and a synchronous x + 1."""
     import jax
 
+    import ifrtpy_jax_plugin
+
     device = jax.devices()[0]
     values = _host()
+    cases.extra["allocator"] = _allocator(ifrtpy_jax_plugin)
 
     def fresh():
         return jax.device_put(values, device).block_until_ready()
@@ -554,6 +601,17 @@ def part_proxy_jax(cases, args):
     cases.add("put 64 MiB", lambda _: fresh().delete())
     cases.add("get 64 MiB", lambda x: np.asarray(x), fresh)
     _synchronous_calls(cases, jax, device, fresh)
+
+
+def _allocator(plugin):
+    """What glibc's allocator runs with in this process: what ifrtpy_jax_plugin set
+    (``mallopt``, when jax started its proxy backend) and glibc's own variables."""
+    tuned = plugin.tune_allocator()  # what the plugin set at jax's start (set once)
+    said = ", ".join(f"{name} {value}" for name, value in tuned.items())
+    variables = {k: v for k, v in os.environ.items()
+                 if k.startswith("MALLOC_") or k == plugin.MALLOPT_VARIABLE}
+    return (f"mallopt by ifrtpy_jax_plugin: {said or 'none'}; "
+            f"variables: {variables or 'none'}")
 
 
 #: The server's steps of a transfer (ifrtpy.proxy.steps): (name, first step, last step);
@@ -709,6 +767,30 @@ HEADLINES = [
      ("serve-cli", f"jax, puts through files: {ROW}"), ("jax", ROW)),
     ("the first synchronous x + 1 after a 64 MiB get, python -m ifrtpy serve / jax direct's",
      ("serve-cli", f"jax, puts through files: {AFTER_GET}"), ("jax", AFTER_GET)),
+    ("first get of a process / a steady get, python -m ifrtpy serve, allocator setting off in jax",
+     ("serve-cli", "jax, puts through files, allocator setting off in jax: first get of the process"),
+     ("serve-cli", "jax, puts through files, allocator setting off in jax: get 64 MiB")),
+    ("first get of a process / a steady get, python -m ifrtpy serve, allocator setting off in both",
+     ("serve-cli", "jax, puts through files, allocator setting off in both: first get of the process"),
+     ("serve-cli", "jax, puts through files, allocator setting off in both: get 64 MiB")),
+    ("jax through python -m ifrtpy serve, allocator setting off in jax, bandwidth / jax direct's, get",
+     ("jax", "get, np.asarray"),
+     ("serve-cli", "jax, puts through files, allocator setting off in jax: get 64 MiB")),
+    ("jax through python -m ifrtpy serve, allocator setting off in both, bandwidth / jax direct's, get",
+     ("jax", "get, np.asarray"),
+     ("serve-cli", "jax, puts through files, allocator setting off in both: get 64 MiB")),
+    ("jax through python -m ifrtpy serve, allocator setting off in both, bandwidth / jax direct's, put",
+     ("jax", "put, default host array"),
+     ("serve-cli", "jax, puts through files, allocator setting off in both: put 64 MiB")),
+    ("a put through python -m ifrtpy serve / its floor (the file written and read back + jax "
+     "direct's put)", ("serve-cli", "jax, puts through files: put 64 MiB"),
+     ("floors", "file write+read + jax's put")),
+    ("the put floor's bandwidth / jax direct's (the most a put through a file reaches)",
+     ("jax", "put, default host array"), ("floors", "file write+read + jax's put")),
+    ("the first get's excess over a steady one / the page faults of the memory it adds to the "
+     "process (its RSS growth, at the floors' cost per 64 MiB), python -m ifrtpy serve",
+     ("serve-cli", "first get - steady get (files)"),
+     ("serve-cli", "page faults of the first get's new memory (files)")),
     ("jaxlib's client's CPU time, the first get of a process / a steady get (python -m ifrtpy serve)",
      ("serve-cli", "jax, puts through files: first get of the process, CPU"),
      ("serve-cli", "jax, puts through files: get 64 MiB, CPU")),
@@ -771,6 +853,9 @@ def main():
                                       "into pre-faulted memory"))]
     if None not in write_read:
         p50s["floors", "file in the put files' folder: write+read"] = sum(write_read)
+        if ("jax", "put, default host array") in p50s:
+            p50s["floors", "file write+read + jax's put"] = (
+                sum(write_read) + p50s["jax", "put, default host array"])
     for name, parts in (
             ("copy alone + gRPC down", [("ifrtpy", "get, into a pre-faulted destination"),
                                         ("floors", "gRPC on a unix socket: 64 MiB down in 4 MiB "
@@ -781,12 +866,25 @@ def main():
         found = [p50s.get(k) if isinstance(k, tuple) else k for k in parts]
         if None not in found:
             p50s["floors", name] = sum(found)
+    faults = p50s.get(("floors", "page faults of 64 MiB np.empty (a write per 4 KiB page; NumPy "
+                                 "asks for huge pages)"))
+    for part, result in results:
+        for key, value in result.items():
+            if key.startswith(FIRST_GET_RSS) and faults is not None and (part, key) not in p50s:
+                mode = key[len(FIRST_GET_RSS):].removeprefix(", puts through ")
+                p50s[part, f"page faults of the first get's new memory ({mode})"] = value / 64 * faults
+                first = p50s.get((part, f"jax, puts through {mode}: first get of the process"))
+                steady = p50s.get((part, f"jax, puts through {mode}: get 64 MiB"))
+                if first is not None and steady is not None:
+                    p50s[part, f"first get - steady get ({mode})"] = first - steady
     echo = p50s.get(("floors", "grpc.aio echo on a unix socket: 20 round trips of an empty message"))
     if echo is not None:
         p50s["floors", "two echo round trips"] = echo / 10
     header = ("part", "case", "p50 ms", "min..max ms", "GB/s at p50", "process CPU ms (p50)",
               "samples", "errors")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [f"{part}, {key}: {value}" for part, result in results
+             for key, value in result.items() if "allocator" in key]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     print("\n".join(lines))
     with open(os.path.join(args.out, "transfers.json"), "w") as f:
