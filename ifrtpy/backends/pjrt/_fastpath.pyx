@@ -250,13 +250,18 @@ cdef class ArrayCore(ArrayFields):
             self._buffer, self._shards = None, buffers
 
     def is_deleted(self):
-        """Whether the array was deleted or donated (or its buffers deleted through it)."""
+        """Whether the array was deleted or donated, or any of its buffers deleted (through
+        another array sharing it): reading it then fails."""
         if self._deleted:
             return True
-        first = self._only_buffer()
-        if first is None:
-            first = self._shards[0] if self._shards else None
-        return first is not None and (<BufferHandle?>first)._is_deleted()
+        if self._made.ptr != NULL:
+            return False  # an output's own buffer, which nothing else holds
+        if self._buffer is not None:
+            return self._buffer._is_deleted()
+        for buffer in self._shards or ():
+            if (<BufferHandle?>buffer)._is_deleted():
+                return True
+        return False
 
     def block_until_ready(self):
         """Wait for every shard (the GIL released while one is pending); raise the array's
