@@ -17,7 +17,7 @@ proxy server uses too.
 
 cimport cython
 cimport numpy as cnp
-from cpython.list cimport PyList_Append
+from cpython.list cimport PyList_Append, PyList_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject, Py_TYPE
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.sequence cimport PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
@@ -190,6 +190,32 @@ cdef extern from *:
     int ifrtpy_free_directly(PyTypeObject* type, PyTypeObject* core)
 
 
+cdef extern from *:
+    """
+    /* ArrayCore's tp_traverse, which also visits the ClientHandle an output holding its
+       buffer as the execute made it refers to (``_made_client``, a PyObject* at
+       ifrtpy_made_client_offset): the collector sees the reference, so a cycle through
+       the client and an output nobody read is collected; it is never cleared (the
+       buffer's destroy needs the client), the cycle's other objects are. Installed before
+       any subclass is made (a subclass adding nothing inherits the slot). */
+    static traverseproc ifrtpy_core_traverse = NULL;
+    static Py_ssize_t ifrtpy_made_client_offset = 0;
+
+    static int ifrtpy_array_traverse(PyObject* o, visitproc visit, void* arg) {
+        PyObject* client = *(PyObject**)((char*)o + ifrtpy_made_client_offset);
+        Py_VISIT(client);
+        return ifrtpy_core_traverse(o, visit, arg);
+    }
+
+    static void ifrtpy_traverse_made_client(PyTypeObject* core, Py_ssize_t offset) {
+        ifrtpy_core_traverse = core->tp_traverse;
+        ifrtpy_made_client_offset = offset;
+        core->tp_traverse = ifrtpy_array_traverse;
+    }
+    """
+    void ifrtpy_traverse_made_client(PyTypeObject* core, Py_ssize_t offset)
+
+
 cdef class ArrayCore(ArrayFields):
     """The fields of a PjrtArray (see ``ifrtpy.backends.pjrt.array``): those of every
     array held in C, its buffers and its layout.
@@ -205,7 +231,7 @@ cdef class ArrayCore(ArrayFields):
     cdef tuple _shards  # the buffers, where not one BufferHandle; else None
     # An output's only buffer, before its handle was asked for (else NULL): owned here,
     # with a reference to its ClientHandle (which keeps the plugin alive) of its own,
-    # which the GC never clears.
+    # which the collector sees (ifrtpy_traverse_made_client) but never clears.
     cdef NewBuffer _made
     cdef PyObject* _made_client
     cdef public object _layout  # None: the default layout of its memory
@@ -292,6 +318,17 @@ cdef class ArrayCore(ArrayFields):
         raise error
 
 
+cdef int _init_traverse() except -1:
+    """Let the collector see ArrayCore's ``_made_client``."""
+    cdef ArrayCore probe = ArrayCore.__new__(ArrayCore)
+    ifrtpy_traverse_made_client(<PyTypeObject*>ArrayCore,
+                                <char*>&probe._made_client - <char*><PyObject*>probe)
+    return 0
+
+
+_init_traverse()
+
+
 def free_directly(cls):
     """Free the instances of ``cls``, a Python subclass of ArrayCore (directly, as its
     first base) that adds nothing to them (``__slots__ = ()``, no ``__del__``), without
@@ -316,7 +353,7 @@ cdef class ExecutableCore:
     (``CheckedKinds``, kept where the launch plan allows): that call is launched without
     checks (``_repeat``). Every call is launched by ``_launch_arrays``: its arguments'
     buffers handed to ``_pjrt`` after the backend's rules, the donated arguments read as
-    deleted, the outputs made (``_outputs``). The launch plan (``_plan``) is read here,
+    deleted, the outputs made (``_new_outputs``, ``_fill_outputs``). The launch plan (``_plan``) is read here,
     never worked out; the arguments a call donates are the contract's
     (``execute_checks.donated_arguments``). ``exe(...)`` is called by vectorcall
     (``_call``): its arguments are read where the caller keeps them.
@@ -505,7 +542,14 @@ cdef class ExecutableCore:
         ``donated`` (the call's, as the contract works them out) given up; the outputs
         made as ``kinds.outputs`` say. From the caller's checks to the plugin no Python
         code runs (reading the options runs none): no other thread changes what the rules
-        read. Returns an ExecuteResult (``as_result``) or the outputs."""
+        read. Returns an ExecuteResult (``as_result``) or the outputs.
+
+        Everything that may fail is done before the plugin is called: the output arrays
+        are made first (``_new_outputs``) and take their buffers once it returned
+        (``_fill_outputs``), so an error (a MemoryError) leaves the donated arguments as
+        they were. Only the handles of outputs over several devices are made after it: if
+        that fails, the donated arguments' buffers are gone (the plugin consumed them), and
+        they read as deleted."""
         cdef int launch_id = 0
         cdef tuple non_donatable = ()
         cdef bint fill_status = False
@@ -528,7 +572,10 @@ cdef class ExecutableCore:
         cdef PyObject* done = NULL
         cdef PyObject* buffer
         cdef DeviceHandle device_handle = None
-        cdef ExecuteResult result
+        cdef ExecuteResult result = None
+        cdef Outputs outputs = self._new_outputs(kinds)
+        if as_result:
+            result = ExecuteResult.__new__(ExecuteResult)
         try:
             held = <PyObject**>room(small_held, sizeof(small_held),
                                     num_args * num_devices * sizeof(PyObject*))
@@ -559,15 +606,16 @@ cdef class ExecutableCore:
                 events = self._launch_ordered(arrays, num_args, launch_id, non_donatable, device,
                                               donated, results, num_outputs * num_devices)
                 num_results = num_outputs * num_devices
-            if donated:  # their buffers are the outputs': they read as deleted
-                for k in donated:
-                    (<ArrayCore>arrays[k])._deleted = True
-            outputs = self._outputs(kinds, results, num_devices)
+            try:
+                self._fill_outputs(outputs, results, num_devices)
+            finally:
+                if donated:  # the plugin consumed their buffers: they read as deleted
+                    for k in donated:
+                        (<ArrayCore>arrays[k])._deleted = True
             if not as_result:
                 return outputs
-            result = ExecuteResult.__new__(ExecuteResult)
-            result.status = future_of_events(events) if fill_status else None
             result.outputs = outputs
+            result.status = future_of_events(events) if fill_status else None
             return result
         finally:
             for k in range(num_held):
@@ -627,21 +675,35 @@ cdef class ExecutableCore:
         return 0
 
     @cython.final
-    cdef Outputs _outputs(self, CheckedKinds kinds, NewBuffer* results, Py_ssize_t num_devices):
-        """The output arrays of a launch, output ``k`` taking the buffers ``results[k *
-        num_devices:(k + 1) * num_devices]``, one per device (its only one as it is, those
-        of several devices by handles; the caller destroys those not taken): the one way
-        every execute makes them."""
+    cdef Outputs _new_outputs(self, CheckedKinds kinds):
+        """The output arrays of a launch of ``kinds``, made before the plugin is called,
+        without their buffers (``_fill_outputs`` gives them): the one way every execute
+        makes them."""
         cdef tuple specs = kinds.outputs
         cdef Py_ssize_t num_outputs = PyTuple_GET_SIZE(specs), k
         cdef Outputs outputs = new_outputs()
         cdef object array_type = self.array_type, client = self._client
-        cdef ClientHandle handle_client = self._handle.client
         cdef ArrayCore array
         context = get_value(_active_user_context)
         for k in range(num_outputs):
             array = <ArrayCore>new_output(kinds, <PyObject*>array_type, k, <PyObject*>client,
                                           <PyObject*>context)
+            array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(specs, k), 3)
+            PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
+        return outputs
+
+    @cython.final
+    cdef int _fill_outputs(self, Outputs outputs, NewBuffer* results,
+                           Py_ssize_t num_devices) except -1:
+        """Output ``k`` of ``outputs`` takes the buffers ``results[k * num_devices:(k + 1) *
+        num_devices]``, one per device: its only one as it is (which cannot fail), those of
+        several devices by handles (the caller destroys those not taken)."""
+        cdef ClientHandle handle_client = self._handle.client
+        cdef PyObject** items = PySequence_Fast_ITEMS(outputs)
+        cdef Py_ssize_t k
+        cdef ArrayCore array
+        for k in range(PyList_GET_SIZE(outputs)):
+            array = <ArrayCore>items[k]
             if num_devices == 1:
                 array._made = results[k]
                 results[k].ptr = NULL
@@ -650,9 +712,7 @@ cdef class ExecutableCore:
             else:
                 array._shards = handles_taking(handle_client, results, k * num_devices, 1,
                                                num_devices)
-            array._layout = <object>PyTuple_GET_ITEM(<tuple>PyTuple_GET_ITEM(specs, k), 3)
-            PyList_Append(outputs, array)  # list's own: Outputs.append would be looked up
-        return outputs
+        return 0
 
 
 cdef object _call(object self, PyObject** args, size_t nargsf, PyObject* kwnames):

@@ -9,6 +9,7 @@ results as the first call and NumPy: values, output shardings, options, donation
 from __future__ import annotations
 
 import ctypes
+import gc
 
 import jax
 import numpy as np
@@ -513,3 +514,47 @@ def test_outputs_nobody_asked_for_free_their_buffers(client):
         executable(a)
     np.testing.assert_array_equal(_host(executable(a)[0]), x + 1)  # after all the others
     assert _heap_in_use() - before < 160 << 20
+
+
+def test_an_unread_output_shows_the_collector_its_client(client):
+    """An output holding its buffer as the execute made it refers to its ClientHandle: the
+    collector sees that reference (else a cycle through the client and the output would
+    never be collected); once the handle is made, the handle holds the client."""
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    a = client.make_array_from_host_buffer(np.ones(8, np.float32), _sharding(client, devices))
+    [out] = executable(a)
+    handle = executable._handle.client
+    assert any(r is handle for r in gc.get_referents(out))
+    out._buffers  # the handle made: the array no longer refers to the client itself
+    assert not any(r is handle for r in gc.get_referents(out))
+
+
+@pytest.mark.parametrize("num_devices", [1, 8])
+def test_a_failure_making_the_outputs_keeps_the_donated_inputs(client, num_devices):
+    """Making the output arrays fails (a MemoryError): the call raises it, and the donated
+    argument is neither given to the plugin nor read as deleted."""
+    devices = client.addressable_devices()[:num_devices]
+    executable = _compile(client, lambda x: x * 2, 1, devices, donate=(0,))
+    sharding = _sharding(client, devices)
+    x = np.arange(8, dtype=np.float32)
+    array_type = executable._array_type
+
+    class NoRoom(array_type):
+        __slots__ = ()
+
+        def __new__(cls, *args, **kwargs):
+            raise MemoryError("no room for the outputs")
+
+    a = client.make_array_from_host_buffer(x, sharding)
+    executable._array_type = NoRoom
+    try:
+        with pytest.raises(MemoryError, match="no room for the outputs"):
+            executable.execute([a])
+    finally:
+        executable._array_type = array_type
+    assert not a.is_deleted()
+    np.testing.assert_array_equal(_host(a), x)
+    [out] = executable(a)  # and it can still be donated
+    assert a.is_deleted()
+    np.testing.assert_array_equal(_host(out), x * 2)
