@@ -333,7 +333,7 @@ def test_a_loop_of_donated_steps_runs_ahead_of_the_computation(build):
 def test_execute_and_call_are_bound_by_name_not_by_the_order_of_the_bases():
     # LoadedExecutable.execute (the contract, then _launch) runs as ExecutableCore's C
     # version, which a reader of PjrtLoadedExecutable sees there, not by the method order.
-    from ifrtpy.backends.pjrt._fastpath import ExecutableCore
+    from ifrtpy.backends.pjrt._execute_launch import ExecutableCore
     from ifrtpy.backends.pjrt.executable import PjrtLoadedExecutable
 
     assert vars(PjrtLoadedExecutable)["execute"] is vars(ExecutableCore)["execute"]
@@ -384,7 +384,7 @@ def test_a_subclass_whose_call_changes_later_is_called_through_it(client):
 
 
 def test_outputs_are_freed_directly_and_wholly(client):
-    """PjrtArray is freed without subtype_dealloc (``_fastpath.free_directly``): each freed
+    """PjrtArray is freed without subtype_dealloc (``_array_storage.free_directly``): each freed
     output releases its type and its weak references, one made from the free list is
     whole and fresh, a subclass of it (with a __dict__) is freed through subtype_dealloc
     as before, and no other class is taken."""
@@ -392,7 +392,7 @@ def test_outputs_are_freed_directly_and_wholly(client):
     import sys
     import weakref
 
-    from ifrtpy.backends.pjrt._fastpath import ArrayCore, free_directly
+    from ifrtpy.backends.pjrt._array_storage import ArrayCore, free_directly
     from ifrtpy.backends.pjrt.array import PjrtArray
 
     devices = client.addressable_devices()[:1]
