@@ -77,10 +77,10 @@ def read_extensions(text: str) -> list[Extension]:
     return out
 
 
-def _read_functions(text: str) -> dict:
+def _read_functions(text: str) -> dict[Optional[str], list[Function]]:
     """Function lines by section: None (the PJRT_Api's), then each extension's name."""
-    sections: dict = {None: []}
-    section = None
+    sections: dict[Optional[str], list[Function]] = {None: []}
+    section: Optional[str] = None
     for number, words, line in _sections(text):
         if words[0] == "struct":
             continue
