@@ -29,7 +29,8 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODULES = [f"ifrtpy._pjrt.{name}" for name in ("_base", "_kv", "_client", "_event", "_buffer", "_ffi", "_host_callback", "_executable", "_dlpack")]
-MODULES += ["ifrtpy._execute_result", "ifrtpy._host_memory", "ifrtpy.backends._repeat", "ifrtpy.backends.pjrt._fastpath",
+MODULES += ["ifrtpy._execute_result", "ifrtpy._host_memory", "ifrtpy.backends._array_fields", "ifrtpy.backends.pjrt._array_storage",
+            "ifrtpy.backends.pjrt._execute_launch",
             "ifrtpy.backends.jax._fastpath"]
 
 

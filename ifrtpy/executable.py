@@ -197,7 +197,7 @@ class LoadedExecutable(abc.ABC):
         backend's ``_execute_contract``, an :class:`ExecuteContract`), then launched: the
         backend's :meth:`_launch` carries out the checked call. (A backend with a C path
         may launch a call whose arguments are of the kinds of a checked call without
-        checking it again: ``ifrtpy.backends._repeat``.)
+        checking it again: ``ifrtpy.backends._array_fields``.)
         """
         return self._launch(self._execute_contract.check(self, args, options, devices))
 

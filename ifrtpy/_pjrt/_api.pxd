@@ -7,16 +7,28 @@
 from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
-from ifrtpy._pjrt.xla_ffi cimport (
-    PJRT_FFI_Register_Handler_Args, PJRT_FFI_Register_Handler_Args_STRUCT_SIZE,
-    PJRT_FFI_Type_Register_Args, PJRT_FFI_Type_Register_Args_STRUCT_SIZE,
-    PJRT_FFI_UserData_Add_Args, PJRT_FFI_UserData_Add_Args_STRUCT_SIZE)
-from ifrtpy._pjrt._base cimport check, drop_error, raise_unimplemented
+from ifrtpy._pjrt.extensions cimport *
+from ifrtpy._pjrt.xla_ffi cimport *
+from ifrtpy._pjrt._base cimport check, drop_error, raise_unimplemented, raise_unimplemented_in
 
 
 cdef inline bint _in_table(const PJRT_Api* api, const void* slot) noexcept nogil:
     """Whether ``slot`` (a field of ``*api``) lies inside the plugin's function table."""
     return <size_t>(<const char*>slot - <const char*>api) + sizeof(void*) <= api.struct_size
+
+
+cdef inline const PJRT_Extension_Base* _find_extension(const PJRT_Api* api,
+                                                       PJRT_Extension_Type type) noexcept nogil:
+    """The plugin's extension of ``type``, or NULL where it has none."""
+    cdef const PJRT_Extension_Base* ext = api.extension_start
+    while ext != NULL and ext.type != type:
+        ext = ext.next
+    return ext
+
+
+cdef inline bint _in_extension(const PJRT_Extension_Base* ext, const void* slot) noexcept nogil:
+    """Whether ``slot`` (a field of the extension ``*ext``) lies inside its struct_size."""
+    return <size_t>(<const char*>slot - <const char*>ext) + sizeof(void*) <= ext.struct_size
 
 
 
@@ -1707,6 +1719,212 @@ cdef inline bint PJRT_ExecuteContext_Destroy_quiet(const PJRT_Api* api, PJRT_Exe
     return True
 
 
+# -- the Layouts extension (PJRT_Extension_Type_Layouts, PJRT_Layouts_Extension)
+
+cdef inline const PJRT_Layouts_Extension* Layouts_extension(const PJRT_Api* api) noexcept nogil:
+    """The plugin's Layouts extension (PJRT_Extension_Type_Layouts), or NULL."""
+    return <const PJRT_Layouts_Extension*>_find_extension(api, PJRT_Extension_Type_Layouts)
+
+
+# -- PJRT_Layouts_MemoryLayout_Destroy (keeps the GIL)
+
+cdef inline PJRT_Layouts_MemoryLayout_Destroy_Args PJRT_Layouts_MemoryLayout_Destroy_Args_new() noexcept nogil:
+    cdef PJRT_Layouts_MemoryLayout_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Layouts_MemoryLayout_Destroy_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_Layouts_MemoryLayout_Destroy(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_Layouts_Extension* ext = Layouts_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_Layouts_MemoryLayout_Destroy) and ext.PJRT_Layouts_MemoryLayout_Destroy != NULL
+
+cdef inline int PJRT_Layouts_MemoryLayout_Destroy(const PJRT_Api* api, PJRT_Layouts_MemoryLayout_Destroy_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_Layouts_MemoryLayout_Destroy(api):
+        return raise_unimplemented_in(api, b"Layouts", b"PJRT_Layouts_MemoryLayout_Destroy")
+    error = Layouts_extension(api).PJRT_Layouts_MemoryLayout_Destroy(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+cdef inline bint PJRT_Layouts_MemoryLayout_Destroy_quiet(const PJRT_Api* api, PJRT_Layouts_MemoryLayout_Destroy_Args* args) noexcept nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_Layouts_MemoryLayout_Destroy(api):
+        return False
+    error = Layouts_extension(api).PJRT_Layouts_MemoryLayout_Destroy(args)
+    if error != NULL:
+        drop_error(api, error)
+    return True
+
+
+# -- PJRT_Layouts_MemoryLayout_Serialize (keeps the GIL)
+
+cdef inline PJRT_Layouts_MemoryLayout_Serialize_Args PJRT_Layouts_MemoryLayout_Serialize_Args_new() noexcept nogil:
+    cdef PJRT_Layouts_MemoryLayout_Serialize_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Layouts_MemoryLayout_Serialize_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_Layouts_MemoryLayout_Serialize(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_Layouts_Extension* ext = Layouts_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_Layouts_MemoryLayout_Serialize) and ext.PJRT_Layouts_MemoryLayout_Serialize != NULL
+
+cdef inline int PJRT_Layouts_MemoryLayout_Serialize(const PJRT_Api* api, PJRT_Layouts_MemoryLayout_Serialize_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_Layouts_MemoryLayout_Serialize(api):
+        return raise_unimplemented_in(api, b"Layouts", b"PJRT_Layouts_MemoryLayout_Serialize")
+    error = Layouts_extension(api).PJRT_Layouts_MemoryLayout_Serialize(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
+# -- PJRT_Layouts_PJRT_Client_GetDefaultLayout (keeps the GIL)
+
+cdef inline PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args_new() noexcept nogil:
+    cdef PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_Layouts_PJRT_Client_GetDefaultLayout(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_Layouts_Extension* ext = Layouts_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_Layouts_PJRT_Client_GetDefaultLayout) and ext.PJRT_Layouts_PJRT_Client_GetDefaultLayout != NULL
+
+cdef inline int PJRT_Layouts_PJRT_Client_GetDefaultLayout(const PJRT_Api* api, PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_Layouts_PJRT_Client_GetDefaultLayout(api):
+        return raise_unimplemented_in(api, b"Layouts", b"PJRT_Layouts_PJRT_Client_GetDefaultLayout")
+    error = Layouts_extension(api).PJRT_Layouts_PJRT_Client_GetDefaultLayout(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
+# -- PJRT_Layouts_PJRT_Buffer_MemoryLayout (keeps the GIL)
+
+cdef inline PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args_new() noexcept nogil:
+    cdef PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_Layouts_PJRT_Buffer_MemoryLayout(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_Layouts_Extension* ext = Layouts_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_Layouts_PJRT_Buffer_MemoryLayout) and ext.PJRT_Layouts_PJRT_Buffer_MemoryLayout != NULL
+
+cdef inline int PJRT_Layouts_PJRT_Buffer_MemoryLayout(const PJRT_Api* api, PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_Layouts_PJRT_Buffer_MemoryLayout(api):
+        return raise_unimplemented_in(api, b"Layouts", b"PJRT_Layouts_PJRT_Buffer_MemoryLayout")
+    error = Layouts_extension(api).PJRT_Layouts_PJRT_Buffer_MemoryLayout(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
+# -- the Stream extension (PJRT_Extension_Type_Stream, PJRT_Stream_Extension)
+
+cdef inline const PJRT_Stream_Extension* Stream_extension(const PJRT_Api* api) noexcept nogil:
+    """The plugin's Stream extension (PJRT_Extension_Type_Stream), or NULL."""
+    return <const PJRT_Stream_Extension*>_find_extension(api, PJRT_Extension_Type_Stream)
+
+
+# -- PJRT_Get_Stream_For_External_Ready_Events (keeps the GIL)
+
+cdef inline PJRT_Get_Stream_For_External_Ready_Events_Args PJRT_Get_Stream_For_External_Ready_Events_Args_new() noexcept nogil:
+    cdef PJRT_Get_Stream_For_External_Ready_Events_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_Get_Stream_For_External_Ready_Events_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_Get_Stream_For_External_Ready_Events(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_Stream_Extension* ext = Stream_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_Get_Stream_For_External_Ready_Events) and ext.PJRT_Get_Stream_For_External_Ready_Events != NULL
+
+cdef inline int PJRT_Get_Stream_For_External_Ready_Events(const PJRT_Api* api, PJRT_Get_Stream_For_External_Ready_Events_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_Get_Stream_For_External_Ready_Events(api):
+        return raise_unimplemented_in(api, b"Stream", b"PJRT_Get_Stream_For_External_Ready_Events")
+    error = Stream_extension(api).PJRT_Get_Stream_For_External_Ready_Events(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
+# -- the FFI extension (PJRT_Extension_Type_FFI, PJRT_FFI_Extension)
+
+cdef inline const PJRT_FFI_Extension* FFI_extension(const PJRT_Api* api) noexcept nogil:
+    """The plugin's FFI extension (PJRT_Extension_Type_FFI), or NULL."""
+    return <const PJRT_FFI_Extension*>_find_extension(api, PJRT_Extension_Type_FFI)
+
+
+# -- PJRT_FFI_Type_Register (keeps the GIL)
+
+cdef inline PJRT_FFI_Type_Register_Args PJRT_FFI_Type_Register_Args_new() noexcept nogil:
+    cdef PJRT_FFI_Type_Register_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_FFI_Type_Register_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_FFI_Type_Register(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_FFI_Extension* ext = FFI_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_FFI_Type_Register) and ext.PJRT_FFI_Type_Register != NULL
+
+cdef inline int PJRT_FFI_Type_Register(const PJRT_Api* api, PJRT_FFI_Type_Register_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_FFI_Type_Register(api):
+        return raise_unimplemented_in(api, b"FFI", b"PJRT_FFI_Type_Register")
+    error = FFI_extension(api).PJRT_FFI_Type_Register(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
+# -- PJRT_FFI_UserData_Add (keeps the GIL)
+
+cdef inline PJRT_FFI_UserData_Add_Args PJRT_FFI_UserData_Add_Args_new() noexcept nogil:
+    cdef PJRT_FFI_UserData_Add_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_FFI_UserData_Add_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_FFI_UserData_Add(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_FFI_Extension* ext = FFI_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_FFI_UserData_Add) and ext.PJRT_FFI_UserData_Add != NULL
+
+cdef inline int PJRT_FFI_UserData_Add(const PJRT_Api* api, PJRT_FFI_UserData_Add_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_FFI_UserData_Add(api):
+        return raise_unimplemented_in(api, b"FFI", b"PJRT_FFI_UserData_Add")
+    error = FFI_extension(api).PJRT_FFI_UserData_Add(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
+# -- PJRT_FFI_Register_Handler (keeps the GIL)
+
+cdef inline PJRT_FFI_Register_Handler_Args PJRT_FFI_Register_Handler_Args_new() noexcept nogil:
+    cdef PJRT_FFI_Register_Handler_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = PJRT_FFI_Register_Handler_Args_STRUCT_SIZE
+    return value
+
+cdef inline bint has_PJRT_FFI_Register_Handler(const PJRT_Api* api) noexcept nogil:
+    cdef const PJRT_FFI_Extension* ext = FFI_extension(api)
+    return ext != NULL and _in_extension(&ext.base, &ext.PJRT_FFI_Register_Handler) and ext.PJRT_FFI_Register_Handler != NULL
+
+cdef inline int PJRT_FFI_Register_Handler(const PJRT_Api* api, PJRT_FFI_Register_Handler_Args* args) except -1 nogil:
+    cdef PJRT_Error* error
+    if not has_PJRT_FFI_Register_Handler(api):
+        return raise_unimplemented_in(api, b"FFI", b"PJRT_FFI_Register_Handler")
+    error = FFI_extension(api).PJRT_FFI_Register_Handler(args)
+    if error != NULL:
+        return check(api, error)
+    return 0
+
+
 # -- the other structs the layer fills
 
 cdef inline PJRT_NamedValue PJRT_NamedValue_new() noexcept nogil:
@@ -1757,22 +1975,70 @@ cdef inline PJRT_KeyValuePutCallback_Args PJRT_KeyValuePutCallback_Args_new() no
     value.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE
     return value
 
-cdef inline PJRT_FFI_Register_Handler_Args PJRT_FFI_Register_Handler_Args_new() noexcept nogil:
-    cdef PJRT_FFI_Register_Handler_Args value
+cdef inline XLA_FFI_Api_Version XLA_FFI_Api_Version_new() noexcept nogil:
+    cdef XLA_FFI_Api_Version value
     memset(&value, 0, sizeof(value))
-    value.struct_size = PJRT_FFI_Register_Handler_Args_STRUCT_SIZE
+    value.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE
     return value
 
-cdef inline PJRT_FFI_Type_Register_Args PJRT_FFI_Type_Register_Args_new() noexcept nogil:
-    cdef PJRT_FFI_Type_Register_Args value
+cdef inline XLA_FFI_Error_Create_Args XLA_FFI_Error_Create_Args_new() noexcept nogil:
+    cdef XLA_FFI_Error_Create_Args value
     memset(&value, 0, sizeof(value))
-    value.struct_size = PJRT_FFI_Type_Register_Args_STRUCT_SIZE
+    value.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE
     return value
 
-cdef inline PJRT_FFI_UserData_Add_Args PJRT_FFI_UserData_Add_Args_new() noexcept nogil:
-    cdef PJRT_FFI_UserData_Add_Args value
+cdef inline XLA_FFI_Error_GetMessage_Args XLA_FFI_Error_GetMessage_Args_new() noexcept nogil:
+    cdef XLA_FFI_Error_GetMessage_Args value
     memset(&value, 0, sizeof(value))
-    value.struct_size = PJRT_FFI_UserData_Add_Args_STRUCT_SIZE
+    value.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_Error_Destroy_Args XLA_FFI_Error_Destroy_Args_new() noexcept nogil:
+    cdef XLA_FFI_Error_Destroy_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_ExecutionContext_Get_Args XLA_FFI_ExecutionContext_Get_Args_new() noexcept nogil:
+    cdef XLA_FFI_ExecutionContext_Get_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_ExecutionContext_Get_Args_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_Args XLA_FFI_Args_new() noexcept nogil:
+    cdef XLA_FFI_Args value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_Args_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_Rets XLA_FFI_Rets_new() noexcept nogil:
+    cdef XLA_FFI_Rets value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_Rets_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_Attrs XLA_FFI_Attrs_new() noexcept nogil:
+    cdef XLA_FFI_Attrs value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_Attrs_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_CallFrame XLA_FFI_CallFrame_new() noexcept nogil:
+    cdef XLA_FFI_CallFrame value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_Metadata XLA_FFI_Metadata_new() noexcept nogil:
+    cdef XLA_FFI_Metadata value
+    memset(&value, 0, sizeof(value))
+    value.struct_size = XLA_FFI_Metadata_STRUCT_SIZE
+    return value
+
+cdef inline XLA_FFI_Metadata_Extension XLA_FFI_Metadata_Extension_new() noexcept nogil:
+    cdef XLA_FFI_Metadata_Extension value
+    memset(&value, 0, sizeof(value))
+    value.extension_base.struct_size = XLA_FFI_Metadata_Extension_STRUCT_SIZE
     return value
 
 

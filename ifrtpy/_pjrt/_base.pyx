@@ -85,6 +85,18 @@ cdef int raise_unimplemented(const PJRT_Api* api, const char* name) except -1 no
         )
 
 
+cdef int raise_unimplemented_in(const PJRT_Api* api, const char* extension,
+                                const char* name) except -1 nogil:
+    """Raise UnimplementedError: the plugin lacks the function ``name`` of its extension
+    ``extension`` (no such extension, one too short to hold it, or NULL there)."""
+    with gil:
+        raise _errors.UnimplementedError(
+            f"{name.decode()} is not provided by this PJRT plugin: it has no "
+            f"{extension.decode()} extension with it (API version "
+            f"{api.pjrt_api_version.major_version}.{api.pjrt_api_version.minor_version})"
+        )
+
+
 cdef dict named_values_to_dict(const PJRT_NamedValue* values, size_t count):
     cdef dict out = {}
     cdef size_t i, j

@@ -81,7 +81,7 @@ cdef inline int pin_for_execute(BufferHandle buffer, bint donate,
     ``donate``\ s it or not: ``delete()`` of a pinned buffer waits for the last execute
     pinning it to return (``unpin_after_execute``), and ``pins``/``donating`` tell other
     executes that one holds it (which executes may share a buffer is the caller's rule:
-    the PjRt backend's, ``ifrtpy.backends.pjrt._fastpath``). A buffer whose delete was
+    the PjRt backend's, ``ifrtpy.backends.pjrt._execute_launch``). A buffer whose delete was
     asked for is refused (InvalidArgumentError): there is nothing to pin.
 
     Multi-device executes hand the plugin one device after another: a buffer deleted while

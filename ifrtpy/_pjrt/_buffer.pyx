@@ -20,13 +20,11 @@ import numpy as np
 cimport numpy as cnp
 
 from libc.stdint cimport int64_t, uintptr_t
-from libc.string cimport memset
 cimport cython
 
 from ifrtpy._pjrt._api cimport *
 from ifrtpy._pjrt._base cimport error_to_exception
-from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle, layout_text
-from ifrtpy._pjrt.layouts cimport BufferLayoutArgs, LayoutsExtension, layouts_extension
+from ifrtpy._pjrt._client cimport DeviceHandle, MemoryHandle, layout_text, need_layouts
 from ifrtpy._pjrt._event cimport EventHandle, keep_alive_until
 from ifrtpy import errors as _errors
 from ifrtpy.dtypes import PJRT_BUFFER_TYPE_OF_NUMPY, NUMPY_OF_PJRT_BUFFER_TYPE
@@ -444,17 +442,12 @@ cdef class BufferHandle:
         size included), from the layouts extension. UnimplementedError where the plugin has
         no layouts extension."""
         cdef const PJRT_Api* api = self.client.api
-        cdef const LayoutsExtension* ext = layouts_extension(api)
-        cdef BufferLayoutArgs args
-        if ext == NULL:
-            raise _errors.UnimplementedError(
-                f"the PJRT plugin {self.client.plugin.path!r} has no layouts extension "
-                f"(PJRT_Layouts_PJRT_Buffer_MemoryLayout)")
-        memset(&args, 0, sizeof(args))
-        args.struct_size = sizeof(BufferLayoutArgs)
+        cdef PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args args = (
+            PJRT_Layouts_PJRT_Buffer_MemoryLayout_Args_new())
+        need_layouts(api)
         args.buffer = self.ptr
-        check(api, ext.buffer_layout(&args))
-        return layout_text(api, ext, args.layout)
+        PJRT_Layouts_PJRT_Buffer_MemoryLayout(api, &args)
+        return layout_text(api, args.layout)
 
     def to_host_buffer(self, out=None):
         """Start copying the buffer into ``out`` (a new array if None).

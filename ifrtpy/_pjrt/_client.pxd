@@ -2,10 +2,11 @@ from cpython.ref cimport PyObject
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt._base cimport PluginHandle
 from ifrtpy._pjrt._kv cimport KeyValueCallbacks
-from ifrtpy._pjrt.layouts cimport LayoutsExtension
+from ifrtpy._pjrt.extensions cimport PJRT_Layouts_MemoryLayout
 
 
-cdef bytes layout_text(const PJRT_Api* api, const LayoutsExtension* ext, void* layout)
+cdef bytes layout_text(const PJRT_Api* api, PJRT_Layouts_MemoryLayout* layout)
+cdef int need_layouts(const PJRT_Api* api) except -1
 
 
 cdef class ClientHandle:

@@ -21,32 +21,41 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 cimport cython
 
 from ifrtpy._pjrt._api cimport *
-from ifrtpy._pjrt._base cimport check, to_str, named_values_to_dict
-from ifrtpy._pjrt.layouts cimport *
+from ifrtpy._pjrt._base cimport to_str, named_values_to_dict, raise_unimplemented_in
 from ifrtpy import errors as _errors
 from ifrtpy import dtypes as _dtypes
 
-cdef bytes layout_text(const PJRT_Api* api, const LayoutsExtension* ext, void* layout):
-    """The serialized text of a ``PJRT_Layouts_MemoryLayout``, which this call destroys."""
-    cdef LayoutSerializeArgs text
-    cdef LayoutDestroyArgs destroy
-    memset(&text, 0, sizeof(text))
-    text.struct_size = sizeof(LayoutSerializeArgs)
+cdef bytes layout_text(const PJRT_Api* api, PJRT_Layouts_MemoryLayout* layout):
+    """The serialized text of a layout of the layouts extension, which this call destroys;
+    where serializing fails, its error is raised (the destroy's, if it fails too, dropped)."""
+    cdef PJRT_Layouts_MemoryLayout_Serialize_Args text = PJRT_Layouts_MemoryLayout_Serialize_Args_new()
+    cdef PJRT_Layouts_MemoryLayout_Destroy_Args destroy = PJRT_Layouts_MemoryLayout_Destroy_Args_new()
+    cdef bytes out
     text.layout = layout
+    destroy.layout = layout
     try:
-        check(api, ext.serialize(&text))
+        PJRT_Layouts_MemoryLayout_Serialize(api, &text)
         try:
-            if text.serialized_bytes == NULL:
-                return b""
-            return text.serialized_bytes[:text.serialized_bytes_size]
+            out = (b"" if text.serialized_bytes == NULL
+                   else text.serialized_bytes[:text.serialized_bytes_size])
         finally:
             if text.serialized_layout_deleter != NULL:
                 text.serialized_layout_deleter(text.serialized_layout)
-    finally:
-        memset(&destroy, 0, sizeof(destroy))
-        destroy.struct_size = sizeof(LayoutDestroyArgs)
-        destroy.layout = layout
-        check(api, ext.destroy(&destroy))
+    except BaseException:
+        PJRT_Layouts_MemoryLayout_Destroy_quiet(api, &destroy)  # the first error stands
+        raise
+    PJRT_Layouts_MemoryLayout_Destroy(api, &destroy)
+    return out
+
+
+cdef int need_layouts(const PJRT_Api* api) except -1:
+    """UnimplementedError unless the plugin's layouts extension can serialize and destroy
+    the layouts it hands out."""
+    if not has_PJRT_Layouts_MemoryLayout_Serialize(api):
+        raise_unimplemented_in(api, b"Layouts", b"PJRT_Layouts_MemoryLayout_Serialize")
+    if not has_PJRT_Layouts_MemoryLayout_Destroy(api):
+        raise_unimplemented_in(api, b"Layouts", b"PJRT_Layouts_MemoryLayout_Destroy")
+    return 0
 
 
 def create_client(PluginHandle plugin not None, options=None, KeyValueCallbacks kv_callbacks=None):
@@ -258,11 +267,7 @@ cdef class ClientHandle:
         of an array of PJRT_Buffer_Type ``buffer_type`` and ``dims``, from the layouts
         extension's PJRT_Layouts_PJRT_Client_GetDefaultLayout. UnimplementedError where the
         plugin has no layouts extension."""
-        cdef const LayoutsExtension* ext = layouts_extension(self.api)
-        if ext == NULL:
-            raise _errors.UnimplementedError(
-                f"the PJRT plugin {self.plugin.path!r} has no layouts extension "
-                f"(PJRT_Layouts_PJRT_Client_GetDefaultLayout)")
+        need_layouts(self.api)
         if buffer_type not in _dtypes.NUMPY_OF_PJRT_BUFFER_TYPE:
             raise _errors.InvalidArgumentError(
                 f"buffer_type must be a PJRT_Buffer_Type of an array dtype, got {buffer_type}")
@@ -271,20 +276,19 @@ cdef class ClientHandle:
         cdef int64_t* c_dims = <int64_t*>malloc(max(n, 1) * sizeof(int64_t))
         if c_dims == NULL:
             raise MemoryError()
-        cdef DefaultLayoutArgs args
+        cdef PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args args = (
+            PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args_new())
         try:
             for i in range(n):
                 c_dims[i] = sizes[i]
-            memset(&args, 0, sizeof(args))
-            args.struct_size = sizeof(DefaultLayoutArgs)
             args.client = self.ptr
             args.type = <PJRT_Buffer_Type>buffer_type
             args.dims = c_dims
             args.num_dims = n
-            check(self.api, ext.default_layout(&args))
+            PJRT_Layouts_PJRT_Client_GetDefaultLayout(self.api, &args)
         finally:
             free(c_dims)
-        return layout_text(self.api, ext, args.layout)
+        return layout_text(self.api, args.layout)
 
     def __repr__(self):
         return f"<ClientHandle {self.platform_name} with {len(self.devices)} devices>"

@@ -33,7 +33,7 @@ from libc.string cimport memset
 from ifrtpy._pjrt.pjrt_c_api cimport *
 from ifrtpy._pjrt.dlpack cimport *
 from ifrtpy._pjrt._api cimport *
-from ifrtpy._pjrt._base cimport callback_enter, callback_leave, check, raise_unimplemented
+from ifrtpy._pjrt._base cimport callback_enter, callback_leave, raise_unimplemented
 from ifrtpy._pjrt._client cimport ClientHandle, DeviceHandle, MemoryHandle
 from ifrtpy._pjrt._buffer cimport (BufferHandle, atomic_add, atomic_cas, delete_now,
                                    ready_error, DELETE_DEFERRED, DELETE_DONE)
@@ -298,39 +298,17 @@ def host_view(BufferHandle buffer not None):
 
 # -- import --------------------------------------------------------------------------------
 
-# The plugin's stream extension (PJRT_Extension_Type_Stream), declared from its published
-# layout: the core header does not carry it. A view of foreign device memory is ordered
-# after the producer's work through a stream that this extension hands out.
-DEF STREAM_EXTENSION_TYPE = 3  # PJRT_Extension_Type_Stream
-
-ctypedef struct GetStreamArgs:
-    size_t struct_size
-    PJRT_Device* device
-    intptr_t stream  # out
-
-ctypedef PJRT_Error* (*GetStreamFn)(GetStreamArgs*) noexcept nogil
-
-ctypedef struct StreamExtension:
-    PJRT_Extension_Base base
-    GetStreamFn get_stream
-    void* wait_stream
-
-
 def external_ready_stream(ClientHandle client not None, DeviceHandle device not None):
     """The platform stream on which ``device`` tracks external buffers' readiness (the
-    stream to hand a DLPack producer and ``import_capsule``), or 0 where the plugin has
-    no stream extension."""
-    cdef const PJRT_Extension_Base* ext = client.api.extension_start
-    cdef GetStreamArgs args
-    while ext != NULL and ext.type != STREAM_EXTENSION_TYPE:
-        ext = ext.next
-    if ext == NULL or ext.struct_size < sizeof(StreamExtension) - sizeof(void*) \
-            or (<StreamExtension*>ext).get_stream == NULL:
+    stream to hand a DLPack producer and ``import_capsule``), from the plugin's stream
+    extension (a view of foreign device memory is ordered after the producer's work
+    through it), or 0 where the plugin has none."""
+    cdef PJRT_Get_Stream_For_External_Ready_Events_Args args = (
+        PJRT_Get_Stream_For_External_Ready_Events_Args_new())
+    if not has_PJRT_Get_Stream_For_External_Ready_Events(client.api):
         return 0
-    memset(&args, 0, sizeof(args))
-    args.struct_size = sizeof(GetStreamArgs)
     args.device = device.ptr
-    check(client.api, (<StreamExtension*>ext).get_stream(&args))
+    PJRT_Get_Stream_For_External_Ready_Events(client.api, &args)
     return args.stream
 
 

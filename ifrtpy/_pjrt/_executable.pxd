@@ -43,7 +43,7 @@ cdef tuple handles_taking(ClientHandle client, NewBuffer* made, Py_ssize_t start
                           Py_ssize_t step, Py_ssize_t count)
 
 
-cdef inline void* room(void* small, size_t small_size, size_t size) except NULL:
+cdef inline void* stack_or_malloc(void* small, size_t small_size, size_t size) except NULL:
     """``size`` bytes of room: ``small`` (``small_size`` bytes on the caller's stack) where
     they fit, else new memory, which the caller frees (where it is not ``small``)."""
     if size <= small_size:

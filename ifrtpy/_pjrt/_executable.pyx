@@ -370,9 +370,9 @@ cdef class ExecutableHandle:
             arguments = copies
             num_args = len(arguments)
         try:
-            held = <PyObject**>room(small_held, sizeof(small_held),
+            held = <PyObject**>stack_or_malloc(small_held, sizeof(small_held),
                                     num_args * num_devices * sizeof(PyObject*))
-            results = <NewBuffer*>room(small_results, sizeof(small_results),
+            results = <NewBuffer*>stack_or_malloc(small_results, sizeof(small_results),
                                        num_outputs * num_devices * sizeof(NewBuffer))
             for k in range(num_args):
                 hold_buffers(arguments[k], k, num_devices, &held[k * num_devices])

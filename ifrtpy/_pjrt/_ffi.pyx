@@ -24,11 +24,10 @@ from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_New,
 )
 from libc.stdint cimport int64_t, uintptr_t
-from libc.string cimport memset
 
 from ifrtpy._pjrt.xla_ffi cimport *
 from ifrtpy._pjrt._api cimport *
-from ifrtpy._pjrt._base cimport check, raise_unimplemented
+from ifrtpy._pjrt._base cimport raise_unimplemented, raise_unimplemented_in
 from ifrtpy import errors as _errors
 
 #: The oldest PJRT version whose FFI extension has the layout declared in xla_ffi.pxd.
@@ -53,9 +52,7 @@ cdef XLA_FFI_Error* answer_metadata(XLA_FFI_CallFrame* frame) noexcept nogil:
     cdef XLA_FFI_Metadata* metadata = extension.metadata
     if metadata == NULL or metadata.struct_size < XLA_FFI_Metadata_STRUCT_SIZE:
         return NULL
-    metadata.api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE
-    metadata.api_version.extension_start = NULL
-    metadata.api_version.major_version = 0
+    metadata.api_version = XLA_FFI_Api_Version_new()
     if _has_version(frame.api) and frame.api.api_version.major_version == 0:
         metadata.api_version.minor_version = frame.api.api_version.minor_version
     else:
@@ -66,9 +63,7 @@ cdef XLA_FFI_Error* answer_metadata(XLA_FFI_CallFrame* frame) noexcept nogil:
 
 cdef XLA_FFI_Error* make_error(const XLA_FFI_Api* api, int code, const char* message) noexcept nogil:
     """An XLA FFI error of ``api`` with ``code`` and ``message`` (copied)."""
-    cdef XLA_FFI_Error_Create_Args args
-    memset(&args, 0, sizeof(args))
-    args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE
+    cdef XLA_FFI_Error_Create_Args args = XLA_FFI_Error_Create_Args_new()
     args.message = message
     args.errc = code
     return api.XLA_FFI_Error_Create(&args)
@@ -156,37 +151,27 @@ def handler_metadata(PluginHandle plugin not None, handler):
     handler answers with an error."""
     cdef void* pointer = handler_pointer(handler)
     cdef const XLA_FFI_Api* api = framework_api(plugin)
-    cdef XLA_FFI_Metadata metadata
-    cdef XLA_FFI_Metadata_Extension extension
-    cdef XLA_FFI_CallFrame frame
+    cdef XLA_FFI_Metadata metadata = XLA_FFI_Metadata_new()
+    cdef XLA_FFI_Metadata_Extension extension = XLA_FFI_Metadata_Extension_new()
+    cdef XLA_FFI_CallFrame frame = XLA_FFI_CallFrame_new()
     cdef XLA_FFI_Error* error
-    cdef XLA_FFI_Error_GetMessage_Args message
-    cdef XLA_FFI_Error_Destroy_Args destroy
-    memset(&metadata, 0, sizeof(metadata))
-    metadata.struct_size = XLA_FFI_Metadata_STRUCT_SIZE
-    metadata.api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE
-    memset(&extension, 0, sizeof(extension))
-    extension.extension_base.struct_size = XLA_FFI_Metadata_Extension_STRUCT_SIZE
+    cdef XLA_FFI_Error_GetMessage_Args message = XLA_FFI_Error_GetMessage_Args_new()
+    cdef XLA_FFI_Error_Destroy_Args destroy = XLA_FFI_Error_Destroy_Args_new()
+    metadata.api_version = XLA_FFI_Api_Version_new()
     extension.extension_base.type = XLA_FFI_Extension_Metadata
     extension.metadata = &metadata
-    memset(&frame, 0, sizeof(frame))
-    frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE
     frame.extension_start = &extension.extension_base
     frame.api = api
     frame.stage = XLA_FFI_ExecutionStage_EXECUTE
-    frame.args.struct_size = XLA_FFI_Args_STRUCT_SIZE
-    frame.rets.struct_size = XLA_FFI_Rets_STRUCT_SIZE
-    frame.attrs.struct_size = XLA_FFI_Attrs_STRUCT_SIZE
+    frame.args = XLA_FFI_Args_new()
+    frame.rets = XLA_FFI_Rets_new()
+    frame.attrs = XLA_FFI_Attrs_new()
     with nogil:
         error = (<XLA_FFI_Handler>pointer)(&frame)
     if error != NULL:
-        memset(&message, 0, sizeof(message))
-        message.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE
         message.error = error
         api.XLA_FFI_Error_GetMessage(&message)
         text = (message.message or b"").decode("utf-8", "replace")
-        memset(&destroy, 0, sizeof(destroy))
-        destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE
         destroy.error = error
         api.XLA_FFI_Error_Destroy(&destroy)
         raise _errors.InvalidArgumentError(f"the handler failed XLA's metadata query: {text}")
@@ -196,31 +181,29 @@ def handler_metadata(PluginHandle plugin not None, handler):
 
 # -- the extension -----------------------------------------------------------------------------
 
-cdef PJRT_FFI_Extension* _extension(PluginHandle plugin) except NULL:
+cdef const PJRT_FFI_Extension* _ffi_extension(PluginHandle plugin) except NULL:
+    """The plugin's FFI extension; UnimplementedError where it has none ifrtpy knows
+    (its functions' own checks are the generated wrappers')."""
     cdef const PJRT_Api* api = plugin.api
-    cdef PJRT_Extension_Base* ext
+    cdef const PJRT_FFI_Extension* ext = FFI_extension(api)
     name = f"the plugin {plugin.path} (PJRT {plugin.api_version[0]}.{plugin.api_version[1]})"
     if tuple(plugin.api_version) < MIN_PJRT_VERSION:
         raise _errors.UnimplementedError(
             f"{name} is older than PJRT {MIN_PJRT_VERSION[0]}.{MIN_PJRT_VERSION[1]}, whose FFI "
             "extension ifrtpy knows: it cannot register XLA FFI handlers")
-    ext = api.extension_start
-    while ext != NULL:
-        if ext.type == PJRT_Extension_Type_FFI:
-            if ext.struct_size < PJRT_FFI_Extension_STRUCT_SIZE:
-                raise _errors.UnimplementedError(
-                    f"{name} has an FFI extension of {ext.struct_size} bytes, ifrtpy needs "
-                    f"{PJRT_FFI_Extension_STRUCT_SIZE}")
-            return <PJRT_FFI_Extension*>ext
-        ext = ext.next
-    raise _errors.UnimplementedError(f"{name} has no FFI extension: it cannot register XLA FFI handlers")
+    if ext == NULL:
+        raise _errors.UnimplementedError(
+            f"{name} has no FFI extension: it cannot register XLA FFI handlers")
+    if ext.base.struct_size < PJRT_FFI_Extension_STRUCT_SIZE:
+        raise _errors.UnimplementedError(
+            f"{name} has an FFI extension of {ext.base.struct_size} bytes, ifrtpy needs "
+            f"{PJRT_FFI_Extension_STRUCT_SIZE}")
+    return ext
 
 
 cdef int _register(PluginHandle plugin, str name, void* handler, str platform,
                    unsigned int traits) except -1:
-    cdef PJRT_FFI_Extension* ext = _extension(plugin)
-    if ext.register_handler == NULL:
-        raise _errors.UnimplementedError(f"the plugin {plugin.path} cannot register FFI handlers")
+    _ffi_extension(plugin)
     cdef bytes name_bytes = name.encode()
     cdef bytes platform_bytes = platform.encode()
     cdef PJRT_FFI_Register_Handler_Args args = PJRT_FFI_Register_Handler_Args_new()
@@ -230,7 +213,7 @@ cdef int _register(PluginHandle plugin, str name, void* handler, str platform,
     args.platform_name = platform_bytes
     args.platform_name_size = len(platform_bytes)
     args.traits = traits
-    check(plugin.api, (<PJRT_FFI_Register_Handler>ext.register_handler)(&args))
+    PJRT_FFI_Register_Handler(plugin.api, &args)
     return 0
 
 
@@ -250,18 +233,15 @@ def register_handler(PluginHandle plugin not None, str name not None, handler,
 
 def register_type(PluginHandle plugin not None, str name not None):
     """The plugin's type id for user data type ``name`` (registered on first use)."""
-    cdef PJRT_FFI_Extension* ext = _extension(plugin)
+    _ffi_extension(plugin)
     cdef bytes name_bytes = name.encode()
-    cdef PJRT_FFI_Type_Info info
-    cdef PJRT_FFI_Type_Register_Args args
-    if ext.type_register == NULL:
-        raise _errors.UnimplementedError(f"the plugin {plugin.path} cannot register FFI types")
-    memset(&info, 0, sizeof(info))
-    args = PJRT_FFI_Type_Register_Args_new()
+    cdef PJRT_FFI_Type_Info info = PJRT_FFI_Type_Info(deleter=NULL, serialize=NULL,
+                                                      deserialize=NULL)
+    cdef PJRT_FFI_Type_Register_Args args = PJRT_FFI_Type_Register_Args_new()
     args.type_name = name_bytes
     args.type_name_size = len(name_bytes)
     args.type_info = &info
-    check(plugin.api, (<PJRT_FFI_Type_Register>ext.type_register)(&args))
+    PJRT_FFI_Type_Register(plugin.api, &args)
     return args.type_id
 
 
@@ -272,13 +252,13 @@ cdef class ExecuteContext:
 
     def __init__(self, ClientHandle client not None, dict user_data not None):
         cdef const PJRT_Api* api = client.api
-        cdef PJRT_FFI_Extension* ext = _extension(client.plugin)
         cdef PJRT_ExecuteContext_Create_Args create
         cdef PJRT_FFI_UserData_Add_Args add
         if not has_PJRT_ExecuteContext_Destroy(api):  # a context that could not be destroyed
             raise_unimplemented(api, b"PJRT_ExecuteContext_Destroy")
-        if ext.user_data_add == NULL:
-            raise _errors.UnimplementedError(f"the plugin {client.plugin.path} cannot add user data")
+        _ffi_extension(client.plugin)
+        if not has_PJRT_FFI_UserData_Add(api):
+            raise_unimplemented_in(api, b"FFI", b"PJRT_FFI_UserData_Add")
         self.client = client
         self.user_data = dict(user_data)
         create = PJRT_ExecuteContext_Create_Args_new()
@@ -289,7 +269,7 @@ cdef class ExecuteContext:
             add.context = self.ptr
             add.type_id = _errors.check_int(type_id, "type id", 1, 2**63 - 1)
             add.data = <void*>obj
-            check(api, (<PJRT_FFI_UserData_Add>ext.user_data_add)(&add))
+            PJRT_FFI_UserData_Add(api, &add)
 
     def __dealloc__(self):
         cdef PJRT_ExecuteContext_Destroy_Args destroy

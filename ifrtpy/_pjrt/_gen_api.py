@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLE = os.path.join(HERE, "api_functions.txt")
@@ -33,12 +33,60 @@ class Function(NamedTuple):
     flavours: tuple[str, ...]
 
 
-def read_table(text: str) -> list[Function]:
-    """The table's functions, in order; ValueError naming the line of a malformed one."""
+class Extension(NamedTuple):
+    """An ``extension`` line of the table, with the function lines that follow it."""
+
+    name: str  # e.g. Layouts: its finder is Layouts_extension(api)
+    type: str  # its PJRT_Extension_Type value
+    struct: str  # the struct declared for it, each function a field of its own name
+    functions: tuple[Function, ...]
+
+
+def _sections(text: str) -> list[tuple[int, list[str], str]]:
+    """The table's lines as (number, words, line), comments and blank lines left out."""
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
-        if not words or words[0] == "struct":
+        if words:
+            out.append((number, words, line))
+    return out
+
+
+def read_table(text: str) -> list[Function]:
+    """The table's PJRT_Api functions (those before its first ``extension`` line), in
+    order; ValueError naming the line of a malformed one."""
+    return _read_functions(text)[None]
+
+
+def read_extensions(text: str) -> list[Extension]:
+    """The table's extensions, each with its functions, in order; ValueError naming the
+    line of a malformed one."""
+    functions = _read_functions(text)
+    out = []
+    for number, words, line in _sections(text):
+        if words[0] != "extension":
+            continue
+        if (len(words) != 4 or not words[2].startswith("PJRT_Extension_Type_")
+                or not words[3].startswith("PJRT_")):
+            raise ValueError(f"api_functions.txt:{number}: expected 'extension Name "
+                             f"PJRT_Extension_Type_X PJRT_Struct', got {line!r}")
+        out.append(Extension(words[1], words[2], words[3], tuple(functions[words[1]])))
+    names = [e.name for e in out]
+    if len(set(names)) != len(names):
+        raise ValueError("api_functions.txt names an extension twice")
+    return out
+
+
+def _read_functions(text: str) -> dict[Optional[str], list[Function]]:
+    """Function lines by section: None (the PJRT_Api's), then each extension's name."""
+    sections: dict[Optional[str], list[Function]] = {None: []}
+    section: Optional[str] = None
+    for number, words, line in _sections(text):
+        if words[0] == "struct":
+            continue
+        if words[0] == "extension":
+            section = words[1] if len(words) > 1 else ""
+            sections[section] = []
             continue
         try:
             name, since, gil, returns, flavours = words
@@ -53,25 +101,29 @@ def read_table(text: str) -> list[Function]:
                 or ("loaded" in function.flavours) != (function.flavours == ("loaded",))
                 or (not function.returns_error and function.flavours != ("loaded",))):
             raise ValueError(f"api_functions.txt:{number}: bad function line {line!r}")
-        out.append(function)
-    names = [f.name for f in out]
+        if section is not None and "loaded" in function.flavours:
+            raise ValueError(f"api_functions.txt:{number}: an extension's function cannot "
+                             f"be loaded: {line!r}")
+        sections[section].append(function)
+    names = [f.name for functions in sections.values() for f in functions]
     if len(set(names)) != len(names):
         raise ValueError("api_functions.txt names a function twice")
-    return out
+    return sections
 
 
-def read_structs(text: str) -> list[str]:
-    """The table's other structs (``struct NAME`` lines), in order; ValueError naming the
-    line of a malformed one."""
-    out = []
-    for number, line in enumerate(text.splitlines(), 1):
-        words = line.split("#", 1)[0].split()
-        if not words or words[0] != "struct":
+def read_structs(text: str) -> list[tuple[str, str]]:
+    """The table's other structs (``struct NAME [SIZE_FIELD]`` lines: the field holding
+    its size, ``struct_size`` unless named), in order, as (name, size field); ValueError
+    naming the line of a malformed one."""
+    out: list[tuple[str, str]] = []
+    for number, words, line in _sections(text):
+        if words[0] != "struct":
             continue
-        if len(words) != 2 or not words[1].startswith("PJRT_") or words[1] in out:
+        if (len(words) not in (2, 3) or not words[1].startswith(("PJRT_", "XLA_FFI_"))
+                or words[1] in [name for name, _ in out]):
             raise ValueError(f"api_functions.txt:{number}: expected 'struct PJRT_Name' "
-                             f"(once), got {line!r}")
-        out.append(words[1])
+                             f"or 'struct XLA_FFI_Name' (once), got {line!r}")
+        out.append((words[1], words[2] if len(words) == 3 else "struct_size"))
     return out
 
 
@@ -103,101 +155,137 @@ PROLOGUE = '''\
 from libc.string cimport memset
 
 from ifrtpy._pjrt.pjrt_c_api cimport *
-from ifrtpy._pjrt.xla_ffi cimport (
-    PJRT_FFI_Register_Handler_Args, PJRT_FFI_Register_Handler_Args_STRUCT_SIZE,
-    PJRT_FFI_Type_Register_Args, PJRT_FFI_Type_Register_Args_STRUCT_SIZE,
-    PJRT_FFI_UserData_Add_Args, PJRT_FFI_UserData_Add_Args_STRUCT_SIZE)
-from ifrtpy._pjrt._base cimport check, drop_error, raise_unimplemented
+from ifrtpy._pjrt.extensions cimport *
+from ifrtpy._pjrt.xla_ffi cimport *
+from ifrtpy._pjrt._base cimport check, drop_error, raise_unimplemented, raise_unimplemented_in
 
 
 cdef inline bint _in_table(const PJRT_Api* api, const void* slot) noexcept nogil:
     """Whether ``slot`` (a field of ``*api``) lies inside the plugin's function table."""
     return <size_t>(<const char*>slot - <const char*>api) + sizeof(void*) <= api.struct_size
+
+
+cdef inline const PJRT_Extension_Base* _find_extension(const PJRT_Api* api,
+                                                       PJRT_Extension_Type type) noexcept nogil:
+    """The plugin's extension of ``type``, or NULL where it has none."""
+    cdef const PJRT_Extension_Base* ext = api.extension_start
+    while ext != NULL and ext.type != type:
+        ext = ext.next
+    return ext
+
+
+cdef inline bint _in_extension(const PJRT_Extension_Base* ext, const void* slot) noexcept nogil:
+    """Whether ``slot`` (a field of the extension ``*ext``) lies inside its struct_size."""
+    return <size_t>(<const char*>slot - <const char*>ext) + sizeof(void*) <= ext.struct_size
 '''
 
 
-def _new(struct: str) -> list[str]:
+def _new(struct: str, size_field: str = "struct_size") -> list[str]:
     """``STRUCT_new()``: the struct zeroed, with the struct_size this build knows (the
-    plugin reads no field beyond it)."""
+    plugin reads no field beyond it) in ``size_field``."""
     return [
         f"cdef inline {struct} {struct}_new() noexcept nogil:",
         f"    cdef {struct} value",
         "    memset(&value, 0, sizeof(value))",
-        f"    value.struct_size = {struct}_STRUCT_SIZE",
+        f"    value.{size_field} = {struct}_STRUCT_SIZE",
         "    return value",
     ]
 
 
-def _has(f: Function) -> list[str]:
-    condition = f"_in_table(api, &api.{f.name}) and api.{f.name} != NULL"
-    if f.since:
-        condition = f"api.pjrt_api_version.minor_version >= {f.since} and {condition}"
+def _slot(f: Function, ext: Optional[Extension]) -> str:
+    """The function pointer of ``f``: a slot of PJRT_Api, or a field of extension ``ext``."""
+    return f"api.{f.name}" if ext is None else f"{ext.name}_extension(api).{f.name}"
+
+
+def _missing(f: Function, ext: Optional[Extension]) -> str:
+    """The statement raising UnimplementedError for ``f``, which the plugin lacks."""
+    if ext is None:
+        return f'return raise_unimplemented(api, b"{f.name}")'
+    return f'return raise_unimplemented_in(api, b"{ext.name}", b"{f.name}")'
+
+
+def _finder(ext: Extension) -> list[str]:
     return [
-        f"cdef inline bint has_{f.name}(const PJRT_Api* api) noexcept nogil:",
-        f"    return {condition}",
+        f"cdef inline const {ext.struct}* {ext.name}_extension(const PJRT_Api* api) noexcept nogil:",
+        f'    """The plugin\'s {ext.name} extension ({ext.type}), or NULL."""',
+        f"    return <const {ext.struct}*>_find_extension(api, {ext.type})",
     ]
 
 
-def _call(f: Function, target: str, indent: str) -> list[str]:
+def _has(f: Function, ext: Optional[Extension] = None) -> list[str]:
+    head = [f"cdef inline bint has_{f.name}(const PJRT_Api* api) noexcept nogil:"]
+    if ext is None:
+        condition = f"_in_table(api, &api.{f.name}) and api.{f.name} != NULL"
+    else:
+        head.append(f"    cdef const {ext.struct}* ext = {ext.name}_extension(api)")
+        condition = (f"ext != NULL and _in_extension(&ext.base, &ext.{f.name}) "
+                     f"and ext.{f.name} != NULL")
+    if f.since:
+        condition = f"api.pjrt_api_version.minor_version >= {f.since} and {condition}"
+    return head + [f"    return {condition}"]
+
+
+def _call(f: Function, ext: Optional[Extension], target: str, indent: str) -> list[str]:
     """The call, writing its error to ``target``, with the GIL released if the table says."""
+    call = f"{target} = {_slot(f, ext)}(args)"
     if f.release:
-        return [f"{indent}with nogil:", f"{indent}    {target} = api.{f.name}(args)"]
-    return [f"{indent}{target} = api.{f.name}(args)"]
+        return [f"{indent}with nogil:", f"{indent}    {call}"]
+    return [f"{indent}{call}"]
 
 
-def _checked(f: Function) -> list[str]:
+def _checked(f: Function, ext: Optional[Extension] = None) -> list[str]:
     tail = ":" if f.release else " nogil:"  # a call releasing the GIL needs it held
     return [
         f"cdef inline int {f.name}(const PJRT_Api* api, {f.name}_Args* args) except -1{tail}",
         "    cdef PJRT_Error* error",
         f"    if not has_{f.name}(api):",
-        f'        return raise_unimplemented(api, b"{f.name}")',
-        *_call(f, "error", "    "),
+        f"        {_missing(f, ext)}",
+        *_call(f, ext, "error", "    "),
         "    if error != NULL:",
         "        return check(api, error)",
         "    return 0",
     ]
 
 
-def _raw(f: Function) -> list[str]:
+def _raw(f: Function, ext: Optional[Extension] = None) -> list[str]:
     tail = ":" if f.release else " nogil:"
     return [
         f"cdef inline int {f.name}_raw(const PJRT_Api* api, {f.name}_Args* args,",
         f"        PJRT_Error** error) except -1{tail}",
         "    error[0] = NULL",
         f"    if not has_{f.name}(api):",
-        f'        return raise_unimplemented(api, b"{f.name}")',
-        *_call(f, "error[0]", "    "),
+        f"        {_missing(f, ext)}",
+        *_call(f, ext, "error[0]", "    "),
         "    return 0",
     ]
 
 
-def _unlocked(f: Function) -> list[str]:
+def _unlocked(f: Function, ext: Optional[Extension] = None) -> list[str]:
     return [
         f"cdef inline bint {f.name}_unlocked(const PJRT_Api* api, {f.name}_Args* args,",
         "        PJRT_Error** error) noexcept nogil:",
         "    error[0] = NULL",
         f"    if not has_{f.name}(api):",
         "        return False",
-        f"    error[0] = api.{f.name}(args)",
+        f"    error[0] = {_slot(f, ext)}(args)",
         "    return True",
     ]
 
 
-def _quiet(f: Function) -> list[str]:
+def _quiet(f: Function, ext: Optional[Extension] = None) -> list[str]:
     return [
         f"cdef inline bint {f.name}_quiet(const PJRT_Api* api, {f.name}_Args* args) noexcept nogil:",
         "    cdef PJRT_Error* error",
         f"    if not has_{f.name}(api):",
         "        return False",
-        f"    error = api.{f.name}(args)",
+        f"    error = {_slot(f, ext)}(args)",
         "    if error != NULL:",
         "        drop_error(api, error)",
         "    return True",
     ]
 
 
-def _loaded(f: Function) -> list[str]:
+def _loaded(f: Function, ext: Optional[Extension] = None) -> list[str]:
     result = "PJRT_Error*" if f.returns_error else "void"
     call = f"api.{f.name}(args)"
     return [
@@ -206,24 +294,39 @@ def _loaded(f: Function) -> list[str]:
     ]
 
 
-def wrappers(functions: list[Function], structs: Sequence[str] = ()) -> str:
+MAKERS = {"checked": _checked, "raw": _raw, "unlocked": _unlocked, "quiet": _quiet,
+          "loaded": _loaded}
+
+
+def _function(f: Function, ext: Optional[Extension] = None) -> list[str]:
+    """A function's section of ``_api.pxd``: its args' initializer, has_NAME, flavours."""
+    since = f"since 0.{f.since}, " if f.since else ""
+    gil = "releases" if f.release else "keeps"
+    lines = ["", "", f"# -- {f.name} ({since}{gil} the GIL)", ""]
+    lines += _new(f"{f.name}_Args") + [""]
+    lines += _has(f, ext)
+    for flavour in f.flavours:
+        lines += [""] + MAKERS[flavour](f, ext)
+    return lines
+
+
+def wrappers(functions: list[Function], structs: Sequence[tuple[str, str]] = (),
+             extensions: Sequence[Extension] = ()) -> str:
     """``_api.pxd``: per function the initializer of its args struct
-    (``NAME_Args_new``), ``has_NAME`` and its flavours; the initializers of ``structs``;
+    (``NAME_Args_new``), ``has_NAME`` and its flavours; per extension its finder
+    (``Name_extension``) and its functions' sections; the initializers of ``structs``;
     then ``missing_loaded`` and ``missing_functions``."""
     lines = [BANNER, PROLOGUE]
-    makers = {"checked": _checked, "raw": _raw, "unlocked": _unlocked, "quiet": _quiet,
-              "loaded": _loaded}
     for f in functions:
-        since = f"since 0.{f.since}, " if f.since else ""
-        gil = "releases" if f.release else "keeps"
-        lines += ["", "", f"# -- {f.name} ({since}{gil} the GIL)", ""]
-        lines += _new(f"{f.name}_Args") + [""]
-        lines += _has(f)
-        for flavour in f.flavours:
-            lines += [""] + makers[flavour](f)
+        lines += _function(f)
+    for ext in extensions:
+        lines += ["", "", f"# -- the {ext.name} extension ({ext.type}, {ext.struct})", ""]
+        lines += _finder(ext)
+        for f in ext.functions:
+            lines += _function(f, ext)
     lines += ["", "", "# -- the other structs the layer fills"]
-    for struct in structs:
-        lines += [""] + _new(struct)
+    for struct, size_field in structs:
+        lines += [""] + _new(struct, size_field)
     loaded = [f for f in functions if "loaded" in f.flavours]
     lines += [
         "",
@@ -251,7 +354,8 @@ def outputs(table_text: str) -> dict[str, str]:
     """File name (next to the table) -> the text the generator writes."""
     functions = read_table(table_text)
     return {"_api_table.pxi": slots(functions),
-            "_api.pxd": wrappers(functions, read_structs(table_text))}
+            "_api.pxd": wrappers(functions, read_structs(table_text),
+                                 read_extensions(table_text))}
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ from libc.string cimport memcmp
 import numpy as np
 
 from ifrtpy._pjrt.xla_ffi cimport *
+from ifrtpy._pjrt._api cimport XLA_FFI_ExecutionContext_Get_Args_new
 from ifrtpy._pjrt._base cimport PluginHandle, callback_enter, callback_leave
 from ifrtpy._pjrt._ffi cimport (
     answer_metadata, capsule, framework_api, is_metadata_call, make_error)
@@ -134,8 +135,7 @@ cdef XLA_FFI_Error* _handler(XLA_FFI_CallFrame* frame) noexcept nogil:
         return make_error(api, XLA_FFI_Error_Code_FAILED_PRECONDITION,
                           b"host callback: ifrtpy's callback table is not known to this plugin")
     type_arg.type_id = type_id
-    get.struct_size = XLA_FFI_ExecutionContext_Get_Args_STRUCT_SIZE
-    get.extension_start = NULL
+    get = XLA_FFI_ExecutionContext_Get_Args_new()
     get.ctx = frame.ctx
     get.type_id = &type_arg
     get.data = NULL

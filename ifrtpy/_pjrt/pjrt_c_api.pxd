@@ -31,6 +31,7 @@ cdef extern from "pjrt_c_api.h" nogil:
     ctypedef struct PJRT_ExecuteContext
 
     ctypedef enum PJRT_Extension_Type:
+        PJRT_Extension_Type_Stream
         PJRT_Extension_Type_Layouts
         PJRT_Extension_Type_FFI
 

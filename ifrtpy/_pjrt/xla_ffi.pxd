@@ -109,12 +109,6 @@ cdef extern from *:
 
     /* --- the PJRT FFI extension (PJRT_Extension_Type_FFI) --- */
     typedef struct {
-      PJRT_Extension_Base base;
-      void* type_register;   /* PJRT_Error* (*)(ifrtpy_PJRT_FFI_Type_Register_Args*) */
-      void* user_data_add;   /* PJRT_Error* (*)(ifrtpy_PJRT_FFI_UserData_Add_Args*) */
-      void* register_handler;/* PJRT_Error* (*)(ifrtpy_PJRT_FFI_Register_Handler_Args*) */
-    } ifrtpy_PJRT_FFI_Extension;
-    typedef struct {
       size_t struct_size;
       const char* target_name; size_t target_name_size;
       void* handler;         /* the execute stage's XLA_FFI_Handler* */
@@ -132,11 +126,16 @@ cdef extern from *:
       size_t struct_size; PJRT_Extension_Base* extension_start;
       PJRT_ExecuteContext* context; int64_t type_id; void* data;
     } ifrtpy_PJRT_FFI_UserData_Add_Args;
-    typedef PJRT_Error* (*ifrtpy_PJRT_FFI_Register_Handler)(ifrtpy_PJRT_FFI_Register_Handler_Args*);
-    typedef PJRT_Error* (*ifrtpy_PJRT_FFI_Type_Register)(ifrtpy_PJRT_FFI_Type_Register_Args*);
-    typedef PJRT_Error* (*ifrtpy_PJRT_FFI_UserData_Add)(ifrtpy_PJRT_FFI_UserData_Add_Args*);
+    /* The extension's fields are named after its functions, as in the layers' other
+       extensions (the header names them type_register, user_data_add, register_handler). */
+    typedef struct {
+      PJRT_Extension_Base base;
+      PJRT_Error* (*PJRT_FFI_Type_Register)(ifrtpy_PJRT_FFI_Type_Register_Args*);
+      PJRT_Error* (*PJRT_FFI_UserData_Add)(ifrtpy_PJRT_FFI_UserData_Add_Args*);
+      PJRT_Error* (*PJRT_FFI_Register_Handler)(ifrtpy_PJRT_FFI_Register_Handler_Args*);
+    } ifrtpy_PJRT_FFI_Extension;
     enum {
-      ifrtpy_PJRT_FFI_Extension_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_PJRT_FFI_Extension, register_handler),
+      ifrtpy_PJRT_FFI_Extension_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_PJRT_FFI_Extension, PJRT_FFI_Register_Handler),
       ifrtpy_PJRT_FFI_Register_Handler_Args_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_PJRT_FFI_Register_Handler_Args, traits),
       ifrtpy_PJRT_FFI_Type_Register_Args_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_PJRT_FFI_Type_Register_Args, type_info),
       ifrtpy_PJRT_FFI_UserData_Add_Args_STRUCT_SIZE = IFRTPY_STRUCT_SIZE(ifrtpy_PJRT_FFI_UserData_Add_Args, data),
@@ -260,11 +259,6 @@ cdef extern from *:
         XLA_FFI_Metadata_Extension_STRUCT_SIZE "ifrtpy_XLA_FFI_Metadata_Extension_STRUCT_SIZE"
         XLA_FFI_Api_USED_SIZE "ifrtpy_XLA_FFI_Api_USED_SIZE"
 
-    ctypedef struct PJRT_FFI_Extension "ifrtpy_PJRT_FFI_Extension":
-        PJRT_Extension_Base base
-        void* type_register
-        void* user_data_add
-        void* register_handler
     ctypedef struct PJRT_FFI_Register_Handler_Args "ifrtpy_PJRT_FFI_Register_Handler_Args":
         size_t struct_size
         const char* target_name
@@ -290,9 +284,11 @@ cdef extern from *:
         PJRT_ExecuteContext* context
         int64_t type_id
         void* data
-    ctypedef PJRT_Error* (*PJRT_FFI_Register_Handler "ifrtpy_PJRT_FFI_Register_Handler")(PJRT_FFI_Register_Handler_Args*) noexcept nogil
-    ctypedef PJRT_Error* (*PJRT_FFI_Type_Register "ifrtpy_PJRT_FFI_Type_Register")(PJRT_FFI_Type_Register_Args*) noexcept nogil
-    ctypedef PJRT_Error* (*PJRT_FFI_UserData_Add "ifrtpy_PJRT_FFI_UserData_Add")(PJRT_FFI_UserData_Add_Args*) noexcept nogil
+    ctypedef struct PJRT_FFI_Extension "ifrtpy_PJRT_FFI_Extension":
+        PJRT_Extension_Base base
+        PJRT_Error* (*PJRT_FFI_Type_Register)(PJRT_FFI_Type_Register_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_FFI_UserData_Add)(PJRT_FFI_UserData_Add_Args*) noexcept nogil
+        PJRT_Error* (*PJRT_FFI_Register_Handler)(PJRT_FFI_Register_Handler_Args*) noexcept nogil
 
     enum:
         PJRT_FFI_Extension_STRUCT_SIZE "ifrtpy_PJRT_FFI_Extension_STRUCT_SIZE"

@@ -131,6 +131,14 @@ def memory_stats(path):
     _client(path).devices()[0].memory_stats()
 
 
+def default_layout_text(path):
+    return _client(path)._handle.default_layout(11, [4])  # f32[4]
+
+
+def buffer_layout_text(path):
+    return _array(path)[1]._buffers[0].layout_text()
+
+
 def missing_functions(path):
     return " ".join(_client(path)._handle.plugin.missing_functions)
 
@@ -139,7 +147,7 @@ OPERATIONS = {f.__name__: f for f in (
     put_and_read, put_and_copy_out, compile_and_execute, cost_analysis, compiled_memory_stats,
     serialize, fingerprint, output_memory_kinds, output_layouts, optimized_program,
     dlpack_export, dlpack_import, unsafe_buffer_pointer, copy_to_device, copy_to_memory,
-    memory_stats, missing_functions)}
+    memory_stats, default_layout_text, buffer_layout_text, missing_functions)}
 
 
 def _child(operation, path, out) -> None:

@@ -6,7 +6,7 @@ compiler lays them out) from their published layout; jaxlib ships the real heade
 offset and size of every field the Cython declarations name, in ifrtpy's struct and in the
 real one, and the values of the enum constants ifrtpy restates. (No DLPack header and no
 PJRT layouts or FFI extension header ships with ifrtpy's dependencies: ``dlpack.pxd``,
-``layouts.pxd`` and the ``PJRT_FFI_*`` structs are checked by the tests that use them on
+``extensions.pxd`` and the ``PJRT_FFI_*`` structs are checked by the tests that use them on
 the plugins.)
 """
 

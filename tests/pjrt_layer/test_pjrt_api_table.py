@@ -1,6 +1,7 @@
 """The PJRT call plumbing is generated from one table (ifrtpy/_pjrt/api_functions.txt):
-the committed output matches its generator, the table matches the header, and no call
-site reaches a slot of PJRT_Api but through a generated wrapper."""
+the committed output matches its generator, the table matches the header, no call site
+reaches a slot of PJRT_Api but through a generated wrapper, and no source fills an
+argument block by hand (a guard shown to fail on hand fills)."""
 
 import importlib.util
 import re
@@ -94,22 +95,81 @@ def test_no_call_site_reaches_a_slot_but_through_a_wrapper():
     assert not found, "\n".join(found)
 
 
-STRUCT_SIZE = re.compile(r"\bstruct_size = (\w+)_STRUCT_SIZE")
+#: What fills an argument block by hand: a struct_size written, or a struct zeroed by
+#: memset. Only the generated initializers (NAME_Args_new(), STRUCT_new()) do either.
+HAND_FILL = re.compile(r"\bstruct_size\s*=(?!=)|\bmemset\(\s*&")
 
 
-def test_no_call_site_fills_an_args_block_by_hand():
-    """Each args struct of the table (and each of its ``struct`` lines) is made by its
-    generated ``NAME_new()``: zeroed, with its struct_size; no call site writes one."""
-    text = (PJRT / "api_functions.txt").read_text()
-    covered = {f"{f.name}_Args" for f in _table()} | set(_generator().read_structs(text))
-    found = [f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}"
-             for path in _sources()
-             for number, line in enumerate(path.read_text().splitlines(), 1)
-             for match in STRUCT_SIZE.finditer(line) if match.group(1) in covered]
+def hand_fills(text: str, where: str = "") -> list[str]:
+    """The lines of source ``text`` that fill an argument block by hand."""
+    return [f"{where}:{number}: {line.strip()}"
+            for number, line in enumerate(text.splitlines(), 1) if HAND_FILL.search(line)]
+
+
+def test_no_source_fills_an_argument_block_by_hand():
+    """Every struct with a size the layer hands a plugin or the XLA FFI (the args of each
+    function of the table, its extensions' included, and each of its ``struct`` lines) is
+    made by its generated initializer, zeroed, with its STRUCT_SIZE: no source writes a
+    struct_size or zeroes a struct with memset."""
+    found = [line for path in _sources()
+             for line in hand_fills(path.read_text(), str(path.relative_to(PACKAGE.parent)))]
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("line", ["struct", "struct PJRT_X extra", "struct Other_X"])
+MADE = "args = PJRT_Client_Compile_Args_new()"
+
+
+@pytest.mark.parametrize("fill", [
+    "memset(&args, 0, sizeof(args))\n    args.struct_size = sizeof(PJRT_Client_Compile_Args)",
+    "memset(&args, 0, sizeof(args))\n    args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE",
+    "args.struct_size = sizeof(args)",
+    "memset( &args, 0, sizeof args)",
+], ids=["memset-and-sizeof", "memset-and-macro", "sizeof-only", "memset-only"])
+def test_the_guard_fails_on_a_hand_filled_block(fill):
+    """The guard above flags ``_executable.pyx`` with one of its generated initializers
+    replaced by a hand fill (whatever the size written: the header's macro, or sizeof,
+    wrong for a struct with trailing padding), and passes it as it is."""
+    text = (PJRT / "_executable.pyx").read_text()
+    assert MADE in text and not hand_fills(text)
+    mutated = text.replace(MADE, fill, 1)
+    assert hand_fills(mutated)
+
+
+def test_every_extension_function_is_generated_with_a_checked_caller():
+    """Each extension of the table has its finder; each of its functions its args'
+    initializer, ``has_NAME`` and the flavours the table names."""
+    text = (PJRT / "api_functions.txt").read_text()
+    generated = (PJRT / "_api.pxd").read_text()
+    extensions = _generator().read_extensions(text)
+    assert {e.name for e in extensions} >= {"Layouts", "Stream", "FFI"}
+    for ext in extensions:
+        assert f"{ext.name}_extension(const PJRT_Api* api)" in generated
+        for f in ext.functions:
+            assert f"cdef inline {f.name}_Args {f.name}_Args_new()" in generated
+            assert f"cdef inline bint has_{f.name}(const PJRT_Api* api)" in generated
+            assert f"_in_extension(&ext.base, &ext.{f.name})" in generated
+            if "checked" in f.flavours:
+                assert f"cdef inline int {f.name}(const PJRT_Api* api, {f.name}_Args* args)" in generated
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("extension Layouts", "expected 'extension"),
+    ("extension Layouts Other_Type PJRT_Layouts_Extension", "expected 'extension"),
+    ("extension Layouts PJRT_Extension_Type_Layouts Other", "expected 'extension"),
+])
+def test_malformed_extension_lines_are_refused_with_their_line(line, problem):
+    with pytest.raises(ValueError, match=problem) as info:
+        _generator().read_extensions("# comment\n" + line + "\n")
+    assert ":2:" in str(info.value)
+
+
+def test_an_extension_function_cannot_be_loaded():
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        _generator().read_table("extension X PJRT_Extension_Type_X PJRT_X\n"
+                                "PJRT_X_Y 0 keep error loaded\n")
+
+
+@pytest.mark.parametrize("line", ["struct", "struct PJRT_X size extra", "struct Other_X"])
 def test_malformed_struct_lines_are_refused_with_their_line(line):
     with pytest.raises(ValueError, match="struct PJRT_Name") as info:
         _generator().read_structs("# comment\n" + line + "\n")

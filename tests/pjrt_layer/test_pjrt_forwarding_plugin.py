@@ -90,24 +90,29 @@ def plugins(tmp_path_factory):
     return {variant: _build(folder, define) for variant, define in DEFINES.items()}
 
 
+def _worker(plugin: Path, operations) -> subprocess.Popen:
+    """The worker running ``operations`` on ``plugin``, started."""
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(plugin), *operations],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), cwd=HELPERS)
+
+
+def _report(worker: subprocess.Popen) -> dict:
+    """Operation -> [outcome, detail], once ``worker`` is done."""
+    # no deadline: each operation is bounded by its CPU time (the worker's limit), which a
+    # busy machine does not use up
+    stdout, stderr = worker.communicate()
+    assert worker.returncode == 0, stderr[-3000:]
+    return json.loads(stdout)
+
+
 @pytest.fixture(scope="module")
 def outcomes(plugins):
-    """Operation -> [outcome, detail] per variant: both variants' workers at once."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    workers = {
-        variant: subprocess.Popen(
-            [sys.executable, str(WORKER), str(plugins[variant]), *EXPECTED[variant],
-             "missing_functions"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=HELPERS)
-        for variant in EXPECTED}
-    out = {}
-    for variant, worker in workers.items():
-        # no deadline: each operation is bounded by its CPU time (the worker's limit), which
-        # a busy machine does not use up
-        stdout, stderr = worker.communicate()
-        assert worker.returncode == 0, stderr[-3000:]
-        out[variant] = json.loads(stdout)
-    return out
+    """Operation -> [outcome, detail] per variant: the variants' workers at once."""
+    workers = {variant: _worker(plugins[variant], [*EXPECTED[variant], "missing_functions"])
+               for variant in EXPECTED}
+    return {variant: _report(worker) for variant, worker in workers.items()}
 
 
 CASES = [(variant, op) for variant, ops in EXPECTED.items() for op in ops]
@@ -129,8 +134,11 @@ def _default_plugin():
 
 
 def _table() -> list[tuple[str, int]]:
+    """The PJRT_Api functions of the table (those before its first extension)."""
     spec = Path(_pjrt.__file__).resolve().parent / "api_functions.txt"
-    return [(line.split()[0], int(line.split()[1])) for line in spec.read_text().splitlines()
+    text = spec.read_text()
+    text = text[:text.index("\nextension ")]
+    return [(line.split()[0], int(line.split()[1])) for line in text.splitlines()
             if line.strip() and not line.startswith(("#", "struct "))]
 
 
@@ -154,3 +162,17 @@ def test_a_plugin_without_the_error_functions_is_refused(tmp_path):
     library = _build(tmp_path, "-DNO_ERROR_CODES")
     with pytest.raises(errors.FailedPreconditionError, match="has no PJRT_Error_GetCode"):
         _pjrt.load_plugin(library)
+
+
+def test_a_failing_layout_destroy_leaves_the_first_error(tmp_path):
+    """Serializing a layout fails, and so does destroying it after that (the
+    FAILING_LAYOUTS plugin): reading a default layout or a buffer's raises the serialize's
+    error, not the destroy's (which is dropped; the layout is destroyed all the same)."""
+    plugin = _build(tmp_path, "-DFAILING_LAYOUTS")
+    report = _report(_worker(plugin, ["put_and_read", "default_layout_text",
+                                      "buffer_layout_text"]))
+    assert report["put_and_read"][0] == "ok", report["put_and_read"]
+    for operation in ("default_layout_text", "buffer_layout_text"):
+        outcome, detail = report[operation]
+        assert outcome == "error", detail
+        assert detail.startswith("InternalError: serialize failed here"), detail

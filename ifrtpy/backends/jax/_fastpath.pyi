@@ -4,7 +4,7 @@ from typing import Any
 from typing_extensions import Self
 
 from ifrtpy.array import Array
-from ifrtpy.backends._repeat import ArrayFields, CheckedKinds
+from ifrtpy.backends._array_fields import ArrayFields, CheckedKinds
 from ifrtpy.device import Device
 from ifrtpy.executable import ExecuteOptions, ExecuteResult
 from ifrtpy.future import Future

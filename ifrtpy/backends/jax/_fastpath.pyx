@@ -6,7 +6,7 @@ JaxLoadedExecutable, repeated executes, and the outputs of every execute.
 JaxLoadedExecutable, so that an execute reads its arguments and fills its outputs without
 Python attribute lookups. All semantics stay in ``array.py`` and ``executable.py``: this
 module only repeats an execute whose arguments are of the kinds of a checked call
-(``ifrtpy.backends._repeat``; live, of this client) with default options and no donation,
+(``ifrtpy.backends._array_fields``; live, of this client) with default options and no donation,
 and hands every other call to the checked path. Importing it does not import jax.
 """
 
@@ -16,7 +16,7 @@ from cpython.ref cimport Py_INCREF
 from cpython.contextvars cimport get_value
 
 from ifrtpy._execute_result cimport ExecuteResult, Outputs, new_outputs
-from ifrtpy.backends._repeat cimport (
+from ifrtpy.backends._array_fields cimport (
     ArrayFields, CheckedKinds, admits, call_arguments, new_output)
 from ifrtpy.user_context import ACTIVE as _user_context
 
@@ -52,7 +52,7 @@ cdef class JaxExecutableCore:
 
     ``execute`` runs here, without checks, a call with default options whose arguments
     are each an ``_array_type`` of ``_client`` with a value, of the kinds of a checked call
-    (``_checked_kinds``, ``ifrtpy.backends._repeat``), when the program donates nothing.
+    (``_checked_kinds``, ``ifrtpy.backends._array_fields``), when the program donates nothing.
     Every other call is checked (the interface's contract) and launched by the backend's
     ``_launch``, which keeps its kinds. Both make their outputs with ``_outputs``.
     """

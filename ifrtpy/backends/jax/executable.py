@@ -30,7 +30,7 @@ from ifrtpy.backends.jax.calls import call_jax, translate
 from ifrtpy.client import Compiler
 from ifrtpy.device import DeviceList
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
-from ifrtpy.backends._repeat import CheckedKinds
+from ifrtpy.backends._array_fields import CheckedKinds
 from ifrtpy.execute_checks import ArgumentChecks, CheckedExecute, ExecuteContract
 from ifrtpy.executable import CompiledMemoryStats, CompileOptions, ExecuteResult, LoadedExecutable
 from ifrtpy.future import Future, join_futures

@@ -21,7 +21,7 @@ from ifrtpy.array import (
 from ifrtpy.array_plans import plan_disassemble
 from ifrtpy._host_memory import FRESH_BYTES as _FRESH_BYTES
 from ifrtpy._host_memory import populate_while_pending, prefault_fresh
-from ifrtpy.backends.pjrt._fastpath import ArrayCore, free_directly
+from ifrtpy.backends.pjrt._array_storage import ArrayCore, free_directly
 from ifrtpy.backends.pjrt import dlpack
 from ifrtpy.backends.pjrt.copies import copy_to_memory
 from ifrtpy._pjrt import _dlpack

@@ -19,7 +19,7 @@ from ifrtpy import _jaxlib, _pjrt, _xla, compilation_cache
 from ifrtpy.array_plans import canonical_kind
 from ifrtpy.backends import serialized
 from ifrtpy.backends.pjrt import ffi, seal
-from ifrtpy.backends.pjrt._fastpath import ExecutableCore
+from ifrtpy.backends.pjrt._execute_launch import ExecutableCore
 from ifrtpy.backends.pjrt.array import PjrtArray
 from ifrtpy.backends.pjrt.launch_plan import LaunchPlan, optimized_module
 from ifrtpy.backends.pjrt.layouts import check_byte_size

@@ -7,7 +7,7 @@ once, the next one waits inside ``PJRT_LoadedExecutable_Execute`` for a slot tha
 waiting executions would free: executes nested N deep through callbacks, or N threads
 whose callbacks each execute on one device, block for good. The PjRt backend refuses such
 an execute instead (ResourceExhaustedError; the rule is
-``ifrtpy.backends.pjrt._fastpath.nested_execute_refusal``, the count of executions in
+``ifrtpy.backends.pjrt._execute_launch.nested_execute_refusal``, the count of executions in
 flight ``ifrtpy._pjrt``'s ``callback_executions``).
 
 The XLA CPU plugins (the official build at PJRT 0.81 and fastatomstruct's at 0.106) admit

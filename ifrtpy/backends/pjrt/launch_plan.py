@@ -6,7 +6,7 @@ when the executable is made, from one parse of the optimized module the plugin r
 * the compiled parameter and output layouts (None where the plugin returns no HLO);
 * which arguments need no layout read by the layout rule of a launch (PJRT compares only
   byte sizes: an argument in another layout than its parameter's would be read wrongly;
-  the rule is the launch's, ``_fastpath``): those in the default layout of their memory
+  the rule is the launch's, ``_execute_launch``): those in the default layout of their memory
   where the parameter's layout is that, and every one on a host platform;
 * the type of each output and the layout it is made with (None where it is the default of
   its memory);

@@ -327,6 +327,35 @@ def test_donation_deletes_exactly_the_donated_inputs(client, semantics):
     np.testing.assert_array_equal(np.asarray(bystander), x)
 
 
+def _read_error(array):
+    """The error reading ``array`` fails with (at the call or through its future), or None."""
+    try:
+        return array.copy_to_host_buffer().exception(timeout=TIMEOUT_S)
+    except Exception as e:  # a backend may refuse the read at the call
+        return e
+
+
+def test_an_array_reads_deleted_exactly_when_it_cannot_be_read(client):
+    """Deleting one of the shards a REUSE_INPUT disassembly gave (each in turn, over two
+    devices where the backend holds such arrays): the array reads deleted exactly when
+    reading it fails, then with FailedPreconditionError; a backend whose shards share the
+    array's memory reads deleted whichever shard went."""
+    devices = client.addressable_devices()[:2 if holds_multi_device_arrays(client) else 1]
+    x = np.arange(2 * len(devices), dtype=np.int32).reshape(len(devices), 2)
+    sharding = ifrt.NamedSharding(ifrt.Mesh(devices, "x"), ifrt.PartitionSpec("x"))
+    for i in range(len(devices)):
+        array = client.make_array_from_host_buffer(x, sharding)
+        shards = array.disassemble_into_single_device_arrays(REUSE_INPUT, ADDRESSABLE)
+        shards[i].delete().result(timeout=TIMEOUT_S)
+        assert shards[i].is_deleted()
+        error = _read_error(array)
+        assert array.is_deleted() == (error is not None), (i, error)
+        if error is not None:
+            assert isinstance(error, ifrt.errors.FailedPreconditionError), (i, error)
+        else:
+            np.testing.assert_array_equal(np.asarray(array), x)
+
+
 @_FIXTURE
 @given(data=st.data(), fault=st.sampled_from(["count", "device", "dtype", "shape"]),
        semantics=st.sampled_from(list(ArrayCopySemantics)))

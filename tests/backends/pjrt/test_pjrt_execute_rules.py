@@ -1,8 +1,8 @@
 """The PjRt backend's rules of a launch, each on its own and through execute.
 
 The C layer counts (buffer pins, the executions of callback programs in flight per device)
-and the backend decides: the donation rules (``_fastpath.donation_refusal``), the limit of
-executes made inside host callbacks (``_fastpath.nested_execute_refusal``, with the limit of
+and the backend decides: the donation rules (``_execute_launch.donation_refusal``), the limit of
+executes made inside host callbacks (``_execute_launch.nested_execute_refusal``, with the limit of
 each platform in ``execute_limits``), and the launch plan, worked out from one parse of the
 optimized module.
 """
@@ -15,7 +15,7 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy import _pjrt
 from ifrtpy.backends.pjrt import execute_limits, launch_plan
-from ifrtpy.backends.pjrt._fastpath import donation_refusal, nested_execute_refusal
+from ifrtpy.backends.pjrt._execute_launch import donation_refusal, nested_execute_refusal
 from ifrtpy.errors import FailedPreconditionError, InvalidArgumentError, ResourceExhaustedError
 
 from pjrt_helpers import assert_survives

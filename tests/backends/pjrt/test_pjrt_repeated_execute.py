@@ -9,6 +9,7 @@ results as the first call and NumPy: values, output shardings, options, donation
 from __future__ import annotations
 
 import ctypes
+import gc
 
 import jax
 import numpy as np
@@ -332,7 +333,7 @@ def test_a_loop_of_donated_steps_runs_ahead_of_the_computation(build):
 def test_execute_and_call_are_bound_by_name_not_by_the_order_of_the_bases():
     # LoadedExecutable.execute (the contract, then _launch) runs as ExecutableCore's C
     # version, which a reader of PjrtLoadedExecutable sees there, not by the method order.
-    from ifrtpy.backends.pjrt._fastpath import ExecutableCore
+    from ifrtpy.backends.pjrt._execute_launch import ExecutableCore
     from ifrtpy.backends.pjrt.executable import PjrtLoadedExecutable
 
     assert vars(PjrtLoadedExecutable)["execute"] is vars(ExecutableCore)["execute"]
@@ -383,7 +384,7 @@ def test_a_subclass_whose_call_changes_later_is_called_through_it(client):
 
 
 def test_outputs_are_freed_directly_and_wholly(client):
-    """PjrtArray is freed without subtype_dealloc (``_fastpath.free_directly``): each freed
+    """PjrtArray is freed without subtype_dealloc (``_array_storage.free_directly``): each freed
     output releases its type and its weak references, one made from the free list is
     whole and fresh, a subclass of it (with a __dict__) is freed through subtype_dealloc
     as before, and no other class is taken."""
@@ -391,7 +392,7 @@ def test_outputs_are_freed_directly_and_wholly(client):
     import sys
     import weakref
 
-    from ifrtpy.backends.pjrt._fastpath import ArrayCore, free_directly
+    from ifrtpy.backends.pjrt._array_storage import ArrayCore, free_directly
     from ifrtpy.backends.pjrt.array import PjrtArray
 
     devices = client.addressable_devices()[:1]
@@ -513,3 +514,47 @@ def test_outputs_nobody_asked_for_free_their_buffers(client):
         executable(a)
     np.testing.assert_array_equal(_host(executable(a)[0]), x + 1)  # after all the others
     assert _heap_in_use() - before < 160 << 20
+
+
+def test_an_unread_output_shows_the_collector_its_client(client):
+    """An output holding its buffer as the execute made it refers to its ClientHandle: the
+    collector sees that reference (else a cycle through the client and the output would
+    never be collected); once the handle is made, the handle holds the client."""
+    devices = client.addressable_devices()[:1]
+    executable = _compile(client, lambda x: x + 1, 1, devices)
+    a = client.make_array_from_host_buffer(np.ones(8, np.float32), _sharding(client, devices))
+    [out] = executable(a)
+    handle = executable._handle.client
+    assert any(r is handle for r in gc.get_referents(out))
+    out._buffers  # the handle made: the array no longer refers to the client itself
+    assert not any(r is handle for r in gc.get_referents(out))
+
+
+@pytest.mark.parametrize("num_devices", [1, 8])
+def test_a_failure_making_the_outputs_keeps_the_donated_inputs(client, num_devices):
+    """Making the output arrays fails (a MemoryError): the call raises it, and the donated
+    argument is neither given to the plugin nor read as deleted."""
+    devices = client.addressable_devices()[:num_devices]
+    executable = _compile(client, lambda x: x * 2, 1, devices, donate=(0,))
+    sharding = _sharding(client, devices)
+    x = np.arange(8, dtype=np.float32)
+    array_type = executable._array_type
+
+    class NoRoom(array_type):
+        __slots__ = ()
+
+        def __new__(cls, *args, **kwargs):
+            raise MemoryError("no room for the outputs")
+
+    a = client.make_array_from_host_buffer(x, sharding)
+    executable._array_type = NoRoom
+    try:
+        with pytest.raises(MemoryError, match="no room for the outputs"):
+            executable.execute([a])
+    finally:
+        executable._array_type = array_type
+    assert not a.is_deleted()
+    np.testing.assert_array_equal(_host(a), x)
+    [out] = executable(a)  # and it can still be donated
+    assert a.is_deleted()
+    np.testing.assert_array_equal(_host(out), x * 2)

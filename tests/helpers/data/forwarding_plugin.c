@@ -8,6 +8,10 @@
  *   -DNO_ERROR_CODES PJRT_Error_GetCode is NULL (no error could be read)
  *   -DOLD_VERSION    the whole table, but the plugin reports API version 0.28 (before
  *                    PJRT_Executable_OutputElementTypes and the functions added since)
+ *   -DFAILING_LAYOUTS the layouts extension's serialize and destroy fail, each with an
+ *                    error of its own ("serialize failed here", INTERNAL; "destroy
+ *                    failed here", DATA_LOSS), made here: the error functions answer for
+ *                    these and forward the others; the destroy still destroys
  *
  * Built by tests/pjrt_layer/test_pjrt_forwarding_plugin.py with gcc against the PJRT C
  * API header ifrtpy is compiled with. */
@@ -20,6 +24,84 @@
 #include "pjrt_c_api.h"
 
 static PJRT_Api* table = NULL;
+
+#ifdef FAILING_LAYOUTS
+typedef struct {
+  PJRT_Error_Code code;
+  const char* message;
+} OwnError;
+static const OwnError serialize_failed = {PJRT_Error_Code_INTERNAL, "serialize failed here"};
+static const OwnError destroy_failed = {PJRT_Error_Code_DATA_LOSS, "destroy failed here"};
+static const PJRT_Api* real_api = NULL;
+
+/* The layouts extension's first four functions (pjrt_c_api_layouts_extension.h). */
+typedef PJRT_Error* (*LayoutFunction)(void* args);
+typedef struct {
+  PJRT_Extension_Base base;
+  LayoutFunction destroy, serialize, default_layout, buffer_layout;
+} Layouts;
+static LayoutFunction real_destroy = NULL;
+
+static int own(const PJRT_Error* error) {
+  return error == (const PJRT_Error*)&serialize_failed ||
+         error == (const PJRT_Error*)&destroy_failed;
+}
+
+static void error_destroy(PJRT_Error_Destroy_Args* args) {
+  if (!own(args->error)) real_api->PJRT_Error_Destroy(args);
+}
+
+static void error_message(PJRT_Error_Message_Args* args) {
+  if (!own(args->error)) {
+    real_api->PJRT_Error_Message(args);
+    return;
+  }
+  args->message = ((const OwnError*)args->error)->message;
+  args->message_size = strlen(args->message);
+}
+
+static PJRT_Error* error_code(PJRT_Error_GetCode_Args* args) {
+  if (!own(args->error)) return real_api->PJRT_Error_GetCode(args);
+  args->code = ((const OwnError*)args->error)->code;
+  return NULL;
+}
+
+static PJRT_Error* failing_serialize(void* args) {
+  (void)args;
+  return (PJRT_Error*)&serialize_failed;
+}
+
+static PJRT_Error* failing_destroy(void* args) {
+  PJRT_Error* error = real_destroy(args);
+  if (error != NULL) {
+    PJRT_Error_Destroy_Args destroy = {PJRT_Error_Destroy_Args_STRUCT_SIZE, NULL, error};
+    real_api->PJRT_Error_Destroy(&destroy);
+  }
+  return (PJRT_Error*)&destroy_failed;
+}
+
+/* A copy of the extension chain of ``real``, its layouts extension failing. */
+static void fail_layouts(const PJRT_Api* real) {
+  PJRT_Extension_Base** link = &table->extension_start;
+  for (PJRT_Extension_Base* ext = real->extension_start; ext != NULL; ext = ext->next) {
+    PJRT_Extension_Base* copy = (PJRT_Extension_Base*)malloc(ext->struct_size);
+    memcpy(copy, ext, ext->struct_size);
+    if (ext->type == PJRT_Extension_Type_Layouts) {
+      Layouts* layouts = (Layouts*)copy;
+      real_destroy = layouts->destroy;
+      layouts->destroy = failing_destroy;
+      layouts->serialize = failing_serialize;
+    }
+    *link = copy;
+    link = &copy->next;
+  }
+  *link = NULL;
+  real_api = real;
+  table->PJRT_Error_Destroy = error_destroy;
+  table->PJRT_Error_Message = error_message;
+  table->PJRT_Error_GetCode = error_code;
+}
+#endif
 
 #define CLEAR(size, field)                                   \
   if (offsetof(PJRT_Api, field) + sizeof(void*) <= (size)) { \
@@ -59,6 +141,9 @@ const PJRT_Api* GetPjrtApi(void) {
 #endif
 #ifdef OLD_VERSION
   table->pjrt_api_version.minor_version = 28;
+#endif
+#ifdef FAILING_LAYOUTS
+  fail_layouts(real);
 #endif
 #ifdef CUT_SHORT
   table->struct_size = offsetof(PJRT_Api, PJRT_Executable_OutputElementTypes);

@@ -1,16 +1,16 @@
 # cython: language_level=3, binding=True, embedsignature=True
 # distutils: define_macros=CYTHON_VECTORCALL_TPNEW=0
-"""Repeating checked calls in C, for the backends whose execute has a C path: the fields
-every array of such a backend has (``ArrayFields``), and the kinds of the arguments of a
-checked call with the outputs they give (``CheckedKinds``).
+"""The fields of every array held in C (``ArrayFields``, the base of the arrays of the
+backends whose execute has a C path), and the kinds of the arguments of a checked call
+with the outputs they give (``CheckedKinds``), by which those C paths repeat checked calls.
 
 An execute checks its call (``ifrtpy.execute_checks``) and launches it. Whether a later
 call passes the same checks depends only on each argument's dtype, shape and sharding and
 on its being live: a backend keeps the ``CheckedKinds`` of a checked call, and launches a
 call whose arguments (``call_arguments``) it ``admits`` without the checks, its outputs
 made by ``new_output`` (as the checked call's are) in the output shardings the checked
-call worked out. Those three are inline functions of ``_repeat.pxd``, compiled into each
-backend's C path.
+call worked out. Those three are inline functions of ``_array_fields.pxd``, compiled into
+each backend's C path.
 
 The module is compiled without vectorcall ``tp_new`` (``CYTHON_VECTORCALL_TPNEW=0``): the
 arrays of the backends are subclasses of ``ArrayFields`` in other modules, whose

@@ -1,27 +1,17 @@
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from typing_extensions import Self
-
 from ifrtpy._pjrt._buffer import BufferHandle
 from ifrtpy._pjrt._client import DeviceHandle
 from ifrtpy._pjrt._event import EventHandle
 from ifrtpy._pjrt._executable import ExecutableHandle
 from ifrtpy.array import Array
-from ifrtpy.backends._repeat import ArrayFields, CheckedKinds
+from ifrtpy.backends._array_fields import CheckedKinds
+from ifrtpy.backends.pjrt._array_storage import ArrayCore
 from ifrtpy.device import Device, DeviceList
 from ifrtpy.errors import IfrtError
 from ifrtpy.execute_checks import CheckedExecute
 from ifrtpy.executable import ExecuteOptions, ExecuteResult
-from ifrtpy.layout import Layout
-
-class ArrayCore(ArrayFields):
-    _buffers: tuple[BufferHandle, ...]
-    _layout: Layout | None
-    def is_deleted(self) -> bool: ...
-    def block_until_ready(self) -> Self: ...
-
-def free_directly(cls: type[ArrayCore]) -> None: ...
 
 class ExecutableCore:
     _client: Any
