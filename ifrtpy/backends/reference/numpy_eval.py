@@ -34,11 +34,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Unsupported", "compile_module", "Program"]
+__all__ = ["ProgramError", "Unsupported", "compile_module", "Program"]
 
 
 class Unsupported(Exception):
     """What the evaluator does not implement (the program then runs in the interpreter)."""
+
+
+class ProgramError(Exception):
+    """A fault of the program as it runs, which XLA would not run either (the devices of
+    a manual computation meeting at different collectives): the execute fails with it."""
 
 
 _DTYPES = {"i1": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
@@ -383,12 +388,19 @@ class _Function:
 
 class _Compiler:
     def __init__(self, module, checked: bool = False) -> None:
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import sdy
+
         self.functions = {}
+        #: The module's meshes by name (manual computations name them).
+        self.meshes = {}
         for op in module.body.operations:
+            name = ir.StringAttr(op.attributes["sym_name"]).value if "sym_name" in op.attributes else ""
             if op.operation.name == "func.func":
-                from jaxlib.mlir import ir
-                self.functions[ir.StringAttr(op.attributes["sym_name"]).value] = op
-            elif op.operation.name != "sdy.mesh":
+                self.functions[name] = op
+            elif op.operation.name == "sdy.mesh":
+                self.meshes[name] = sdy.MeshAttr(op.attributes["mesh"])
+            else:
                 raise Unsupported(op.operation.name)
         self.compiled: dict[str, _Function] = {}
         self.compiling: set[str] = set()
@@ -397,6 +409,8 @@ class _Compiler:
         self.checked = checked
         #: Compiling a reduction's body, run on whole rows at once: elementwise ops only.
         self.elementwise = False
+        #: Compiling a manual computation's body (run per device).
+        self.manual = False
 
     def compile_function(self, name: str) -> _Function:
         if name in self.compiled:
@@ -448,7 +462,7 @@ class _Compiler:
         returns: list[int] | None = None
         for op in block.operations:
             name = op.operation.name
-            if name in ("func.return", "stablehlo.return"):
+            if name in ("func.return", "stablehlo.return", "sdy.return"):
                 returns = [self.slot(v) for v in op.operands]
                 break
             steps.append(self.step(op))
@@ -467,6 +481,13 @@ class _Compiler:
             return _sort(self, op, ins)
         if name == "stablehlo.reduce_window":
             return _reduce_window(self, op, ins)
+        if name == "sdy.manual_computation":
+            return _per_device().manual_computation(self, op, ins)
+        short = name[len("stablehlo."):] if name.startswith("stablehlo.") else None
+        if short in _per_device().COLLECTIVES and not self.elementwise:
+            return _per_device().collective(self, op, ins)
+        if short in _per_device().IDS and not self.elementwise:
+            return _bind(_per_device().device_id(short), ins, [self.define(op.results[0])])
         if name == "func.call":
             from jaxlib.mlir import ir
             callee = self.compile_function(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
@@ -485,6 +506,14 @@ class _Compiler:
         if self.checked:
             kernel = _checked(kernel, op, self.elementwise)
         return _bind(kernel, ins, outs)
+
+
+def _per_device() -> Any:
+    """The module :mod:`.per_device` (manual computations and collectives)."""
+    if __package__:  # imported from the package
+        from ifrtpy.backends.reference import per_device
+        return per_device
+    return sys.modules["_ifrtpy_reference_per_device"]  # a worker's copy, loaded beside
 
 
 def _checked(kernel: Callable, op, elementwise: bool) -> Callable:
@@ -1269,6 +1298,9 @@ _CONTROL = {"stablehlo.while": _while, "stablehlo.if": _branches, "stablehlo.cas
 class Program:
     """A module compiled for NumPy: call it with ``main``'s arguments (NumPy arrays of its
     parameter types) for its results."""
+
+    #: What a call raises for a fault of the program itself.
+    ProgramError = ProgramError
 
     def __init__(self, module, checked: bool = False) -> None:
         from jaxlib.mlir import ir

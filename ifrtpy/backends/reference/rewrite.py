@@ -100,18 +100,20 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
     ops = mlir.ops_inside(module.operation)
     strip = []
     numpy_only = None
+    manual = _has_manual_computations(module)
     for op in ops:
         op_name = op.operation.name
         if over_replicas and op_name in replicas.OPS | replicas.IDS or kernels.is_kernel_op(op):
             continue
-        if op_name in _COLLECTIVES:
+        if op_name in _COLLECTIVES and not (manual and op_name.startswith("stablehlo.")):
             raise UnimplementedError(
-                f"{name}: the reference backend runs programs on global values and does not "
-                f"run collectives ({op_name}, as in shard_map with psum)")
-        if op_name == "sdy.manual_computation":
-            raise UnimplementedError(
-                f"{name}: the reference backend runs programs on global values and does not "
-                "run manual SPMD regions (sdy.manual_computation, as from shard_map)")
+                f"{name}: the reference backend runs collectives inside manual SPMD regions "
+                f"(sdy.manual_computation, as from shard_map) or over replicas, not {op_name} "
+                "on the global values of a program over partitions")
+        if op_name in _COLLECTIVES or op_name in ("sdy.manual_computation", "sdy.return"):
+            numpy_only = numpy_only or (f"{name}: the StableHLO reference interpreter does "
+                                        f"not run {op_name} (per-device values)")
+            continue
         if op_name in _ANNOTATIONS:
             strip.append(op)
         elif op_name in ("stablehlo.custom_call", "mhlo.custom_call"):
@@ -138,6 +140,11 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
     return len(ops) - len(strip), numpy_only
+
+
+def _has_manual_computations(module) -> bool:
+    return any(op.operation.name == "sdy.manual_computation"
+               for op in mlir.ops_inside(module.operation))
 
 
 #: The most elements a tensor of a program the interpreter runs may have. The interpreter
@@ -502,8 +509,8 @@ def _over_replicas(module, num_replicas: int, num_partitions: int) -> bool:
         raise UnimplementedError(
             f"the reference backend runs programs over replicas (num_replicas="
             f"{num_replicas}) with num_partitions=1 only, got num_partitions={num_partitions}")
-    if num_partitions > 1:
-        return False
+    if num_partitions > 1 or (num_replicas == 1 and _has_manual_computations(module)):
+        return False  # manual computations run their bodies per device themselves
     return num_replicas > 1 or any(op.operation.name in replicas.OPS | replicas.IDS
                                    for op in mlir.ops_inside(module.operation))
 
