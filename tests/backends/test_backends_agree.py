@@ -126,6 +126,29 @@ def test_jax_lowered_shardy_program_agrees(clients):
     _same_shardings(runs, (4, 4))
 
 
+def test_output_shardings_the_program_leaves_open_are_xlas(clients):
+    """jit without out_shardings: the reference backend's outputs are sharded as XLA's
+    partitioner shards them (Shardy's propagation), not replicated."""
+    jax, mesh, NamedSharding, P = _jax_lowered()
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda a: (a * 2, a.sum(0), a @ a.T),
+                      in_shardings=NamedSharding(mesh, P("x", "y"))).lower(
+        jnp.zeros((4, 4), jnp.float32))
+    program = ifrt.HloProgram(lowered)
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    runs = {name: _run(client, program, 4, [a]) for name, client in clients.items()}
+    for name, (executable, outputs) in runs.items():
+        for out, value in zip(outputs, [a * 2, a.sum(0), a @ a.T]):
+            assert_per_shard_data(out, value)
+    reference = runs["reference"][0].output_shardings()
+    assert not any(s.is_fully_replicated for s in reference), reference
+    for name, (executable, _) in runs.items():
+        for i, shape in enumerate([(4, 4), (4,), (4, 4)]):
+            assert (_domains(executable.output_shardings()[i], shape)
+                    == _domains(runs["pjrt"][0].output_shardings()[i], shape)), (name, i)
+
+
 def test_shard_map_psum_agrees(clients):
     jax, mesh, NamedSharding, P = _jax_lowered()
     import jax.numpy as jnp

@@ -384,6 +384,25 @@ def _sdy_to_hlo_text(attr, meshes: dict) -> str:
             f"{suffix}}}")
 
 
+#: Shardy's propagation, as XLA runs it before partitioning a program over a mesh.
+_PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
+
+
+def _propagated(text: str):
+    """The program ``text`` after Shardy's sharding propagation (jaxlib ships its
+    passes): the parameters and results of ``main`` the program leaves open get the
+    shardings XLA's partitioner would give them. Where the propagation fails, the program
+    as it is (open ones replicated)."""
+    from jaxlib.mlir import ir, passmanager
+
+    module = ir.Module.parse(text)
+    try:
+        passmanager.PassManager.parse(_PROPAGATION).run(module.operation)
+    except ir.MLIRError:
+        module = ir.Module.parse(text)
+    return module
+
+
 def _value_shardings(function, key: str, count: int, devices: DeviceList, meshes: dict
                      ) -> list[Sharding]:
     """The sharding of each parameter (``key="arg_attrs"``) or result (``"res_attrs"``)."""
@@ -536,8 +555,10 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
                                 for t in types] for types in (program.parameters, program.results))
         else:
             meshes = _meshes(module)
-            params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
-            outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
+            propagated = _propagated(program.text) if meshes else module  # kept alive
+            sharded = mlir.functions(propagated)["main"]
+            params = _value_shardings(sharded, "arg_attrs", len(program.parameters), devices, meshes)
+            outputs = _value_shardings(sharded, "res_attrs", len(program.results), devices, meshes)
         _inline_composites(module)
         op_count, numpy_only = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)
