@@ -247,3 +247,53 @@ def test_devices_that_reach_different_collectives_fail_on_reference():
     text = _program(body, [("tensor<8x8xf32>", LOCAL, TILED)])
     with pytest.raises(IfrtError, match="collective"):
         _run(client, text, _arange())
+
+
+UNREDUCED_DOT = """
+module @unreduced attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%a: tensor<2x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}, %b: tensor<2x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<2x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}], unreduced={"x"}>}) {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{}, {}], unreduced={"x"}> : tensor<2x2xf32>
+    return %1 : tensor<2x2xf32>
+  }
+}
+"""
+REDUCE = """
+module @reduce attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%a: tensor<2x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}], unreduced={"x"}>}) -> (tensor<2x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) {
+    %0 = sdy.sharding_constraint %a <@mesh, [{}, {}]> : tensor<2x2xf32>
+    return %0 : tensor<2x2xf32>
+  }
+}
+"""
+
+
+def test_unreduced_results_hold_partial_values_and_reduce_as_arguments(client):
+    """A dot left unreduced over its contracted axis: each device holds a partial value,
+    the two sum to the product, and a program taking it as an argument reduces it."""
+    devices = client.make_device_list(client.addressable_devices()[:2])
+    options = ifrt.CompileOptions(devices=devices, num_partitions=2)
+    a = np.arange(4, dtype=np.float32).reshape(2, 2)
+    dot = client.compile(UNREDUCED_DOT, options)
+    args = [client.make_array_from_host_buffer(a, s) for s in dot.parameter_shardings()]
+    out, = dot.execute(args, ifrt.ExecuteOptions()).outputs
+    sharding = out.sharding
+    assert sharding.has_unreduced_axes and sharding.reduction == "sum"
+    assert [sorted(d.id for d in g) for g in sharding.unreduced_groups()] == [
+        [d.id for d in devices]]
+    partial = [np.asarray(s) for s in out.disassemble_into_single_device_arrays()]
+    np.testing.assert_array_equal(partial[0] + partial[1], a @ a)
+    reduce = client.compile(REDUCE, options)
+    total, = reduce.execute([out], ifrt.ExecuteOptions()).outputs
+    np.testing.assert_array_equal(np.asarray(total), a @ a)
+
+
+def test_a_result_unreduced_over_a_manual_axis_is_the_sum_of_the_devices_values(client):
+    x = _arange()
+    text = _program("      sdy.return %l : tensor<2x4xf32>",
+                    [("tensor<2x8xf32>", LOCAL, '[{}, {"y"}], unreduced={"x"}')])
+    text = text.replace("-> (tensor<2x8xf32>)", "-> (tensor<2x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>})", 1)
+    expected = sum(x[2 * i:2 * i + 2] for i in range(X))
+    np.testing.assert_array_equal(_run(client, text, x)[0], expected)

@@ -29,8 +29,8 @@ import math
 from typing import Any
 
 from ifrtpy.backends import serialized
-from ifrtpy.backends.host_arrays import check_layout, global_value, split
-from ifrtpy.backends.reference import rewrite
+from ifrtpy.backends.host_arrays import check_layout, split
+from ifrtpy.backends.reference import partials, rewrite
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.backends.reference.replicas import ReplicatedProgram
 from ifrtpy.client import Compiler
@@ -247,7 +247,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         args, options, outputs = call.args, call.options, call.output_shardings
         runner = self._interpretable
         over_replicas = isinstance(runner, ReplicatedProgram)  # each device its replica's values
-        values = [a.shards if over_replicas else global_value(a) for a in args]
+        values = [a.shards if over_replicas else partials.argument_value(a) for a in args]
         for i in sorted(call.donated):
             args[i].delete()
         client, results = self._client, self._program.results
@@ -263,8 +263,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
                 for v, d in zip(vs, s.devices)), layout=layout)
                 for r, s, vs, layout in zip(results, outputs, out_values, self._output_layouts)]
         else:
-            arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout),
-                                     layout=layout)
+            arrays = [ReferenceArray(client, r.dtype, r.shape, s,
+                                     partials.result_shards(v, s, r.shape, layout), layout=layout)
                       for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 

@@ -27,7 +27,9 @@ arrive computes every device's result in NumPy, as XLA defines them:
 The body's results are assembled by ``out_shardings``: a dimension sharded over manual
 axes is the concatenation of the devices' tiles; over a manual axis the result does not
 name, the devices agree and the first is taken; over an unreduced axis the devices hold
-partial values, and the global value is their sum.
+partial values, and the global value is their sum. An operand unreduced over a manual
+axis enters as partial values of the same sum: its value on the devices at the axis's
+first coordinate, zeros on the others.
 
 Like :mod:`.numpy_eval`, it imports only the standard library, NumPy and jaxlib's MLIR
 bindings.
@@ -201,12 +203,22 @@ def _tile(dims: list[list[int]], sizes: list[int], coords: tuple[int, ...]
     return tiles
 
 
-def _local(value: np.ndarray, tiles: list[tuple[int, int]]) -> np.ndarray:
+def _unreduced(sharding, names: list[str], manual: set[str]) -> list[int]:
+    """The manual axes (indices into ``names``) a sharding leaves unreduced."""
+    from jaxlib.mlir.dialects import sdy
+
+    refs = [sdy.AxisRefAttr(a) for a in sharding.unreduced_axes]
+    return [names.index(ref.name) for ref in refs if ref.name in manual]
+
+
+def _local(value: np.ndarray, tiles: list[tuple[int, int]], zero: bool = False) -> np.ndarray:
+    """A device's tile of ``value`` (zeros of its shape where ``zero``)."""
     index = []
     for (i, n), size in zip(tiles, np.shape(value)):
         step = size // n
         index.append(slice(i * step, (i + 1) * step))
-    return np.asarray(value)[tuple(index)]
+    local = np.asarray(value)[tuple(index)]
+    return np.zeros_like(local) if zero else local
 
 
 def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
@@ -230,6 +242,10 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
     positions = list(itertools.product(*(range(s) for s in sizes)))
     ins_tiles = [[_tile(_dim_axes(s, names, manual), sizes, c) for c in positions]
                  for s in in_shardings]
+    # an operand unreduced over manual axes: its value on the first device of each group
+    # along them, zeros (partial values of the same sum) on the others
+    ins_zero = [[any(c[a] for a in _unreduced(s, names, manual)) for c in positions]
+                for s in in_shardings]
     for value, sharding, arg in zip(op.operands, in_shardings, op.regions[0].blocks[0].arguments):
         _check_local(value, arg, _dim_axes(sharding, names, manual), sizes)
     outs_plan = []
@@ -237,8 +253,7 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
                                        list(op.regions[0].blocks[0].operations)[-1].operands):
         dims = _dim_axes(sharding, names, manual)
         _check_local(result, local, dims, sizes)
-        unreduced = [names.index(sdy.AxisRefAttr(a).name) for a in sharding.unreduced_axes
-                     if sdy.AxisRefAttr(a).name in manual]
+        unreduced = _unreduced(sharding, names, manual)
         named = {a for axes in dims for a in axes} | set(unreduced)
         # the devices whose values make the result: position 0 along every other axis
         chosen = [p for p, c in enumerate(positions)
@@ -255,7 +270,7 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
 
     def run_manual(env):
         values = [env[i] for i in ins]
-        args = [[_local(v, tiles[p]) for v, tiles in zip(values, ins_tiles)]
+        args = [[_local(v, tiles[p], zero[p]) for v, tiles, zero in zip(values, ins_tiles, ins_zero)]
                 for p in range(count)]
         results = _run_devices(body, env, args, ids)
         for slot, (spec, pieces), k in zip(outs, outs_plan, itertools.count()):

@@ -358,28 +358,28 @@ def _sdy_to_hlo_text(attr, meshes: dict) -> str:
     ids = list(mesh.device_ids) or list(range(count))
     if not names:  # a maximal mesh: one device
         return f"{{maximal device={ids[0]}}}"
-    if list(sharding.unreduced_axes):
-        raise UnimplementedError(
-            "the reference backend runs programs on global values, and an sdy.sharding with "
-            f"unreduced axes holds partial ones: {attr} (the PjRt and jax backends run it)")
-    dims = []
-    for dim in sharding.dimension_shardings:
-        axes = []
-        for axis in sdy.DimensionShardingAttr(dim).axes:
-            ref = sdy.AxisRefAttr(axis)
-            if ref.sub_axis_info is not None:
-                raise UnimplementedError(f"sdy.sharding with sub-axes is not supported: {attr}")
-            axes.append(names.index(ref.name))
-        dims.append(axes)
+    def index(axis) -> int:
+        ref = sdy.AxisRefAttr(axis)
+        if ref.sub_axis_info is not None:
+            raise UnimplementedError(f"sdy.sharding with sub-axes is not supported: {attr}")
+        return names.index(ref.name)
+
+    dims = [[index(axis) for axis in sdy.DimensionShardingAttr(dim).axes]
+            for dim in sharding.dimension_shardings]
+    unreduced = [index(axis) for axis in sharding.unreduced_axes]
     used = [a for axes in dims for a in axes]
-    if not used:
+    if not used and not unreduced:
         return "{replicated}"
-    rest = [a for a in range(len(names)) if a not in used]
+    rest = [a for a in range(len(names)) if a not in used and a not in unreduced]
     tiles = [math.prod(sizes[a] for a in axes) for axes in dims]
+    partial = math.prod(sizes[a] for a in unreduced)
     replication = math.prod(sizes[a] for a in rest)
-    grid = np.array(ids).reshape(sizes).transpose(used + rest).reshape(-1)
-    shape = tiles + ([replication] if replication > 1 else [])
-    suffix = " last_tile_dim_replicate" if replication > 1 else ""
+    grid = np.array(ids).reshape(sizes).transpose(used + unreduced + rest).reshape(-1)
+    kinds = [kind for kind, size in (("unreduced", partial), ("replicated", replication))
+             if size > 1]
+    shape = tiles + [size for size in (partial, replication) if size > 1]
+    suffix = (" last_tile_dim_replicate" if kinds == ["replicated"]
+              else f" last_tile_dims={{{', '.join(kinds)}}}" if kinds else "")
     return (f"{{devices=[{','.join(map(str, shape))}]{','.join(map(str, grid.tolist()))}"
             f"{suffix}}}")
 
@@ -422,13 +422,7 @@ def _value_shardings(function, key: str, count: int, devices: DeviceList, meshes
             text = _string(attr["mhlo.sharding"])
         elif attr is not None and "sdy.sharding" in attr:
             text = _sdy_to_hlo_text(attr["sdy.sharding"], meshes)
-        sharding = HloSharding(devices, text, kind)
-        if sharding.has_unreduced_axes:  # partial values per device: not a global value
-            raise UnimplementedError(
-                f"the reference backend runs programs on global values, and a "
-                f"{'parameter' if key == 'arg_attrs' else 'result'} with unreduced axes "
-                f"({text}) holds partial ones (the PjRt and jax backends run it)")
-        out.append(sharding)
+        out.append(HloSharding(devices, text, kind))
     return out
 
 
