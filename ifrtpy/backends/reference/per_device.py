@@ -139,7 +139,8 @@ class Rendezvous:
 def _place() -> tuple[Rendezvous, int]:
     place = getattr(_PLACE, "value", None)
     if place is None:
-        raise core.Unsupported("a collective or device id outside a manual computation")
+        raise core.ProgramError("a collective or device id outside a manual computation "
+                                "(of a program over partitions)")
     return place
 
 
@@ -360,12 +361,12 @@ def _groups(op, kind: str, count: int) -> list[list[int]]:
         groups = groups or [list(range(count))]
         flat = sorted(i for g in groups for i in g)
         if flat != list(range(count)):
-            raise core.Unsupported(f"{kind} groups {groups} that do not name each of "
-                                   f"{count} devices once")
+            raise core.ProgramError(f"{kind} groups {groups} that do not name each of "
+                                    f"the {count} devices once")
         return groups
     # of replica ids: one replica, 0
     if any(g != [0] for g in groups):
-        raise core.Unsupported(f"{kind} replica groups {groups} of a program of one replica")
+        raise core.ProgramError(f"{kind} replica groups {groups} in a program of one replica")
     return [list(range(count))] if channel else [[d] for d in range(count)]
 
 
@@ -399,13 +400,14 @@ def collective(compiler, op, ins: list[int]) -> Callable[[list], None]:
                 d: d for s, t in pairs if (s, t) == (0, 0) for d in by_id}
             for d, mine in by_id.items():
                 if d in sources and sources[d] not in by_id:
-                    raise core.Unsupported(f"collective_permute from device {sources[d]}")
+                    raise core.ProgramError(f"collective_permute from device {sources[d]}, "
+                                            f"not one of {sorted(by_id)}")
                 out[d] = ([by_id[sources[d]][i] for i in range(len(mine))] if d in sources
                           else [np.zeros_like(v) for v in mine])
         else:
             for group in _groups(op, kind, count):
                 if any(d not in by_id for d in group):
-                    raise core.Unsupported(f"{kind} groups {group} over devices {sorted(by_id)}")
+                    raise core.ProgramError(f"{kind} group {group} over devices {sorted(by_id)}")
                 for d, result in zip(group, _one_group(kind, [by_id[d] for d in group],
                                                         dims, combine, env, specs)):
                     out[d] = result
@@ -444,6 +446,5 @@ def _one_group(kind: str, members: list[list[np.ndarray]], dims: dict, combine, 
         parts = [[np.split(m[i], n, split) for i in range(operands)] for m in members]
         return [[np.concatenate([parts[s][i][j] for s in range(n)], concat)
                  for i in range(operands)] for j in range(n)]
-    if kind == "collective_broadcast":
-        return [list(members[0]) for _ in range(n)]
-    raise core.Unsupported(f"stablehlo.{kind}")
+    assert kind == "collective_broadcast", kind
+    return [list(members[0]) for _ in range(n)]
