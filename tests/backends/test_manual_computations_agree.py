@@ -297,3 +297,41 @@ def test_a_result_unreduced_over_a_manual_axis_is_the_sum_of_the_devices_values(
     text = text.replace("-> (tensor<2x8xf32>)", "-> (tensor<2x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>})", 1)
     expected = sum(x[2 * i:2 * i + 2] for i in range(X))
     np.testing.assert_array_equal(_run(client, text, x)[0], expected)
+
+
+NESTED = f"""
+module @nested attributes {{mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32}} {{
+  sdy.mesh @mesh = <["x"=4, "y"=2]>
+  func.func public @main(%arg0: tensor<8x8xf32>) -> tensor<8x8xf32> {{
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{{"x"}}, {{}}]>] out_shardings=[<@mesh, [{{"x"}}, {{}}]>] manual_axes={{"x"}} (%rows: tensor<2x8xf32>) {{
+      %1 = sdy.manual_computation(%rows) in_shardings=[<@mesh, [{{}}, {{"y"}}]>] out_shardings=[<@mesh, [{{}}, {{"y"}}]>] manual_axes={{"y"}} (%l: tensor<2x4xf32>) {{
+        %r = "stablehlo.all_reduce"(%l) <{{{CHANNEL}, replica_groups = {Y_GROUPS}, use_global_device_ids}}> ({{
+        ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+          %s = stablehlo.add %a, %b : tensor<f32>
+          stablehlo.return %s : tensor<f32>
+        }}) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+        %p = stablehlo.partition_id : tensor<ui32>
+        %f = stablehlo.convert %p : (tensor<ui32>) -> tensor<f32>
+        %b = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f32>) -> tensor<2x4xf32>
+        %t = stablehlo.add %r, %b : tensor<2x4xf32>
+        sdy.return %t : tensor<2x4xf32>
+      }} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+      %one = stablehlo.constant dense<1.0> : tensor<2x8xf32>
+      %2 = stablehlo.add %1, %one : tensor<2x8xf32>
+      sdy.return %2 : tensor<2x8xf32>
+    }} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }}
+}}
+"""
+
+
+def test_a_manual_computation_inside_another(client):
+    """Manual over x, then over y inside: the inner body sums its row block's two column
+    tiles and adds its device id; leaving each region puts the tiles back together."""
+    x = _arange()
+    rows = []
+    for i in range(X):
+        total = x[2 * i:2 * i + 2, :4] + x[2 * i:2 * i + 2, 4:]
+        rows.append(np.concatenate([total + (2 * i + j) for j in range(Y)], axis=1) + 1)
+    np.testing.assert_array_equal(_run(client, NESTED, x)[0], np.concatenate(rows))

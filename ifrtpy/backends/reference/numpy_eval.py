@@ -437,8 +437,6 @@ class _Compiler:
         self.checked = checked
         #: Compiling a reduction's body, run on whole rows at once: elementwise ops only.
         self.elementwise = False
-        #: Compiling a manual computation's body (run per device).
-        self.manual = False
 
     def compile_function(self, name: str) -> _Function:
         if name in self.compiled:

@@ -227,8 +227,6 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
     of the operands, its results assembled from the devices' (see the module)."""
     from jaxlib.mlir.dialects import sdy
 
-    if compiler.manual:
-        raise core.Unsupported("a manual computation inside another")
     in_shardings = [sdy.TensorShardingAttr(s) for s in
                     sdy.TensorShardingPerValueAttr(op.attributes["in_shardings"]).shardings]
     out_shardings = [sdy.TensorShardingAttr(s) for s in
@@ -241,6 +239,7 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
     if not manual <= set(names):
         raise core.Unsupported(f"manual axes {sorted(manual)} not all of the mesh's {names}")
     positions = list(itertools.product(*(range(s) for s in sizes)))
+    inner = {names.index(a) for a in manual}
     ins_tiles = [[_tile(_dim_axes(s, names, manual), sizes, c) for c in positions]
                  for s in in_shardings]
     # an operand unreduced over manual axes: its value on the first device of each group
@@ -249,33 +248,48 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
                 for s in in_shardings]
     for value, sharding, arg in zip(op.operands, in_shardings, op.regions[0].blocks[0].arguments):
         _check_local(value, arg, _dim_axes(sharding, names, manual), sizes)
-    outs_plan = []
+    specs, plans = [], [[] for _ in positions]
     for result, sharding, local in zip(op.results, out_shardings,
                                        list(op.regions[0].blocks[0].operations)[-1].operands):
         dims = _dim_axes(sharding, names, manual)
         _check_local(result, local, dims, sizes)
-        unreduced = _unreduced(sharding, names, manual)
-        named = {a for axes in dims for a in axes} | set(unreduced)
-        # the devices whose values make the result: position 0 along every other axis
-        chosen = [p for p, c in enumerate(positions)
-                  if all(c[a] == 0 for a in range(len(names)) if a not in named)]
-        outs_plan.append((core._tensor(result.type), [(p, _tile(dims, sizes, positions[p]))
-                                                      for p in chosen]))
-    compiler.manual = True
-    try:
-        body = compiler.region(op.regions[0])
-    finally:
-        compiler.manual = False
+        specs.append(core._tensor(result.type))
+        named = {a for axes in dims for a in axes} | set(_unreduced(sharding, names, manual))
+        for p, c in enumerate(positions):
+            # the devices whose values make device p's result: those at p's place along
+            # every axis but the manual ones, at 0 along the manual ones it does not name
+            chosen = [q for q, d in enumerate(positions)
+                      if all(d[a] == c[a] for a in range(len(names)) if a not in inner)
+                      and all(d[a] == 0 for a in inner - named)]
+            plans[p].append([(q, _tile(dims, sizes, positions[q])) for q in chosen])
+    body = compiler.region(op.regions[0])
     outs = [compiler.define(r) for r in op.results]
     count = len(positions)
+    key = object()
+
+    def assembled(p: int, results: list[list]) -> list[np.ndarray]:
+        """Device p's results of the region from every device's body results."""
+        return [_assemble(spec, [(tiles, results[q][k]) for q, tiles in pieces])
+                for k, (spec, pieces) in enumerate(zip(specs, plans[p]))]
+
+    def local(values: list, p: int) -> list:
+        return [_local(v, tiles[p], zero[p]) for v, tiles, zero in zip(values, ins_tiles, ins_zero)]
 
     def run_manual(env):
         values = [env[i] for i in ins]
-        args = [[_local(v, tiles[p], zero[p]) for v, tiles, zero in zip(values, ins_tiles, ins_zero)]
-                for p in range(count)]
-        results = _run_devices(body, env, args, ids)
-        for slot, (spec, pieces), k in zip(outs, outs_plan, itertools.count()):
-            env[slot] = _assemble(spec, [(tiles, results[p][k]) for p, tiles in pieces])
+        place = getattr(_PLACE, "value", None)
+        if place is None:  # from global values: a thread per device
+            results = _run_devices(body, env, [local(values, p) for p in range(count)], ids)
+            outcome = assembled(0, results)
+        else:  # inside another's body, on this device: the results meet the others'
+            rendezvous, p = place
+            if rendezvous.ids != ids:
+                raise core.ProgramError("a manual computation inside one over another mesh")
+            mine = body.run(env, local(values, p))
+            outcome = rendezvous.exchange(p, key, mine, lambda results: [
+                assembled(q, results) for q in range(count)])
+        for slot, value in zip(outs, outcome):
+            env[slot] = value
     return run_manual
 
 
