@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 
 import ifrtpy as ifrt
+from ifrtpy.backends.reference import rewrite
+from ifrtpy.backends.reference.interpreter import MLIR_LOCK
+from ifrtpy.program import mlir
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +28,10 @@ def _run(client, text: str, *args) -> list[np.ndarray]:
 
 
 def _both(clients, text, *args) -> list[list[np.ndarray]]:
+    """The results on each backend; the reference's computed by the NumPy evaluator."""
+    prepared = clients[0].compile(text)._interpretable.text
+    with MLIR_LOCK, mlir.context():
+        assert rewrite._numpy_runs(prepared) is None
     return [_run(client, text, *args) for client in clients]
 
 

@@ -2,20 +2,22 @@
 reference interpreter (``jaxlib.mlir.dialects.stablehlo.eval_module``) on global values
 (the program is prepared by :mod:`.rewrite`, run by :mod:`.interpreter`).
 
-"Compiling" parses the program, checks it has nothing the interpreter cannot run on
-global values (manual SPMD regions, collectives of an SPMD program, custom calls other than
-sharding annotations and jaxlib's LAPACK kernels: UnimplementedError), cuts it around the
+"Compiling" parses the program, checks it has nothing the backend cannot run (collectives
+of an SPMD program outside manual computations, custom calls other than sharding
+annotations and jaxlib's LAPACK kernels: UnimplementedError), cuts it around the
 ops :mod:`.kernels` computes (:mod:`.stages`), drops the sharding annotations (they are identities
 on global values) and reads the parameter and output shardings from the ``mhlo.sharding``
-or ``sdy.sharding`` attributes of ``main`` (replicated where there are none). Where
+or ``sdy.sharding`` attributes of ``main`` (after Shardy's propagation; replicated where
+there are none). Where
 ``main`` has element types the interpreter's Python bindings cannot pass (complex
 parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts them
 (bitcast, convert, real/imag) around a call of the original.
 
-Executing gathers each argument's global value from its shards, runs the interpreter
+Executing gathers each argument's global value from its shards (an argument with
+unreduced axes: its partial values reduced, :mod:`.partials`), runs the interpreter
 in a worker process (:mod:`.pool`: the GIL is not held meanwhile, and executes from
 several threads run at once), and splits each result by its output
-sharding. A program over replicas (:mod:`.replicas`) runs instead on each device's shard,
+sharding (into partial values along unreduced axes). A program over replicas (:mod:`.replicas`) runs instead on each device's shard,
 its replica's value, and each result's shard on a device is that replica's value. It is
 synchronous: the outputs are ready when ``execute`` returns.
 """

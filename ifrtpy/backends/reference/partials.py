@@ -12,13 +12,17 @@ program would leave on each device, only values with the same reduction.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ifrtpy.backends.host_arrays import HostArray, global_value, split
 from ifrtpy.errors import UnimplementedError
 from ifrtpy.layout import Layout
 from ifrtpy.shape import Shape
-from ifrtpy.sharding import Sharding, SingleDeviceSharding, SingleDeviceShardSemantics
+from ifrtpy.sharding import (
+    HloSharding, Sharding, SingleDeviceSharding, SingleDeviceShardSemantics,
+)
 
 __all__ = ["argument_value", "result_shards"]
 
@@ -29,12 +33,12 @@ _REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 def argument_value(array: HostArray) -> np.ndarray:
     """The global value of ``array``: its unreduced groups' partial values reduced."""
     sharding = array.sharding
-    if not sharding.has_unreduced_axes:
+    if not (isinstance(sharding, HloSharding) and sharding.has_unreduced_axes):
         return global_value(array)
     devices = list(sharding.devices.addressable_device_list())
     shards = dict(zip(devices, array._live_shards()))
     domains = dict(zip(devices, sharding.index_domains(array.shape, _ADDRESSABLE)))
-    reduce = _REDUCE[sharding.reduction]
+    reduce = _REDUCE[sharding.reduction or "sum"]
     out = np.empty(array.shape.dims, array.dtype.to_numpy())
     filled = 0
     for group in sharding.unreduced_groups():
@@ -46,7 +50,8 @@ def argument_value(array: HostArray) -> np.ndarray:
         value = shards[members[0]]
         for device in members[1:]:
             value = reduce(value, shards[device])
-        out[(*domains[members[0]].slices(), ...)] = value
+        index: Any = (*domains[members[0]].slices(), ...)
+        out[index] = value
         filled += 1
     out.flags.writeable = False
     return out
@@ -56,7 +61,7 @@ def result_shards(value: np.ndarray, sharding: Sharding, shape: Shape,
                   layout: Layout | None) -> tuple:
     """The shards of a result of global ``value``: partial values where ``sharding`` has
     unreduced axes (see the module)."""
-    if not sharding.has_unreduced_axes:
+    if not (isinstance(sharding, HloSharding) and sharding.has_unreduced_axes):
         return split(value, sharding, shape, layout)
     devices = list(sharding.devices.addressable_device_list())
     domains = sharding.index_domains(shape, _ADDRESSABLE)
@@ -64,7 +69,8 @@ def result_shards(value: np.ndarray, sharding: Sharding, shape: Shape,
              if any(d in devices for d in group)}
     shards = []
     for device, domain in zip(devices, domains):
-        data = np.array(value[(*domain.slices(), ...)], order="C", copy=True)
+        index: Any = (*domain.slices(), ...)
+        data = np.array(np.asarray(value)[index], order="C", copy=True)
         if sharding.reduction == "sum" and device not in first:
             data = np.zeros_like(data)
         if layout is not None and layout != Layout.row_major(layout.rank):

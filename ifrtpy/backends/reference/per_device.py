@@ -231,7 +231,8 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
                     sdy.TensorShardingPerValueAttr(op.attributes["in_shardings"]).shardings]
     out_shardings = [sdy.TensorShardingAttr(s) for s in
                      sdy.TensorShardingPerValueAttr(op.attributes["out_shardings"]).shardings]
-    manual = {str(a) for a in sdy.ManualAxesAttr(op.attributes["manual_axes"])}
+    manual_axes: Any = sdy.ManualAxesAttr(op.attributes["manual_axes"])
+    manual = {str(a) for a in manual_axes}
     shardings = in_shardings + out_shardings
     names, sizes, ids = _mesh(compiler, shardings[0]) if shardings else ([], [], [0])
     if any(_mesh(compiler, s) != (names, sizes, ids) for s in shardings):
@@ -248,7 +249,8 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
                 for s in in_shardings]
     for value, sharding, arg in zip(op.operands, in_shardings, op.regions[0].blocks[0].arguments):
         _check_local(value, arg, _dim_axes(sharding, names, manual), sizes)
-    specs, plans = [], [[] for _ in positions]
+    specs: list = []
+    plans: list[list[list[tuple[int, list[tuple[int, int]]]]]] = [[] for _ in positions]
     for result, sharding, local in zip(op.results, out_shardings,
                                        list(op.regions[0].blocks[0].operations)[-1].operands):
         dims = _dim_axes(sharding, names, manual)
@@ -272,20 +274,20 @@ def manual_computation(compiler, op, ins: list[int]) -> Callable[[list], None]:
         return [_assemble(spec, [(tiles, results[q][k]) for q, tiles in pieces])
                 for k, (spec, pieces) in enumerate(zip(specs, plans[p]))]
 
-    def local(values: list, p: int) -> list:
+    def tiles_of(values: list, p: int) -> list:
         return [_local(v, tiles[p], zero[p]) for v, tiles, zero in zip(values, ins_tiles, ins_zero)]
 
     def run_manual(env):
         values = [env[i] for i in ins]
         place = getattr(_PLACE, "value", None)
         if place is None:  # from global values: a thread per device
-            results = _run_devices(body, env, [local(values, p) for p in range(count)], ids)
+            results = _run_devices(body, env, [tiles_of(values, p) for p in range(count)], ids)
             outcome = assembled(0, results)
         else:  # inside another's body, on this device: the results meet the others'
             rendezvous, p = place
             if rendezvous.ids != ids:
                 raise core.ProgramError("a manual computation inside one over another mesh")
-            mine = body.run(env, local(values, p))
+            mine = body.run(env, tiles_of(values, p))
             outcome = rendezvous.exchange(p, key, mine, lambda results: [
                 assembled(q, results) for q in range(count)])
         for slot, value in zip(outs, outcome):

@@ -1,15 +1,17 @@
 """A StableHLO program made ready for the reference interpreter.
 
-The interpreter runs programs on global values, so: what cannot run on them (manual SPMD
-regions, collectives of an SPMD program, custom calls other than sharding annotations and
-jaxlib's LAPACK kernels, ops the interpreter aborts on) is refused with UnimplementedError
-(a program over replicas is cut at its collectives instead, see :mod:`.replicas`; one with
-ops of :mod:`.kernels` at those, see :mod:`.stages`); sharding annotations are dropped (they are
-identities on global values); integer division and remainder get XLA's results where the
+The interpreter runs programs on global values, so: what cannot run on them (collectives
+of an SPMD program outside manual computations, XLA's manual-sharding custom calls, custom
+calls other than sharding annotations and jaxlib's LAPACK kernels, ops the interpreter
+aborts on) is refused with UnimplementedError (a program over replicas is cut at its
+collectives instead, see :mod:`.replicas`; one with ops of :mod:`.kernels` at those, see
+:mod:`.stages`); a program with manual computations (``sdy.manual_computation``, run per
+device with their collectives, :mod:`.per_device`) must run whole in the NumPy evaluator;
+sharding annotations are dropped (they are identities on global values); integer division and remainder get XLA's results where the
 interpreter's would kill the process (a zero divisor, INT_MIN / -1); composites are calls
 of their decompositions; the parameter and output shardings are read from the
-``mhlo.sharding`` or ``sdy.sharding`` attributes of ``main`` (replicated where there are
-none); and where ``main`` has element types the interpreter's Python bindings cannot pass
+``mhlo.sharding`` or ``sdy.sharding`` attributes of ``main``, after Shardy's propagation
+where the program has a mesh (replicated where there are none); and where ``main`` has element types the interpreter's Python bindings cannot pass
 (complex parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts
 them (bitcast, convert, real/imag) around a call of the original.
 """
