@@ -195,3 +195,30 @@ def test_reduce_precision_as_xla_rounds_the_bits(clients):
         np.testing.assert_array_equal(outs[1], brain)
     for a, b in zip(reference, pjrt):
         np.testing.assert_array_equal(a.view(np.uint32)[~np.isnan(a)], b.view(np.uint32)[~np.isnan(b)])
+
+
+MIXED_DOT = """
+module @dot {
+  func.func public @main(%a: tensor<3x4xi8>, %b: tensor<4x2xi8>) -> (tensor<3x2xi32>, tensor<3x2xi1>) {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<3x4xi8>, tensor<4x2xi8>) -> tensor<3x2xi32>
+    %z = stablehlo.constant dense<0> : tensor<3x4xi8>
+    %p = stablehlo.compare GT, %a, %z : (tensor<3x4xi8>, tensor<3x4xi8>) -> tensor<3x4xi1>
+    %y = stablehlo.constant dense<0> : tensor<4x2xi8>
+    %q = stablehlo.compare GT, %b, %y : (tensor<4x2xi8>, tensor<4x2xi8>) -> tensor<4x2xi1>
+    %1 = stablehlo.dot_general %p, %q, contracting_dims = [1] x [0] : (tensor<3x4xi1>, tensor<4x2xi1>) -> tensor<3x2xi1>
+    return %0, %1 : tensor<3x2xi32>, tensor<3x2xi1>
+  }
+}
+"""
+
+
+def test_dots_of_narrower_or_boolean_operands(clients):
+    """int8 operands into an int32 result (converted first: no wrapping at 8 bits), and
+    booleans (an or of ands)."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (3, 4)).astype(np.int8)
+    b = rng.integers(-128, 128, (4, 2)).astype(np.int8)
+    b[:, 1] = -1  # a column with no positive entry: false everywhere
+    for wide, logical in _both(clients, MIXED_DOT, a, b):
+        np.testing.assert_array_equal(wide, a.astype(np.int32) @ b.astype(np.int32))
+        np.testing.assert_array_equal(logical, ((a > 0).astype(int) @ (b > 0).astype(int)) > 0)

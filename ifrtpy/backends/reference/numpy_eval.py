@@ -1061,8 +1061,11 @@ def _dot_general(op, operands, dtype) -> Callable:
     lb, rb = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
     lc, rc = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
     (ls, ldt), (rs, rdt) = operands
-    if ldt != dtype or rdt != dtype or dtype == np.bool_:
-        raise Unsupported("dot_general of mixed or boolean types")
+    if np.bool_ in (ldt, rdt) and dtype != np.bool_:
+        raise Unsupported(f"dot_general of {ldt} and {rdt} into {dtype}")
+    # operands of other types converted to the result's first, as XLA does; booleans
+    # as integers (an or of ands: a nonzero sum of products)
+    work = np.dtype(np.int64) if dtype == np.bool_ else dtype
     if "algorithm" in op.attributes:
         raise Unsupported("dot_general with an algorithm")
     lf = [d for d in range(len(ls)) if d not in lb and d not in lc]
@@ -1081,7 +1084,9 @@ def _dot_general(op, operands, dtype) -> Callable:
         return a, b
 
     def dot(x, y):
-        return _products_summed(*operands_of(x, y), dtype).reshape(out_shape)
+        x, y = np.asarray(x).astype(work, copy=False), np.asarray(y).astype(work, copy=False)
+        out = _products_summed(*operands_of(x, y), work).reshape(out_shape)
+        return out != 0 if dtype == np.bool_ else out
     return dot
 
 

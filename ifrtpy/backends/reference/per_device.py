@@ -31,6 +31,11 @@ partial values, and the global value is their sum. An operand unreduced over a m
 axis enters as partial values of the same sum: its value on the devices at the axis's
 first coordinate, zeros on the others.
 
+A manual computation met inside another's body (jax's nested ``shard_map``) runs on the
+device whose thread reaches it: the operand tiled along its own manual axes, the body run
+once, and its results gathered, at a rendezvous, from the devices that share the device's
+place along every other axis.
+
 Like :mod:`.numpy_eval`, it imports only the standard library, NumPy and jaxlib's MLIR
 bindings.
 """
@@ -75,7 +80,6 @@ class Rendezvous:
     def __init__(self, count: int, ids: Sequence[int]):
         self.count = count
         self.ids = list(ids)  # the device id at each position
-        self.position = {d: p for p, d in enumerate(self.ids)}
         self._cond = threading.Condition()
         self._waiting: dict[int, tuple[object, Any]] = {}
         self._left: set[int] = set()
