@@ -4,9 +4,8 @@ Random small elementwise StableHLO programs (``ifrtpy.testing.strategies``), on 
 devices with random ``mhlo.sharding`` on parameters and results, run on every backend:
 every output's shards hold NumPy's answer sliced by the output sharding, and the two
 backends report shardings that put the same slices on the same devices. Programs lowered
-by jax (Shardy ``sdy.sharding`` attributes, sharding constraints) agree too, and a
-shard_map with psum runs on PjRt and jax and is refused by the reference backend with
-UnimplementedError. (The jax backend joins where jax is installed.)
+by jax (Shardy ``sdy.sharding`` attributes, sharding constraints) agree too, and so does a
+shard_map with psum (tests/backends/test_manual_computations_agree.py has the rest). (The jax backend joins where jax is installed.)
 """
 
 import importlib.util
@@ -17,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ifrtpy as ifrt
-from ifrtpy.errors import UnimplementedError
 from ifrtpy.sharding import SingleDeviceShardSemantics
 from ifrtpy.testing import strategies as S
 from ifrtpy.testing.asserts import assert_per_shard_data
@@ -128,7 +126,30 @@ def test_jax_lowered_shardy_program_agrees(clients):
     _same_shardings(runs, (4, 4))
 
 
-def test_shard_map_psum_runs_on_pjrt_and_jax_and_is_unimplemented_on_reference(clients):
+def test_output_shardings_the_program_leaves_open_are_xlas(clients):
+    """jit without out_shardings: the reference backend's outputs are sharded as XLA's
+    partitioner shards them (Shardy's propagation), not replicated."""
+    jax, mesh, NamedSharding, P = _jax_lowered()
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda a: (a * 2, a.sum(0), a @ a.T),
+                      in_shardings=NamedSharding(mesh, P("x", "y"))).lower(
+        jnp.zeros((4, 4), jnp.float32))
+    program = ifrt.HloProgram(lowered)
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    runs = {name: _run(client, program, 4, [a]) for name, client in clients.items()}
+    for name, (executable, outputs) in runs.items():
+        for out, value in zip(outputs, [a * 2, a.sum(0), a @ a.T]):
+            assert_per_shard_data(out, value)
+    reference = runs["reference"][0].output_shardings()
+    assert not any(s.is_fully_replicated for s in reference), reference
+    for name, (executable, _) in runs.items():
+        for i, shape in enumerate([(4, 4), (4,), (4, 4)]):
+            assert (_domains(executable.output_shardings()[i], shape)
+                    == _domains(runs["pjrt"][0].output_shardings()[i], shape)), (name, i)
+
+
+def test_shard_map_psum_agrees(clients):
     jax, mesh, NamedSharding, P = _jax_lowered()
     import jax.numpy as jnp
 
@@ -143,14 +164,12 @@ def test_shard_map_psum_runs_on_pjrt_and_jax_and_is_unimplemented_on_reference(c
     if too_new_for_the_plugin(lowered.as_text(), clients["pjrt"]):
         with pytest.raises(ifrt.errors.IfrtError, match=REFUSED_AS_TOO_NEW):
             _run(clients["pjrt"], program, 4, [x])
-        names = ("jax",)
+        names = ("reference", "jax")
     else:
-        names = ("pjrt", "jax")
+        names = ("reference", "pjrt", "jax")
+    # psum over x of each device's rows; each y device's copy a tile of its own
+    expected = np.tile(x[:2] + x[2:], (1, 2))
     for name in names:
         if name in clients:
             _, (out,) = _run(clients[name], program, 4, [x])
-            np.testing.assert_array_equal(np.asarray(out), np.asarray(f(x)), err_msg=name)
-    reference = clients["reference"]
-    devices = reference.make_device_list(reference.addressable_devices()[:4])
-    with pytest.raises(UnimplementedError, match="collectives|manual SPMD"):
-        reference.compile(program, ifrt.CompileOptions(devices=devices, num_partitions=4))
+            np.testing.assert_array_equal(np.asarray(out), expected, err_msg=name)

@@ -2,20 +2,22 @@
 reference interpreter (``jaxlib.mlir.dialects.stablehlo.eval_module``) on global values
 (the program is prepared by :mod:`.rewrite`, run by :mod:`.interpreter`).
 
-"Compiling" parses the program, checks it has nothing the interpreter cannot run on
-global values (manual SPMD regions, collectives of an SPMD program, custom calls other than
-sharding annotations and jaxlib's LAPACK kernels: UnimplementedError), cuts it around the
+"Compiling" parses the program, checks it has nothing the backend cannot run (collectives
+of an SPMD program outside manual computations, custom calls other than sharding
+annotations and jaxlib's LAPACK kernels: UnimplementedError), cuts it around the
 ops :mod:`.kernels` computes (:mod:`.stages`), drops the sharding annotations (they are identities
 on global values) and reads the parameter and output shardings from the ``mhlo.sharding``
-or ``sdy.sharding`` attributes of ``main`` (replicated where there are none). Where
+or ``sdy.sharding`` attributes of ``main`` (after Shardy's propagation; replicated where
+there are none). Where
 ``main`` has element types the interpreter's Python bindings cannot pass (complex
 parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts them
 (bitcast, convert, real/imag) around a call of the original.
 
-Executing gathers each argument's global value from its shards, runs the interpreter
+Executing gathers each argument's global value from its shards (an argument with
+unreduced axes: its partial values reduced, :mod:`.partials`), runs the interpreter
 in a worker process (:mod:`.pool`: the GIL is not held meanwhile, and executes from
 several threads run at once), and splits each result by its output
-sharding. A program over replicas (:mod:`.replicas`) runs instead on each device's shard,
+sharding (into partial values along unreduced axes). A program over replicas (:mod:`.replicas`) runs instead on each device's shard,
 its replica's value, and each result's shard on a device is that replica's value. It is
 synchronous: the outputs are ready when ``execute`` returns.
 """
@@ -29,8 +31,8 @@ import math
 from typing import Any
 
 from ifrtpy.backends import serialized
-from ifrtpy.backends.host_arrays import check_layout, global_value, split
-from ifrtpy.backends.reference import rewrite
+from ifrtpy.backends.host_arrays import check_layout, split
+from ifrtpy.backends.reference import partials, rewrite
 from ifrtpy.backends.reference.array import ReferenceArray
 from ifrtpy.backends.reference.replicas import ReplicatedProgram
 from ifrtpy.client import Compiler
@@ -247,7 +249,7 @@ class ReferenceLoadedExecutable(LoadedExecutable):
         args, options, outputs = call.args, call.options, call.output_shardings
         runner = self._interpretable
         over_replicas = isinstance(runner, ReplicatedProgram)  # each device its replica's values
-        values = [a.shards if over_replicas else global_value(a) for a in args]
+        values = [a.shards if over_replicas else partials.argument_value(a) for a in args]
         for i in sorted(call.donated):
             args[i].delete()
         client, results = self._client, self._program.results
@@ -263,8 +265,8 @@ class ReferenceLoadedExecutable(LoadedExecutable):
                 for v, d in zip(vs, s.devices)), layout=layout)
                 for r, s, vs, layout in zip(results, outputs, out_values, self._output_layouts)]
         else:
-            arrays = [ReferenceArray(client, r.dtype, r.shape, s, split(v, s, r.shape, layout),
-                                     layout=layout)
+            arrays = [ReferenceArray(client, r.dtype, r.shape, s,
+                                     partials.result_shards(v, s, r.shape, layout), layout=layout)
                       for r, s, v, layout in zip(results, outputs, out_values, self._output_layouts)]
         return ExecuteResult(Future.ready(None) if options.fill_status else None, arrays)
 

@@ -16,8 +16,8 @@ its ops, not its elements. It gives the interpreter's results, bit for bit:
   another (not NumPy's pairwise sums or BLAS).
 
 :func:`compile_module` decides once, when a worker parses a program, whether the whole
-program runs here: any op, type or attribute it does not implement (a convolution,
-``select_and_scatter``, an unstable sort, complex, f8 or sub-byte values, ...) gives None,
+program runs here: any op, type or attribute it does not implement (f8 or sub-byte
+values, tuples, ...) gives None,
 and the worker runs the program in the interpreter as before. ``tests/backends/reference/test_numpy_eval.py``
 runs random programs of each op through both and compares the bits.
 
@@ -34,18 +34,24 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Unsupported", "compile_module", "Program"]
+__all__ = ["ProgramError", "Unsupported", "compile_module", "Program"]
 
 
 class Unsupported(Exception):
     """What the evaluator does not implement (the program then runs in the interpreter)."""
 
 
+class ProgramError(Exception):
+    """A fault of the program as it runs, which XLA would not run either (the devices of
+    a manual computation meeting at different collectives): the execute fails with it."""
+
+
 _DTYPES = {"i1": np.dtype(np.bool_), "i8": np.dtype(np.int8), "i16": np.dtype(np.int16),
            "i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "ui8": np.dtype(np.uint8),
            "ui16": np.dtype(np.uint16), "ui32": np.dtype(np.uint32),
            "ui64": np.dtype(np.uint64), "f16": np.dtype(np.float16),
-           "f32": np.dtype(np.float32), "f64": np.dtype(np.float64)}
+           "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+           "complex<f32>": np.dtype(np.complex64), "complex<f64>": np.dtype(np.complex128)}
 try:  # jaxlib's own dependency
     import ml_dtypes as _ml_dtypes
     _DTYPES["bf16"] = np.dtype(_ml_dtypes.bfloat16)
@@ -100,6 +106,20 @@ def _is_float(dtype: np.dtype) -> bool:
 
 def _is_int(dtype: np.dtype) -> bool:
     return dtype.kind in "iu"
+
+
+def _complex_sign(x):
+    size = np.abs(x)
+    return np.where(size == 0, x, x / np.where(size == 0, 1, size)).astype(x.dtype)
+
+
+#: Elementwise ops on complex values, in NumPy's complex arithmetic.
+_COMPLEX: dict[str, Callable] = {
+    "negate": np.negative, "abs": np.abs, "sign": _complex_sign, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "exponential": np.exp,
+    "exponential_minus_one": np.expm1, "log": np.log, "log_plus_one": np.log1p,
+    "sine": np.sin, "cosine": np.cos, "tan": np.tan, "tanh": np.tanh, "add": np.add,
+    "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide, "power": np.power}
 
 
 def _via_f64(function: Callable, f64_function: Callable | None = None) -> Callable:
@@ -303,6 +323,8 @@ def _clz(x):
 
 def _unary(name: str, dtype: np.dtype) -> Callable:
     """The kernel of elementwise op ``name`` on ``dtype`` operands."""
+    if dtype.kind == "c":
+        return _complex(name, dtype)
     floating, integer, boolean = _is_float(dtype), _is_int(dtype), dtype == np.bool_
     if name == "negate" and (floating or integer):
         return np.negative
@@ -341,7 +363,15 @@ def _unary(name: str, dtype: np.dtype) -> Callable:
     raise Unsupported(f"stablehlo.{name}")
 
 
+def _complex(name: str, dtype: np.dtype) -> Callable:
+    if name not in _COMPLEX:
+        raise Unsupported(f"stablehlo.{name} on {dtype}")
+    return _COMPLEX[name]
+
+
 def _binary(name: str, dtype: np.dtype) -> Callable:
+    if dtype.kind == "c":
+        return _complex(name, dtype)
     floating, integer, boolean = _is_float(dtype), _is_int(dtype), dtype == np.bool_
     if boolean:
         table: dict[str, Callable] = {"add": np.logical_or, "multiply": np.logical_and, "and": np.logical_and,
@@ -377,6 +407,9 @@ def _binary(name: str, dtype: np.dtype) -> Callable:
 def _convert(source: np.dtype, target: np.dtype) -> Callable:
     if target == np.bool_:
         return lambda x: x != 0
+    if source.kind == "c" and target.kind != "c":  # the real part, as XLA converts
+        real = _convert(np.dtype(source.char.lower()), target)
+        return lambda x: real(np.real(x))
     if _is_int(target) and _is_float(source):
         info = np.iinfo(target)
         low, high = float(info.min), float(info.max) + 1.0  # powers of two: exact
@@ -448,12 +481,19 @@ class _Function:
 
 class _Compiler:
     def __init__(self, module, checked: bool = False) -> None:
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import sdy
+
         self.functions = {}
+        #: The module's meshes by name (manual computations name them).
+        self.meshes = {}
         for op in module.body.operations:
+            name = ir.StringAttr(op.attributes["sym_name"]).value if "sym_name" in op.attributes else ""
             if op.operation.name == "func.func":
-                from jaxlib.mlir import ir
-                self.functions[ir.StringAttr(op.attributes["sym_name"]).value] = op
-            elif op.operation.name != "sdy.mesh":
+                self.functions[name] = op
+            elif op.operation.name == "sdy.mesh":
+                self.meshes[name] = sdy.MeshAttr(op.attributes["mesh"])
+            else:
                 raise Unsupported(op.operation.name)
         self.compiled: dict[str, _Function] = {}
         self.compiling: set[str] = set()
@@ -513,7 +553,7 @@ class _Compiler:
         returns: list[int] | None = None
         for op in block.operations:
             name = op.operation.name
-            if name in ("func.return", "stablehlo.return"):
+            if name in ("func.return", "stablehlo.return", "sdy.return"):
                 returns = [self.slot(v) for v in op.operands]
                 break
             steps.append(self.step(op))
@@ -532,6 +572,23 @@ class _Compiler:
             return _sort(self, op, ins)
         if name == "stablehlo.reduce_window":
             return _reduce_window(self, op, ins)
+        if name == "stablehlo.select_and_scatter" and not self.elementwise:
+            return _select_and_scatter(self, op, ins)
+        if name == "stablehlo.scatter" and not self.elementwise:
+            try:
+                kernel = _kernel(self, op)
+            except Unsupported:
+                return _scatter_any(self, op, ins)
+            if self.checked:
+                kernel = _checked(kernel, op, self.elementwise)
+            return _bind(kernel, ins, [self.define(r) for r in op.results])
+        if name == "sdy.manual_computation":
+            return _per_device().manual_computation(self, op, ins)
+        short = name[len("stablehlo."):] if name.startswith("stablehlo.") else None
+        if short in _per_device().COLLECTIVES and not self.elementwise:
+            return _per_device().collective(self, op, ins)
+        if short in _per_device().IDS and not self.elementwise:
+            return _bind(_per_device().device_id(short), ins, [self.define(op.results[0])])
         if name == "func.call":
             from jaxlib.mlir import ir
             callee = self.compile_function(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
@@ -550,6 +607,14 @@ class _Compiler:
         if self.checked:
             kernel = _checked(kernel, op, self.elementwise)
         return _bind(kernel, ins, outs)
+
+
+def _per_device() -> Any:
+    """The module :mod:`.per_device` (manual computations and collectives)."""
+    if __package__:  # imported from the package
+        from ifrtpy.backends.reference import per_device
+        return per_device
+    return sys.modules["_ifrtpy_reference_per_device"]  # a worker's copy, loaded beside
 
 
 def _checked(kernel: Callable, op, elementwise: bool) -> Callable:
@@ -630,7 +695,12 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
         return lambda *xs: np.asarray(function(*xs)).astype(dtype, copy=False)
     shape, dtype = _first(results)
     if name == "constant":
-        value = np.array(ir.DenseElementsAttr(op.attributes["value"]))
+        if dtype.kind == "c":  # the bindings read no complex elements: from the text
+            value = _complex_elements(str(op.operation), dtype)
+        else:
+            value = np.array(ir.DenseElementsAttr(op.attributes["value"]))
+        if value.size == math.prod(shape) and value.shape != shape:
+            value = value.reshape(shape)
         if value.dtype != dtype:
             raise Unsupported(f"a constant of {dtype} read as {value.dtype}")
         if value.shape != shape:
@@ -649,6 +719,17 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
         return compare
     if name == "select":
         return lambda p, a, b: np.where(p, a, b)
+    if name in ("real", "imag"):
+        part = np.real if name == "real" else np.imag
+        return lambda x: part(x).astype(dtype)
+    if name == "complex":
+        def complex_(re, im):
+            out = np.empty(np.broadcast_shapes(np.shape(re), np.shape(im)), dtype)
+            out.real, out.imag = re, im
+            return out
+        return complex_
+    if name == "reduce_precision":
+        return _reduce_precision(op, dtype)
     if name == "clamp":
         if _is_float(dtype):
             return lambda lo, x, hi: _minimum(_maximum(x, lo), hi)
@@ -731,6 +812,49 @@ def _kernel(compiler: _Compiler, op, bf16: bool = True) -> Callable:
     raise Unsupported(op.operation.name)
 
 
+def _reduce_precision(op, dtype: np.dtype) -> Callable:
+    """``stablehlo.reduce_precision`` as XLA computes it on the bits: the mantissa
+    rounded to ``mantissa_bits`` (to nearest, ties to even), then exponents past the
+    narrower range overflowing to infinity and underflowing to zero (signed); NaNs
+    stay NaNs."""
+    from jaxlib.mlir import ir
+
+    exponent_bits = int(ir.IntegerAttr(op.attributes["exponent_bits"]).value)
+    mantissa_bits = int(ir.IntegerAttr(op.attributes["mantissa_bits"]).value)
+    if not _is_float(dtype):
+        raise Unsupported(f"reduce_precision of {dtype}")
+    info = (_ml_dtypes.finfo if dtype == BF16 else np.finfo)(dtype)
+    source_mantissa, source_exponent = info.nmant, info.iexp
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+
+    def constant(value):
+        return unsigned.type(value)
+
+    def reduce_precision(x):
+        bits = np.asarray(x).view(unsigned)
+        if mantissa_bits < source_mantissa:
+            shift = source_mantissa - mantissa_bits
+            last = constant(1 << shift)
+            bias = ((bits & last) >> constant(shift)) + constant((1 << (shift - 1)) - 1)
+            bits = (bits + bias) & ~constant((1 << shift) - 1)
+        if exponent_bits < source_exponent:
+            sign = constant(1 << (8 * dtype.itemsize - 1))
+            exponent_mask = constant(((1 << source_exponent) - 1) << source_mantissa)
+            source_bias = (1 << (source_exponent - 1)) - 1
+            reduced_bias = (1 << (exponent_bits - 1)) - 1
+            exponent = bits & exponent_mask
+            overflows = exponent > constant((source_bias + reduced_bias) << source_mantissa)
+            underflows = exponent <= constant((source_bias - reduced_bias) << source_mantissa)
+            signed_zero = bits & sign
+            bits = np.where(overflows, signed_zero | exponent_mask,
+                            np.where(underflows, signed_zero, bits))
+        out = np.asarray(bits, unsigned).view(dtype)
+        if mantissa_bits < source_mantissa:
+            out = np.where(np.isnan(x), x, out)
+        return out.astype(dtype, copy=False)
+    return reduce_precision
+
+
 def _to_bf16(v):
     """f64 values rounded once to bf16 (to nearest, ties to even), as the interpreter
     rounds: through f32 rounded to odd (truncated, its last bit set where inexact), which
@@ -798,7 +922,8 @@ def _bf16_kernel(compiler, op, name, operands, results) -> Callable:
         return lambda: value
     if name in ("select", "reshape", "broadcast_in_dim", "transpose", "slice", "reverse",
                 "concatenate", "dynamic_slice", "dynamic_update_slice", "pad",
-                "optimization_barrier", "bitcast_convert", "iota", "gather"):
+                "optimization_barrier", "bitcast_convert", "iota", "gather",
+                "reduce_precision"):
         if name == "iota":
             dim = int(ir.IntegerAttr(op.attributes["iota_dimension"]).value)
             line = _to_bf16(np.arange(shape[dim], dtype=np.float64))
@@ -808,6 +933,34 @@ def _bf16_kernel(compiler, op, name, operands, results) -> Callable:
             return lambda: value
         return _kernel(compiler, op, bf16=False)
     raise Unsupported(f"stablehlo.{name} on bf16")
+
+
+_COMPLEX_ELEMENT = re.compile(r"\(\s*([^,()\s]+)\s*,\s*([^,()\s]+)\s*\)")
+
+
+def _complex_elements(text: str, dtype: np.dtype) -> np.ndarray:
+    """The elements of the complex ``dense<...>`` attribute in ``text`` (a constant op's):
+    hex of the whole data, or ``(real, imag)`` pairs, each part a number or the hex of
+    its bits."""
+    start = text.index("dense<") + len("dense<")
+    end, depth = start, 1
+    while depth:
+        depth += {"<": 1, ">": -1}.get(text[end], 0)
+        end += 1
+    body = text[start:end - 1]
+    if body.startswith('"0x'):
+        return np.frombuffer(bytes.fromhex(body[3:-1]), dtype).copy()
+    part = np.dtype(f"f{dtype.itemsize // 2}")
+
+    def number(token: str) -> float:
+        if token.startswith("0x"):
+            return float(np.array([int(token, 16)], f"u{part.itemsize}").view(part)[0])
+        return float(token)
+    pairs = _COMPLEX_ELEMENT.findall(body)
+    out = np.empty(len(pairs), dtype)
+    out.real = [number(re_) for re_, _ in pairs]
+    out.imag = [number(im) for _, im in pairs]
+    return out
 
 
 _BF16_ELEMENT = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
@@ -975,8 +1128,11 @@ def _dot_general(op, operands, dtype) -> Callable:
     lb, rb = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
     lc, rc = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
     (ls, ldt), (rs, rdt) = operands
-    if ldt != dtype or rdt != dtype or dtype == np.bool_:
-        raise Unsupported("dot_general of mixed or boolean types")
+    if np.bool_ in (ldt, rdt) and dtype != np.bool_:
+        raise Unsupported(f"dot_general of {ldt} and {rdt} into {dtype}")
+    # operands of other types converted to the result's first, as XLA does; booleans
+    # as integers (an or of ands: a nonzero sum of products)
+    work = np.dtype(np.int64) if dtype == np.bool_ else dtype
     if "algorithm" in op.attributes:
         raise Unsupported("dot_general with an algorithm")
     lf = [d for d in range(len(ls)) if d not in lb and d not in lc]
@@ -995,7 +1151,9 @@ def _dot_general(op, operands, dtype) -> Callable:
         return a, b
 
     def dot(x, y):
-        return _products_summed(*operands_of(x, y), dtype).reshape(out_shape)
+        x, y = np.asarray(x).astype(work, copy=False), np.asarray(y).astype(work, copy=False)
+        out = _products_summed(*operands_of(x, y), work).reshape(out_shape)
+        return out != 0 if dtype == np.bool_ else out
     return dot
 
 
@@ -1184,16 +1342,14 @@ MAX_SORT_PAIRS = 1 << 24
 
 
 def _sort(compiler: _Compiler, op, ins: list[int]) -> Step:
-    """A stable ``stablehlo.sort``: each element's place is the number of elements of its
+    """``stablehlo.sort``, stable (an unstable sort may order ties any way, so this
+    way too): each element's place is the number of elements of its
     row its comparator puts before it, plus the earlier ones it ties with (as a stable
     sort places them); the comparator runs on every pair of a row at once."""
     from jaxlib.mlir import ir
 
     shape, _ = _tensor(op.operands[0].type)
     dim = int(ir.IntegerAttr(op.attributes["dimension"]).value) % max(len(shape), 1)
-    stable = "is_stable" in op.attributes and ir.BoolAttr(op.attributes["is_stable"]).value
-    if not stable:
-        raise Unsupported("an unstable sort (the interpreter's order of ties is its own)")
     n = shape[dim]
     if math.prod(shape) * n > MAX_SORT_PAIRS:
         raise Unsupported(f"a sort of rows of {n}: too many pairs to compare at once")
@@ -1218,12 +1374,10 @@ def _sort(compiler: _Compiler, op, ins: list[int]) -> Step:
 
 def _scatter(op, operands) -> Callable:
     """``stablehlo.scatter`` of one operand whose computation replaces (returns the
-    update) or is one op of the current value and the update: updates applied in the
-    row-major order of ``updates``; an update window that does not fit inside the
-    operand whole is skipped whole, as XLA does."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo as hlo
-
+    update) or is one op of the current value and the update, with NumPy's indexed
+    ufuncs: updates applied in the row-major order of ``updates``; an update window
+    that does not fit inside the operand whole is skipped whole, as XLA does. Other
+    scatters are :func:`_scatter_any`'s."""
     if len(op.operands) != 3:
         raise Unsupported("a scatter of several operands")
     (source, dtype), _, (update_shape, _) = operands
@@ -1252,6 +1406,30 @@ def _scatter(op, operands) -> Callable:
         getattr(np, kind) if signed_zero is not None else _binary(kind, dtype))
     if ufunc is not None and not isinstance(ufunc, np.ufunc):
         raise Unsupported(f"a scatter with {kind}")
+    positions = _scatter_positions(op, source, update_shape)
+
+    def scatter(x, indices, updates):
+        index, inside = positions(indices)
+        out = np.array(x)
+        chosen = np.broadcast_to(updates, update_shape)[inside]
+        if ufunc is None:
+            out[index] = chosen
+        else:
+            ufunc.at(out, index, chosen)
+        if signed_zero is not None:  # a zero of that sign among a zero's values wins
+            wins = (x == 0) & (np.signbit(x) == signed_zero)
+            np.logical_or.at(wins, index, (chosen == 0) & (np.signbit(chosen) == signed_zero))
+            out[wins & (out == 0)] = -0.0 if signed_zero else 0.0
+        return out
+    return scatter
+
+
+def _scatter_positions(op, source: tuple[int, ...], update_shape: tuple[int, ...]) -> Callable:
+    """For a scatter's indices: the operand position of each update element that lands
+    (a tuple of index arrays, in the row-major order of ``updates``), and which do (an
+    update window that does not fit inside the operand whole is skipped whole)."""
+    from jaxlib.mlir.dialects import stablehlo as hlo
+
     numbers = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     window_dims = list(numbers.update_window_dims)
     inserted = list(numbers.inserted_window_dims)
@@ -1263,7 +1441,7 @@ def _scatter(op, operands) -> Callable:
     window_operand = [d for d in range(len(source)) if d not in inserted and d not in input_batching]
     grid = np.indices(update_shape, sparse=True)
 
-    def scatter(x, indices, updates):
+    def positions(indices):
         indices = _index_vectors(indices, index_dim)
         batch = tuple(grid[d] for d in scatter_dims)
         full, inside = [], np.ones(update_shape, np.bool_)
@@ -1280,19 +1458,101 @@ def _scatter(op, operands) -> Callable:
                 size, offset = update_shape[window], grid[window]
             inside &= (start >= 0) & (start + size <= source[d])  # the whole window fits
             full.append(np.broadcast_to(start + offset, update_shape))
-        out = np.array(x)
-        index = tuple(v[inside] for v in full)
-        chosen = np.broadcast_to(updates, update_shape)[inside]
-        if ufunc is None:
-            out[index] = chosen
-        else:
-            ufunc.at(out, index, chosen)
-        if signed_zero is not None:  # a zero of that sign among a zero's values wins
-            wins = (x == 0) & (np.signbit(x) == signed_zero)
-            np.logical_or.at(wins, index, (chosen == 0) & (np.signbit(chosen) == signed_zero))
-            out[wins & (out == 0)] = -0.0 if signed_zero else 0.0
-        return out
-    return scatter
+        return tuple(v[inside] for v in full), inside
+    return positions
+
+
+def _rounds(targets: np.ndarray):
+    """The positions of ``targets`` (flat indices, in the order updates apply) in rounds
+    of distinct targets: the first update of each target, then the second, ..."""
+    order = np.argsort(targets, kind="stable")
+    ranked = targets[order]
+    starts = np.r_[0, np.flatnonzero(ranked[1:] != ranked[:-1]) + 1] if len(ranked) else ranked
+    occurrence = np.arange(len(ranked)) - np.repeat(starts, np.diff(np.r_[starts, len(ranked)]))
+    for k in range(int(occurrence.max(initial=-1)) + 1):
+        yield order[occurrence == k]
+
+
+def _apply_in_rounds(region: _Region, env: list, outs: list[np.ndarray], flat: np.ndarray,
+                     updates: list[np.ndarray]) -> None:
+    """``outs`` (flat, written in place) with ``region`` applied at each target of
+    ``flat`` to its current values and each update in turn (updates in order)."""
+    for take in _rounds(flat):
+        targets = flat[take]
+        new = region.run(env, [*(o[targets] for o in outs), *(u[take] for u in updates)])
+        for out, value in zip(outs, new):
+            out[targets] = value
+
+
+def _scatter_any(compiler: _Compiler, op, ins: list[int]) -> Step:
+    """``stablehlo.scatter`` of any operands and computation: the computation applied to
+    each target's current values and its updates one after another, in the row-major
+    order of ``updates`` (every target's first update at once, then the second, ...)."""
+    count = (len(op.operands) - 1) // 2
+    source, _ = _tensor(op.operands[0].type)
+    update_shape, _ = _tensor(op.operands[count + 1].type)
+    positions = _scatter_positions(op, source, update_shape)
+    region = compiler.elementwise_region(op.regions[0])
+    outs = [compiler.define(r) for r in op.results]
+
+    def run_scatter(env):
+        values = [env[i] for i in ins]
+        index, inside = positions(values[count])
+        flat = (np.ravel_multi_index(index, source) if source
+                else np.zeros(int(inside.sum()), np.int64))  # a scalar operand
+        results = [np.array(x).reshape(-1) for x in values[:count]]
+        updates = [np.broadcast_to(u, update_shape)[inside] for u in values[count + 1:]]
+        _apply_in_rounds(region, env, results, flat, updates)
+        for slot, out in zip(outs, results):
+            env[slot] = out.reshape(source)
+    return run_scatter
+
+
+def _select_and_scatter(compiler: _Compiler, op, ins: list[int]) -> Step:
+    """``stablehlo.select_and_scatter``: in each window of the operand (padding never
+    chosen), the element ``select`` keeps against each next one in row-major order;
+    then, from ``init_value`` everywhere, ``scatter`` applied at each chosen element to
+    its value and the window's source value, in the source's row-major order."""
+    shape, dtype = _tensor(op.operands[0].type)
+    source_shape, _ = _tensor(op.operands[1].type)
+    rank = len(shape)
+
+    def ints(name, default):
+        return _ints(op.attributes[name]) if name in op.attributes else [default] * rank
+
+    window, strides = ints("window_dimensions", 1), ints("window_strides", 1)
+    padding = _ints(op.attributes["padding"]) if "padding" in op.attributes else [0] * (2 * rank)
+    low, high = padding[0::2], padding[1::2]
+    if min(low + high, default=0) < 0:
+        raise Unsupported("select_and_scatter with negative padding")
+    pad = _pad(low, high, [0] * rank, [lo + n + hi for lo, n, hi in zip(low, shape, high)])
+    select = compiler.elementwise_region(op.regions[0])
+    scatter = compiler.elementwise_region(op.regions[1])
+    out, = [compiler.define(r) for r in op.results]
+    ids = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+
+    def run_select_and_scatter(env):
+        x, source, init = (env[i] for i in ins)
+        padded, padded_ids = pad(x, np.zeros((), dtype)), pad(ids, np.int64(-1))
+        chosen = chosen_ids = None
+        for offset in np.ndindex(*window):
+            index = tuple(slice(o, o + (n - 1) * s + 1, s)
+                          for o, n, s in zip(offset, source_shape, strides))
+            value, at = padded[index], padded_ids[index]
+            if chosen is None:
+                chosen, chosen_ids = value, at
+                continue
+            kept = np.asarray(select.run(env, [chosen, value])[0], np.bool_)
+            take = (at >= 0) & ((chosen_ids < 0) | ~kept)
+            chosen, chosen_ids = np.where(take, value, chosen), np.where(take, at, chosen_ids)
+        result = np.array(np.broadcast_to(init, shape), dtype).reshape(-1)
+        if chosen_ids is not None:
+            flat = chosen_ids.reshape(-1)
+            landed = flat >= 0
+            _apply_in_rounds(scatter, env, [result], flat[landed],
+                             [np.asarray(source).reshape(-1)[landed]])
+        env[out] = result.reshape(shape)
+    return run_select_and_scatter
 
 
 # -- control flow -----------------------------------------------------------------------------
@@ -1336,6 +1596,9 @@ _CONTROL = {"stablehlo.while": _while, "stablehlo.if": _branches, "stablehlo.cas
 class Program:
     """A module compiled for NumPy: call it with ``main``'s arguments (NumPy arrays of its
     parameter types) for its results."""
+
+    #: What a call raises for a fault of the program itself.
+    ProgramError = ProgramError
 
     def __init__(self, module, checked: bool = False) -> None:
         from jaxlib.mlir import ir

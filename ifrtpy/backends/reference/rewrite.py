@@ -1,15 +1,17 @@
 """A StableHLO program made ready for the reference interpreter.
 
-The interpreter runs programs on global values, so: what cannot run on them (manual SPMD
-regions, collectives of an SPMD program, custom calls other than sharding annotations and
-jaxlib's LAPACK kernels, ops the interpreter aborts on) is refused with UnimplementedError
-(a program over replicas is cut at its collectives instead, see :mod:`.replicas`; one with
-ops of :mod:`.kernels` at those, see :mod:`.stages`); sharding annotations are dropped (they are
-identities on global values); integer division and remainder get XLA's results where the
+The interpreter runs programs on global values, so: what cannot run on them (collectives
+of an SPMD program outside manual computations, XLA's manual-sharding custom calls, custom
+calls other than sharding annotations and jaxlib's LAPACK kernels, ops the interpreter
+aborts on) is refused with UnimplementedError (a program over replicas is cut at its
+collectives instead, see :mod:`.replicas`; one with ops of :mod:`.kernels` at those, see
+:mod:`.stages`); a program with manual computations (``sdy.manual_computation``, run per
+device with their collectives, :mod:`.per_device`) must run whole in the NumPy evaluator;
+sharding annotations are dropped (they are identities on global values); integer division and remainder get XLA's results where the
 interpreter's would kill the process (a zero divisor, INT_MIN / -1); composites are calls
 of their decompositions; the parameter and output shardings are read from the
-``mhlo.sharding`` or ``sdy.sharding`` attributes of ``main`` (replicated where there are
-none); and where ``main`` has element types the interpreter's Python bindings cannot pass
+``mhlo.sharding`` or ``sdy.sharding`` attributes of ``main``, after Shardy's propagation
+where the program has a mesh (replicated where there are none); and where ``main`` has element types the interpreter's Python bindings cannot pass
 (complex parameters; bf16, f8, sub-byte and complex results), a wrapper ``main`` converts
 them (bitcast, convert, real/imag) around a call of the original.
 """
@@ -100,18 +102,20 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
     ops = mlir.ops_inside(module.operation)
     strip = []
     numpy_only = None
+    manual = _has_manual_computations(module)
     for op in ops:
         op_name = op.operation.name
         if over_replicas and op_name in replicas.OPS | replicas.IDS or kernels.is_kernel_op(op):
             continue
-        if op_name in _COLLECTIVES:
+        if op_name in _COLLECTIVES and not (manual and op_name.startswith("stablehlo.")):
             raise UnimplementedError(
-                f"{name}: the reference backend runs programs on global values and does not "
-                f"run collectives ({op_name}, as in shard_map with psum)")
-        if op_name == "sdy.manual_computation":
-            raise UnimplementedError(
-                f"{name}: the reference backend runs programs on global values and does not "
-                "run manual SPMD regions (sdy.manual_computation, as from shard_map)")
+                f"{name}: the reference backend runs collectives inside manual SPMD regions "
+                f"(sdy.manual_computation, as from shard_map) or over replicas, not {op_name} "
+                "on the global values of a program over partitions")
+        if op_name in _COLLECTIVES or op_name in ("sdy.manual_computation", "sdy.return"):
+            numpy_only = numpy_only or (f"{name}: the StableHLO reference interpreter does "
+                                        f"not run {op_name} (per-device values)")
+            continue
         if op_name in _ANNOTATIONS:
             strip.append(op)
         elif op_name in ("stablehlo.custom_call", "mhlo.custom_call"):
@@ -138,6 +142,11 @@ def _check_and_strip(module, name: str, over_replicas: bool) -> tuple[int, str |
         op.results[0].replace_all_uses_with(op.operands[0])
         op.operation.erase()
     return len(ops) - len(strip), numpy_only
+
+
+def _has_manual_computations(module) -> bool:
+    return any(op.operation.name == "sdy.manual_computation"
+               for op in mlir.ops_inside(module.operation))
 
 
 #: The most elements a tensor of a program the interpreter runs may have. The interpreter
@@ -351,30 +360,49 @@ def _sdy_to_hlo_text(attr, meshes: dict) -> str:
     ids = list(mesh.device_ids) or list(range(count))
     if not names:  # a maximal mesh: one device
         return f"{{maximal device={ids[0]}}}"
-    if list(sharding.unreduced_axes):
-        raise UnimplementedError(
-            "the reference backend runs programs on global values, and an sdy.sharding with "
-            f"unreduced axes holds partial ones: {attr} (the PjRt and jax backends run it)")
-    dims = []
-    for dim in sharding.dimension_shardings:
-        axes = []
-        for axis in sdy.DimensionShardingAttr(dim).axes:
-            ref = sdy.AxisRefAttr(axis)
-            if ref.sub_axis_info is not None:
-                raise UnimplementedError(f"sdy.sharding with sub-axes is not supported: {attr}")
-            axes.append(names.index(ref.name))
-        dims.append(axes)
+    def index(axis) -> int:
+        ref = sdy.AxisRefAttr(axis)
+        if ref.sub_axis_info is not None:
+            raise UnimplementedError(f"sdy.sharding with sub-axes is not supported: {attr}")
+        return names.index(ref.name)
+
+    dims = [[index(axis) for axis in sdy.DimensionShardingAttr(dim).axes]
+            for dim in sharding.dimension_shardings]
+    unreduced = [index(axis) for axis in sharding.unreduced_axes]
     used = [a for axes in dims for a in axes]
-    if not used:
+    if not used and not unreduced:
         return "{replicated}"
-    rest = [a for a in range(len(names)) if a not in used]
+    rest = [a for a in range(len(names)) if a not in used and a not in unreduced]
     tiles = [math.prod(sizes[a] for a in axes) for axes in dims]
+    partial = math.prod(sizes[a] for a in unreduced)
     replication = math.prod(sizes[a] for a in rest)
-    grid = np.array(ids).reshape(sizes).transpose(used + rest).reshape(-1)
-    shape = tiles + ([replication] if replication > 1 else [])
-    suffix = " last_tile_dim_replicate" if replication > 1 else ""
+    grid = np.array(ids).reshape(sizes).transpose(used + unreduced + rest).reshape(-1)
+    kinds = [kind for kind, size in (("unreduced", partial), ("replicated", replication))
+             if size > 1]
+    shape = tiles + [size for size in (partial, replication) if size > 1]
+    suffix = (" last_tile_dim_replicate" if kinds == ["replicated"]
+              else f" last_tile_dims={{{', '.join(kinds)}}}" if kinds else "")
     return (f"{{devices=[{','.join(map(str, shape))}]{','.join(map(str, grid.tolist()))}"
             f"{suffix}}}")
+
+
+#: Shardy's propagation, as XLA runs it before partitioning a program over a mesh.
+_PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
+
+
+def _propagated(text: str):
+    """The program ``text`` after Shardy's sharding propagation (jaxlib ships its
+    passes): the parameters and results of ``main`` the program leaves open get the
+    shardings XLA's partitioner would give them. Where the propagation fails, the program
+    as it is (open ones replicated)."""
+    from jaxlib.mlir import ir, passmanager
+
+    module = ir.Module.parse(text)
+    try:
+        passmanager.PassManager.parse(_PROPAGATION).run(module.operation)
+    except ir.MLIRError:
+        module = ir.Module.parse(text)
+    return module
 
 
 def _value_shardings(function, key: str, count: int, devices: DeviceList, meshes: dict
@@ -396,13 +424,7 @@ def _value_shardings(function, key: str, count: int, devices: DeviceList, meshes
             text = _string(attr["mhlo.sharding"])
         elif attr is not None and "sdy.sharding" in attr:
             text = _sdy_to_hlo_text(attr["sdy.sharding"], meshes)
-        sharding = HloSharding(devices, text, kind)
-        if sharding.has_unreduced_axes:  # partial values per device: not a global value
-            raise UnimplementedError(
-                f"the reference backend runs programs on global values, and a "
-                f"{'parameter' if key == 'arg_attrs' else 'result'} with unreduced axes "
-                f"({text}) holds partial ones (the PjRt and jax backends run it)")
-        out.append(sharding)
+        out.append(HloSharding(devices, text, kind))
     return out
 
 
@@ -502,8 +524,8 @@ def _over_replicas(module, num_replicas: int, num_partitions: int) -> bool:
         raise UnimplementedError(
             f"the reference backend runs programs over replicas (num_replicas="
             f"{num_replicas}) with num_partitions=1 only, got num_partitions={num_partitions}")
-    if num_partitions > 1:
-        return False
+    if num_partitions > 1 or (num_replicas == 1 and _has_manual_computations(module)):
+        return False  # manual computations run their bodies per device themselves
     return num_replicas > 1 or any(op.operation.name in replicas.OPS | replicas.IDS
                                    for op in mlir.ops_inside(module.operation))
 
@@ -529,8 +551,10 @@ def prepare(program: HloProgram, devices: DeviceList | None, num_replicas: int =
                                 for t in types] for types in (program.parameters, program.results))
         else:
             meshes = _meshes(module)
-            params = _value_shardings(main, "arg_attrs", len(program.parameters), devices, meshes)
-            outputs = _value_shardings(main, "res_attrs", len(program.results), devices, meshes)
+            propagated = _propagated(program.text) if meshes else module  # kept alive
+            sharded = mlir.functions(propagated)["main"]
+            params = _value_shardings(sharded, "arg_attrs", len(program.parameters), devices, meshes)
+            outputs = _value_shardings(sharded, "res_attrs", len(program.results), devices, meshes)
         _inline_composites(module)
         op_count, numpy_only = _check_and_strip(module, program.name, over_replicas)
         _guard_integer_division(module)

@@ -131,12 +131,14 @@ def _context(register_dialects: str) -> Any:
 
 def _numpy_evaluator() -> Any:
     """The module :mod:`.numpy_eval`, loaded from its file beside this one, with the
-    :mod:`.bit_generators` it takes (the worker imports nothing of ifrtpy); None where
+    :mod:`.bit_generators` and :mod:`.per_device` it takes (the worker imports nothing of ifrtpy); None where
     ``IFRTPY_REFERENCE_EVALUATOR`` is ``interpreter`` (every program in the interpreter)."""
     if not numpy_chosen():
         return None
     _load_beside("bit_generators")
-    return _load_beside("numpy_eval")
+    evaluator = _load_beside("numpy_eval")
+    _load_beside("per_device")  # it takes the evaluator's helpers
+    return evaluator
 
 
 def _load_beside(stem: str) -> Any:
@@ -204,6 +206,8 @@ def _run_numpy(program: Any, args: list[memoryview]) -> list[np.ndarray] | None:
         values = [np.frombuffer(data, dtype).reshape(shape)
                   for data, (shape, dtype) in zip(args, program.params)]
         return program(values)
+    except program.ProgramError:  # the program's own fault: the execute fails
+        raise
     except Exception as e:  # noqa: BLE001 - a bug of the evaluator: the interpreter decides
         print(f"ifrtpy reference worker: the NumPy evaluator failed ({type(e).__name__}: {e}); "
               "running the program in the interpreter", file=sys.stderr, flush=True)

@@ -99,12 +99,15 @@ def test_a_tensor_too_large_for_the_interpreter_is_refused_at_compile_time():
                              r"makes tensor<200000000xf32>.*NumPy evaluator runs tensors of "
                              f"at most {NUMPY_MAX_ELEMENTS}"):
         client.compile(program(2 * 10 ** 8))
-    # stablehlo.reduce_precision: an op the NumPy evaluator leaves to the interpreter
+    # an f8 value: what the NumPy evaluator leaves to the interpreter
+    n = MAX_ELEMENTS + 1
     with pytest.raises(ifrt.errors.UnimplementedError,
                        match=f"at most {MAX_ELEMENTS} elements.*the NumPy evaluator does not "
                              "run this program"):
-        client.compile(program(MAX_ELEMENTS + 1, "stablehlo.reduce_precision").replace(
-            "%0 : tensor", "%0, format = e5m10 : tensor"))
+        client.compile(program(n).replace(
+            f"%1 = stablehlo.negate %0 : tensor<{n}xf32>",
+            f"%f = stablehlo.convert %0 : (tensor<{n}xf32>) -> tensor<{n}xf8E5M2>\n"
+            f"%1 = stablehlo.convert %f : (tensor<{n}xf8E5M2>) -> tensor<{n}xf32>"))
     big = client.compile(program(MAX_ELEMENTS * 4))  # NumPy runs it
     out, = big(ifrt.device_put(np.float32(1.5), client.devices()[0]))
     assert np.asarray(out).shape == (MAX_ELEMENTS * 4,) and (np.asarray(out) == -1.5).all()
