@@ -93,16 +93,6 @@ class Client(abc.ABC):
 
     __slots__ = ()
 
-    #: Whether ``LoadedExecutable.execute`` may block the calling thread: until the program
-    #: has run (a synchronous backend, the reference interpreter), or for anything else
-    #: than a bounded moment. True, the safe default; a backend whose execute only
-    #: dispatches (PJRT) says False, and the proxy server may then run its executes on its
-    #: event loop (docs/proxy.md, "The request path").
-    execute_may_block: bool = True
-    #: Where :attr:`execute_may_block` is False: how many executions the backend keeps in
-    #: flight before the next execute waits for one to end (None: it never waits).
-    executions_in_flight_cap: int | None = None
-
     # -- identity ---------------------------------------------------------------------------
 
     @property

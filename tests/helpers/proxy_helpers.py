@@ -208,9 +208,6 @@ class BlockingExecutable(Delegating):
 class SyncClient(Delegating):
     """A Client whose executables block in ``execute``, counting its compiles."""
 
-    #: it says so (the inner client's declaration would not be true of it)
-    execute_may_block = True
-
     def __init__(self, inner):
         super().__init__(inner)
         self.compiles = 0

@@ -58,8 +58,7 @@ def pjrt():
 class ThreadsClient(Delegating):
     """A Client whose executables record the thread each execute runs in (``threads``)
     and set ``started`` as one begins; ``inline``: each execute returns once its outputs
-    are ready, as where the CPU plugin runs a program on the calling thread (the client
-    still says what the PjRt backend says: ``execute_may_block`` False)."""
+    are ready, as where the CPU plugin runs a program on the calling thread."""
 
     def __init__(self, inner, inline=False):
         super().__init__(inner)
@@ -213,12 +212,10 @@ def test_requests_are_decoded_on_the_sessions_worker(pjrt, monkeypatch):
 
 def test_a_long_program_delays_no_other_session(pjrt):
     """While one session runs a program of about 10 s (on the CPU plugin, device 0; its
-    execute holding the calling thread as long, though the backend says it only
-    dispatches), another session's GetVersion, InitRequest and synchronous call (device
+    execute holding the calling thread as long), another session's GetVersion, InitRequest and synchronous call (device
     1) are answered, and all of it before the long program's run has ended."""
     _, steps = slow_call(pjrt, LONG_S)
     client = ThreadsClient(pjrt, inline=True)
-    assert not client.execute_may_block
     with proxy.serve(client) as server, grpc.insecure_channel(server.address) as ch:
         others = Others(ch, device_id=1)
         busy, answers = start_long(ch, SLOW, [np.eye(32, dtype=np.float32),

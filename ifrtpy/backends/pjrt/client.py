@@ -18,7 +18,6 @@ from ifrtpy.backends.pjrt import precision as _precision
 from ifrtpy.backends.pjrt import operations as _operations
 from ifrtpy.backends.pjrt import put as _put
 from ifrtpy.backends.pjrt import reshard as _reshard
-from ifrtpy.backends.pjrt.execute_limits import max_executions_per_device
 from ifrtpy.array import ArrayCopySemantics, HostBufferSemantics
 from ifrtpy.client import Client
 from ifrtpy.device import Device, Memory, MemoryKind
@@ -29,10 +28,6 @@ from ifrtpy.plugins.options import check_cpu_device_count
 from ifrtpy.plugins.builds import build_at, default_cpu_library
 from ifrtpy.plugins.held_tpu import tpu_in_use_error
 from ifrtpy.sharding import SingleDeviceShardSemantics
-
-#: XLA's PJRT clients keep this many executions in flight unless told otherwise
-#: (``max_inflight_computations``; jax's make_tpu_client documents the same default)
-_XLA_IN_FLIGHT = 32
 
 
 def create_client(plugin: str | None = None, device_count: int | None = None,
@@ -93,7 +88,7 @@ def create_client(plugin: str | None = None, device_count: int | None = None,
         if held is None:
             raise
         raise held from None  # its message holds libtpu's
-    return PjrtClient(handle, opts.get("max_inflight_computations"))
+    return PjrtClient(handle)
 
 
 def host_device_count() -> int | None:
@@ -217,17 +212,8 @@ class PjrtClient(Client):
     Thread-safe: the plugin is, and the client's own state is fixed at creation.
     """
 
-    #: PJRT's execute dispatches: it returns once the program is enqueued (XLA's CPU client
-    #: runs a cheap program with ready inputs at once, on the calling thread), and blocks
-    #: only for a slot past the plugin's executions in flight
-    execute_may_block = False
-
-    def __init__(self, handle, max_in_flight: int | None = None):
+    def __init__(self, handle):
         self._handle = handle
-        #: the plugin's executions in flight (``max_inflight_computations``, XLA's default
-        #: 32, or the platform's measured limit where lower)
-        self._in_flight = min(max_in_flight or _XLA_IN_FLIGHT,
-                              max_executions_per_device(handle.platform_name) or _XLA_IN_FLIGHT)
         self._devices = [PjrtDevice(self, h) for h in handle.devices]
         self._device_of_handle = {d.id: d for d in self._devices}
         self._addressable = [self._device_of_handle[h.id] for h in handle.addressable_devices]
@@ -244,10 +230,6 @@ class PjrtClient(Client):
     @property
     def runtime_type(self) -> str:
         return "pjrt_ifrt"
-
-    @property
-    def executions_in_flight_cap(self) -> int:  # type: ignore[override]
-        return self._in_flight
 
     @property
     def platform_name(self) -> str:
