@@ -52,15 +52,23 @@ CONNECT_TIMEOUT_VARIABLE = "IFRTPY_PROXY_CONNECT_TIMEOUT_S"
 _transfer: tuple[str, str] | None = None
 
 
+#: The target :func:`register` was last given in this process (None: not called).
+_registered: str | None = None
+
+
 def initialize() -> None:
-    """Register the ``proxy`` backend if ``JAX_PLATFORMS`` names it (without
-    ``JAX_BACKEND_TARGET``, a backend that stops the process saying so), first setting
-    glibc's allocator for transfers (:func:`tune_allocator`); do nothing otherwise."""
+    """Register the ``proxy`` backend if ``JAX_PLATFORMS`` names it, first setting glibc's
+    allocator for transfers (:func:`tune_allocator`); do nothing otherwise. Without
+    ``JAX_BACKEND_TARGET`` the backend stops the process saying so, unless the program
+    registered one itself (``ifrtpy.proxy.connect_jax``), which stays."""
     platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",")]
-    if PLATFORM in platforms:
-        target = os.environ.get("JAX_BACKEND_TARGET", "")
-        if target.strip():
-            tune_allocator()  # before jaxlib's client starts its threads
+    if PLATFORM not in platforms:
+        return
+    target = os.environ.get("JAX_BACKEND_TARGET", "")
+    if target.strip():
+        tune_allocator()  # before jaxlib's client starts its threads
+        register(target)
+    elif _registered is None:
         register(target)
 
 
@@ -93,7 +101,8 @@ def register(target: str, priority: int = -1) -> None:
     ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default). ``target`` may also be
     given as :func:`normalized_target` takes it.
     """
-    target = normalized_target(target)
+    global _registered
+    target = _registered = normalized_target(target)
     if is_local(target):
         os.environ.setdefault(INSECURE_CREDENTIALS, "true")
     # Through jax.extend: importing jaxlib's proxy extension before jax's own crashes.

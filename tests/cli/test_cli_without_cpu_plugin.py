@@ -105,7 +105,10 @@ def test_bench_on_an_accelerator_times_no_jax_column(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[1].split() == ["operation", "ifrtpy", "jax", "ifrtpy/jax"]
-    assert len(lines) == 11 and all(line.split()[-2:] == ["-", "-"] for line in lines[2:-1]), out
+    rows, notes = lines[2:10], lines[10:-1]  # 8 rows; a busy machine's "~:" note
+    assert all(row.split()[-2:] == ["-", "-"] or row.split()[-3:] == ["-", "-", "~"]
+               for row in rows), out
+    assert all(note.startswith("~: ") for note in notes) and len(notes) <= 1, out
     assert lines[-1] == ("no jax column on tpu: benchmarks/accelerator_check.py "
                                     "--parts speed times jax and ifrtpy there, each in its own "
                                     "process")

@@ -13,7 +13,7 @@ import pytest
 import ifrtpy as ifrt
 from ifrtpy.program import fma as fma_rewrite
 from ifrtpy.program import mlir
-from tests.helpers import exact_float
+import exact_float
 
 ELEMENT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 N = 512

@@ -609,12 +609,17 @@ class _Compiler:
         return _bind(kernel, ins, outs)
 
 
+#: The module :mod:`.per_device` (manual computations and collectives). It builds on this
+#: module, so it sets this itself as it is imported (:mod:`.rewrite` and the worker
+#: import it); None before.
+per_device: Any = None
+
+
 def _per_device() -> Any:
-    """The module :mod:`.per_device` (manual computations and collectives)."""
-    if __package__:  # imported from the package
-        from ifrtpy.backends.reference import per_device
-        return per_device
-    return sys.modules["_ifrtpy_reference_per_device"]  # a worker's copy, loaded beside
+    """:data:`per_device`, which manual computations and collectives need."""
+    if per_device is None:
+        raise Unsupported("manual computations and collectives: per_device is not loaded")
+    return per_device
 
 
 def _checked(kernel: Callable, op, elementwise: bool) -> Callable:

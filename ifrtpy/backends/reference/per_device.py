@@ -468,3 +468,6 @@ def _one_group(kind: str, members: list[list[np.ndarray]], dims: dict, combine, 
                  for i in range(operands)] for j in range(n)]
     assert kind == "collective_broadcast", kind
     return [list(members[0]) for _ in range(n)]
+
+
+core.per_device = sys.modules[__name__]  # the evaluator runs manual computations here

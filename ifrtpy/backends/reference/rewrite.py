@@ -25,6 +25,7 @@ from typing import Union
 import numpy as np
 
 from ifrtpy.backends.reference import kernels, lapack, numpy_eval, replicas, stages
+from ifrtpy.backends.reference import per_device  # noqa: F401  (the evaluator's collectives)
 from ifrtpy.backends.reference.interpreter import MLIR_LOCK, Interpretable, element_name
 from ifrtpy.device import DeviceList, MemoryKind
 from ifrtpy.errors import InvalidArgumentError, UnimplementedError

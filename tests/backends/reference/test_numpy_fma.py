@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ifrtpy.backends.reference import numpy_eval
-from tests.helpers import exact_float
+import exact_float
 
 
 @pytest.mark.parametrize("dtype", sorted(exact_float.FORMATS, key=str), ids=str)
