@@ -32,7 +32,7 @@ WORKER = textwrap.dedent("""
         try:
             with open(f"/proc/{pid}/stat") as f:
                 return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped between open and read
             return True
 
     if scenario == "lone":  # started alone in a job of 2: the other never comes

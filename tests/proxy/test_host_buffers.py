@@ -443,7 +443,9 @@ def test_a_large_put_file_is_read_on_several_threads_where_pages_cannot_be_mappe
         read = local.read_put_file(str(path), size)
         assert np.array_equal(read, data[:size]) and not path.exists()
     big = [(32 << 20) // 4 + 4096] * 3 + [(32 << 20) + 5 - 3 * ((32 << 20) // 4 + 4096)]
-    assert calls == (big if threads else [(32 << 20) + 5]) + [1 << 20]
+    # the slices' threads may record in any order; the small file is read after them
+    assert sorted(calls[:-1]) == sorted(big if threads else [(32 << 20) + 5])
+    assert calls[-1] == 1 << 20
     path = tmp_path / "lt_short"
     data.tofile(path)
     writer = os.open(path, os.O_RDWR)  # the client's: it shrinks the file once read starts

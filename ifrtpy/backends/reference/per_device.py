@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import sys
 import threading
 from typing import Any, Callable, Sequence
@@ -364,7 +365,32 @@ def _run_devices(body, env: list, args: list[list], ids: list[int]) -> list[list
 
 # -- collectives ----------------------------------------------------------------------------
 
-def _groups(op, kind: str, count: int) -> list[list[int]]:
+def _mesh_axes_groups(text: str, meshes: dict) -> list[list[int]]:
+    """The groups of device ids of ``#stablehlo.replica_group_mesh_axes<mesh = @M, axes =
+    [...]>`` (jax 0.12.1's form): the devices of mesh M that differ only along the axes
+    named, in the order named."""
+    from jaxlib.mlir.dialects import sdy
+
+    found = re.fullmatch(r'#stablehlo\.replica_group_mesh_axes<mesh = @([\w.$-]+), '
+                         r'axes = \[(.*)\]>', text.strip(), re.S)
+    names = re.findall(r'#stablehlo\.axis_ref<name = "([^"]+)">', found.group(2)) if found else []
+    if found is None or found.group(1) not in meshes or len(names) != found.group(2).count("<"):
+        raise core.Unsupported(f"replica groups {text}")
+    mesh = meshes[found.group(1)]
+    axes = [sdy.MeshAxisAttr(a) for a in mesh.axes]
+    mesh_names, sizes = [a.name for a in axes], [a.size for a in axes]
+    if not set(names) <= set(mesh_names):
+        raise core.ProgramError(f"replica groups over axes {names} of a mesh of {mesh_names}")
+    ids = list(mesh.device_ids) or list(range(math.prod(sizes)))
+    strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+    inside = [mesh_names.index(n) for n in names]
+    outside = [i for i in range(len(sizes)) if i not in inside]
+    return [[ids[sum(c * strides[i] for i, c in zip(outside + inside, at + along))]
+             for along in itertools.product(*(range(sizes[i]) for i in inside))]
+            for at in itertools.product(*(range(sizes[i]) for i in outside))]
+
+
+def _groups(op, kind: str, count: int, meshes: dict) -> list[list[int]]:
     """The groups of device ids of a collective over ``count`` devices (one replica)."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
@@ -373,10 +399,14 @@ def _groups(op, kind: str, count: int) -> list[list[int]]:
     channel = ("channel_handle" in attrs
                and stablehlo.ChannelHandle(attrs["channel_handle"]).handle > 0)
     global_ids = "use_global_device_ids" in attrs
-    rows = (np.asarray(ir.DenseIntElementsAttr(attrs["replica_groups"]), np.int64)
-            if "replica_groups" in attrs else np.zeros((0, 0), np.int64))
-    groups = [[i for i in row if i >= 0] for row in rows.reshape(len(rows), -1).tolist()]
-    groups = [g for g in groups if g]
+    if "replica_groups" in attrs and not ir.DenseIntElementsAttr.isinstance(
+            attrs["replica_groups"]):
+        groups = _mesh_axes_groups(str(attrs["replica_groups"]), meshes)
+    else:
+        rows = (np.asarray(ir.DenseIntElementsAttr(attrs["replica_groups"]), np.int64)
+                if "replica_groups" in attrs else np.zeros((0, 0), np.int64))
+        groups = [[i for i in row if i >= 0] for row in rows.reshape(len(rows), -1).tolist()]
+        groups = [g for g in groups if g]
     if channel and (global_ids or kind in _PARTITIONS_WITH_CHANNEL):  # of partitions
         groups = groups or [list(range(count))]
         flat = sorted(i for g in groups for i in g)
@@ -425,7 +455,7 @@ def collective(compiler, op, ins: list[int]) -> Callable[[list], None]:
                 out[d] = ([by_id[sources[d]][i] for i in range(len(mine))] if d in sources
                           else [np.zeros_like(v) for v in mine])
         else:
-            for group in _groups(op, kind, count):
+            for group in _groups(op, kind, count, compiler.meshes):
                 if any(d not in by_id for d in group):
                     raise core.ProgramError(f"{kind} group {group} over devices {sorted(by_id)}")
                 for d, result in zip(group, _one_group(kind, [by_id[d] for d in group],
