@@ -399,12 +399,15 @@ def _groups(op, kind: str, count: int, meshes: dict) -> list[list[int]]:
     channel = ("channel_handle" in attrs
                and stablehlo.ChannelHandle(attrs["channel_handle"]).handle > 0)
     global_ids = "use_global_device_ids" in attrs
-    if "replica_groups" in attrs and not ir.DenseIntElementsAttr.isinstance(
-            attrs["replica_groups"]):
+    rows = np.zeros((0, 0), np.int64)
+    if "replica_groups" in attrs:
+        try:
+            rows = np.asarray(ir.DenseIntElementsAttr(attrs["replica_groups"]), np.int64)
+        except ValueError:  # not a table of ids
+            rows = None
+    if rows is None:
         groups = _mesh_axes_groups(str(attrs["replica_groups"]), meshes)
     else:
-        rows = (np.asarray(ir.DenseIntElementsAttr(attrs["replica_groups"]), np.int64)
-                if "replica_groups" in attrs else np.zeros((0, 0), np.int64))
         groups = [[i for i in row if i >= 0] for row in rows.reshape(len(rows), -1).tolist()]
         groups = [g for g in groups if g]
     if channel and (global_ids or kind in _PARTITIONS_WITH_CHANNEL):  # of partitions
