@@ -399,7 +399,7 @@ def _groups(op, kind: str, count: int, meshes: dict) -> list[list[int]]:
     channel = ("channel_handle" in attrs
                and stablehlo.ChannelHandle(attrs["channel_handle"]).handle > 0)
     global_ids = "use_global_device_ids" in attrs
-    rows = np.zeros((0, 0), np.int64)
+    rows: np.ndarray | None = np.zeros((0, 0), np.int64)
     if "replica_groups" in attrs:
         try:
             rows = np.asarray(ir.DenseIntElementsAttr(attrs["replica_groups"]), np.int64)
