@@ -52,24 +52,22 @@ CONNECT_TIMEOUT_VARIABLE = "IFRTPY_PROXY_CONNECT_TIMEOUT_S"
 _transfer: tuple[str, str] | None = None
 
 
-#: The target :func:`register` was last given in this process (None: not called).
-_registered: str | None = None
-
-
 def initialize() -> None:
-    """Register the ``proxy`` backend if ``JAX_PLATFORMS`` names it, first setting glibc's
-    allocator for transfers (:func:`tune_allocator`); do nothing otherwise. Without
-    ``JAX_BACKEND_TARGET`` the backend stops the process saying so, unless the program
-    registered one itself (``ifrtpy.proxy.connect_jax``), which stays."""
+    """Register the ``proxy`` backend if ``JAX_PLATFORMS`` names it and
+    ``JAX_BACKEND_TARGET`` is set, first setting glibc's allocator for transfers
+    (:func:`tune_allocator`); do nothing otherwise. With ``proxy`` named but no target, it
+    says on stderr what to set and registers nothing: a backend the program registers
+    itself (``ifrtpy.proxy.connect_jax``, jax's own ``register_backend_factory``) stays,
+    and without one jax stops, saying it has no backend ``proxy``."""
     platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",")]
     if PLATFORM not in platforms:
         return
-    target = os.environ.get("JAX_BACKEND_TARGET", "")
-    if target.strip():
-        tune_allocator()  # before jaxlib's client starts its threads
-        register(target)
-    elif _registered is None:
-        register(target)
+    target = os.environ.get("JAX_BACKEND_TARGET", "").strip()
+    if not target:
+        print(f"{NO_TARGET}\n{START}", file=sys.stderr, flush=True)
+        return
+    tune_allocator()  # before jaxlib's client starts its threads
+    register(target)
 
 
 def normalized_target(target: str) -> str:
@@ -101,8 +99,7 @@ def register(target: str, priority: int = -1) -> None:
     ``IFRTPY_PROXY_CONNECT_TIMEOUT_S`` seconds (30 by default). ``target`` may also be
     given as :func:`normalized_target` takes it.
     """
-    global _registered
-    target = _registered = normalized_target(target)
+    target = normalized_target(target)
     if is_local(target):
         os.environ.setdefault(INSECURE_CREDENTIALS, "true")
     # Through jax.extend: importing jaxlib's proxy extension before jax's own crashes.
@@ -180,6 +177,8 @@ class NoServer(SystemExit):
     status 1, no traceback), as a command-line error does; jax cannot start without it."""
 
 
+#: What a process that names ``proxy`` with no target is told (with :data:`START`).
+NO_TARGET = "ifrtpy_jax_plugin: JAX_PLATFORMS names proxy, but JAX_BACKEND_TARGET is not set."
 #: The second line of every :class:`NoServer`: what to do.
 START = ("Start one with `python -m ifrtpy serve` and set JAX_BACKEND_TARGET to the address "
          "it prints (docs/proxy.md).")
@@ -194,8 +193,7 @@ def check_server(target: str, wait_s: float | None = None) -> None:
     answer within :data:`PROBE_S` is left to jaxlib's client, which retries until its
     timeout."""
     if not target:
-        raise NoServer("ifrtpy_jax_plugin: JAX_PLATFORMS names proxy, but JAX_BACKEND_TARGET "
-                       f"is not set.\n{START}")
+        raise NoServer(f"{NO_TARGET}\n{START}")
     address = target.removeprefix("grpc://")
     problem, may_start = _problem(address)
     if problem is not None and may_start:

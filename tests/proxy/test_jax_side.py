@@ -69,6 +69,7 @@ def test_the_entry_point_names_the_plugin_module():
 
 @pytest.mark.parametrize("variables", [
     {},
+    {"JAX_PLATFORMS": "proxy"},                                  # no target
     {"JAX_BACKEND_TARGET": "grpc://127.0.0.1:1"},                # proxy not asked for
     {"JAX_PLATFORMS": "cpu", "JAX_BACKEND_TARGET": "grpc://127.0.0.1:1"},
 ])
