@@ -172,6 +172,13 @@ def _mesh(compiler, sharding) -> tuple[list[str], list[int], list[int]]:
         if name not in compiler.meshes:
             raise core.Unsupported(f"a sharding over an unknown mesh @{name}")
         mesh = compiler.meshes[name]
+    return _mesh_layout(mesh)
+
+
+def _mesh_layout(mesh) -> tuple[list[str], list[int], list[int]]:
+    """(axis names, sizes, device id per position) of an ``sdy.MeshAttr``."""
+    from jaxlib.mlir.dialects import sdy
+
     axes = [sdy.MeshAxisAttr(a) for a in mesh.axes]
     names, sizes = [a.name for a in axes], [a.size for a in axes]
     ids = list(mesh.device_ids) or list(range(math.prod(sizes)))
@@ -369,19 +376,14 @@ def _mesh_axes_groups(text: str, meshes: dict) -> list[list[int]]:
     """The groups of device ids of ``#stablehlo.replica_group_mesh_axes<mesh = @M, axes =
     [...]>`` (jax 0.12.1's form): the devices of mesh M that differ only along the axes
     named, in the order named."""
-    from jaxlib.mlir.dialects import sdy
-
     found = re.fullmatch(r'#stablehlo\.replica_group_mesh_axes<mesh = @([\w.$-]+), '
                          r'axes = \[(.*)\]>', text.strip(), re.S)
     names = re.findall(r'#stablehlo\.axis_ref<name = "([^"]+)">', found.group(2)) if found else []
     if found is None or found.group(1) not in meshes or len(names) != found.group(2).count("<"):
         raise core.Unsupported(f"replica groups {text}")
-    mesh = meshes[found.group(1)]
-    axes = [sdy.MeshAxisAttr(a) for a in mesh.axes]
-    mesh_names, sizes = [a.name for a in axes], [a.size for a in axes]
+    mesh_names, sizes, ids = _mesh_layout(meshes[found.group(1)])
     if not set(names) <= set(mesh_names):
         raise core.ProgramError(f"replica groups over axes {names} of a mesh of {mesh_names}")
-    ids = list(mesh.device_ids) or list(range(math.prod(sizes)))
     strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
     inside = [mesh_names.index(n) for n in names]
     outside = [i for i in range(len(sizes)) if i not in inside]
