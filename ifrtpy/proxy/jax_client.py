@@ -47,4 +47,4 @@ def jax_target(address: str) -> str:
         raise InvalidArgumentError(
             f"an IFRT Proxy address is 'grpc://HOST:PORT', 'HOST:PORT' or 'unix:PATH', "
             f"not {address!r}")
-    return address if address.startswith("grpc://") else f"grpc://{address}"
+    return ifrtpy_jax_plugin.normalized_target(address)
